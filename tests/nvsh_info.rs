@@ -1,0 +1,74 @@
+//! `nvsh info`, the smallest end-to-end binary: it links NVSHMEM and the device module, and
+//! either initialises one PE (GPU machine) or says in one line that there is no driver/GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
+/// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
+fn nvsh_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("NVSH_BIN") {
+        return p.into();
+    }
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_nvsh"));
+    if built.exists() {
+        return built;
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.with_file_name("nvsh")
+}
+
+fn nvsh_info() -> (bool, String, String) {
+    let out = Command::new(nvsh_path())
+        .arg("info")
+        .output()
+        .expect("run nvsh info");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// True where an NVIDIA driver is installed (its control device exists).
+fn has_nvidia_driver() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+}
+
+#[test]
+fn info_without_gpu_fails_with_one_line() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver; see info_initialises_one_pe");
+        return;
+    }
+    let (ok, stdout, stderr) = nvsh_info();
+    assert!(!ok, "nvsh info must fail without a GPU; stdout: {stdout}");
+    assert_eq!(stdout, "", "nothing on stdout without a GPU");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one line on stderr, got: {stderr:?}"
+    );
+    assert!(
+        lines[0].starts_with("nvsh: error: no CUDA driver found")
+            || lines[0].starts_with("nvsh: error: no CUDA device found"),
+        "unexpected message: {}",
+        lines[0]
+    );
+}
+
+#[test]
+#[ignore = "needs 1 GPU"]
+fn info_initialises_one_pe() {
+    let (ok, stdout, stderr) = nvsh_info();
+    assert!(ok, "nvsh info failed: {stderr}");
+    let compiled = nvshmem::version_string(nvshmem::result::compiled_version());
+    assert!(
+        stdout.contains(&format!(
+            "NVSHMEM {compiled} (host library), compiled against {compiled}, 1 PE(s)"
+        )),
+        "unexpected output: {stdout}"
+    );
+    assert!(stdout.contains("device API check: PASS"), "{stdout}");
+}
