@@ -10,5 +10,5 @@ scripts/setup_env.sh "$@"
 source .deps/env.sh
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
-cargo test
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
