@@ -128,7 +128,8 @@ fn find_nvshmem(setup: &SetupFile) -> Result<Nvshmem, String> {
     if let Some(home) = env_path("NVSHMEM_HOME") {
         return nvshmem_at(&home).map_err(|why| {
             format!(
-                "NVSHMEM_HOME={} is not a usable NVSHMEM install: {why}",
+                "NVSHMEM_HOME={} is not a usable NVSHMEM install: {why}. Point it at an NVSHMEM \
+                 install, or unset it and {SETUP_HINT}.",
                 home.display()
             )
         });
