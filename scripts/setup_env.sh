@@ -170,14 +170,16 @@ install_cuda12() { # dest
 }
 
 # ---------------------------------------------------------------- env file
-write_env_file() { # nvshmem_home cuda_home [nvcc]
-    local nvshmem_home=$1 cuda_home=$2 nvcc=${3:-}
+write_env_file() { # nvshmem_home cuda_home cuda_version(e.g. 13000) [nvcc]
+    local nvshmem_home=$1 cuda_home=$2 cuda_version=$3 nvcc=${4:-}
     local tmp
     tmp=$(mktemp)
     {
         echo "# Written by scripts/setup_env.sh ($MODE). Source it: . .deps/env.sh"
         echo "export NVSHMEM_HOME=\"$nvshmem_home\""
         echo "export CUDA_HOME=\"$cuda_home\""
+        echo "# CUDA API version the cudarc crate binds (the runtime linked into binaries)."
+        echo "export CUDARC_CUDA_VERSION=$cuda_version"
         if [ -n "$nvcc" ]; then
             echo "# PyPI has no CUDA 12 nvcc: CUDA 13.0's compiler builds against the CUDA 12 runtime."
             echo "export NVSHMEM_RS_NVCC=\"$nvcc\""
@@ -221,7 +223,10 @@ if [ "$SYSTEM" = 1 ]; then
     [ -n "$nvshmem_home" ] || die "--system: set NVSHMEM_HOME (load your cluster's NVSHMEM module)"
     [ -f "$nvshmem_home/include/nvshmem.h" ] && [ -f "$nvshmem_home/lib/libnvshmem_device.a" ] ||
         die "--system: NVSHMEM_HOME=$nvshmem_home lacks include/nvshmem.h or lib/libnvshmem_device.a"
-    write_env_file "$nvshmem_home" "$cuda_home"
+    cuda_version=$(sed -nE 's/^#define CUDA_VERSION ([0-9]+).*/\1/p' "$cuda_home/include/cuda.h" 2>/dev/null | head -n 1)
+    # cudarc knows versions in steps of 10 (12090, 13000): round down to one of those.
+    [ -n "$cuda_version" ] || die "--system: cannot read CUDA_VERSION from $cuda_home/include/cuda.h"
+    write_env_file "$nvshmem_home" "$cuda_home" "$((cuda_version / 10 * 10))"
     say "using the installed CUDA at $cuda_home and NVSHMEM at $nvshmem_home"
 else
     MODE="--cuda $CUDA_MAJOR --nvshmem $NVSHMEM_VERSION"
@@ -229,10 +234,10 @@ else
     fetch_wheels "$nvshmem_dir" "nvidia-nvshmem-cu$CUDA_MAJOR==$NVSHMEM_VERSION"
     if [ "$CUDA_MAJOR" = 13 ]; then
         install_cuda13 "$PREFIX/cuda-$CUDA13_NVCC"
-        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA13_NVCC/nvidia/cu13"
+        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA13_NVCC/nvidia/cu13" 13000
     else
         install_cuda12 "$PREFIX/cuda-$CUDA12_RUNTIME"
-        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA12_RUNTIME/toolkit" \
+        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA12_RUNTIME/toolkit" 12090 \
             "$PREFIX/cuda13-compiler/nvidia/cu13/bin/nvcc"
     fi
     say "CUDA $CUDA_MAJOR toolchain and NVSHMEM $NVSHMEM_VERSION in $PREFIX"

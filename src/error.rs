@@ -46,6 +46,14 @@ pub enum Error {
         seen: (i32, i32, i32),
     },
 
+    /// An environment variable the runtime reads has a value it cannot use.
+    #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
+    InvalidEnv {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
     Bootstrap { call: &'static str, status: i32 },

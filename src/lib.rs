@@ -3,7 +3,9 @@
 //! Layers, as in cudarc: [`sys`] (raw bindings), [`result`] (one call each, status codes turned
 //! into [`Result`]), then RAII types such as [`Nvshmem`].
 
+pub mod bootstrap;
 pub mod error;
+pub mod launcher;
 pub mod result;
 pub mod runtime;
 

@@ -1,6 +1,8 @@
 //! `nvsh`: the project's command-line tool.
 
+mod doctor;
 mod info;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -16,15 +18,21 @@ struct Cli {
 enum Command {
     /// Initialise one PE and print the NVSHMEM version and PE count (a link and driver check).
     Info,
+    /// Start N local processes of a program as the PEs of one NVSHMEM job.
+    Run(run::RunArgs),
+    /// Check this node: GPUs, driver, peer access and links, NVSHMEM versions, MPI, environment.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Info => info::run(),
+        Command::Info => info::run().map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("nvsh: error: {e}");
             ExitCode::FAILURE

@@ -1,0 +1,1 @@
+//! `nvsh run`: starts N local processes with the launcher environment (see [`crate::bootstrap`]).
