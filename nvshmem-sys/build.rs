@@ -249,8 +249,20 @@ fn gencode_flags(archs: &[u32]) -> Vec<String> {
 }
 
 fn generate_bindings(device_dir: &Path, nvshmem: &Nvshmem, cuda: &Cuda, out_dir: &Path) {
+    // One wrapper over every header in device/: each .cu file declares its entry points in a
+    // header of the same name.
+    let mut headers: Vec<PathBuf> = fs::read_dir(device_dir)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", device_dir.display())))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "h"))
+        .collect();
+    headers.sort();
+    let wrapper: String = headers
+        .iter()
+        .map(|h| format!("#include \"{}\"\n", h.display()))
+        .collect();
     let bindings = bindgen::Builder::default()
-        .header(device_dir.join("nvshmem_rs.h").display().to_string())
+        .header_contents("nvshmem_rs_wrapper.h", &wrapper)
         // NVSHMEM's host headers are C++ (bool, static_assert); the entry points bound here are
         // all extern "C".
         .clang_args(["-x", "c++", "-std=c++17"])

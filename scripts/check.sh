@@ -5,6 +5,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+for tool in cargo rustfmt cargo-clippy; do
+    command -v "$tool" >/dev/null || {
+        echo "check.sh: error: $tool not found: install Rust 1.85+ with rustup, plus the" \
+            "rustfmt and clippy components (rustup component add rustfmt clippy)" >&2
+        exit 1
+    }
+done
+
 scripts/setup_env.sh "$@"
 # shellcheck source=/dev/null
 source .deps/env.sh

@@ -1,41 +1,70 @@
 #!/usr/bin/env bash
-# Runs every GPU test on a GPU machine and ends with one line "N passed, N failed".
+# Runs every GPU test on a GPU machine, each with the PE count it needs, and the ring exchange
+# with 1 PE, under `nvsh run -n 2` and under mpirun. Ends with one line "N passed, N failed".
 #   scripts/gpu_test.sh [BIN_DIR]
 # BIN_DIR holds what scripts/build_gpu_bins.sh made (default .gpu/bin); where cargo exists and
-# BIN_DIR is missing, they are built first. Each test executable runs with --include-ignored,
-# one test at a time (NVSHMEM allows one init per process, and tests share the GPUs).
+# BIN_DIR is missing, they are built first. NVSHMEM allows one init per process, so each test
+# runs in a process (or 2-PE job) of its own: tests named pe2_* run under `nvsh run -n 2`,
+# the others (pe1_*) alone. MPIRUN overrides the mpirun command (e.g. with --allow-run-as-root).
+# GPU_TEST_FILTER limits the tests to names containing it; GPU_TEST_TIMEOUT (seconds, default
+# 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=${1:-.gpu/bin}
 if [ ! -d "$bin" ] && command -v cargo >/dev/null; then
     scripts/build_gpu_bins.sh "$bin" || exit 1
 fi
-[ -d "$bin" ] || { echo "gpu_test.sh: no $bin; run scripts/build_gpu_bins.sh first" >&2; exit 1; }
+[ -x "$bin/nvsh" ] || { echo "gpu_test.sh: no $bin/nvsh; run scripts/build_gpu_bins.sh first" >&2; exit 1; }
+nvsh=$bin/nvsh
+mpirun=${MPIRUN:-mpirun}
+limit=${GPU_TEST_TIMEOUT:-300}
+filter=${GPU_TEST_FILTER:-}
+logdir=${GPU_TEST_LOG_DIR:-$(mktemp -d)}
+mkdir -p "$logdir"
 
-passed=0 failed=0
-record() { # name status
-    if [ "$2" = 0 ]; then passed=$((passed + 1)); echo "PASS $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi
+passed=0 failed=0 failures=()
+# run_case NAME COMMAND...: runs it with a time limit, prints its output, counts the outcome.
+run_case() {
+    local name=$1
+    shift
+    local log
+    log="$logdir/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
+    echo "=== $name"
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+    local rc=$?
+    cat "$log"
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "PASS $name"
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+        [ $rc -eq 124 ] && echo "(timed out after ${limit}s)"
+        echo "FAIL $name (exit $rc)"
+    fi
 }
 
 for t in "$bin"/test-*; do
     [ -x "$t" ] || continue
-    log=$(mktemp)
-    "$t" --include-ignored --test-threads=1 >"$log" 2>&1
-    rc=$?
-    cat "$log"
-    # Count the individual tests of this executable from libtest's summary line.
-    summary=$(grep -E '^test result:' "$log" | tail -n 1)
-    p=$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$summary")
-    f=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$summary")
-    passed=$((passed + ${p:-0}))
-    failed=$((failed + ${f:-0}))
-    if [ $rc -ne 0 ] && [ "${f:-0}" = 0 ]; then record "$(basename "$t") (exit $rc)" 1; fi
-    rm -f "$log"
+    for name in $("$t" --list --ignored --format terse 2>/dev/null | sed -n 's/: test$//p'); do
+        [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] || continue
+        case "${name##*::}" in
+        pe2_*) run_case "$(basename "$t") $name [2 PEs]" "$nvsh" run -n 2 -- "$t" --ignored --exact "$name" --test-threads=1 ;;
+        *) run_case "$(basename "$t") $name" "$t" --ignored --exact "$name" --test-threads=1 ;;
+        esac
+    done
 done
 
-# The end-to-end binary on one PE.
-"$bin/nvsh" info
-record "nvsh info" $?
+if [ -z "$filter" ] || [[ ring_exchange == *"$filter"* ]]; then
+    run_case "ring_exchange, 1 PE" "$bin/ring_exchange"
+    run_case "ring_exchange, nvsh run -n 2" "$nvsh" run -n 2 -- "$bin/ring_exchange"
+    # shellcheck disable=SC2086 # MPIRUN may carry flags
+    run_case "ring_exchange, mpirun -np 2" $mpirun -np 2 "$bin/ring_exchange"
+fi
+if [ -z "$filter" ] || [[ "nvsh info" == *"$filter"* ]]; then
+    run_case "nvsh info" "$nvsh" info
+fi
 
+[ ${#failures[@]} -eq 0 ] || printf 'failed: %s\n' "${failures[@]}"
 echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+[ "$failed" -eq 0 ]

@@ -46,6 +46,97 @@ pub enum Error {
         seen: (i32, i32, i32),
     },
 
+    /// A CUDA driver API call (through cudarc) failed.
+    #[error("CUDA driver call failed: {message}")]
+    Driver { message: String },
+
+    /// A PE number outside the job (or team).
+    #[error("PE {pe} is out of range: this job has {n_pes} PE(s), numbered 0..{n_pes}")]
+    InvalidPe { pe: i32, n_pes: i32 },
+
+    /// A range that does not fit in the buffer.
+    #[error(
+        "range {start}..{end} is outside a symmetric buffer of {len} {elem} elements; \
+         take a view that fits (buffer.view(a..b))"
+    )]
+    OutOfBounds {
+        start: usize,
+        end: usize,
+        len: usize,
+        elem: &'static str,
+    },
+
+    /// Source and destination of a transfer differ in length.
+    #[error(
+        "{what}: destination holds {dest} elements but source holds {src}; \
+         make both views the same length"
+    )]
+    LengthMismatch {
+        what: &'static str,
+        dest: usize,
+        src: usize,
+    },
+
+    /// A host slice of the wrong length for a copy.
+    #[error("{what}: the host slice has {host} elements, the symmetric view {device}")]
+    HostLengthMismatch {
+        what: &'static str,
+        host: usize,
+        device: usize,
+    },
+
+    /// Symmetric allocations of zero elements are refused (nvshmem_malloc is collective).
+    #[error("a symmetric allocation of 0 elements was requested; ask for at least 1")]
+    ZeroLength,
+
+    /// The symmetric heap could not satisfy an allocation.
+    #[error(
+        "symmetric allocation of {bytes} bytes failed: the symmetric heap is exhausted or the \
+         PEs asked for different sizes; raise NVSHMEM_SYMMETRIC_SIZE (default 1G, e.g. \
+         NVSHMEM_SYMMETRIC_SIZE=8G) and allocate the same sizes in the same order on every PE"
+    )]
+    AllocFailed { bytes: usize },
+
+    /// An alignment that is not a power of two.
+    #[error("alignment {align} is not a power of two")]
+    InvalidAlignment { align: usize },
+
+    /// A wait did not finish in time.
+    #[error("timed out after {waited_ms} ms waiting for {what}; is the peer PE alive?")]
+    Timeout { what: String, waited_ms: u128 },
+
+    /// The chosen bootstrap cannot run in this build or environment.
+    #[error("bootstrap unavailable: {reason}")]
+    BootstrapUnavailable { reason: String },
+
+    /// NVSHMEM came up with another PE count than the launcher announced.
+    #[error(
+        "NVSHMEM reports {got} PE(s) but the launcher started {expected}: bootstrap mismatch \
+         (see INSTALL.md, 'every PE reports 1 PE')"
+    )]
+    PeCountMismatch { expected: i32, got: i32 },
+
+    /// A team could not be created.
+    #[error("team split failed (status {status}): {why}")]
+    TeamSplit { status: i32, why: String },
+
+    /// MPI failed.
+    #[error("MPI: {message}")]
+    Mpi { message: String },
+
+    /// An operation needs more PEs than the job has.
+    #[error("{what} needs at least {needed} PEs, this job has {have}; {hint}")]
+    NeedsPes {
+        what: &'static str,
+        needed: i32,
+        have: i32,
+        hint: &'static str,
+    },
+
+    /// Data received did not match what was sent.
+    #[error("data check failed: {what}")]
+    DataMismatch { what: String },
+
     /// An environment variable the runtime reads has a value it cannot use.
     #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
     InvalidEnv {
@@ -57,6 +148,14 @@ pub enum Error {
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
     Bootstrap { call: &'static str, status: i32 },
+}
+
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Driver {
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Result with the runtime's [`Error`].

@@ -1,48 +1,129 @@
-//! The `Nvshmem` runtime handle: initialises NVSHMEM once per process and finalises it on Drop.
+//! The `Nvshmem` runtime handle: initialises NVSHMEM once per process through one of the
+//! bootstraps of [`crate::bootstrap`], and finalises it exactly once on Drop.
 
+use crate::bootstrap::{self, Bootstrap, LauncherEnv};
+use crate::buffer::{Alloc, SymmetricBuffer};
+use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::leak::{self, LiveBuffer};
 use crate::result::{self, CudaInfo};
+use cudarc::driver::{CudaContext, CudaStream};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Set while a handle exists; NVSHMEM supports one init per process.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
-/// An initialised NVSHMEM runtime. Dropping it finalises NVSHMEM exactly once.
-#[derive(Debug)]
+/// Where this process sits in the job, decided before NVSHMEM init.
+struct Placement {
+    rank: i32,
+    n_pes: i32,
+    local_rank: i32,
+    unique_id: Option<Vec<u8>>,
+    #[cfg(feature = "mpi")]
+    mpi: Option<crate::mpi_bootstrap::MpiGuard>,
+}
+
+/// An initialised NVSHMEM runtime. Dropping it finalises NVSHMEM (and MPI, if it started it).
+///
+/// Symmetric buffers borrow the handle, so none can be used after finalize. The handle stays on
+/// the thread that created it (NVSHMEM is initialised with thread support "serialized" and the
+/// CUDA context is bound to that thread).
 pub struct Nvshmem {
     my_pe: i32,
     n_pes: i32,
+    local_rank: i32,
     device: i32,
     cuda: CudaInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    finalized: bool,
+    #[cfg(feature = "mpi")]
+    _mpi: Option<crate::mpi_bootstrap::MpiGuard>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Nvshmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nvshmem")
+            .field("my_pe", &self.my_pe)
+            .field("n_pes", &self.n_pes)
+            .field("device", &self.device)
+            .finish()
+    }
 }
 
 impl Nvshmem {
-    /// Initialises this process as the only PE, on CUDA device 0.
-    ///
-    /// Fails with a typed error (never aborts) when there is no driver or device, when NVSHMEM
-    /// is already initialised, or when NVSHMEM's own init fails.
+    /// Initialises NVSHMEM with the bootstrap chosen by `NVSH_BOOTSTRAP` (default: automatic:
+    /// launcher environment, then MPI environment, else a single PE).
+    pub fn init() -> Result<Nvshmem> {
+        Self::init_with(Bootstrap::from_env()?)
+    }
+
+    /// Initialises this process as the only PE.
     pub fn init_single_pe() -> Result<Nvshmem> {
+        Self::init_with(Bootstrap::Single)
+    }
+
+    /// Initialises NVSHMEM with the given bootstrap. Selects the CUDA device for the local rank
+    /// before init. Fails with a typed error (never aborts) when there is no driver or device,
+    /// when NVSHMEM is already initialised, or when NVSHMEM's own init fails.
+    pub fn init_with(bootstrap: Bootstrap) -> Result<Nvshmem> {
         let cuda = result::cuda_probe()?;
         if INITIALIZED.swap(true, Ordering::SeqCst) {
             return Err(Error::AlreadyInitialized);
         }
-        let device = 0;
-        let init = || -> Result<()> {
-            // NVSHMEM binds to the current device: set it first (INSTALL.md, illegal address).
-            result::cuda_set_device(device)?;
-            let id = result::get_unique_id()?;
-            result::init_with_unique_id(0, 1, &id)
-        };
-        if let Err(e) = init() {
+        Self::init_inner(bootstrap, cuda).inspect_err(|_| {
             INITIALIZED.store(false, Ordering::SeqCst);
-            return Err(e);
-        }
-        Ok(Nvshmem {
-            my_pe: result::my_pe(),
-            n_pes: result::n_pes(),
+        })
+    }
+
+    fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo) -> Result<Nvshmem> {
+        let placement = place(bootstrap)?;
+        // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
+        let device = placement.local_rank % cuda.device_count;
+        result::cuda_set_device(device)?;
+        let id = match &placement.unique_id {
+            Some(bytes) => bootstrap::unique_id_from_bytes(bytes)?,
+            None => result::get_unique_id()?,
+        };
+        result::init_with_unique_id(placement.rank, placement.n_pes, &id)?;
+        let (my_pe, n_pes) = (result::my_pe(), result::n_pes());
+        let ctx = CudaContext::new(device as usize).and_then(|ctx| {
+            ctx.bind_to_thread()?;
+            Ok(ctx)
+        });
+        let ctx = match ctx {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                // SAFETY: init succeeded above; nothing else uses NVSHMEM yet.
+                unsafe { result::finalize() };
+                return Err(e.into());
+            }
+        };
+        let stream = ctx.new_stream()?;
+        let nv = Nvshmem {
+            my_pe,
+            n_pes,
+            local_rank: placement.local_rank,
             device,
             cuda,
-        })
+            ctx,
+            stream,
+            finalized: false,
+            #[cfg(feature = "mpi")]
+            _mpi: placement.mpi,
+            _not_send: PhantomData,
+        };
+        if n_pes != placement.n_pes || my_pe != placement.rank {
+            // Dropping `nv` finalises.
+            return Err(Error::PeCountMismatch {
+                expected: placement.n_pes,
+                got: n_pes,
+            });
+        }
+        Ok(nv)
     }
 
     /// This PE's number, 0 ..= n_pes - 1.
@@ -55,9 +136,61 @@ impl Nvshmem {
         self.n_pes
     }
 
+    /// Rank among the PEs of this node (chose the GPU).
+    pub fn local_rank(&self) -> i32 {
+        self.local_rank
+    }
+
     /// The CUDA device this PE runs on.
     pub fn device(&self) -> i32 {
         self.device
+    }
+
+    /// Driver and runtime versions found at init.
+    pub fn cuda_info(&self) -> CudaInfo {
+        self.cuda
+    }
+
+    /// The cudarc context of this PE's device (its primary context, shared with NVSHMEM).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// A stream of this runtime's own, used by the blocking calls; also handy for users.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Errors unless `pe` is a PE of this job.
+    pub fn check_pe(&self, pe: i32) -> Result<()> {
+        if (0..self.n_pes).contains(&pe) {
+            Ok(())
+        } else {
+            Err(Error::InvalidPe {
+                pe,
+                n_pes: self.n_pes,
+            })
+        }
+    }
+
+    /// Allocates `len` elements on every PE's symmetric heap (collective: every PE must call it
+    /// with the same length, in the same order). Contents are undefined.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Uninit)
+    }
+
+    /// Like [`Nvshmem::alloc`], zero-filled (nvshmem_calloc).
+    pub fn alloc_zeroed<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Zeroed)
+    }
+
+    /// Like [`Nvshmem::alloc`], aligned to `align` bytes (a power of two; nvshmem_align).
+    pub fn alloc_aligned<T: Element>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Aligned(align))
     }
 
     /// Runs one device thread that uses NVSHMEM's device API (my_pe, n_pes, a put to itself) and
@@ -65,28 +198,121 @@ impl Nvshmem {
     /// device-linked module.
     pub fn device_self_check(&self) -> Result<()> {
         let (pe, n, value) = result::device_self_check()?;
-        if (pe, n, value) == (self.my_pe, self.n_pes, 1000 + self.my_pe) {
+        let expected = (self.my_pe, self.n_pes, 1000 + self.my_pe);
+        if (pe, n, value) == expected {
             Ok(())
         } else {
             Err(Error::DeviceStateMismatch {
-                expected: (self.my_pe, self.n_pes, 1000 + self.my_pe),
+                expected,
                 seen: (pe, n, value),
             })
         }
     }
 
-    /// Driver and runtime versions found at init.
-    pub fn cuda_info(&self) -> CudaInfo {
-        self.cuda
+    /// Finalises now and returns the symmetric buffers that were still alive (leaked with
+    /// `mem::forget`); NVSHMEM releases them with the heap, so they are not freed again.
+    pub fn finalize(mut self) -> Vec<LiveBuffer> {
+        self.finalize_once()
+    }
+
+    fn finalize_once(&mut self) -> Vec<LiveBuffer> {
+        if self.finalized {
+            return Vec::new();
+        }
+        self.finalized = true;
+        // Device work may still touch symmetric memory: let it finish before the heap goes.
+        let _ = self.ctx.synchronize();
+        let leaked = leak::take_all();
+        // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
+        // used afterwards (they borrow the handle).
+        unsafe { result::finalize() };
+        INITIALIZED.store(false, Ordering::SeqCst);
+        leaked
     }
 }
 
 impl Drop for Nvshmem {
     fn drop(&mut self) {
-        // SAFETY: the handle exists only after a successful init, and Drop runs once.
-        unsafe { result::finalize() };
-        INITIALIZED.store(false, Ordering::SeqCst);
+        let leaked = self.finalize_once();
+        if !leaked.is_empty() {
+            let bytes: usize = leaked.iter().map(|b| b.bytes).sum();
+            eprintln!(
+                "nvshmem: warning: PE {}: {} symmetric buffer(s), {bytes} bytes, still alive at \
+                 finalize (not freed twice; NVSHMEM releases them with the heap): {}",
+                self.my_pe,
+                leaked.len(),
+                leaked
+                    .iter()
+                    .map(|b| format!("{}[{}] at {:#x}", b.elem, b.len, b.address))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
+}
+
+/// Decides rank, size, local rank and where the unique ID comes from.
+fn place(bootstrap: Bootstrap) -> Result<Placement> {
+    let from_launcher = |env: LauncherEnv| Placement {
+        rank: env.rank,
+        n_pes: env.world_size,
+        local_rank: env.local_rank,
+        unique_id: Some(env.unique_id),
+        #[cfg(feature = "mpi")]
+        mpi: None,
+    };
+    let single = || Placement {
+        rank: 0,
+        n_pes: 1,
+        local_rank: 0,
+        unique_id: None,
+        #[cfg(feature = "mpi")]
+        mpi: None,
+    };
+    match bootstrap {
+        Bootstrap::Single => Ok(single()),
+        Bootstrap::Launcher => bootstrap::launcher_env()?
+            .map(from_launcher)
+            .ok_or_else(|| Error::BootstrapUnavailable {
+                reason: "the launcher bootstrap was chosen but NVSH_RANK is not set: start the \
+                         program with `nvsh run -n N -- prog`"
+                    .into(),
+            }),
+        Bootstrap::Mpi => place_mpi(),
+        Bootstrap::Auto => {
+            if let Some(env) = bootstrap::launcher_env()? {
+                return Ok(from_launcher(env));
+            }
+            match bootstrap::mpi_env() {
+                Some((_, size, _)) if size > 1 => place_mpi(),
+                _ => Ok(single()),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn place_mpi() -> Result<Placement> {
+    let (guard, rank, size, local_rank, id) = crate::mpi_bootstrap::exchange_unique_id()?;
+    Ok(Placement {
+        rank,
+        n_pes: size,
+        local_rank,
+        unique_id: Some(id),
+        mpi: Some(guard),
+    })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn place_mpi() -> Result<Placement> {
+    let size = bootstrap::mpi_env().map(|(_, s, _)| s).unwrap_or(0);
+    Err(Error::BootstrapUnavailable {
+        reason: format!(
+            "started by an MPI launcher ({size} processes) but this program was built without \
+             the `mpi` feature, so every process would be a separate 1-PE job; rebuild with \
+             `--features mpi`, or start it with `nvsh run -n N`"
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `nvsh`: the project's command-line tool.
 
+mod bench;
 mod doctor;
 mod info;
 mod run;
@@ -20,6 +21,9 @@ enum Command {
     Info,
     /// Start N local processes of a program as the PEs of one NVSHMEM job.
     Run(run::RunArgs),
+    /// Benchmarks (run as a job: `nvsh run -n 2 -- nvsh bench put`).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Check this node: GPUs, driver, peer access and links, NVSHMEM versions, MPI, environment.
     Doctor(doctor::DoctorArgs),
 }
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
         Command::Info => info::run().map(|()| ExitCode::SUCCESS),
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

@@ -1,0 +1,182 @@
+//! Device-initiated puts (kernels in `device/device_put.cu`), stream-ordered. The GPU moves the
+//! data itself: no host round trip, and the same call works to PEs on other nodes.
+
+use crate::buffer::SymView;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::ordering::raw_stream;
+use crate::rma::{same_len, single};
+use crate::runtime::Nvshmem;
+use crate::signal::SignalOp;
+use crate::sys;
+use cudarc::driver::CudaStream;
+
+/// Grid of a put kernel: `blocks` blocks of `threads` threads, each block one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub blocks: u32,
+    pub threads: u32,
+}
+
+impl LaunchShape {
+    /// The shape used for a put of `bytes`. Few blocks for small puts (latency), up to 32 blocks
+    /// of 1024 threads for large ones: on two NVLinked H200 that reached the link's put
+    /// bandwidth, while one block per SM (132) reached far less (see `nvsh bench put`).
+    pub fn for_bytes(bytes: usize) -> LaunchShape {
+        const CHUNK: usize = 256 << 10;
+        let blocks = bytes.div_ceil(CHUNK).clamp(1, 32) as u32;
+        let threads = if bytes >= 1 << 20 { 1024 } else { 512 };
+        LaunchShape { blocks, threads }
+    }
+}
+
+impl std::fmt::Display for LaunchShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.blocks, self.threads)
+    }
+}
+
+/// When a device-initiated put's data is guaranteed to have arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// At the next quiet (e.g. [`Nvshmem::quiet_on_stream`]) or barrier: fastest.
+    AtQuiet,
+    /// When the kernel completes (each block ends with a quiet).
+    InKernel,
+}
+
+fn launch_result(code: i32) -> Result<()> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call: "put kernel launch",
+            code,
+            name: format!("cudaError {code}"),
+            message: "the device-initiated put kernel could not be launched".into(),
+        })
+    }
+}
+
+impl Nvshmem {
+    /// Device-initiated put of `src` (this PE) into `dest` on `pe`, in stream order, with the
+    /// launch shape chosen for its size. The data has arrived after the next quiet on the
+    /// stream. Returns the shape used.
+    pub fn put_device<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+        stream: &CudaStream,
+    ) -> Result<LaunchShape> {
+        let (dest, src) = (dest.into(), src.into());
+        let shape = LaunchShape::for_bytes(dest.num_bytes());
+        self.put_device_with(dest, src, pe, shape, Completion::AtQuiet, stream)?;
+        Ok(shape)
+    }
+
+    /// [`Nvshmem::put_device`] with an explicit launch shape and completion.
+    pub fn put_device_with<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+        shape: LaunchShape,
+        completion: Completion,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let bytes = same_len("put_device", &dest, &src)?;
+        self.check_pe(pe)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: checked symmetric ranges and pe; the kernel reads src and writes dest on pe.
+        launch_result(unsafe {
+            sys::nvshmemrs_put_block(
+                dest.as_device_ptr().cast(),
+                src.as_device_ptr().cast(),
+                bytes,
+                pe,
+                shape.blocks.max(1) as i32,
+                shape.threads as i32,
+                (completion == Completion::InKernel) as i32,
+                raw_stream(stream),
+            )
+        })
+    }
+
+    /// Device-initiated put with signal: `signal` on `pe` is updated by `op(value)` only after
+    /// all of the data has landed, so the receiver can wait on the signal alone. With
+    /// [`SignalOp::Add`] the transfer is split over up to `shape.blocks` blocks (each adds a share
+    /// of `value`); with [`SignalOp::Set`] it runs in one block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_device<'a, 'b, 'c, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        signal: impl Into<SymView<'c, u64>>,
+        value: u64,
+        op: SignalOp,
+        pe: i32,
+        shape: LaunchShape,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let bytes = same_len("put_signal_device", &dest, &src)?;
+        let sig = single("put_signal_device: the signal", &signal.into())?;
+        self.check_pe(pe)?;
+        // SAFETY: as in put_device_with; the signal is one symmetric u64.
+        launch_result(unsafe {
+            sys::nvshmemrs_put_signal_block(
+                dest.as_device_ptr().cast(),
+                src.as_device_ptr().cast(),
+                bytes,
+                sig,
+                value,
+                op.raw(),
+                pe,
+                shape.blocks.max(1) as i32,
+                shape.threads as i32,
+                raw_stream(stream),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_grow_with_size_and_cap_at_32_blocks_of_1024() {
+        assert_eq!(
+            LaunchShape::for_bytes(4 << 10),
+            LaunchShape {
+                blocks: 1,
+                threads: 512
+            }
+        );
+        assert_eq!(
+            LaunchShape::for_bytes(1 << 20),
+            LaunchShape {
+                blocks: 4,
+                threads: 1024
+            }
+        );
+        assert_eq!(
+            LaunchShape::for_bytes(16 << 20),
+            LaunchShape {
+                blocks: 32,
+                threads: 1024
+            }
+        );
+        assert_eq!(
+            LaunchShape::for_bytes(256 << 20),
+            LaunchShape {
+                blocks: 32,
+                threads: 1024
+            }
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! Element types that symmetric buffers may hold. The trait is sealed: each type has a fixed
+//! size and plain bit representation, so byte-level RMA moves it intact between PEs.
+
+use std::fmt::Debug;
+
+mod private {
+    pub trait Sealed {}
+}
+
+/// Data types of the collectives and device kernels (mirrors `device/*.cu`'s dtype codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum Dtype {
+    F32 = 0,
+    F64 = 1,
+    F16 = 2,
+    Bf16 = 3,
+    I32 = 4,
+    I64 = 5,
+    U32 = 6,
+    U64 = 7,
+    U8 = 8,
+}
+
+/// A type a [`crate::SymmetricBuffer`] can hold.
+///
+/// # Safety
+/// Sealed: implemented only in this crate for plain-old-data types where every bit pattern
+/// written by another PE is a valid value.
+pub unsafe trait Element:
+    private::Sealed + Copy + Default + PartialEq + Debug + Send + Sync + 'static
+{
+    /// The type's name in messages.
+    const NAME: &'static str;
+    /// Its dtype code for device kernels.
+    const DTYPE: Dtype;
+}
+
+macro_rules! element {
+    ($($t:ty => $name:literal, $dtype:ident;)*) => {$(
+        impl private::Sealed for $t {}
+        // SAFETY: plain old data, every bit pattern valid.
+        unsafe impl Element for $t {
+            const NAME: &'static str = $name;
+            const DTYPE: Dtype = Dtype::$dtype;
+        }
+    )*};
+}
+
+element! {
+    f32 => "f32", F32;
+    f64 => "f64", F64;
+    half::f16 => "f16", F16;
+    half::bf16 => "bf16", Bf16;
+    i32 => "i32", I32;
+    i64 => "i64", I64;
+    u32 => "u32", U32;
+    u64 => "u64", U64;
+    u8 => "u8", U8;
+}
+
+/// 64-bit integers with NVSHMEM atomics (fetch-add, compare-swap).
+pub trait Atomic64: Element {
+    #[doc(hidden)]
+    fn to_bits(self) -> u64;
+    #[doc(hidden)]
+    fn from_bits(bits: u64) -> Self;
+}
+
+impl Atomic64 for u64 {
+    fn to_bits(self) -> u64 {
+        self
+    }
+    fn from_bits(bits: u64) -> Self {
+        bits
+    }
+}
+
+impl Atomic64 for i64 {
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
+    fn from_bits(bits: u64) -> Self {
+        bits as i64
+    }
+}

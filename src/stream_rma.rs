@@ -1,0 +1,115 @@
+//! Stream-ordered RMA: the operation runs when `stream` reaches it, so it overlaps with host
+//! work and orders with kernels on the same stream.
+
+use crate::buffer::SymView;
+use crate::element::Element;
+use crate::error::Result;
+use crate::ordering::raw_stream;
+use crate::rma::{same_len, single};
+use crate::runtime::Nvshmem;
+use crate::signal::{Cmp, SignalOp};
+use crate::sys;
+use cudarc::driver::CudaStream;
+
+impl Nvshmem {
+    /// Stream-ordered [`Nvshmem::put`].
+    pub fn put_on_stream<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let bytes = same_len("put_on_stream", &dest, &src)?;
+        self.check_pe(pe)?;
+        if bytes > 0 {
+            // SAFETY: checked symmetric ranges, valid pe, live stream.
+            unsafe {
+                sys::nvshmemx_putmem_on_stream(
+                    dest.as_device_ptr().cast(),
+                    src.as_device_ptr().cast(),
+                    bytes,
+                    pe,
+                    raw_stream(stream),
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// Stream-ordered [`Nvshmem::get`].
+    pub fn get_on_stream<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let bytes = same_len("get_on_stream", &dest, &src)?;
+        self.check_pe(pe)?;
+        if bytes > 0 {
+            // SAFETY: as in put_on_stream.
+            unsafe {
+                sys::nvshmemx_getmem_on_stream(
+                    dest.as_device_ptr().cast(),
+                    src.as_device_ptr().cast(),
+                    bytes,
+                    pe,
+                    raw_stream(stream),
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// Stream-ordered put with signal: `signal` on `pe` is updated by `op(value)` after the data.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_on_stream<'a, 'b, 'c, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        signal: impl Into<SymView<'c, u64>>,
+        value: u64,
+        op: SignalOp,
+        pe: i32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (dest, src) = (dest.into(), src.into());
+        let bytes = same_len("put_signal", &dest, &src)?;
+        let sig = single("put_signal: the signal", &signal.into())?;
+        self.check_pe(pe)?;
+        // SAFETY: checked ranges, one-element signal, valid pe, live stream.
+        unsafe {
+            sys::nvshmemx_putmem_signal_on_stream(
+                dest.as_device_ptr().cast(),
+                src.as_device_ptr().cast(),
+                bytes,
+                sig,
+                value,
+                op.raw(),
+                pe,
+                raw_stream(stream),
+            )
+        };
+        Ok(())
+    }
+
+    /// Makes `stream` wait (on the GPU, no host involvement) until this PE's
+    /// `signal <cmp> value`.
+    pub fn signal_wait_until_on_stream<'a>(
+        &self,
+        signal: impl Into<SymView<'a, u64>>,
+        cmp: Cmp,
+        value: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let sig = single("signal_wait_until_on_stream: the signal", &signal.into())?;
+        // SAFETY: one-element symmetric u64, live stream.
+        unsafe {
+            sys::nvshmemx_signal_wait_until_on_stream(sig, cmp.raw(), value, raw_stream(stream))
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! `nvsh doctor` end to end: without a driver it must still report versions and fail cleanly; on
+//! a node with 2 GPUs it must pass and name the link between GPUs 0 and 1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
+/// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
+fn nvsh_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("NVSH_BIN") {
+        return p.into();
+    }
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_nvsh"));
+    if built.exists() {
+        return built;
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.with_file_name("nvsh")
+}
+
+/// (exit code 0, stdout, stderr) of `nvsh doctor`.
+fn nvsh_doctor() -> (bool, String, String) {
+    let out = Command::new(nvsh_path())
+        .arg("doctor")
+        .output()
+        .expect("run nvsh doctor");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// True where an NVIDIA driver is installed (its control device exists).
+fn has_nvidia_driver() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+}
+
+#[test]
+fn doctor_without_driver_reports_and_fails() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver; see doctor_passes_on_two_gpus");
+        return;
+    }
+    let (ok, stdout, stderr) = nvsh_doctor();
+    assert!(
+        !ok,
+        "nvsh doctor must exit non-zero without a GPU:\n{stdout}"
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "nvsh doctor panicked: {stderr}"
+    );
+    let compiled = nvshmem::version_string(nvshmem::result::compiled_version());
+    assert!(
+        stdout.contains(&format!("(host library), compiled against {compiled}")),
+        "no NVSHMEM version line:\n{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("FAIL cuda driver: no CUDA")),
+        "no FAIL line about the missing driver:\n{stdout}"
+    );
+    // The facts that need no GPU are still there.
+    for section in ["MPI", "Environment", "Checks"] {
+        assert!(
+            stdout.lines().any(|l| l == section),
+            "no {section} section:\n{stdout}"
+        );
+    }
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("doctor: a 2-PE run cannot work here: cuda driver: no CUDA"),
+        "last line: {last}"
+    );
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn doctor_passes_on_two_gpus() {
+    let (ok, stdout, stderr) = nvsh_doctor();
+    assert!(ok, "nvsh doctor failed:\n{stdout}\n{stderr}");
+    let pair = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("GPU 0 <-> GPU 1:"))
+        .unwrap_or_else(|| panic!("no line for the pair 0-1:\n{stdout}"));
+    assert!(
+        pair.contains("NVLink") || pair.contains("PCIe"),
+        "pair 0-1 names neither NVLink nor PCIe: {pair}\n{stdout}"
+    );
+    assert!(
+        stdout.contains("doctor: a 2-PE run can work on this node"),
+        "{stdout}"
+    );
+}
