@@ -21,10 +21,30 @@ __global__ void pingpong_kernel(uint64_t *flag, int peer, int iters, uint64_t ba
     }
 }
 
+__global__ void put_loop_kernel(char *dest, const char *src, size_t bytes, int pe, int iters) {
+    // Same chunking as device_put.cu: equal 16-byte-aligned chunks, one per block.
+    size_t per = (bytes + gridDim.x - 1) / gridDim.x;
+    per = (per + 15) & ~(size_t)15;
+    size_t offset = per * blockIdx.x;
+    size_t len = offset >= bytes ? 0 : (bytes - offset < per ? bytes - offset : per);
+    for (int i = 0; i < iters && len > 0; ++i) {
+        nvshmemx_putmem_nbi_block(dest + offset, src + offset, len, pe);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
 }  // namespace
 
 extern "C" int nvshmemrs_bench_pingpong(uint64_t *flag, int peer, int iters, uint64_t base,
                                         int initiator, cudaStream_t stream) {
     pingpong_kernel<<<1, 1, 0, stream>>>(flag, peer, iters, base, initiator);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int nvshmemrs_bench_put_loop(void *dest, const void *src, size_t bytes, int pe,
+                                        int iters, int blocks, int threads, cudaStream_t stream) {
+    put_loop_kernel<<<blocks, threads, 0, stream>>>((char *)dest, (const char *)src, bytes, pe,
+                                                    iters);
     return (int)cudaGetLastError();
 }

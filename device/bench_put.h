@@ -19,6 +19,14 @@ extern "C" {
 int nvshmemrs_bench_pingpong(uint64_t *flag, int peer, int iters, uint64_t base, int initiator,
                              cudaStream_t stream);
 
+/*
+ * Device-initiated put bandwidth without launch overhead, as NVSHMEM's perftests measure it:
+ * one kernel of `blocks` x `threads` in which each block puts its chunk of `bytes` to `pe`
+ * `iters` times back to back (nvshmemx_putmem_nbi_block), then quiets.
+ */
+int nvshmemrs_bench_put_loop(void *dest, const void *src, size_t bytes, int pe, int iters,
+                             int blocks, int threads, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

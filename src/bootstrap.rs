@@ -201,8 +201,146 @@ pub fn unique_id_from_bytes(bytes: &[u8]) -> Result<sys::nvshmemx_uniqueid_t> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// Serialises the tests that change the process environment.
+    pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
+
+    const ALL: [&str; 9] = [
+        ENV_RANK,
+        ENV_LOCAL_RANK,
+        ENV_WORLD_SIZE,
+        ENV_LOCAL_WORLD_SIZE,
+        ENV_UNIQUE_ID,
+        ENV_BOOTSTRAP,
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+    ];
+
+    /// Runs `f` with exactly `vars` set among the variables the bootstraps read.
+    pub(crate) fn with_env<R>(vars: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
+        let _guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let saved: Vec<_> = ALL.iter().map(|k| (*k, env::var_os(k))).collect();
+        for k in ALL {
+            env::remove_var(k);
+        }
+        for (k, v) in vars {
+            env::set_var(k, v);
+        }
+        let out = f();
+        for (k, v) in saved {
+            match v {
+                Some(v) => env::set_var(k, v),
+                None => env::remove_var(k),
+            }
+        }
+        out
+    }
+
+    fn id_hex() -> String {
+        encode_hex(&[7u8; UNIQUE_ID_BYTES])
+    }
+
+    #[test]
+    fn no_launcher_variables_means_no_launcher() {
+        assert_eq!(with_env(&[], launcher_env).unwrap(), None);
+    }
+
+    #[test]
+    fn complete_launcher_variables_are_read() {
+        let id = id_hex();
+        let env = with_env(
+            &[
+                (ENV_RANK, "1"),
+                (ENV_LOCAL_RANK, "1"),
+                (ENV_WORLD_SIZE, "2"),
+                (ENV_LOCAL_WORLD_SIZE, "2"),
+                (ENV_UNIQUE_ID, &id),
+            ],
+            launcher_env,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((env.rank, env.local_rank, env.world_size), (1, 1, 2));
+        assert_eq!(env.unique_id, vec![7u8; UNIQUE_ID_BYTES]);
+    }
+
+    #[test]
+    fn broken_launcher_variables_are_errors_naming_the_variable() {
+        let id = id_hex();
+        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+            (vec![(ENV_RANK, "0"), (ENV_UNIQUE_ID, &id)], ENV_WORLD_SIZE),
+            (vec![(ENV_RANK, "0"), (ENV_WORLD_SIZE, "2")], ENV_UNIQUE_ID),
+            (
+                vec![(ENV_RANK, "x"), (ENV_WORLD_SIZE, "2"), (ENV_UNIQUE_ID, &id)],
+                ENV_RANK,
+            ),
+            (
+                vec![(ENV_RANK, "2"), (ENV_WORLD_SIZE, "2"), (ENV_UNIQUE_ID, &id)],
+                ENV_RANK,
+            ),
+            (
+                vec![
+                    (ENV_RANK, "0"),
+                    (ENV_WORLD_SIZE, "2"),
+                    (ENV_UNIQUE_ID, "zz"),
+                ],
+                ENV_UNIQUE_ID,
+            ),
+            (
+                vec![
+                    (ENV_RANK, "0"),
+                    (ENV_WORLD_SIZE, "2"),
+                    (ENV_UNIQUE_ID, "0a0b"),
+                ],
+                ENV_UNIQUE_ID,
+            ),
+        ];
+        for (vars, culprit) in cases {
+            let err = with_env(&vars, launcher_env).unwrap_err();
+            match &err {
+                Error::InvalidEnv { var, .. } => assert_eq!(*var, culprit, "{vars:?}: {err}"),
+                other => panic!("{vars:?}: expected InvalidEnv, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bootstrap_choice_from_the_environment() {
+        assert_eq!(with_env(&[], Bootstrap::from_env).unwrap(), Bootstrap::Auto);
+        for (v, b) in [
+            ("mpi", Bootstrap::Mpi),
+            ("launcher", Bootstrap::Launcher),
+            ("single", Bootstrap::Single),
+        ] {
+            assert_eq!(
+                with_env(&[(ENV_BOOTSTRAP, v)], Bootstrap::from_env).unwrap(),
+                b
+            );
+        }
+        let err = with_env(&[(ENV_BOOTSTRAP, "pmi")], Bootstrap::from_env).unwrap_err();
+        assert!(
+            err.to_string().contains("auto, launcher, mpi or single"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn open_mpi_variables_are_recognised() {
+        let got = with_env(
+            &[
+                ("OMPI_COMM_WORLD_RANK", "3"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ],
+            mpi_env,
+        );
+        assert_eq!(got, Some((3, 4, 1)));
+        assert_eq!(with_env(&[], mpi_env), None);
+    }
 
     #[test]
     fn hex_round_trips_and_rejects_garbage() {

@@ -12,9 +12,12 @@ use crate::error::{Error, Result};
 use crate::leak::{self, LiveBuffer};
 use crate::runtime::Nvshmem;
 use crate::sys;
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// A typed allocation on the symmetric heap of every PE. Freed on Drop (collectively).
 pub struct SymmetricBuffer<'nv, T: Element> {
@@ -23,11 +26,13 @@ pub struct SymmetricBuffer<'nv, T: Element> {
     nv: &'nv Nvshmem,
 }
 
-/// A borrowed range of a symmetric buffer: a symmetric address and a length.
+/// A borrowed range of a symmetric buffer: a symmetric address and a length (and the runtime's
+/// stream, which cudarc's traits want).
 #[derive(Clone, Copy)]
 pub struct SymView<'a, T: Element> {
     ptr: NonNull<T>,
     len: usize,
+    stream: &'a Arc<CudaStream>,
     _buffer: PhantomData<&'a T>,
 }
 
@@ -62,9 +67,16 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
             return Err(Error::ZeroLength);
         }
         let elem = std::mem::size_of::<T>();
-        let bytes = len
-            .checked_mul(elem)
-            .ok_or(Error::AllocFailed { bytes: usize::MAX })?;
+        let bytes = len.checked_mul(elem).ok_or(Error::AllocFailed {
+            bytes: usize::MAX,
+            free: 0,
+        })?;
+        // NVSHMEM does not survive a request its heap cannot grow to (it faults in its own
+        // barrier and exits), so refuse what cannot fit before it is asked.
+        let (free, _total) = cudarc::driver::result::mem_get_info()?;
+        if bytes > free.saturating_add(initial_heap_bytes()) {
+            return Err(Error::AllocFailed { bytes, free });
+        }
         // SAFETY: NVSHMEM is initialised while `nv` lives; these return null on failure.
         let raw = unsafe {
             match how {
@@ -78,7 +90,7 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
                 }
             }
         };
-        let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::AllocFailed { bytes })?;
+        let ptr = NonNull::new(raw.cast::<T>()).ok_or(Error::AllocFailed { bytes, free })?;
         leak::record(LiveBuffer {
             address: ptr.as_ptr() as usize,
             len,
@@ -108,6 +120,7 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         SymView {
             ptr: self.ptr,
             len: self.len,
+            stream: self.nv.stream(),
             _buffer: PhantomData,
         }
     }
@@ -160,6 +173,76 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         let p = unsafe { sys::nvshmem_ptr(self.ptr.as_ptr().cast(), pe) };
         Ok(NonNull::new(p.cast::<T>()))
     }
+}
+
+// Interop: symmetric memory is ordinary device memory of this PE, so cudarc's copies and kernel
+// launches can use it. No synchronisation is attached: ordering against NVSHMEM operations is
+// the caller's (stream order, quiet, barriers), as for any device pointer.
+impl<T: Element> DeviceSlice<T> for SymmetricBuffer<'_, T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.nv.stream()
+    }
+}
+
+impl<T: Element> DevicePtr<T> for SymmetricBuffer<'_, T> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T: Element> DevicePtrMut<T> for SymmetricBuffer<'_, T> {
+    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T: Element> DeviceSlice<T> for SymView<'_, T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.stream
+    }
+}
+
+impl<T: Element> DevicePtr<T> for SymView<'_, T> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T: Element> DevicePtrMut<T> for SymView<'_, T> {
+    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+    }
+}
+
+/// The heap NVSHMEM reserves at init: NVSHMEM_SYMMETRIC_SIZE (NVSHMEM's syntax: a number with an
+/// optional k/m/g/t suffix), default 1 GiB.
+pub(crate) fn initial_heap_bytes() -> usize {
+    std::env::var("NVSHMEM_SYMMETRIC_SIZE")
+        .ok()
+        .and_then(|v| parse_nvshmem_size(&v))
+        .unwrap_or(1 << 30)
+}
+
+/// Parses NVSHMEM's size syntax ("1g", "512M", "3.5G", "1073741824").
+pub(crate) fn parse_nvshmem_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let number: f64 = v[..split].parse().ok()?;
+    let shift = match v[split..].chars().next().map(|c| c.to_ascii_lowercase()) {
+        None => 0,
+        Some('k') => 10,
+        Some('m') => 20,
+        Some('g') => 30,
+        Some('t') => 40,
+        Some(_) => return None,
+    };
+    (number >= 0.0).then(|| (number * (1u64 << shift) as f64) as usize)
 }
 
 impl<T: Element> Drop for SymmetricBuffer<'_, T> {
@@ -229,6 +312,7 @@ impl<'a, T: Element> SymView<'a, T> {
             // SAFETY: start <= len, so the offset stays inside (or one past) the allocation.
             ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(start)) },
             len: end - start,
+            stream: self.stream,
             _buffer: PhantomData,
         })
     }
@@ -286,5 +370,21 @@ impl<'a, T: Element> SymView<'a, T> {
             }?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_nvshmem_size;
+
+    #[test]
+    fn nvshmem_sizes_parse_like_nvshmem() {
+        assert_eq!(parse_nvshmem_size("1073741824"), Some(1 << 30));
+        assert_eq!(parse_nvshmem_size("1g"), Some(1 << 30));
+        assert_eq!(parse_nvshmem_size("20m"), Some(20 << 20));
+        assert_eq!(parse_nvshmem_size("20kk"), Some(20 << 10));
+        assert_eq!(parse_nvshmem_size(".5m"), Some(1 << 19));
+        assert_eq!(parse_nvshmem_size("3.1M"), Some(3_250_585));
+        assert_eq!(parse_nvshmem_size("x"), None);
     }
 }

@@ -19,13 +19,18 @@ pub struct LaunchShape {
 }
 
 impl LaunchShape {
-    /// The shape used for a put of `bytes`. Few blocks for small puts (latency), up to 32 blocks
-    /// of 1024 threads for large ones: on two NVLinked H200 that reached the link's put
-    /// bandwidth, while one block per SM (132) reached far less (see `nvsh bench put`).
+    /// The shape used for a put of `bytes`: one block per 16 KiB up to 64 blocks, wider blocks
+    /// for larger messages. Chosen from `nvsh bench put --sweep` on two NVLinked H200
+    /// (2026-11-22): 64 blocks beat 32 from 1 MiB up (170 vs 115 GB/s at 1 MiB, 327 vs 316 at
+    /// 16 MiB, 360 vs 350 at 256 MiB); 1024 threads help only from 32 MiB.
     pub fn for_bytes(bytes: usize) -> LaunchShape {
-        const CHUNK: usize = 256 << 10;
-        let blocks = bytes.div_ceil(CHUNK).clamp(1, 32) as u32;
-        let threads = if bytes >= 1 << 20 { 1024 } else { 512 };
+        const CHUNK: usize = 16 << 10;
+        let blocks = bytes.div_ceil(CHUNK).clamp(1, 64) as u32;
+        let threads = match bytes {
+            b if b < 256 << 10 => 256,
+            b if b < 32 << 20 => 512,
+            _ => 1024,
+        };
         LaunchShape { blocks, threads }
     }
 }
@@ -149,34 +154,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shapes_grow_with_size_and_cap_at_32_blocks_of_1024() {
-        assert_eq!(
-            LaunchShape::for_bytes(4 << 10),
-            LaunchShape {
-                blocks: 1,
-                threads: 512
-            }
-        );
-        assert_eq!(
-            LaunchShape::for_bytes(1 << 20),
-            LaunchShape {
-                blocks: 4,
-                threads: 1024
-            }
-        );
-        assert_eq!(
-            LaunchShape::for_bytes(16 << 20),
-            LaunchShape {
-                blocks: 32,
-                threads: 1024
-            }
-        );
-        assert_eq!(
-            LaunchShape::for_bytes(256 << 20),
-            LaunchShape {
-                blocks: 32,
-                threads: 1024
-            }
-        );
+    fn shapes_grow_with_size_and_cap_at_64_blocks() {
+        let shape = |blocks, threads| LaunchShape { blocks, threads };
+        assert_eq!(LaunchShape::for_bytes(4 << 10), shape(1, 256));
+        assert_eq!(LaunchShape::for_bytes(64 << 10), shape(4, 256));
+        assert_eq!(LaunchShape::for_bytes(1 << 20), shape(64, 512));
+        assert_eq!(LaunchShape::for_bytes(16 << 20), shape(64, 512));
+        assert_eq!(LaunchShape::for_bytes(256 << 20), shape(64, 1024));
     }
 }

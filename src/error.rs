@@ -91,11 +91,12 @@ pub enum Error {
 
     /// The symmetric heap could not satisfy an allocation.
     #[error(
-        "symmetric allocation of {bytes} bytes failed: the symmetric heap is exhausted or the \
-         PEs asked for different sizes; raise NVSHMEM_SYMMETRIC_SIZE (default 1G, e.g. \
-         NVSHMEM_SYMMETRIC_SIZE=8G) and allocate the same sizes in the same order on every PE"
+        "symmetric allocation of {bytes} bytes failed ({free} bytes of device memory free): the \
+         symmetric heap is exhausted or the PEs asked for different sizes; free buffers, raise \
+         NVSHMEM_SYMMETRIC_SIZE (default 1G, e.g. NVSHMEM_SYMMETRIC_SIZE=8G) and allocate the \
+         same sizes in the same order on every PE"
     )]
-    AllocFailed { bytes: usize },
+    AllocFailed { bytes: usize, free: usize },
 
     /// An alignment that is not a power of two.
     #[error("alignment {align} is not a power of two")]
@@ -132,6 +133,10 @@ pub enum Error {
         have: i32,
         hint: &'static str,
     },
+
+    /// A file could not be read or written.
+    #[error("{what}: {message}")]
+    Io { what: String, message: String },
 
     /// Data received did not match what was sent.
     #[error("data check failed: {what}")]

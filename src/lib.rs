@@ -1,7 +1,29 @@
 //! Safe Rust runtime over NVIDIA NVSHMEM.
 //!
 //! Layers, as in cudarc: [`sys`] (raw bindings), [`result`] (one call each, status codes turned
-//! into [`Result`]), then RAII types such as [`Nvshmem`].
+//! into [`Result`]), then RAII types such as [`Nvshmem`] and [`SymmetricBuffer`].
+//!
+//! ```no_run
+//! use nvshmem::{Cmp, LaunchShape, Nvshmem, SignalOp};
+//! use std::time::Duration;
+//!
+//! # fn main() -> nvshmem::Result<()> {
+//! let nv = Nvshmem::init()?; // launcher env, MPI env or 1 PE; selects the GPU
+//! let (me, n) = (nv.my_pe(), nv.n_pes());
+//! let src = nv.alloc::<f32>(1 << 20)?; // symmetric: the same buffer on every PE
+//! let dst = nv.alloc_zeroed::<f32>(1 << 20)?;
+//! let sig = nv.alloc_zeroed::<u64>(1)?;
+//! src.copy_from_host(&vec![me as f32; 1 << 20])?;
+//! nv.barrier_all();
+//! // The GPU moves the data and raises the signal after it; no host round trip.
+//! let shape = LaunchShape::for_bytes(4 << 20);
+//! nv.put_signal_device(&dst, &src, &sig, 1, SignalOp::Add, (me + 1) % n, shape, nv.stream())?;
+//! nv.signal_wait_until(&sig, Cmp::Ge, 1, Duration::from_secs(10))?;
+//! let got = dst.to_vec()?; // the previous PE's values
+//! # let _ = got;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod bench_put;
 pub mod bootstrap;

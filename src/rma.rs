@@ -8,9 +8,11 @@
 use crate::buffer::SymView;
 use crate::element::{Atomic64, Element};
 use crate::error::{Error, Result};
+use crate::ordering::raw_stream;
 use crate::runtime::Nvshmem;
 use crate::signal::{Cmp, SignalOp};
 use crate::sys;
+use cudarc::driver::DevicePtr;
 use std::time::{Duration, Instant};
 
 /// Checks that two views have the same length and returns it in bytes.
@@ -204,9 +206,14 @@ impl Nvshmem {
     ) -> Result<T> {
         let dest = single("atomic_fetch_add: the target", &target.into())?;
         self.check_pe(pe)?;
-        // SAFETY: one-element symmetric 64-bit integer; two's complement makes the u64 form
-        // right for i64 too.
-        let old = unsafe { sys::nvshmem_uint64_atomic_fetch_add(dest.cast(), value.to_bits(), pe) };
+        // NVSHMEM's host AMOs are not implemented over P2P: one device thread does it.
+        // Two's complement makes the u64 form right for i64 too.
+        let old = self.run_atomic(|old, stream| {
+            // SAFETY: a one-element symmetric 64-bit target, a valid pe, device scratch `old`.
+            unsafe {
+                sys::nvshmemrs_atomic_fetch_add_u64(dest.cast(), value.to_bits(), pe, old, stream)
+            }
+        })?;
         Ok(T::from_bits(old))
     }
 
@@ -221,15 +228,37 @@ impl Nvshmem {
     ) -> Result<T> {
         let dest = single("atomic_compare_swap: the target", &target.into())?;
         self.check_pe(pe)?;
-        // SAFETY: as in atomic_fetch_add.
-        let old = unsafe {
-            sys::nvshmem_uint64_atomic_compare_swap(
-                dest.cast(),
-                cond.to_bits(),
-                value.to_bits(),
-                pe,
-            )
-        };
+        let old = self.run_atomic(|old, stream| {
+            // SAFETY: as in atomic_fetch_add.
+            unsafe {
+                sys::nvshmemrs_atomic_compare_swap_u64(
+                    dest.cast(),
+                    cond.to_bits(),
+                    value.to_bits(),
+                    pe,
+                    old,
+                    stream,
+                )
+            }
+        })?;
         Ok(T::from_bits(old))
+    }
+
+    /// Launches an atomic kernel that writes the old value into device scratch, and reads it.
+    fn run_atomic(&self, launch: impl FnOnce(*mut u64, sys::cudaStream_t) -> i32) -> Result<u64> {
+        let stream = self.stream();
+        // Same stream for the kernel and the read-back, so the write is ordered before the read.
+        let (old, sync) = self.atomic_scratch().device_ptr(stream);
+        let code = launch(old as *mut u64, raw_stream(stream));
+        drop(sync);
+        if code != 0 {
+            return Err(Error::Cuda {
+                call: "atomic kernel launch",
+                code,
+                name: format!("cudaError {code}"),
+                message: "the device-side atomic could not be launched".into(),
+            });
+        }
+        Ok(stream.clone_dtoh(self.atomic_scratch())?[0])
     }
 }

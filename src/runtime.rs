@@ -7,7 +7,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::leak::{self, LiveBuffer};
 use crate::result::{self, CudaInfo};
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,6 +38,8 @@ pub struct Nvshmem {
     cuda: CudaInfo,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Device word the atomic kernels return their old value through.
+    atomic_scratch: CudaSlice<u64>,
     finalized: bool,
     #[cfg(feature = "mpi")]
     _mpi: Option<crate::mpi_bootstrap::MpiGuard>,
@@ -103,6 +105,7 @@ impl Nvshmem {
             }
         };
         let stream = ctx.new_stream()?;
+        let atomic_scratch = stream.alloc_zeros::<u64>(1)?;
         let nv = Nvshmem {
             my_pe,
             n_pes,
@@ -111,6 +114,7 @@ impl Nvshmem {
             cuda,
             ctx,
             stream,
+            atomic_scratch,
             finalized: false,
             #[cfg(feature = "mpi")]
             _mpi: placement.mpi,
@@ -159,6 +163,10 @@ impl Nvshmem {
     /// A stream of this runtime's own, used by the blocking calls; also handy for users.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    pub(crate) fn atomic_scratch(&self) -> &CudaSlice<u64> {
+        &self.atomic_scratch
     }
 
     /// Errors unless `pe` is a PE of this job.
@@ -330,5 +338,21 @@ mod tests {
             assert!(err.to_string().contains("no CUDA"), "{err}");
         }
         assert!(!INITIALIZED.load(Ordering::SeqCst));
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    #[test]
+    fn mpi_launch_without_the_mpi_feature_is_refused_not_split_into_single_pes() {
+        use crate::bootstrap::tests::with_env;
+        let vars = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
+        let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
+        assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[test]
+    fn launcher_bootstrap_without_launcher_variables_says_how_to_start() {
+        use crate::bootstrap::tests::with_env;
+        let err = with_env(&[], || place(Bootstrap::Launcher).err()).expect("an error");
+        assert!(err.to_string().contains("nvsh run -n N"), "{err}");
     }
 }

@@ -27,6 +27,9 @@ pub struct PutArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write the results to this file (from PE 0) instead of standard output.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 /// "4K", "16M", "1G" or plain bytes.
@@ -69,10 +72,17 @@ fn put(args: PutArgs) -> Result<()> {
         ..PutBenchOptions::default()
     };
     if let Some(report) = bench_put::run(&nv, &opts)? {
-        if args.json {
-            println!("{}", bench_put::render_json(&report));
+        let text = if args.json {
+            bench_put::render_json(&report) + "\n"
         } else {
-            print!("{}", bench_put::render_table(&report));
+            bench_put::render_table(&report)
+        };
+        match &args.out {
+            Some(path) => std::fs::write(path, text).map_err(|e| Error::Io {
+                what: format!("writing {}", path.display()),
+                message: e.to_string(),
+            })?,
+            None => print!("{text}"),
         }
     }
     Ok(())
