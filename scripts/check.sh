@@ -18,5 +18,5 @@ scripts/setup_env.sh "$@"
 source .deps/env.sh
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace
