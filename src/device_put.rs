@@ -21,8 +21,8 @@ pub struct LaunchShape {
 impl LaunchShape {
     /// The shape used for a put of `bytes`: one block per 16 KiB up to 64 blocks, wider blocks
     /// for larger messages. Chosen from `nvsh bench put --sweep` on two NVLinked H200
-    /// (2026-11-22): 64 blocks beat 32 from 1 MiB up (170 vs 115 GB/s at 1 MiB, 327 vs 316 at
-    /// 16 MiB, 360 vs 350 at 256 MiB); 1024 threads help only from 32 MiB.
+    /// (2026-11-22): 64 blocks beat 32 from 1 MiB up (per call at 16 MiB: 64x512 351.7 GB/s,
+    /// 32x1024 343.2), more than 64 gained nothing, and 1024 threads help only from 32 MiB.
     pub fn for_bytes(bytes: usize) -> LaunchShape {
         const CHUNK: usize = 16 << 10;
         let blocks = bytes.div_ceil(CHUNK).clamp(1, 64) as u32;

@@ -105,6 +105,45 @@ fn pe2_device_put_sizes_and_shapes() {
 
 #[test]
 #[ignore = "needs 2 GPUs"]
+fn pe2_device_put_unaligned_views_take_the_nvshmem_path_and_arrive() {
+    let nv = runtime(2);
+    let me = nv.my_pe();
+    let stream = nv.stream().clone();
+    let len = (1 << 20) + 13;
+    let src = nv.alloc::<u8>(len + 64).unwrap();
+    let dst = nv.alloc::<u8>(len + 64).unwrap();
+    let data: Vec<u8> = (0..len + 64)
+        .map(|i| (i as u8).wrapping_mul(5) ^ me as u8)
+        .collect();
+    src.copy_from_host(&data).unwrap();
+    dst.zero().unwrap();
+    nv.barrier_all();
+    // Source at offset 3, destination at offset 5: neither 16-byte aligned.
+    let (s, d) = (src.view(3..3 + len).unwrap(), dst.view(5..5 + len).unwrap());
+    nv.put_device(d, s, 1 - me, &stream).unwrap();
+    nv.quiet_on_stream(&stream);
+    stream.synchronize().unwrap();
+    nv.barrier_all();
+    let got = dst.to_vec().unwrap();
+    let theirs: Vec<u8> = (0..len + 64)
+        .map(|i| (i as u8).wrapping_mul(5) ^ (1 - me) as u8)
+        .collect();
+    assert!(
+        got[..5].iter().all(|&b| b == 0),
+        "bytes before the view were written"
+    );
+    assert!(
+        got[5..5 + len] == theirs[3..3 + len],
+        "unaligned put delivered wrong data"
+    );
+    assert!(
+        got[5 + len..].iter().all(|&b| b == 0),
+        "bytes after the view were written"
+    );
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
 fn pe2_device_put_signal_orders_data_before_signal() {
     let nv = runtime(2);
     let me = nv.my_pe();
