@@ -5,6 +5,7 @@
 use crate::device_put::{Completion, LaunchShape};
 use crate::error::{Error, Result};
 use crate::ordering::raw_stream;
+use crate::result::cuda_check;
 use crate::runtime::Nvshmem;
 use crate::sys;
 use cudarc::driver::sys::CUevent_flags;
@@ -260,20 +261,7 @@ fn put_loop(
             raw_stream(stream),
         )
     };
-    launch_check(code, "put-loop kernel launch")
-}
-
-fn launch_check(code: i32, call: &'static str) -> Result<()> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(Error::Cuda {
-            call,
-            code,
-            name: format!("cudaError {code}"),
-            message: "a benchmark kernel could not be launched".into(),
-        })
-    }
+    cuda_check(code, "put-loop kernel launch")
 }
 
 fn pingpong(
@@ -295,7 +283,7 @@ fn pingpong(
             raw_stream(stream),
         )
     };
-    launch_check(code, "ping-pong kernel launch")
+    cuda_check(code, "ping-pong kernel launch")
 }
 
 fn measure_latency(

@@ -3,8 +3,9 @@
 
 use crate::buffer::SymView;
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ordering::raw_stream;
+use crate::result::cuda_check;
 use crate::rma::{same_len, single};
 use crate::runtime::Nvshmem;
 use crate::signal::SignalOp;
@@ -50,19 +51,6 @@ pub enum Completion {
     InKernel,
 }
 
-fn launch_result(code: i32) -> Result<()> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(Error::Cuda {
-            call: "put kernel launch",
-            code,
-            name: format!("cudaError {code}"),
-            message: "the device-initiated put kernel could not be launched".into(),
-        })
-    }
-}
-
 impl Nvshmem {
     /// Device-initiated put of `src` (this PE) into `dest` on `pe`, in stream order, with the
     /// launch shape chosen for its size. The data has arrived after the next quiet on the
@@ -97,7 +85,7 @@ impl Nvshmem {
             return Ok(());
         }
         // SAFETY: checked symmetric ranges and pe; the kernel reads src and writes dest on pe.
-        launch_result(unsafe {
+        let code = unsafe {
             sys::nvshmemrs_put_block(
                 dest.as_device_ptr().cast(),
                 src.as_device_ptr().cast(),
@@ -108,7 +96,8 @@ impl Nvshmem {
                 (completion == Completion::InKernel) as i32,
                 raw_stream(stream),
             )
-        })
+        };
+        cuda_check(code, "put kernel launch")
     }
 
     /// Device-initiated put with signal: `signal` on `pe` is updated by `op(value)` only after
@@ -132,7 +121,7 @@ impl Nvshmem {
         let sig = single("put_signal_device: the signal", &signal.into())?;
         self.check_pe(pe)?;
         // SAFETY: as in put_device_with; the signal is one symmetric u64.
-        launch_result(unsafe {
+        let code = unsafe {
             sys::nvshmemrs_put_signal_block(
                 dest.as_device_ptr().cast(),
                 src.as_device_ptr().cast(),
@@ -145,7 +134,8 @@ impl Nvshmem {
                 shape.threads as i32,
                 raw_stream(stream),
             )
-        })
+        };
+        cuda_check(code, "put-with-signal kernel launch")
     }
 }
 

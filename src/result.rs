@@ -81,8 +81,8 @@ pub fn cuda_probe() -> Result<CudaInfo> {
     }
 }
 
-/// Turns a cudaError_t returned by `call` into a Result.
-fn cuda_check(code: i32, call: &'static str) -> Result<()> {
+/// Turns a cudaError_t returned by `call` (a runtime call or a kernel launch) into a Result.
+pub(crate) fn cuda_check(code: i32, call: &'static str) -> Result<()> {
     if code == 0 {
         return Ok(());
     }

@@ -9,11 +9,16 @@ use crate::buffer::SymView;
 use crate::element::{Atomic64, Element};
 use crate::error::{Error, Result};
 use crate::ordering::raw_stream;
+use crate::result::cuda_check;
 use crate::runtime::Nvshmem;
 use crate::signal::{Cmp, SignalOp};
 use crate::sys;
 use cudarc::driver::DevicePtr;
+use std::os::raw::{c_int, c_void};
 use std::time::{Duration, Instant};
+
+/// NVSHMEM's host transfer calls: (dest, source, bytes, pe).
+type RawTransfer = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int);
 
 /// Checks that two views have the same length and returns it in bytes.
 pub(crate) fn same_len<T: Element>(
@@ -44,20 +49,21 @@ pub(crate) fn single<T: Element>(what: &'static str, view: &SymView<T>) -> Resul
 }
 
 impl Nvshmem {
-    /// Copies `src` (this PE) into `dest` on `pe`; returns when `src` may be reused.
-    pub fn put<'a, 'b, T: Element>(
+    /// Checks a transfer and hands it to one of NVSHMEM's `(dest, src, bytes, pe)` calls.
+    fn transfer<T: Element>(
         &self,
-        dest: impl Into<SymView<'a, T>>,
-        src: impl Into<SymView<'b, T>>,
+        what: &'static str,
+        dest: SymView<'_, T>,
+        src: SymView<'_, T>,
         pe: i32,
+        raw: RawTransfer,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("put", &dest, &src)?;
+        let bytes = same_len(what, &dest, &src)?;
         self.check_pe(pe)?;
         if bytes > 0 {
             // SAFETY: both ranges are symmetric, checked to hold `bytes`; pe is valid.
             unsafe {
-                sys::nvshmem_putmem(
+                raw(
                     dest.as_device_ptr().cast(),
                     src.as_device_ptr().cast(),
                     bytes,
@@ -66,6 +72,16 @@ impl Nvshmem {
             };
         }
         Ok(())
+    }
+
+    /// Copies `src` (this PE) into `dest` on `pe`; returns when `src` may be reused.
+    pub fn put<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+    ) -> Result<()> {
+        self.transfer("put", dest.into(), src.into(), pe, sys::nvshmem_putmem)
     }
 
     /// Like [`Nvshmem::put`] but may return before `src` is read; complete with `quiet`.
@@ -75,21 +91,13 @@ impl Nvshmem {
         src: impl Into<SymView<'b, T>>,
         pe: i32,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("put_nbi", &dest, &src)?;
-        self.check_pe(pe)?;
-        if bytes > 0 {
-            // SAFETY: as in put.
-            unsafe {
-                sys::nvshmem_putmem_nbi(
-                    dest.as_device_ptr().cast(),
-                    src.as_device_ptr().cast(),
-                    bytes,
-                    pe,
-                )
-            };
-        }
-        Ok(())
+        self.transfer(
+            "put_nbi",
+            dest.into(),
+            src.into(),
+            pe,
+            sys::nvshmem_putmem_nbi,
+        )
     }
 
     /// Copies `src` on `pe` into `dest` on this PE; returns when the data has arrived.
@@ -99,21 +107,7 @@ impl Nvshmem {
         src: impl Into<SymView<'b, T>>,
         pe: i32,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("get", &dest, &src)?;
-        self.check_pe(pe)?;
-        if bytes > 0 {
-            // SAFETY: as in put.
-            unsafe {
-                sys::nvshmem_getmem(
-                    dest.as_device_ptr().cast(),
-                    src.as_device_ptr().cast(),
-                    bytes,
-                    pe,
-                )
-            };
-        }
-        Ok(())
+        self.transfer("get", dest.into(), src.into(), pe, sys::nvshmem_getmem)
     }
 
     /// Like [`Nvshmem::get`] but may return before the data arrives; complete with `quiet`.
@@ -123,21 +117,13 @@ impl Nvshmem {
         src: impl Into<SymView<'b, T>>,
         pe: i32,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("get_nbi", &dest, &src)?;
-        self.check_pe(pe)?;
-        if bytes > 0 {
-            // SAFETY: as in put.
-            unsafe {
-                sys::nvshmem_getmem_nbi(
-                    dest.as_device_ptr().cast(),
-                    src.as_device_ptr().cast(),
-                    bytes,
-                    pe,
-                )
-            };
-        }
-        Ok(())
+        self.transfer(
+            "get_nbi",
+            dest.into(),
+            src.into(),
+            pe,
+            sys::nvshmem_getmem_nbi,
+        )
     }
 
     /// Puts `src` into `dest` on `pe`, then updates `signal` on `pe` with `op(value)`; the
@@ -251,14 +237,7 @@ impl Nvshmem {
         let (old, sync) = self.atomic_scratch().device_ptr(stream);
         let code = launch(old as *mut u64, raw_stream(stream));
         drop(sync);
-        if code != 0 {
-            return Err(Error::Cuda {
-                call: "atomic kernel launch",
-                code,
-                name: format!("cudaError {code}"),
-                message: "the device-side atomic could not be launched".into(),
-            });
-        }
+        cuda_check(code, "atomic kernel launch")?;
         Ok(stream.clone_dtoh(self.atomic_scratch())?[0])
     }
 }

@@ -10,23 +10,29 @@ use crate::runtime::Nvshmem;
 use crate::signal::{Cmp, SignalOp};
 use crate::sys;
 use cudarc::driver::CudaStream;
+use std::os::raw::{c_int, c_void};
+
+/// NVSHMEM's stream transfer calls: (dest, source, bytes, pe, stream).
+type RawStreamTransfer =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, sys::cudaStream_t);
 
 impl Nvshmem {
-    /// Stream-ordered [`Nvshmem::put`].
-    pub fn put_on_stream<'a, 'b, T: Element>(
+    /// Checks a transfer and hands it to one of NVSHMEM's `(dest, src, bytes, pe, stream)` calls.
+    fn transfer_on_stream<T: Element>(
         &self,
-        dest: impl Into<SymView<'a, T>>,
-        src: impl Into<SymView<'b, T>>,
+        what: &'static str,
+        dest: SymView<'_, T>,
+        src: SymView<'_, T>,
         pe: i32,
         stream: &CudaStream,
+        raw: RawStreamTransfer,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("put_on_stream", &dest, &src)?;
+        let bytes = same_len(what, &dest, &src)?;
         self.check_pe(pe)?;
         if bytes > 0 {
             // SAFETY: checked symmetric ranges, valid pe, live stream.
             unsafe {
-                sys::nvshmemx_putmem_on_stream(
+                raw(
                     dest.as_device_ptr().cast(),
                     src.as_device_ptr().cast(),
                     bytes,
@@ -38,6 +44,18 @@ impl Nvshmem {
         Ok(())
     }
 
+    /// Stream-ordered [`Nvshmem::put`].
+    pub fn put_on_stream<'a, 'b, T: Element>(
+        &self,
+        dest: impl Into<SymView<'a, T>>,
+        src: impl Into<SymView<'b, T>>,
+        pe: i32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let raw = sys::nvshmemx_putmem_on_stream;
+        self.transfer_on_stream("put_on_stream", dest.into(), src.into(), pe, stream, raw)
+    }
+
     /// Stream-ordered [`Nvshmem::get`].
     pub fn get_on_stream<'a, 'b, T: Element>(
         &self,
@@ -46,22 +64,8 @@ impl Nvshmem {
         pe: i32,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("get_on_stream", &dest, &src)?;
-        self.check_pe(pe)?;
-        if bytes > 0 {
-            // SAFETY: as in put_on_stream.
-            unsafe {
-                sys::nvshmemx_getmem_on_stream(
-                    dest.as_device_ptr().cast(),
-                    src.as_device_ptr().cast(),
-                    bytes,
-                    pe,
-                    raw_stream(stream),
-                )
-            };
-        }
-        Ok(())
+        let raw = sys::nvshmemx_getmem_on_stream;
+        self.transfer_on_stream("get_on_stream", dest.into(), src.into(), pe, stream, raw)
     }
 
     /// Stream-ordered put with signal: `signal` on `pe` is updated by `op(value)` after the data.

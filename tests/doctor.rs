@@ -1,39 +1,13 @@
 //! `nvsh doctor` end to end: without a driver it must still report versions and fail cleanly; on
 //! a node with 2 GPUs it must pass and name the link between GPUs 0 and 1.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-/// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
-/// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
-fn nvsh_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVSH_BIN") {
-        return p.into();
-    }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_nvsh"));
-    if built.exists() {
-        return built;
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.with_file_name("nvsh")
-}
+use common::{has_nvidia_driver, run_nvsh};
 
 /// (exit code 0, stdout, stderr) of `nvsh doctor`.
 fn nvsh_doctor() -> (bool, String, String) {
-    let out = Command::new(nvsh_path())
-        .arg("doctor")
-        .output()
-        .expect("run nvsh doctor");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// True where an NVIDIA driver is installed (its control device exists).
-fn has_nvidia_driver() -> bool {
-    Path::new("/dev/nvidiactl").exists()
+    run_nvsh(&["doctor"])
 }
 
 #[test]

@@ -1,38 +1,12 @@
 //! `nvsh info`, the smallest end-to-end binary: it links NVSHMEM and the device module, and
 //! either initialises one PE (GPU machine) or says in one line that there is no driver/GPU.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-/// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
-/// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
-fn nvsh_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVSH_BIN") {
-        return p.into();
-    }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_nvsh"));
-    if built.exists() {
-        return built;
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.with_file_name("nvsh")
-}
+use common::{has_nvidia_driver, run_nvsh};
 
 fn nvsh_info() -> (bool, String, String) {
-    let out = Command::new(nvsh_path())
-        .arg("info")
-        .output()
-        .expect("run nvsh info");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// True where an NVIDIA driver is installed (its control device exists).
-fn has_nvidia_driver() -> bool {
-    Path::new("/dev/nvidiactl").exists()
+    run_nvsh(&["info"])
 }
 
 #[test]
