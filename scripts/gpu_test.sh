@@ -4,8 +4,8 @@
 #   scripts/gpu_test.sh [BIN_DIR]
 # BIN_DIR holds what scripts/build_gpu_bins.sh made (default .gpu/bin); where cargo exists and
 # BIN_DIR is missing, they are built first. NVSHMEM allows one init per process, so each test
-# runs in a process (or 2-PE job) of its own: tests named pe2_* run under `nvsh run -n 2`,
-# the others (pe1_*) alone. MPIRUN overrides the mpirun command (e.g. with --allow-run-as-root).
+# runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (N > 2 all
+# on GPU 0), the others (pe1_*) alone. MPIRUN overrides the mpirun command (e.g. with --allow-run-as-root).
 # GPU_TEST_FILTER limits the tests to names containing it; GPU_TEST_TIMEOUT (seconds, default
 # 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
 set -uo pipefail
@@ -48,10 +48,18 @@ for t in "$bin"/test-*; do
     [ -x "$t" ] || continue
     for name in $("$t" --list --ignored --format terse 2>/dev/null | sed -n 's/: test$//p'); do
         [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] || continue
-        case "${name##*::}" in
-        pe2_*) run_case "$(basename "$t") $name [2 PEs]" "$nvsh" run -n 2 -- "$t" --ignored --exact "$name" --test-threads=1 ;;
-        *) run_case "$(basename "$t") $name" "$t" --ignored --exact "$name" --test-threads=1 ;;
-        esac
+        short=${name##*::}
+        pes=1
+        [[ "$short" =~ ^pe([0-9]+)_ ]] && pes=${BASH_REMATCH[1]}
+        if [ "$pes" -eq 1 ]; then
+            run_case "$(basename "$t") $name" "$t" --ignored --exact "$name" --test-threads=1
+        elif [ "$pes" -eq 2 ]; then
+            run_case "$(basename "$t") $name [2 PEs]" "$nvsh" run -n 2 -- "$t" --ignored --exact "$name" --test-threads=1
+        else
+            # More PEs than the 2-GPU machines have GPUs: all on GPU 0 (puts and signals work
+            # with several PEs per GPU).
+            run_case "$(basename "$t") $name [$pes PEs on GPU 0]" "$nvsh" run -n "$pes" --gpus 0 -- "$t" --ignored --exact "$name" --test-threads=1
+        fi
     done
 done
 

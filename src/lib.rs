@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+pub mod allreduce;
 pub mod bench_put;
 pub mod bootstrap;
 pub mod buffer;
@@ -49,6 +50,7 @@ pub mod sys {
     pub use nvshmem_sys::*;
 }
 
+pub use allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
 pub use bootstrap::Bootstrap;
 pub use buffer::{SymView, SymmetricBuffer};
 pub use device_put::{Completion, LaunchShape};
