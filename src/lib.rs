@@ -26,6 +26,7 @@
 //! ```
 
 pub mod allreduce;
+pub mod bench_allreduce;
 pub mod bench_put;
 pub mod bootstrap;
 pub mod buffer;
@@ -37,6 +38,7 @@ pub mod launcher;
 pub mod leak;
 #[cfg(feature = "mpi")]
 mod mpi_bootstrap;
+pub mod nccl_baseline;
 mod ordering;
 pub mod result;
 mod rma;

@@ -1,13 +1,17 @@
 //! `nvsh bench ...`: benchmarks, run on every PE of a job; PE 0 prints the results.
 
 use clap::{Args, Subcommand};
+use nvshmem::bench_allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use nvshmem::bench_put::{self, PutBenchOptions};
-use nvshmem::{Error, Nvshmem, Result};
+use nvshmem::{Error, Nvshmem, ReduceOp, Result};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Device-initiated put bandwidth (PE 0 -> PE 1) per size, and one-way latency.
     Put(PutArgs),
+    /// Allreduce: our algorithms, the automatic choice, NCCL and NVSHMEM's reduce, per size and
+    /// dtype, with the time ratio ours (auto) / NCCL.
+    Allreduce(AllreduceArgs),
 }
 
 #[derive(Args)]
@@ -24,6 +28,45 @@ pub struct PutArgs {
     /// Also time a grid of launch shapes (blocks x threads) at 64K, 1M, 16M and 256M.
     #[arg(long)]
     sweep: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write the results to this file (from PE 0) instead of standard output.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct AllreduceArgs {
+    /// Smallest message (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    min: usize,
+    /// Largest message (sizes double from --min).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    max: usize,
+    /// Element types, comma-separated: f32, bf16.
+    #[arg(long, default_value = "f32,bf16", value_delimiter = ',', value_parser = BenchDtype::parse)]
+    dtypes: Vec<BenchDtype>,
+    /// Reduction: sum, prod, min, max or avg.
+    #[arg(long, default_value = "sum", value_parser = bench_allreduce::parse_op)]
+    op: ReduceOp,
+    /// Timed repetitions per size and candidate (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
+    /// Untimed calls before the repetitions.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// What to time, comma-separated: oneshot, twoshot, auto, nccl, nvshmem.
+    #[arg(
+        long,
+        default_value = "oneshot,twoshot,auto,nccl,nvshmem",
+        value_delimiter = ',',
+        value_parser = Candidate::parse
+    )]
+    algos: Vec<Candidate>,
+    /// Receive slot size of our allreduce workspace (2 x PEs slots).
+    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    slot: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -52,17 +95,79 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Put(args) => put(args),
+        BenchCommand::Allreduce(args) => allreduce(args),
     }
 }
 
-fn put(args: PutArgs) -> Result<()> {
-    if args.min > args.max {
+fn check_min_max(min: usize, max: usize) -> Result<()> {
+    if min > max {
         return Err(Error::InvalidEnv {
             var: "--min/--max",
-            value: format!("{} > {}", args.min, args.max),
+            value: format!("{min} > {max}"),
             expected: "--min no larger than --max",
         });
     }
+    Ok(())
+}
+
+/// The results to --out, else standard output.
+fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
+    match out {
+        Some(path) => std::fs::write(path, text).map_err(|e| Error::Io {
+            what: format!("writing {}", path.display()),
+            message: e.to_string(),
+        }),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// A list without repeats, first occurrence kept.
+fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for &x in list {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+impl AllreduceArgs {
+    fn options(&self) -> AllreduceBenchOptions {
+        AllreduceBenchOptions {
+            min_bytes: self.min,
+            max_bytes: self.max,
+            dtypes: dedup(&self.dtypes),
+            op: self.op,
+            reps: self.reps,
+            warmup: self.warmup,
+            candidates: dedup(&self.algos),
+            slot_bytes: self.slot,
+        }
+    }
+}
+
+fn allreduce(args: AllreduceArgs) -> Result<()> {
+    check_min_max(args.min, args.max)?;
+    let nv = Nvshmem::init()?;
+    if let Some(report) = bench_allreduce::run(&nv, &args.options())? {
+        let text = if args.json {
+            bench_allreduce::render_json(&report) + "\n"
+        } else {
+            bench_allreduce::render_table(&report)
+        };
+        emit(&text, args.out.as_deref())?;
+        // Printed first, so the table shows which results were wrong.
+        report.verify()?;
+    }
+    Ok(())
+}
+
+fn put(args: PutArgs) -> Result<()> {
+    check_min_max(args.min, args.max)?;
     let nv = Nvshmem::init()?;
     let opts = PutBenchOptions {
         min_bytes: args.min,
@@ -77,20 +182,82 @@ fn put(args: PutArgs) -> Result<()> {
         } else {
             bench_put::render_table(&report)
         };
-        match &args.out {
-            Some(path) => std::fs::write(path, text).map_err(|e| Error::Io {
-                what: format!("writing {}", path.display()),
-                message: e.to_string(),
-            })?,
-            None => print!("{text}"),
-        }
+        emit(&text, args.out.as_deref())?;
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    }
+
+    fn allreduce_args(args: &[&str]) -> std::result::Result<AllreduceArgs, String> {
+        let argv = ["bench", "allreduce"].iter().chain(args);
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+            BenchCommand::Allreduce(a) => Ok(a),
+            BenchCommand::Put(_) => Err("parsed as put".into()),
+        }
+    }
+
+    #[test]
+    fn allreduce_defaults_cover_everything() {
+        let o = allreduce_args(&[]).unwrap().options();
+        assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
+        assert_eq!(o.dtypes, vec![BenchDtype::F32, BenchDtype::Bf16]);
+        assert_eq!(o.candidates, Candidate::ALL.to_vec());
+        assert_eq!((o.op, o.reps, o.warmup), (ReduceOp::Sum, 20, 3));
+        assert_eq!(o.slot_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn allreduce_lists_parse_and_dedup() {
+        let a = allreduce_args(&[
+            "--dtypes",
+            "bf16",
+            "--algos",
+            "nccl,auto,NCCL",
+            "--op",
+            "max",
+            "--min",
+            "1M",
+            "--max",
+            "16M",
+            "--json",
+            "--out",
+            "r.json",
+        ])
+        .unwrap();
+        assert!(a.json && a.out.is_some());
+        let o = a.options();
+        assert_eq!(o.dtypes, vec![BenchDtype::Bf16]);
+        assert_eq!(o.candidates, vec![Candidate::Nccl, Candidate::Auto]);
+        assert_eq!(
+            (o.op, o.min_bytes, o.max_bytes),
+            (ReduceOp::Max, 1 << 20, 16 << 20)
+        );
+        let a = allreduce_args(&["--algos", "oneshot", "--algos", "twoshot"]).unwrap();
+        assert_eq!(a.algos, vec![Candidate::OneShot, Candidate::TwoShot]);
+    }
+
+    #[test]
+    fn allreduce_rejects_unknown_names() {
+        for bad in [
+            &["--dtypes", "f16"][..],
+            &["--algos", "ring"],
+            &["--op", "xor"],
+            &["--max", "x"],
+        ] {
+            assert!(allreduce_args(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_min_max(2, 1).is_err() && check_min_max(1, 1).is_ok());
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {
