@@ -125,15 +125,44 @@ __device__ void block_wait_all(uint64_t *counters, uint64_t expected, int n_pes,
 }
 
 // out[i] = op over PEs 0..n-1 of (own[i] for my_pe, slot p[i] otherwise), for i in [b, e).
+// Aligned ranges go 16 bytes at a time (one vector per source), the rest element by element.
 template <typename T, int OP>
 __device__ void block_reduce(const T *own, const char *slots, size_t slot_bytes, T *out,
                              size_t b, size_t e, int n_pes, int my_pe) {
-    for (size_t i = b + threadIdx.x; i < e; i += blockDim.x) {
-        typename Acc<T>::type acc{};
+    using A = typename Acc<T>::type;
+    constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+    auto src_of = [&](int p) -> const T * {
+        return p == my_pe ? own : reinterpret_cast<const T *>(slots + (size_t)p * slot_bytes);
+    };
+    size_t vb = e;  // first element left to the scalar loop
+    bool aligned = ((reinterpret_cast<uintptr_t>(own) | reinterpret_cast<uintptr_t>(out) |
+                     reinterpret_cast<uintptr_t>(slots) | slot_bytes | (b * sizeof(T))) & 15) == 0;
+    if (aligned && V > 1) {
+        size_t nvec = (e - b) / V;
+        vb = b + nvec * V;
+        for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+            size_t i = b + v * V;
+            A acc[V];
+            for (int p = 0; p < n_pes; ++p) {
+                uint4 raw = *reinterpret_cast<const uint4 *>(src_of(p) + i);
+                const T *x = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    A val = to_acc<T>(x[k]);
+                    acc[k] = p == 0 ? val : combine<T, OP>(acc[k], val);
+                }
+            }
+            uint4 res;
+            T *r = reinterpret_cast<T *>(&res);
+#pragma unroll
+            for (int k = 0; k < V; ++k) r[k] = finish<T, OP>(acc[k], n_pes);
+            *reinterpret_cast<uint4 *>(out + i) = res;
+        }
+    }
+    for (size_t i = vb + threadIdx.x; i < e; i += blockDim.x) {
+        A acc{};
         for (int p = 0; p < n_pes; ++p) {
-            const T *src =
-                p == my_pe ? own : reinterpret_cast<const T *>(slots + (size_t)p * slot_bytes);
-            typename Acc<T>::type v = to_acc<T>(src[i]);
+            A v = to_acc<T>(src_of(p)[i]);
             acc = p == 0 ? v : combine<T, OP>(acc, v);
         }
         out[i] = finish<T, OP>(acc, n_pes);

