@@ -9,14 +9,13 @@
 //! After timing, each candidate's result is checked once against an exact host reference.
 
 use crate::allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
-use crate::bench_put::{median, size_label, sizes};
+use crate::bench_put::{elapsed_ms, median, size_label, sizes};
 use crate::buffer::SymView;
 use crate::error::{Error, Result};
 use crate::nccl_baseline::{HostExchange, NcclBaseline};
 use crate::ordering::raw_stream;
 use crate::runtime::Nvshmem;
 use crate::sys;
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaStream;
 use cudarc::nccl::NcclType;
 use std::sync::Arc;
@@ -705,21 +704,6 @@ fn bench_dtype<T: BenchElement>(b: &mut Bench<'_, '_>, rows: &mut Vec<AllreduceR
         rows.push(row);
     }
     Ok(())
-}
-
-fn elapsed_ms(
-    nv: &Nvshmem,
-    stream: &CudaStream,
-    mut work: impl FnMut() -> Result<()>,
-) -> Result<f64> {
-    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    let start = nv.context().new_event(flags)?;
-    let stop = nv.context().new_event(flags)?;
-    start.record(stream)?;
-    work()?;
-    stop.record(stream)?;
-    stop.synchronize()?;
-    Ok(start.elapsed_ms(&stop)? as f64)
 }
 
 /// Times one candidate at one size and checks its result once. Collective.

@@ -109,7 +109,12 @@ fn iters_for(bytes: usize) -> usize {
     ((512usize << 20) / bytes).clamp(1, 1000)
 }
 
-fn elapsed_ms(stream: &CudaStream, nv: &Nvshmem, work: impl Fn() -> Result<()>) -> Result<f64> {
+/// Milliseconds between CUDA events recorded on `stream` before and after `work` enqueues.
+pub(crate) fn elapsed_ms(
+    nv: &Nvshmem,
+    stream: &CudaStream,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let start = nv.context().new_event(flags)?;
     let stop = nv.context().new_event(flags)?;
@@ -162,7 +167,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
             let mut gbps = Vec::with_capacity(opts.reps);
             let mut us = Vec::with_capacity(opts.reps);
             for _ in 0..opts.reps.max(1) {
-                let ms = elapsed_ms(&stream, nv, batch)?;
+                let ms = elapsed_ms(nv, &stream, batch)?;
                 gbps.push((bytes * iters) as f64 / (ms * 1e-3) / 1e9);
                 us.push(ms * 1e3 / iters as f64);
             }
@@ -170,7 +175,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
             in_kernel()?;
             let mut gbps_loop = Vec::with_capacity(opts.reps);
             for _ in 0..opts.reps.max(1) {
-                let ms = elapsed_ms(&stream, nv, in_kernel)?;
+                let ms = elapsed_ms(nv, &stream, in_kernel)?;
                 gbps_loop.push((bytes * iters) as f64 / (ms * 1e-3) / 1e9);
             }
             Some(BandwidthRow {
@@ -302,7 +307,7 @@ fn measure_latency(
         nv.barrier_all();
         match me {
             0 => {
-                let ms = elapsed_ms(stream, nv, || pingpong(flag, 1, iters, base, true, stream))?;
+                let ms = elapsed_ms(nv, stream, || pingpong(flag, 1, iters, base, true, stream))?;
                 if round >= opts.warmup {
                     one_way.push(ms * 1e3 / (2 * iters) as f64);
                 }
