@@ -4,6 +4,7 @@
 #include <nvshmemx.h>
 
 #include "bench_put.h"
+#include "chunks.cuh"
 
 namespace {
 
@@ -22,11 +23,8 @@ __global__ void pingpong_kernel(uint64_t *flag, int peer, int iters, uint64_t ba
 }
 
 __global__ void put_loop_kernel(char *dest, const char *src, size_t bytes, int pe, int iters) {
-    // Same chunking as device_put.cu: equal 16-byte-aligned chunks, one per block.
-    size_t per = (bytes + gridDim.x - 1) / gridDim.x;
-    per = (per + 15) & ~(size_t)15;
-    size_t offset = per * blockIdx.x;
-    size_t len = offset >= bytes ? 0 : (bytes - offset < per ? bytes - offset : per);
+    size_t offset, len;
+    chunk_of(bytes, gridDim.x, blockIdx.x, &offset, &len);
     for (int i = 0; i < iters && len > 0; ++i) {
         nvshmemx_putmem_nbi_block(dest + offset, src + offset, len, pe);
     }

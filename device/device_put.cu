@@ -5,6 +5,7 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
+#include "chunks.cuh"
 #include "device_put.h"
 
 namespace {
@@ -33,17 +34,6 @@ cudaError_t launch_pdl(void (*kernel)(Params...), int blocks, int threads, cudaS
     config.attrs = attr;
     config.numAttrs = 1;
     return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
-// Bytes of chunk `b` of `blocks` equal chunks of `bytes` (16-byte aligned boundaries keep the
-// block copies vectorised), and its offset.
-__device__ __forceinline__ void chunk_of(size_t bytes, int blocks, int b, size_t *offset,
-                                         size_t *len) {
-    size_t per = (bytes + blocks - 1) / blocks;
-    per = (per + 15) & ~(size_t)15;
-    size_t start = per * (size_t)b;
-    *offset = start;
-    *len = start >= bytes ? 0 : (bytes - start < per ? bytes - start : per);
 }
 
 // Fast path over NVLink/PCIe: the block copies its chunk straight into the peer's mapping with

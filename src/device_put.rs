@@ -6,7 +6,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::ordering::raw_stream;
 use crate::result::cuda_check;
-use crate::rma::{same_len, single};
+use crate::rma::{put_signal_args, same_len};
 use crate::runtime::Nvshmem;
 use crate::signal::SignalOp;
 use crate::sys;
@@ -117,9 +117,8 @@ impl Nvshmem {
         stream: &CudaStream,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("put_signal_device", &dest, &src)?;
-        let sig = single("put_signal_device: the signal", &signal.into())?;
-        self.check_pe(pe)?;
+        let what = ("put_signal_device", "put_signal_device: the signal");
+        let (bytes, sig) = put_signal_args(self, what, &dest, &src, &signal.into(), pe)?;
         // SAFETY: as in put_device_with; the signal is one symmetric u64.
         let code = unsafe {
             sys::nvshmemrs_put_signal_block(

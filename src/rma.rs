@@ -48,6 +48,22 @@ pub(crate) fn single<T: Element>(what: &'static str, view: &SymView<T>) -> Resul
     Ok(view.as_device_ptr())
 }
 
+/// Checks a put-with-signal: equal lengths, a one-element signal, a valid PE. Returns the bytes
+/// to move and the signal word.
+pub(crate) fn put_signal_args<T: Element>(
+    nv: &Nvshmem,
+    (what, signal_what): (&'static str, &'static str),
+    dest: &SymView<T>,
+    src: &SymView<T>,
+    signal: &SymView<u64>,
+    pe: i32,
+) -> Result<(usize, *mut u64)> {
+    let bytes = same_len(what, dest, src)?;
+    let sig = single(signal_what, signal)?;
+    nv.check_pe(pe)?;
+    Ok((bytes, sig))
+}
+
 impl Nvshmem {
     /// Checks a transfer and hands it to one of NVSHMEM's `(dest, src, bytes, pe)` calls.
     fn transfer<T: Element>(

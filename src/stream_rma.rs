@@ -5,7 +5,7 @@ use crate::buffer::SymView;
 use crate::element::Element;
 use crate::error::Result;
 use crate::ordering::raw_stream;
-use crate::rma::{same_len, single};
+use crate::rma::{put_signal_args, same_len, single};
 use crate::runtime::Nvshmem;
 use crate::signal::{Cmp, SignalOp};
 use crate::sys;
@@ -81,9 +81,8 @@ impl Nvshmem {
         stream: &CudaStream,
     ) -> Result<()> {
         let (dest, src) = (dest.into(), src.into());
-        let bytes = same_len("put_signal", &dest, &src)?;
-        let sig = single("put_signal: the signal", &signal.into())?;
-        self.check_pe(pe)?;
+        let what = ("put_signal", "put_signal: the signal");
+        let (bytes, sig) = put_signal_args(self, what, &dest, &src, &signal.into(), pe)?;
         // SAFETY: checked ranges, one-element signal, valid pe, live stream.
         unsafe {
             sys::nvshmemx_putmem_signal_on_stream(

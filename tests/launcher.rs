@@ -2,6 +2,9 @@
 //! environment contract, output forwarding, failure propagation, signal forwarding, GPU
 //! selection and the errors before launch.
 
+mod common;
+
+use common::nvsh_path;
 use nvshmem::launcher::{self, LaunchError, LaunchSpec, RankStatus, Stop};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -10,21 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
-/// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
-fn nvsh_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVSH_BIN") {
-        return p.into();
-    }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_nvsh"));
-    if built.exists() {
-        return built;
-    }
-    std::env::current_exe()
-        .expect("current exe")
-        .with_file_name("nvsh")
-}
 
 /// `nvsh run ARGS` with piped output.
 fn nvsh_run(args: &[&str]) -> Command {
