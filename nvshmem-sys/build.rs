@@ -66,6 +66,11 @@ fn main() {
     let objects = compile_device_code(&device_dir, &nvshmem, &cuda, &archs, &out_dir);
     archive(&objects, &out_dir.join("libnvshmem_rs_device.a"));
     emit_link_directives(&nvshmem, &cuda, &out_dir);
+    // For crates that compile their own (non-NVSHMEM) kernels with the same compiler and
+    // architectures: DEP_NVSHMEM_NVCC and DEP_NVSHMEM_CUDA_ARCHS in their build scripts.
+    println!("cargo:nvcc={}", cuda.nvcc.display());
+    let archs: Vec<String> = archs.iter().map(u32::to_string).collect();
+    println!("cargo:cuda_archs={}", archs.join(","));
 }
 
 /// Prints one build error and stops. Cargo shows the build script's stderr.

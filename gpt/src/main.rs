@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("nvsh-gpt: not built yet");
+    std::process::exit(2);
+}
