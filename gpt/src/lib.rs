@@ -7,3 +7,7 @@
 pub mod fatbins {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
+
+pub mod error;
+pub mod ops;
+pub mod reference;

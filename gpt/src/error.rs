@@ -1,0 +1,56 @@
+//! The trainer's error type. Every message says what went wrong and what to do about it.
+
+use std::path::PathBuf;
+
+use cudarc::cublas::result::CublasError;
+use cudarc::driver::DriverError;
+
+/// Errors of the GPT crate. Nothing in this crate panics on user error.
+#[derive(Debug, thiserror::Error)]
+pub enum GptError {
+    /// A CUDA driver call (module load, kernel launch, memory operation) failed.
+    #[error(
+        "CUDA driver call failed: {0}; check that a GPU is visible (nvidia-smi) and that the \
+         driver supports this CUDA version (see INSTALL.md)"
+    )]
+    Driver(#[from] DriverError),
+
+    /// A cuBLAS call failed.
+    #[error(
+        "cuBLAS call failed: {0}; check that libcublas is installed next to the CUDA runtime \
+         (see INSTALL.md) and that the matrix shapes are valid"
+    )]
+    Blas(#[from] CublasError),
+
+    /// The nvshmem runtime (channels, allreduce, init) failed.
+    #[error("nvshmem runtime: {0}")]
+    Nvshmem(#[from] nvshmem::Error),
+
+    /// A file could not be read or written.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// An invalid configuration (model shape, batch, pipeline split, flags).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// A checkpoint that cannot be loaded (format, version or shape mismatch).
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+
+    /// Training or validation data that cannot be used.
+    #[error("data: {0}")]
+    Data(String),
+
+    /// A kernel was called with shapes it cannot handle (e.g. heads that do not divide the
+    /// width, a padded vocabulary smaller than the vocabulary, sizes beyond 32-bit indexing).
+    #[error("{op}: invalid shape: {detail}")]
+    Shape { op: &'static str, detail: String },
+}
+
+/// Result with [`GptError`].
+pub type Result<T> = std::result::Result<T, GptError>;
