@@ -121,6 +121,12 @@ pub enum Error {
     #[error("team split failed (status {status}): {why}")]
     TeamSplit { status: i32, why: String },
 
+    /// A team operation was called on a PE that is not a member of the team.
+    #[error(
+        "{what}: this PE is not a member of the team it was created for; call it only on members"
+    )]
+    NotInTeam { what: &'static str },
+
     /// MPI failed.
     #[error("MPI: {message}")]
     Mpi { message: String },
