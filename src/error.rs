@@ -156,6 +156,24 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A channel call with arguments it cannot take (src/channel.rs).
+    #[error("channel: {what}; {hint}")]
+    Channel { what: String, hint: &'static str },
+
+    /// A channel message had another length than the receive asked for (checked on the GPU).
+    #[error(
+        "channel: message {seq} from PE {peer} holds {sent} elements but the receive on PE {pe} \
+         asked for {expected}; it was dropped, not copied: send and receive the same lengths in \
+         the same order"
+    )]
+    MessageLength {
+        pe: i32,
+        peer: i32,
+        seq: u64,
+        sent: u64,
+        expected: u64,
+    },
+
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
     Bootstrap { call: &'static str, status: i32 },
