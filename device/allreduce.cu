@@ -1,6 +1,8 @@
 // Allreduce kernels launched by src/allreduce.rs; the header documents the workspace layout.
 // Data moves with direct stores when nvshmem_ptr maps the peer (NVLink/PCIe), else with
 // NVSHMEM block puts; every block announces its delivery with one signal add per peer.
+// Every kernel splits its work into gridDim.x parts, block b always handling part b, so a block
+// only ever waits for the same-numbered blocks of its peers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -98,15 +100,19 @@ __device__ __forceinline__ void block_store(char *dst, const char *src, size_t b
 }
 
 // Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then adds 1 to the
-// counter `flag` on `pe`, ordered after the data. Called by the whole block.
-__device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint64_t *flag,
-                                 int pe) {
+// counter `flag` on `pe`, ordered after the data. Called by the whole block. With `reuse_src`
+// the NVSHMEM path blocks until `src` may be overwritten (the caller writes it next); direct
+// stores have read it by the time they return anyway.
+__device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint64_t *flag, int pe,
+                                 bool reuse_src = false) {
     char *peer = static_cast<char *>(nvshmem_ptr(dst, pe));
     if (peer != NULL) {
         block_store(peer, src, bytes);
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, pe);
+    } else if (bytes > 0 && reuse_src) {
+        nvshmemx_putmem_signal_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD, pe);
     } else if (bytes > 0) {
         nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD, pe);
     } else if (threadIdx.x == 0) {
@@ -115,137 +121,289 @@ __device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint6
     __syncthreads();
 }
 
-// Waits (thread t for PE t) until every peer's counter reached `expected`.
-__device__ void block_wait_all(uint64_t *counters, uint64_t expected, int n_pes, int my_pe) {
-    for (int p = threadIdx.x; p < n_pes; p += blockDim.x) {
-        if (p != my_pe) nvshmem_uint64_wait_until(&counters[p], NVSHMEM_CMP_GE, expected);
-    }
+
+// Waits (thread t for rank t) until the counter of every rank but `rank` reached `want`.
+__device__ void block_wait_others(uint64_t *counters, int n, int rank, uint64_t want) {
+    for (int r = threadIdx.x; r < n; r += blockDim.x)
+        if (r != rank) nvshmem_uint64_wait_until(&counters[r], NVSHMEM_CMP_GE, want);
     __threadfence();
     __syncthreads();
 }
 
-// out[i] = op over PEs 0..n-1 of (own[i] for my_pe, slot p[i] otherwise), for i in [b, e).
+__device__ void block_wait_one(uint64_t *counter, uint64_t want) {
+    if (threadIdx.x == 0) nvshmem_uint64_wait_until(counter, NVSHMEM_CMP_GE, want);
+    __threadfence();
+    __syncthreads();
+}
+
+// out[i] = op over sources 0..nsrc-1 (in that order) of src(s)[i], for i in [b, e); with
+// `last` set, the result is finished (avg divides by n_avg), else kept as a partial.
 // Aligned ranges go 16 bytes at a time (one vector per source), the rest element by element.
-template <typename T, int OP>
-__device__ void block_reduce(const T *own, const char *slots, size_t slot_bytes, T *out,
-                             size_t b, size_t e, int n_pes, int my_pe) {
+template <typename T, int OP, typename Src>
+__device__ void block_reduce(Src src, int nsrc, T *out, size_t b, size_t e, bool last,
+                             int n_avg) {
     using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
-    auto src_of = [&](int p) -> const T * {
-        return p == my_pe ? own : reinterpret_cast<const T *>(slots + (size_t)p * slot_bytes);
+    uintptr_t addr_bits = reinterpret_cast<uintptr_t>(out + b);
+    for (int s = 0; s < nsrc; ++s) addr_bits |= reinterpret_cast<uintptr_t>(src(s) + b);
+    auto done = [&](A acc) -> T {
+        return last ? finish<T, OP>(acc, n_avg) : from_acc<T>(acc);
     };
-    size_t vb = e;  // first element left to the scalar loop
-    bool aligned = ((reinterpret_cast<uintptr_t>(own) | reinterpret_cast<uintptr_t>(out) |
-                     reinterpret_cast<uintptr_t>(slots) | slot_bytes | (b * sizeof(T))) & 15) == 0;
-    if (aligned && V > 1) {
+    size_t vb = b;
+    if ((addr_bits & 15) == 0 && V > 1) {
         size_t nvec = (e - b) / V;
-        vb = b + nvec * V;
         for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
             size_t i = b + v * V;
             A acc[V];
-            for (int p = 0; p < n_pes; ++p) {
-                uint4 raw = *reinterpret_cast<const uint4 *>(src_of(p) + i);
+            for (int s = 0; s < nsrc; ++s) {
+                uint4 raw = *reinterpret_cast<const uint4 *>(src(s) + i);
                 const T *x = reinterpret_cast<const T *>(&raw);
 #pragma unroll
                 for (int k = 0; k < V; ++k) {
                     A val = to_acc<T>(x[k]);
-                    acc[k] = p == 0 ? val : combine<T, OP>(acc[k], val);
+                    acc[k] = s == 0 ? val : combine<T, OP>(acc[k], val);
                 }
             }
             uint4 res;
             T *r = reinterpret_cast<T *>(&res);
 #pragma unroll
-            for (int k = 0; k < V; ++k) r[k] = finish<T, OP>(acc[k], n_pes);
+            for (int k = 0; k < V; ++k) r[k] = done(acc[k]);
             *reinterpret_cast<uint4 *>(out + i) = res;
         }
+        vb = b + nvec * V;
     }
     for (size_t i = vb + threadIdx.x; i < e; i += blockDim.x) {
         A acc{};
-        for (int p = 0; p < n_pes; ++p) {
-            A v = to_acc<T>(src_of(p)[i]);
-            acc = p == 0 ? v : combine<T, OP>(acc, v);
+        for (int s = 0; s < nsrc; ++s) {
+            A v = to_acc<T>(src(s)[i]);
+            acc = s == 0 ? v : combine<T, OP>(acc, v);
         }
-        out[i] = finish<T, OP>(acc, n_pes);
+        out[i] = done(acc);
     }
     __syncthreads();
 }
 
-template <typename T, int OP>
-__global__ void oneshot_kernel(const T *input, T *output, size_t count, char *scratch,
-                               size_t slot_bytes, uint64_t *flags, int parity, uint64_t expected,
-                               int n_pes, int my_pe) {
-    size_t b, e;
-    part_of<T>(count, gridDim.x, blockIdx.x, &b, &e);
-    char *slots = scratch + (size_t)parity * n_pes * slot_bytes;
-    uint64_t *counters = flags + (size_t)parity * n_pes;  // phase 0
-    // Push this block's part of the input into slot [parity][my_pe] of every peer.
-    for (int k = 1; k < n_pes; ++k) {
-        int pe = (my_pe + k) % n_pes;
-        block_put_signal(slots + (size_t)my_pe * slot_bytes + b * sizeof(T),
-                         reinterpret_cast<const char *>(input + b), (e - b) * sizeof(T),
-                         &counters[my_pe], pe);
-    }
-    block_wait_all(counters, expected, n_pes, my_pe);
-    // Slot p holds PE p's whole input at offset 0: index it like `input`.
-    block_reduce<T, OP>(input, slots, slot_bytes, output, b, e, n_pes, my_pe);
+// This launch's view of the device-resident state: parity and counter targets.
+struct Step {
+    int parity;
+    uint64_t want[2];  // per phase
+};
+
+__device__ Step begin_step(const nvshmemrs_allreduce_state *st, int algo) {
+    Step s;
+    s.parity = (int)(st->steps & 1);
+    for (int ph = 0; ph < 2; ++ph) s.want[ph] = st->expected[algo][ph][s.parity] + gridDim.x;
+    return s;
 }
 
-template <typename T, int OP>
-__global__ void twoshot_kernel(const T *input, T *output, size_t count, char *scratch,
-                               size_t slot_bytes, uint64_t *flags, int parity,
-                               uint64_t expected_scatter, uint64_t expected_gather, int n_pes,
-                               int my_pe) {
-    char *slots = scratch + (size_t)parity * n_pes * slot_bytes;
-    uint64_t *scatter = flags + (size_t)parity * n_pes;             // phase 0
-    uint64_t *gather = flags + (size_t)(2 + parity) * n_pes;        // phase 1
-    const size_t chunk = round_elems<T>((count + n_pes - 1) / n_pes);
-    // Reduce-scatter: part blockIdx.x of chunk p goes to PE p's slot [parity][my_pe].
-    for (int k = 1; k < n_pes; ++k) {
-        int pe = (my_pe + k) % n_pes;
-        size_t c0 = chunk * pe < count ? chunk * pe : count;
-        size_t c1 = c0 + chunk < count ? c0 + chunk : count;
-        size_t b, e;
-        part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
-        block_put_signal(slots + (size_t)my_pe * slot_bytes + b * sizeof(T),
-                         reinterpret_cast<const char *>(input + c0 + b), (e - b) * sizeof(T),
-                         &scatter[my_pe], pe);
+// The last block to finish advances the state for the next launch on the stream. Every block
+// has read the state by then: a block can only finish after it started.
+__device__ void end_step(nvshmemrs_allreduce_state *st, int algo, const Step &s) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
+        // reuse input and output as soon as the kernel is done.
+        nvshmem_quiet();
+        __threadfence();
+        if (atomicAdd(&st->done, 1u) == gridDim.x - 1) {
+            st->expected[algo][0][s.parity] = s.want[0];
+            st->expected[algo][1][s.parity] = s.want[1];
+            st->steps += 1;
+            st->done = 0;
+            __threadfence();
+        }
     }
-    block_wait_all(scatter, expected_scatter, n_pes, my_pe);
-    // Reduce the own chunk; slot p holds PE p's copy of it at offset 0.
-    size_t c0 = chunk * my_pe < count ? chunk * my_pe : count;
-    size_t c1 = c0 + chunk < count ? c0 + chunk : count;
+}
+
+struct Layout {
+    const nvshmemrs_allreduce_args &a;
+    int algo, parity;
+    __device__ char *slot(int i) const {
+        return a.scratch + ((size_t)parity * a.world + i) * a.slot_bytes;
+    }
+    __device__ uint64_t *counters(int phase) const {
+        return a.flags + ((size_t)(algo * 2 + phase) * 2 + parity) * a.world;
+    }
+};
+
+// One-shot: push the own part of the input into slot [rank] of every peer, wait for all, reduce
+// the part over ranks 0..n-1 (same order everywhere: bit-identical results).
+template <typename T, int OP>
+__global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
+    const int algo = 0;
+    Step s = begin_step(a.state, algo);
+    Layout L{a, algo, s.parity};
+    const T *input = static_cast<const T *>(a.input);
     size_t b, e;
+    part_of<T>(a.count, gridDim.x, blockIdx.x, &b, &e);
+    uint64_t *cnt = L.counters(0);
+    for (int k = 1; k < a.n; ++k) {
+        int peer = (a.rank + k) % a.n;
+        block_put_signal(L.slot(a.rank) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
+                         (e - b) * sizeof(T), &cnt[a.rank], a.pes[peer]);
+    }
+    block_wait_others(cnt, a.n, a.rank, s.want[0]);
+    auto src = [&](int r) -> const T * {
+        return r == a.rank ? input : reinterpret_cast<const T *>(L.slot(r));
+    };
+    block_reduce<T, OP>(src, a.n, static_cast<T *>(a.output), b, e, true, a.n);
+    end_step(a.state, algo, s);
+}
+
+// Two-shot: chunk c belongs to rank c. Reduce-scatter: part b of chunk c goes to rank c's slot
+// [rank]; wait; reduce the own chunk. All-gather: the reduced part goes to the same place of
+// every peer's output; wait for theirs.
+template <typename T, int OP>
+__global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
+    const int algo = 1;
+    Step s = begin_step(a.state, algo);
+    Layout L{a, algo, s.parity};
+    const T *input = static_cast<const T *>(a.input);
+    T *output = static_cast<T *>(a.output);
+    const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
+    auto chunk_range = [&](int c, size_t *c0, size_t *c1) {
+        *c0 = chunk * c < a.count ? chunk * c : a.count;
+        *c1 = *c0 + chunk < a.count ? *c0 + chunk : a.count;
+    };
+    uint64_t *scatter = L.counters(0), *gather = L.counters(1);
+    for (int k = 1; k < a.n; ++k) {
+        int peer = (a.rank + k) % a.n;
+        size_t c0, c1, b, e;
+        chunk_range(peer, &c0, &c1);
+        part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
+        block_put_signal(L.slot(a.rank) + b * sizeof(T),
+                         reinterpret_cast<const char *>(input + c0 + b), (e - b) * sizeof(T),
+                         &scatter[a.rank], a.pes[peer]);
+    }
+    block_wait_others(scatter, a.n, a.rank, s.want[0]);
+    size_t c0, c1, b, e;
+    chunk_range(a.rank, &c0, &c1);
     part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
-    block_reduce<T, OP>(input + c0, slots, slot_bytes, output + c0, b, e, n_pes, my_pe);
-    // All-gather: the reduced part goes to the same place of every peer's output.
-    for (int k = 1; k < n_pes; ++k) {
-        int pe = (my_pe + k) % n_pes;
+    auto src = [&](int r) -> const T * {
+        return r == a.rank ? input + c0 : reinterpret_cast<const T *>(L.slot(r));
+    };
+    block_reduce<T, OP>(src, a.n, output + c0, b, e, true, a.n);
+    for (int k = 1; k < a.n; ++k) {
+        int peer = (a.rank + k) % a.n;
         block_put_signal(reinterpret_cast<char *>(output + c0 + b),
                          reinterpret_cast<const char *>(output + c0 + b), (e - b) * sizeof(T),
-                         &gather[my_pe], pe);
+                         &gather[a.rank], a.pes[peer]);
     }
-    block_wait_all(gather, expected_gather, n_pes, my_pe);
+    block_wait_others(gather, a.n, a.rank, s.want[1]);
+    end_step(a.state, algo, s);
 }
 
+// Ring: n chunks. Reduce-scatter step k (0..n-2): send the partial of chunk (rank - k) to the
+// next rank's slot [k] (step 0 sends the own input), receive chunk (rank - k - 1) from the
+// previous rank and fold the own input into it; after n-1 steps chunk (rank + 1) is complete.
+// All-gather step k: forward chunk (rank + 1 - k) into the next rank's output. Each rank only
+// talks to its neighbours, so the traffic per link stays 2(n-1)/n of the message.
 template <typename T, int OP>
-cudaError_t launch_oneshot(const void *input, void *output, size_t count, char *scratch,
-                           size_t slot_bytes, uint64_t *flags, int parity, uint64_t expected,
-                           int n_pes, int my_pe, int blocks, int threads, cudaStream_t stream) {
-    oneshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(
-        static_cast<const T *>(input), static_cast<T *>(output), count, scratch, slot_bytes,
-        flags, parity, expected, n_pes, my_pe);
-    return cudaGetLastError();
+__global__ void ring_kernel(nvshmemrs_allreduce_args a) {
+    const int algo = 2;
+    Step s = begin_step(a.state, algo);
+    Layout L{a, algo, s.parity};
+    const T *input = static_cast<const T *>(a.input);
+    T *output = static_cast<T *>(a.output);
+    const int n = a.n, next = a.pes[(a.rank + 1) % n];
+    const size_t chunk = round_elems<T>((a.count + n - 1) / n);
+    // Part b of chunk c (absolute element range).
+    auto part = [&](int c, size_t *pb, size_t *pe) {
+        c = ((c % n) + n) % n;
+        size_t c0 = chunk * c < a.count ? chunk * c : a.count;
+        size_t c1 = c0 + chunk < a.count ? c0 + chunk : a.count;
+        part_of<T>(c1 - c0, gridDim.x, blockIdx.x, pb, pe);
+        *pb += c0;
+        *pe += c0;
+    };
+    uint64_t *rs = L.counters(0), *ag = L.counters(1);
+    if (n == 1) {
+        size_t b, e;
+        part(0, &b, &e);
+        auto own = [&](int) { return input; };
+        block_reduce<T, OP>(own, 1, output, b, e, true, 1);
+    }
+    for (int k = 0; k + 1 < n; ++k) {
+        size_t b, e;
+        part(a.rank - k, &b, &e);
+        const T *from = k == 0 ? input : output;
+        // Slot k holds chunk-sized data at offset 0: the part goes to its offset in the chunk.
+        size_t off = (b - (size_t)(((a.rank - k) % n + n) % n) * chunk) * sizeof(T);
+        block_put_signal(L.slot(k) + off, reinterpret_cast<const char *>(from + b),
+                         (e - b) * sizeof(T), &rs[k], next);
+        block_wait_one(&rs[k], s.want[0]);
+        int c = ((a.rank - k - 1) % n + n) % n;
+        part(c, &b, &e);
+        const T *recv = reinterpret_cast<const T *>(L.slot(k)) - (size_t)c * chunk;
+        auto src = [&](int i) { return i == 0 ? recv : input; };
+        block_reduce<T, OP>(src, 2, output, b, e, k + 2 == n, n);
+    }
+    for (int k = 0; k + 1 < n; ++k) {
+        size_t b, e;
+        part(a.rank + 1 - k, &b, &e);
+        block_put_signal(reinterpret_cast<char *>(output + b),
+                         reinterpret_cast<const char *>(output + b), (e - b) * sizeof(T), &ag[k],
+                         next);
+        block_wait_one(&ag[k], s.want[1]);
+    }
+    end_step(a.state, algo, s);
 }
 
+// Recursive doubling over the largest power of two p <= n: step k exchanges the whole partial
+// with rank ^ 2^k and combines lower rank first (both partners compute the same bits). The
+// r = n - p ranks above p first hand their input to rank - p (slot [log2 p]) and get the
+// result back into their output at the end (phase 1 counter 0).
 template <typename T, int OP>
-cudaError_t launch_twoshot(const void *input, void *output, size_t count, char *scratch,
-                           size_t slot_bytes, uint64_t *flags, int parity, uint64_t expected_s,
-                           uint64_t expected_g, int n_pes, int my_pe, int blocks, int threads,
-                           cudaStream_t stream) {
-    twoshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(
-        static_cast<const T *>(input), static_cast<T *>(output), count, scratch, slot_bytes,
-        flags, parity, expected_s, expected_g, n_pes, my_pe);
-    return cudaGetLastError();
+__global__ void rd_kernel(nvshmemrs_allreduce_args a) {
+    const int algo = 3;
+    Step s = begin_step(a.state, algo);
+    Layout L{a, algo, s.parity};
+    const T *input = static_cast<const T *>(a.input);
+    T *output = static_cast<T *>(a.output);
+    int steps = 0;
+    while ((2 << steps) <= a.n) ++steps;
+    const int p = 1 << steps, extra = a.n - p;
+    size_t b, e;
+    part_of<T>(a.count, gridDim.x, blockIdx.x, &b, &e);
+    const size_t bytes = (e - b) * sizeof(T);
+    uint64_t *c0 = L.counters(0), *c1 = L.counters(1);
+    if (a.rank >= p) {
+        block_put_signal(L.slot(steps) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
+                         bytes, &c0[steps], a.pes[a.rank - p]);
+        block_wait_one(&c1[0], s.want[1]);
+        end_step(a.state, algo, s);
+        return;
+    }
+    const T *acc = input;
+    if (a.rank < extra) {
+        block_wait_one(&c0[steps], s.want[0]);
+        const T *theirs = reinterpret_cast<const T *>(L.slot(steps));
+        auto src = [&](int i) { return i == 0 ? input : theirs; };
+        block_reduce<T, OP>(src, 2, output, b, e, steps == 0, a.n);
+        acc = output;
+    }
+    if (steps == 0 && a.rank >= extra) {
+        auto own = [&](int) { return input; };
+        block_reduce<T, OP>(own, 1, output, b, e, true, a.n);
+    }
+    for (int k = 0; k < steps; ++k) {
+        int partner = a.rank ^ (1 << k);
+        // acc is the output from step 1 on, overwritten right after the wait.
+        block_put_signal(L.slot(k) + b * sizeof(T), reinterpret_cast<const char *>(acc + b), bytes,
+                         &c0[k], a.pes[partner], acc == output);
+        block_wait_one(&c0[k], s.want[0]);
+        const T *theirs = reinterpret_cast<const T *>(L.slot(k));
+        const T *lo = a.rank < partner ? acc : theirs, *hi = a.rank < partner ? theirs : acc;
+        auto src = [&](int i) { return i == 0 ? lo : hi; };
+        block_reduce<T, OP>(src, 2, output, b, e, k + 1 == steps, a.n);
+        acc = output;
+    }
+    if (a.rank < extra) {
+        block_put_signal(reinterpret_cast<char *>(output + b),
+                         reinterpret_cast<const char *>(output + b), bytes, &c1[0],
+                         a.pes[a.rank + p]);
+    }
+    end_step(a.state, algo, s);
 }
 
 // Calls F::template run<T, OP>() for the runtime dtype and op codes.
@@ -274,59 +432,28 @@ template <typename F> cudaError_t by_dtype(int dtype, int op, F f) {
     }
 }
 
-struct OneShot {
-    const void *input;
-    void *output;
-    size_t count;
-    char *scratch;
-    size_t slot_bytes;
-    uint64_t *flags;
-    int parity;
-    uint64_t expected;
-    int n_pes, my_pe, blocks, threads;
+struct Launch {
+    int algo;
+    nvshmemrs_allreduce_args args;
+    int blocks, threads;
     cudaStream_t stream;
     template <typename T, int OP> cudaError_t run() const {
-        return launch_oneshot<T, OP>(input, output, count, scratch, slot_bytes, flags, parity,
-                                     expected, n_pes, my_pe, blocks, threads, stream);
-    }
-};
-
-struct TwoShot {
-    const void *input;
-    void *output;
-    size_t count;
-    char *scratch;
-    size_t slot_bytes;
-    uint64_t *flags;
-    int parity;
-    uint64_t expected_scatter, expected_gather;
-    int n_pes, my_pe, blocks, threads;
-    cudaStream_t stream;
-    template <typename T, int OP> cudaError_t run() const {
-        return launch_twoshot<T, OP>(input, output, count, scratch, slot_bytes, flags, parity,
-                                     expected_scatter, expected_gather, n_pes, my_pe, blocks,
-                                     threads, stream);
+        switch (algo) {
+        case 0: oneshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 1: twoshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 2: ring_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 3: rd_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        default: return cudaErrorInvalidValue;
+        }
+        return cudaGetLastError();
     }
 };
 
 }  // namespace
 
-extern "C" int nvshmemrs_allreduce_oneshot(int dtype, int op, const void *input, void *output,
-                                           size_t count, char *scratch, size_t slot_bytes,
-                                           uint64_t *flags, int parity, uint64_t expected,
-                                           int n_pes, int my_pe, int blocks, int threads,
-                                           cudaStream_t stream) {
-    OneShot f{input, output, count, scratch, slot_bytes, flags, parity, expected,
-              n_pes, my_pe, blocks, threads, stream};
-    return (int)by_dtype(dtype, op, f);
-}
-
-extern "C" int nvshmemrs_allreduce_twoshot(int dtype, int op, const void *input, void *output,
-                                           size_t count, char *scratch, size_t slot_bytes,
-                                           uint64_t *flags, int parity, uint64_t expected_scatter,
-                                           uint64_t expected_gather, int n_pes, int my_pe,
-                                           int blocks, int threads, cudaStream_t stream) {
-    TwoShot f{input,  output,           count,           scratch, slot_bytes, flags,  parity,
-              expected_scatter, expected_gather, n_pes, my_pe,    blocks, threads, stream};
-    return (int)by_dtype(dtype, op, f);
+extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,
+                                   int blocks, int threads, cudaStream_t stream) {
+    if (args.n < 1 || args.n > args.world || args.rank < 0 || args.rank >= args.n)
+        return cudaErrorInvalidValue;
+    return (int)by_dtype(dtype, op, Launch{algo, args, blocks, threads, stream});
 }

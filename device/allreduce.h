@@ -1,17 +1,23 @@
 /*
- * Allreduce steps (src/allreduce.rs). One call of these reduces one segment of a message; the
- * host splits larger messages into segments and alternates the parity of the receive slots.
+ * Allreduce steps (src/allreduce.rs). One launch reduces one segment of a message; the host
+ * splits larger messages into segments. Every launch reads and advances a small device-resident
+ * state, so the host passes no sequence numbers and a captured CUDA graph replays correctly.
  *
- * Workspace (symmetric, identical on every PE):
- *   scratch: slots [parity][src_pe] of slot_bytes each;
- *   flags:   counters [phase][parity][src_pe] (u64), only ever incremented: every block of
- *            src_pe adds 1 after its data for this PE has landed.
- * `expected_*` is the value every counter of the phase/parity reaches once all peers' blocks
- * of this step have delivered (the host keeps the running totals).
+ * Workspace (symmetric; sized by the WORLD PE count so every PE allocates alike, even PEs whose
+ * team is smaller or that belong to no team):
+ *   scratch: slots [parity][slot] of slot_bytes each (slot = source rank for one/two-shot, step
+ *            for ring and recursive doubling);
+ *   flags:   counters [algo][phase][parity][index] (u64), only ever incremented: each block of a
+ *            sender adds 1 after its data for this PE has landed.
+ * state (local): the step count (parity = steps % 2) and, per algo/phase/parity, the value every
+ * counter reaches once all blocks of the last step with that parity have delivered. Each counter
+ * a PE waits on receives exactly `blocks` adds per step (all PEs launch alike), so the target of a
+ * step is the previous target plus gridDim.x.
  *
+ * Ranks are team ranks 0..n-1; pes[rank] is the world PE number NVSHMEM addresses.
  * dtype: 0 f32, 1 f64, 2 f16, 3 bf16, 4 i32, 5 i64, 6 u32, 7 u64 (src/element.rs Dtype).
  * op:    0 sum, 1 prod, 2 min, 3 max, 4 avg (src/allreduce.rs ReduceOp).
- * Return a cudaError_t from the launch; cudaErrorInvalidValue for an unknown dtype or op.
+ * algo:  0 one-shot, 1 two-shot, 2 ring, 3 recursive doubling (src/allreduce.rs AllreduceAlgo).
  */
 #ifndef NVSHMEM_RS_ALLREDUCE_H
 #define NVSHMEM_RS_ALLREDUCE_H
@@ -20,30 +26,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define NVSHMEMRS_ALLREDUCE_ALGOS 4
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/*
- * One-shot: every block pushes its chunk of `input` into slot [parity][my_pe] of every peer,
- * waits for all peers' chunks, and reduces its chunk (in PE order 0..n-1, so every PE computes
- * bit-identical results) into `output`. count * sizeof(T) <= slot_bytes.
- */
-int nvshmemrs_allreduce_oneshot(int dtype, int op, const void *input, void *output, size_t count,
-                                char *scratch, size_t slot_bytes, uint64_t *flags, int parity,
-                                uint64_t expected, int n_pes, int my_pe, int blocks, int threads,
-                                cudaStream_t stream);
+typedef struct nvshmemrs_allreduce_state {
+    uint64_t steps;
+    uint64_t expected[NVSHMEMRS_ALLREDUCE_ALGOS][2][2];
+    /* Blocks of the running launch that have finished; the last one advances the state. */
+    uint32_t done;
+    uint32_t pad;
+} nvshmemrs_allreduce_state;
+
+typedef struct nvshmemrs_allreduce_args {
+    const void *input;
+    void *output;
+    size_t count;
+    char *scratch;
+    size_t slot_bytes;
+    uint64_t *flags;
+    nvshmemrs_allreduce_state *state;
+    const int *pes;
+    int n;
+    int rank;
+    /* World PE count: the stride of the flag and slot arrays. */
+    int world;
+} nvshmemrs_allreduce_args;
 
 /*
- * Two-shot: chunk c of the segment belongs to PE c. Reduce-scatter: push chunk p of `input` to
- * PE p's slot [parity][my_pe]; wait; reduce the own chunk into `output`. All-gather: push the
- * reduced chunk into every peer's `output`; wait for theirs. ceil(count / n) elements, rounded
- * up to 16 bytes, must fit in slot_bytes.
+ * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive
+ * doubling, count * sizeof(T) <= slot_bytes; two-shot and ring, ceil(count / n) elements
+ * rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t (cudaErrorInvalidValue for an
+ * unknown algo, dtype or op).
  */
-int nvshmemrs_allreduce_twoshot(int dtype, int op, const void *input, void *output, size_t count,
-                                char *scratch, size_t slot_bytes, uint64_t *flags, int parity,
-                                uint64_t expected_scatter, uint64_t expected_gather, int n_pes,
-                                int my_pe, int blocks, int threads, cudaStream_t stream);
+int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args, int blocks,
+                        int threads, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

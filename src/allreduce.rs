@@ -13,6 +13,7 @@ use crate::ordering::raw_stream;
 use crate::result::cuda_check;
 use crate::runtime::Nvshmem;
 use crate::sys;
+use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 /// The reduction.
@@ -28,7 +29,7 @@ pub enum ReduceOp {
     Avg = 4,
 }
 
-/// The algorithm; `Auto` picks one by message size, dtype and PE count.
+/// The algorithm; `Auto` picks one from [`SELECTION`] by message size, dtype and PE count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllreduceAlgo {
     Auto,
@@ -36,6 +37,128 @@ pub enum AllreduceAlgo {
     OneShot,
     /// Reduce-scatter by puts, then all-gather by puts (medium and large messages).
     TwoShot,
+    /// Reduce-scatter and all-gather around a ring, neighbour to neighbour: bandwidth-optimal as
+    /// the PE count grows (each link carries 2(n-1)/n of the message).
+    Ring,
+    /// log2(n) pairwise exchanges of the whole message (latency-optimal for small messages at
+    /// larger PE counts); PE counts that are not powers of two fold the extra PEs in first.
+    RecursiveDoubling,
+}
+
+impl AllreduceAlgo {
+    /// Every concrete algorithm (not `Auto`).
+    pub const ALL: [AllreduceAlgo; 4] = [
+        AllreduceAlgo::OneShot,
+        AllreduceAlgo::TwoShot,
+        AllreduceAlgo::Ring,
+        AllreduceAlgo::RecursiveDoubling,
+    ];
+
+    /// The short name used by `NVSH_ALLREDUCE_ALGO`, the bench and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreduceAlgo::Auto => "auto",
+            AllreduceAlgo::OneShot => "oneshot",
+            AllreduceAlgo::TwoShot => "twoshot",
+            AllreduceAlgo::Ring => "ring",
+            AllreduceAlgo::RecursiveDoubling => "rd",
+        }
+    }
+
+    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot").
+    pub fn parse(s: &str) -> Option<AllreduceAlgo> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => AllreduceAlgo::Auto,
+            "oneshot" | "one-shot" => AllreduceAlgo::OneShot,
+            "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
+            "ring" => AllreduceAlgo::Ring,
+            "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
+            _ => return None,
+        })
+    }
+
+    /// Code of the algorithm in device/allreduce.h.
+    fn code(self) -> i32 {
+        match self {
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => 0,
+            AllreduceAlgo::TwoShot => 1,
+            AllreduceAlgo::Ring => 2,
+            AllreduceAlgo::RecursiveDoubling => 3,
+        }
+    }
+
+    /// One and recursive doubling carry a whole segment per slot, the others a chunk of it.
+    fn whole_segment_per_slot(self) -> bool {
+        matches!(
+            self,
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot | AllreduceAlgo::RecursiveDoubling
+        )
+    }
+}
+
+/// The environment variable that replaces `Auto` for every call of a process (an explicit
+/// algorithm passed to [`Allreduce::run`] still wins).
+pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
+
+/// One row of the selection table: used when the team has at most `max_pes` PEs, the message at
+/// most `max_bytes` bytes and (if set) the element size is `elem_bytes`. First match wins.
+#[derive(Debug, Clone, Copy)]
+pub struct SelectionRule {
+    pub max_pes: i32,
+    pub elem_bytes: Option<usize>,
+    pub max_bytes: usize,
+    pub algo: AllreduceAlgo,
+}
+
+const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionRule {
+    SelectionRule {
+        max_pes,
+        elem_bytes: None,
+        max_bytes,
+        algo,
+    }
+}
+
+/// What `Auto` picks. The 2-PE rows are measured on two NVLinked H200 with `nvsh bench
+/// allreduce` (2026-11-22): one-shot wins up to 2 MiB (18.7 vs 20.6 us at 2 MiB f32), two-shot
+/// from 4 MiB, for f32 and bf16 alike (so no dtype-specific row yet). Rows for more PEs follow
+/// the traffic model until they are measured (issue: 4- and 8-GPU machines): one-shot moves
+/// (n-1) x the message per PE, so it stops paying off earlier; recursive doubling takes over for
+/// small messages past 8 PEs and the ring for large ones.
+pub const SELECTION: &[SelectionRule] = &[
+    rule(1, usize::MAX, AllreduceAlgo::OneShot),
+    rule(2, 2 << 20, AllreduceAlgo::OneShot),
+    rule(2, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(8, 256 << 10, AllreduceAlgo::OneShot),
+    rule(8, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(i32::MAX, 64 << 10, AllreduceAlgo::RecursiveDoubling),
+    rule(i32::MAX, usize::MAX, AllreduceAlgo::Ring),
+];
+
+/// The table lookup behind `Auto` (pure, for tests and tools).
+pub fn select(table: &[SelectionRule], n_pes: i32, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
+    table
+        .iter()
+        .find(|r| {
+            n_pes <= r.max_pes
+                && bytes <= r.max_bytes
+                && r.elem_bytes.is_none_or(|e| e == dtype.size())
+        })
+        .map_or(AllreduceAlgo::Ring, |r| r.algo)
+}
+
+/// `NVSH_ALLREDUCE_ALGO` if set (empty means unset).
+fn algo_from_env() -> Result<Option<AllreduceAlgo>> {
+    match std::env::var(ALGO_ENV) {
+        Ok(v) if !v.trim().is_empty() => {
+            AllreduceAlgo::parse(&v).map(Some).ok_or(Error::InvalidEnv {
+                var: ALGO_ENV,
+                value: v,
+                expected: "auto, oneshot, twoshot, ring or rd",
+            })
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Types an allreduce can reduce (every [`Element`] but u8).
@@ -49,40 +172,86 @@ impl Reducible for i64 {}
 impl Reducible for u32 {}
 impl Reducible for u64 {}
 
-/// An allreduce workspace and its sequence state. Create it on every PE at the same point
-/// (the allocation is collective), then call [`Allreduce::run`] on every PE with the same
-/// lengths, op and algorithm, in the same order.
+/// Words of `nvshmemrs_allreduce_state` (device/allreduce.h).
+const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
+
+/// An allreduce workspace over the world or a team. Create it on every PE at the same point
+/// (the allocation is collective over the world), then call [`Allreduce::run`] on every member
+/// with the same lengths, op and algorithm, in the same order. The sequence state lives on the
+/// device, so calls may be issued back to back with no barrier and captured in a CUDA graph.
 pub struct Allreduce<'nv> {
     nv: &'nv Nvshmem,
-    /// Receive slots: 2 parities x n_pes slots of `slot_bytes`.
+    /// Receive slots: 2 parities x world slots of `slot_bytes`.
     scratch: SymmetricBuffer<'nv, u8>,
-    /// Arrival counters: 2 phases x 2 parities x n_pes words, only ever growing.
+    /// Arrival counters: algos x 2 phases x 2 parities x world words, only ever growing.
     flags: SymmetricBuffer<'nv, u64>,
+    /// Device-resident step count and counter targets (nvshmemrs_allreduce_state).
+    state: SymmetricBuffer<'nv, u64>,
+    /// World PE of each team rank.
+    pes: SymmetricBuffer<'nv, i32>,
     slot_bytes: usize,
-    /// Steps issued so far (each step uses parity step % 2).
-    steps: u64,
-    /// Per phase (scatter/one-shot, gather) and parity: what every peer's counter reaches once
-    /// the last issued step has fully arrived. All PEs compute the same values.
-    expected: [[u64; 2]; 2],
+    /// Team size and this PE's rank in it; None on PEs outside the team.
+    n: i32,
+    rank: Option<i32>,
+    /// What `Auto` resolves to when NVSH_ALLREDUCE_ALGO is set.
+    env_algo: Option<AllreduceAlgo>,
 }
 
 impl Nvshmem {
-    /// A workspace whose receive slots hold `slot_bytes` each (2 x n_pes of them). Larger
-    /// messages are reduced in segments of that size. Collective.
+    /// A workspace over all PEs whose receive slots hold `slot_bytes` each (2 x n_pes of them).
+    /// Larger messages are reduced in segments of that size. Collective.
     pub fn allreduce_workspace(&self, slot_bytes: usize) -> Result<Allreduce<'_>> {
+        self.allreduce_workspace_for(Some(&self.team_world()), slot_bytes)
+    }
+
+    /// A workspace over `team`. Collective over the WORLD (symmetric allocation): every PE calls
+    /// it at the same point with the same `slot_bytes`, each passing its own team of the same
+    /// split, or None if it is in none of them (it then only takes part in the allocation; runs
+    /// on it return [`Error::NotInTeam`]).
+    pub fn allreduce_workspace_for(
+        &self,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+    ) -> Result<Allreduce<'_>> {
+        let env_algo = algo_from_env()?;
         let slot_bytes = slot_bytes.max(4096).next_multiple_of(256);
-        let n = self.n_pes() as usize;
-        let scratch = self.alloc::<u8>(2 * n * slot_bytes)?;
-        let flags = self.alloc_zeroed::<u64>(2 * 2 * n)?;
+        let world = self.n_pes() as usize;
+        let mut pes = vec![-1i32; world];
+        let (n, rank) = match team {
+            Some(t) => {
+                let world_team = self.team_world();
+                for (r, pe) in pes.iter_mut().enumerate().take(t.n_pes() as usize) {
+                    *pe = t.translate_pe(r as i32, &world_team)?.unwrap_or(-1);
+                }
+                (t.n_pes(), Some(t.my_pe()).filter(|&r| r >= 0))
+            }
+            None => (0, None),
+        };
+        let scratch = self.alloc::<u8>(2 * world * slot_bytes)?;
+        let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
+        let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
+        let pes_buf = self.alloc::<i32>(world)?;
+        pes_buf.copy_from_host(&pes)?;
         self.barrier_all();
         Ok(Allreduce {
             nv: self,
             scratch,
             flags,
+            state,
+            pes: pes_buf,
             slot_bytes,
-            steps: 0,
-            expected: [[0; 2]; 2],
+            n,
+            rank,
+            env_algo,
         })
+    }
+}
+
+impl<'nv> Team<'nv> {
+    /// [`Nvshmem::allreduce_workspace_for`] this team (collective over the world).
+    pub fn allreduce_workspace(&self, slot_bytes: usize) -> Result<Allreduce<'nv>> {
+        self.runtime()
+            .allreduce_workspace_for(Some(self), slot_bytes)
     }
 }
 
@@ -92,14 +261,17 @@ impl<'nv> Allreduce<'nv> {
         self.slot_bytes
     }
 
-    /// The algorithm `Auto` picks for `bytes` of `dtype` on this job. Measured on two NVLinked
-    /// H200 (2026-11-22, `nvsh bench allreduce`): one-shot is faster up to 2 MiB (18.7 vs 20.6
-    /// us at 2 MiB f32), two-shot from 4 MiB (27.8 vs 29.0 us).
-    pub fn choose(&self, bytes: usize, _dtype: Dtype) -> AllreduceAlgo {
-        if bytes <= 2 << 20 {
-            AllreduceAlgo::OneShot
-        } else {
-            AllreduceAlgo::TwoShot
+    /// PEs taking part (the team size).
+    pub fn n_pes(&self) -> i32 {
+        self.n
+    }
+
+    /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
+    /// else the [`SELECTION`] table.
+    pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
+        match self.env_algo {
+            Some(a) if a != AllreduceAlgo::Auto => a,
+            _ => select(SELECTION, self.n, bytes, dtype),
         }
     }
 
@@ -122,19 +294,21 @@ impl<'nv> Allreduce<'nv> {
                 src: input.len(),
             });
         }
+        let Some(rank) = self.rank else {
+            return Err(Error::NotInTeam { what: "allreduce" });
+        };
         let algo = match algo {
             AllreduceAlgo::Auto => self.choose(input.num_bytes(), T::DTYPE),
             a => a,
         };
         let count = input.len();
         let elem = std::mem::size_of::<T>();
-        // Segments: one-shot sends a whole segment per slot, two-shot one chunk per slot.
         let per16 = (16 / elem).max(1);
         let slot_elems = self.slot_bytes / elem / per16 * per16;
-        let n = self.nv.n_pes() as usize;
-        let segment = match algo {
-            AllreduceAlgo::OneShot => slot_elems,
-            _ => slot_elems * n,
+        let segment = if algo.whole_segment_per_slot() {
+            slot_elems
+        } else {
+            slot_elems * self.n as usize
         };
         let mut start = 0;
         while start < count {
@@ -143,80 +317,55 @@ impl<'nv> Allreduce<'nv> {
                 input.view(start..start + len)?,
                 output.view(start..start + len)?,
             );
-            self.step::<T>(algo, op, seg_in, seg_out, stream)?;
+            self.step::<T>(algo, op, rank, seg_in, seg_out, stream)?;
             start += len;
         }
         Ok(algo)
     }
 
-    /// Launches one segment's kernel with the next parity and counter targets.
+    /// Launches one segment's kernel; the kernel reads and advances the device-side state.
     fn step<T: Reducible>(
         &mut self,
         algo: AllreduceAlgo,
         op: ReduceOp,
+        rank: i32,
         input: SymView<'_, T>,
         output: SymView<'_, T>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let n = self.nv.n_pes();
+        let n = self.n as usize;
         let bytes = input.num_bytes();
-        let parity = (self.steps % 2) as usize;
-        let per_block = |bytes: usize, unit: usize, max: usize| bytes.div_ceil(unit).clamp(1, max);
-        let (scratch, flags) = (self.scratch.as_device_ptr(), self.flags.as_device_ptr());
-        let code = match algo {
-            AllreduceAlgo::OneShot => {
-                let blocks = per_block(bytes, 16 << 10, 32);
-                self.expected[0][parity] += blocks as u64;
-                // SAFETY: symmetric input/output of `len` elements, the workspace's own scratch
-                // and counters, and counter targets every PE computes alike.
-                unsafe {
-                    sys::nvshmemrs_allreduce_oneshot(
-                        T::DTYPE as i32,
-                        op as i32,
-                        input.as_device_ptr().cast(),
-                        output.as_device_ptr().cast(),
-                        input.len(),
-                        scratch.cast(),
-                        self.slot_bytes,
-                        flags,
-                        parity as i32,
-                        self.expected[0][parity],
-                        n,
-                        self.nv.my_pe(),
-                        blocks as i32,
-                        512,
-                        raw_stream(stream),
-                    )
-                }
-            }
-            _ => {
-                let blocks = per_block(bytes / n as usize, 32 << 10, 64);
-                self.expected[0][parity] += blocks as u64;
-                self.expected[1][parity] += blocks as u64;
-                // SAFETY: as for one-shot.
-                unsafe {
-                    sys::nvshmemrs_allreduce_twoshot(
-                        T::DTYPE as i32,
-                        op as i32,
-                        input.as_device_ptr().cast(),
-                        output.as_device_ptr().cast(),
-                        input.len(),
-                        scratch.cast(),
-                        self.slot_bytes,
-                        flags,
-                        parity as i32,
-                        self.expected[0][parity],
-                        self.expected[1][parity],
-                        n,
-                        self.nv.my_pe(),
-                        blocks as i32,
-                        512,
-                        raw_stream(stream),
-                    )
-                }
-            }
+        let parts = |bytes: usize, unit: usize, max: usize| bytes.div_ceil(unit).clamp(1, max);
+        let blocks = match algo {
+            AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => parts(bytes / n, 32 << 10, 64),
+            _ => parts(bytes, 16 << 10, 32),
         };
-        self.steps += 1;
+        let args = sys::nvshmemrs_allreduce_args {
+            input: input.as_device_ptr().cast(),
+            output: output.as_device_ptr().cast(),
+            count: input.len(),
+            scratch: self.scratch.as_device_ptr().cast(),
+            slot_bytes: self.slot_bytes,
+            flags: self.flags.as_device_ptr(),
+            state: self.state.as_device_ptr().cast(),
+            pes: self.pes.as_device_ptr(),
+            n: self.n,
+            rank,
+            world: self.nv.n_pes(),
+        };
+        // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
+        // counters, state and PE table; every member launches the same algo and block count.
+        let code = unsafe {
+            sys::nvshmemrs_allreduce(
+                algo.code(),
+                T::DTYPE as i32,
+                op as i32,
+                args,
+                blocks as i32,
+                512,
+                raw_stream(stream),
+            )
+        };
         cuda_check(code, "allreduce kernel launch")
     }
 
@@ -230,5 +379,63 @@ impl<'nv> Allreduce<'nv> {
     ) -> Result<AllreduceAlgo> {
         let buffer = buffer.into();
         self.run(buffer, buffer, op, algo, stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::tests::with_env;
+
+    #[test]
+    fn the_table_picks_by_pe_count_and_size() {
+        let pick = |n, bytes| select(SELECTION, n, bytes, Dtype::F32);
+        assert_eq!(pick(1, 1 << 30), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 4096), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 2 << 20), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, (2 << 20) + 1), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
+        assert_eq!(pick(8, 1 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(16, 256 << 20), AllreduceAlgo::Ring);
+    }
+
+    #[test]
+    fn dtype_rows_apply_only_to_their_element_size() {
+        let table = [
+            SelectionRule {
+                max_pes: 2,
+                elem_bytes: Some(2),
+                max_bytes: 1 << 20,
+                algo: AllreduceAlgo::Ring,
+            },
+            rule(i32::MAX, usize::MAX, AllreduceAlgo::TwoShot),
+        ];
+        assert_eq!(select(&table, 2, 4096, Dtype::Bf16), AllreduceAlgo::Ring);
+        assert_eq!(select(&table, 2, 4096, Dtype::F32), AllreduceAlgo::TwoShot);
+    }
+
+    #[test]
+    fn names_round_trip_and_the_env_override_is_checked() {
+        for a in AllreduceAlgo::ALL.into_iter().chain([AllreduceAlgo::Auto]) {
+            assert_eq!(AllreduceAlgo::parse(a.name()), Some(a));
+        }
+        assert_eq!(
+            AllreduceAlgo::parse("Recursive-Doubling"),
+            Some(AllreduceAlgo::RecursiveDoubling)
+        );
+        with_env(&[(ALGO_ENV, "ring")], || {
+            assert_eq!(algo_from_env().unwrap(), Some(AllreduceAlgo::Ring));
+        });
+        with_env(&[(ALGO_ENV, "")], || {
+            assert_eq!(algo_from_env().unwrap(), None)
+        });
+        with_env(&[(ALGO_ENV, "fastest")], || {
+            let err = algo_from_env().unwrap_err().to_string();
+            assert!(
+                err.contains("NVSH_ALLREDUCE_ALGO") && err.contains("ring"),
+                "{err}"
+            );
+        });
     }
 }

@@ -37,6 +37,10 @@ pub enum Candidate {
     OneShot,
     /// [`AllreduceAlgo::TwoShot`].
     TwoShot,
+    /// [`AllreduceAlgo::Ring`].
+    Ring,
+    /// [`AllreduceAlgo::RecursiveDoubling`].
+    Rd,
     /// [`AllreduceAlgo::Auto`]: ours as users get it; the ratio compares it with NCCL.
     Auto,
     /// `ncclAllReduce` through [`NcclBaseline`].
@@ -46,9 +50,11 @@ pub enum Candidate {
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 5] = [
+    pub const ALL: [Candidate; 7] = [
         Candidate::OneShot,
         Candidate::TwoShot,
+        Candidate::Ring,
+        Candidate::Rd,
         Candidate::Auto,
         Candidate::Nccl,
         Candidate::Nvshmem,
@@ -59,6 +65,8 @@ impl Candidate {
         match self {
             Candidate::OneShot => "oneshot",
             Candidate::TwoShot => "twoshot",
+            Candidate::Ring => "ring",
+            Candidate::Rd => "rd",
             Candidate::Auto => "auto",
             Candidate::Nccl => "nccl",
             Candidate::Nvshmem => "nvshmem",
@@ -72,7 +80,10 @@ impl Candidate {
             .into_iter()
             .find(|c| c.name() == s)
             .ok_or_else(|| {
-                format!("'{s}' is not an algorithm: use oneshot, twoshot, auto, nccl or nvshmem")
+                format!(
+                    "'{s}' is not an algorithm: use oneshot, twoshot, ring, rd, auto, nccl or \
+                     nvshmem"
+                )
             })
     }
 
@@ -81,6 +92,8 @@ impl Candidate {
         match self {
             Candidate::OneShot => Some(AllreduceAlgo::OneShot),
             Candidate::TwoShot => Some(AllreduceAlgo::TwoShot),
+            Candidate::Ring => Some(AllreduceAlgo::Ring),
+            Candidate::Rd => Some(AllreduceAlgo::RecursiveDoubling),
             Candidate::Auto => Some(AllreduceAlgo::Auto),
             Candidate::Nccl | Candidate::Nvshmem => None,
         }
@@ -89,11 +102,7 @@ impl Candidate {
 
 /// The report's name of an algorithm.
 pub fn algo_name(algo: AllreduceAlgo) -> &'static str {
-    match algo {
-        AllreduceAlgo::Auto => "auto",
-        AllreduceAlgo::OneShot => "oneshot",
-        AllreduceAlgo::TwoShot => "twoshot",
-    }
+    algo.name()
 }
 
 /// Element types the benchmark runs.
@@ -1105,7 +1114,7 @@ mod tests {
             assert_eq!(BenchDtype::parse(d.name()), Ok(d));
         }
         assert_eq!(BenchDtype::parse("BFloat16"), Ok(BenchDtype::Bf16));
-        assert!(Candidate::parse("ring").is_err());
+        assert!(Candidate::parse("butterfly").is_err());
         assert!(BenchDtype::parse("f16").is_err());
         for op in [
             ReduceOp::Sum,

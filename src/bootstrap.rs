@@ -208,7 +208,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 9] = [
+    const ALL: [&str; 10] = [
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -218,9 +218,11 @@ pub(crate) mod tests {
         "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_RANK",
+        crate::allreduce::ALGO_ENV,
     ];
 
-    /// Runs `f` with exactly `vars` set among the variables the bootstraps read.
+    /// Runs `f` with exactly `vars` set among the variables the bootstraps (and the allreduce
+    /// override) read.
     pub(crate) fn with_env<R>(vars: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
         let _guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let saved: Vec<_> = ALL.iter().map(|k| (*k, env::var_os(k))).collect();

@@ -22,6 +22,18 @@ pub enum Dtype {
     U8 = 8,
 }
 
+impl Dtype {
+    /// Bytes of one element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::U8 => 1,
+        }
+    }
+}
+
 /// A type a [`crate::SymmetricBuffer`] can hold.
 ///
 /// # Safety

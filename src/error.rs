@@ -121,6 +121,12 @@ pub enum Error {
     #[error("team split failed (status {status}): {why}")]
     TeamSplit { status: i32, why: String },
 
+    /// A team operation was called on a PE that is not a member of the team.
+    #[error(
+        "{what}: this PE is not a member of the team it was created for; call it only on members"
+    )]
+    NotInTeam { what: &'static str },
+
     /// MPI failed.
     #[error("MPI: {message}")]
     Mpi { message: String },
@@ -148,6 +154,24 @@ pub enum Error {
         var: &'static str,
         value: String,
         expected: &'static str,
+    },
+
+    /// A channel call with arguments it cannot take (src/channel.rs).
+    #[error("channel: {what}; {hint}")]
+    Channel { what: String, hint: &'static str },
+
+    /// A channel message had another length than the receive asked for (checked on the GPU).
+    #[error(
+        "channel: message {seq} from PE {peer} holds {sent} elements but the receive on PE {pe} \
+         asked for {expected}; it was dropped, not copied: send and receive the same lengths in \
+         the same order"
+    )]
+    MessageLength {
+        pe: i32,
+        peer: i32,
+        seq: u64,
+        sent: u64,
+        expected: u64,
     },
 
     /// The unique-ID bootstrap could not be prepared.

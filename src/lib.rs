@@ -30,6 +30,8 @@ pub mod bench_allreduce;
 pub mod bench_put;
 pub mod bootstrap;
 pub mod buffer;
+pub mod channel;
+pub mod deadline;
 pub mod device_put;
 pub mod doctor;
 pub mod element;
@@ -55,6 +57,7 @@ pub mod sys {
 pub use allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
 pub use bootstrap::Bootstrap;
 pub use buffer::{SymView, SymmetricBuffer};
+pub use channel::{Channel, Received};
 pub use device_put::{Completion, LaunchShape};
 pub use element::{Atomic64, Dtype, Element};
 pub use error::{Error, Result};

@@ -44,7 +44,12 @@ impl<'nv> Team<'nv> {
         self.handle
     }
 
-    /// This PE's number in the team.
+    /// The runtime the team belongs to.
+    pub fn runtime(&self) -> &'nv Nvshmem {
+        self.nv
+    }
+
+    /// This PE's number in the team (-1 if not a member).
     pub fn my_pe(&self) -> i32 {
         // SAFETY: a valid team while the runtime lives.
         unsafe { sys::nvshmem_team_my_pe(self.handle) }

@@ -1,5 +1,6 @@
 //! Allreduce against a CPU reference: every op x dtype x algorithm, edge counts, in place,
-//! segmented messages, back-to-back calls; 2 PEs on two GPUs, 3 and 4 PEs on one GPU.
+//! segmented messages, back-to-back calls, teams, CUDA graph replay; 2 PEs on two GPUs, 3 to 6
+//! PEs on one GPU (non-powers of two exercise recursive doubling's fold-in).
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 //!
 //! The reference reduces in PE order 0..n-1 in the kernels' accumulation type (f32 for f16 and
@@ -20,9 +21,11 @@ const OPS: [ReduceOp; 5] = [
     ReduceOp::Max,
     ReduceOp::Avg,
 ];
-const ALGOS: [AllreduceAlgo; 3] = [
+const ALGOS: [AllreduceAlgo; 5] = [
     AllreduceAlgo::OneShot,
     AllreduceAlgo::TwoShot,
+    AllreduceAlgo::Ring,
+    AllreduceAlgo::RecursiveDoubling,
     AllreduceAlgo::Auto,
 ];
 
@@ -117,7 +120,25 @@ fn check<T: RefElem>(
     in_place: bool,
     salt: usize,
 ) {
-    let (me, n) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let members: Vec<usize> = (0..nv.n_pes() as usize).collect();
+    check_members::<T>(nv, ar, &members, count, op, algo, in_place, salt);
+    nv.barrier_all();
+}
+
+/// [`check`] for a workspace over the team whose world PEs are `members` (in rank order); only
+/// members call it.
+#[allow(clippy::too_many_arguments)]
+fn check_members<T: RefElem>(
+    nv: &Nvshmem,
+    ar: &mut nvshmem::Allreduce<'_>,
+    members: &[usize],
+    count: usize,
+    op: ReduceOp,
+    algo: AllreduceAlgo,
+    in_place: bool,
+    salt: usize,
+) {
+    let me = nv.my_pe() as usize;
     let input = nv.alloc::<T>(count).unwrap();
     let output = nv.alloc::<T>(count).unwrap();
     input
@@ -145,15 +166,15 @@ fn check<T: RefElem>(
     }
     .unwrap();
     for (i, g) in got.iter().enumerate() {
-        let vals: Vec<T> = (0..n).map(|p| T::gen(p, i, salt, op)).collect();
+        let vals: Vec<T> = members.iter().map(|&p| T::gen(p, i, salt, op)).collect();
         let want = T::reduce(&vals, op);
         assert!(
             T::close(*g, want),
-            "{} {op:?} {algo:?} (ran {used:?}) count {count} in_place {in_place}: element {i} is {g:?}, want {want:?}",
+            "{} {op:?} {algo:?} (ran {used:?}) count {count} in_place {in_place} members \
+             {members:?}: element {i} is {g:?}, want {want:?}",
             T::NAME
         );
     }
-    nv.barrier_all();
 }
 
 fn every_op_dtype_algorithm(nv: &Nvshmem, counts: &[usize]) {
@@ -225,8 +246,14 @@ fn pe2_a_thousand_back_to_back_calls_with_changing_data() {
     let input = nv.alloc::<i64>(count).unwrap();
     let output = nv.alloc::<i64>(count).unwrap();
     for it in 0..1000usize {
-        // Alternate algorithms so that both parities of both phases are exercised.
-        let algo = [AllreduceAlgo::OneShot, AllreduceAlgo::TwoShot][it % 2];
+        // Cycle through the algorithms (an odd count of them: each meets both parities).
+        let algo = [
+            AllreduceAlgo::OneShot,
+            AllreduceAlgo::TwoShot,
+            AllreduceAlgo::Ring,
+            AllreduceAlgo::RecursiveDoubling,
+            AllreduceAlgo::OneShot,
+        ][it % 5];
         let data: Vec<i64> = (0..count)
             .map(|i| i64::gen(me, i, it, ReduceOp::Sum))
             .collect();
@@ -285,4 +312,157 @@ fn pe3_on_one_gpu_every_op_and_dtype() {
 fn pe4_on_one_gpu_every_op_and_dtype() {
     let nv = runtime(4);
     every_op_dtype_algorithm(&nv, &[3, 1001]);
+}
+
+/// Fewer dtypes, every op and algorithm: 5 and 6 PEs give recursive doubling one and two PEs
+/// to fold in, and the ring 5 and 6 hops.
+fn every_op_and_algorithm_some_dtypes(nv: &Nvshmem) {
+    let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
+    for count in [1, 13, 40_001] {
+        for op in OPS {
+            for algo in ALGOS {
+                check::<f32>(nv, &mut ar, count, op, algo, false, 31);
+                check::<bf16>(nv, &mut ar, count, op, algo, true, 32);
+                check::<i64>(nv, &mut ar, count, op, algo, false, 33);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs 1 GPU (5 PEs on it)"]
+fn pe5_on_one_gpu_every_op_and_algorithm() {
+    let nv = runtime(5);
+    every_op_and_algorithm_some_dtypes(&nv);
+}
+
+#[test]
+#[ignore = "needs 1 GPU (6 PEs on it)"]
+fn pe6_on_one_gpu_every_op_and_algorithm() {
+    let nv = runtime(6);
+    every_op_and_algorithm_some_dtypes(&nv);
+}
+
+#[test]
+#[ignore = "needs 1 GPU (4 PEs on it)"]
+fn pe4_teams_reduce_only_over_their_members() {
+    let nv = runtime(4);
+    let me = nv.my_pe();
+    let world = nv.team_world();
+    // Even and odd PEs: two teams of one split (collective over the world, every PE calls both).
+    let even = world.split_strided(0, 2, 2).unwrap();
+    let odd = world.split_strided(1, 2, 2).unwrap();
+    let mine = even.as_ref().or(odd.as_ref()).unwrap();
+    let mut ar = mine.allreduce_workspace(64 << 10).unwrap();
+    let members: Vec<usize> = (0..2).map(|r| (2 * r + me % 2) as usize).collect();
+    for algo in ALGOS {
+        for op in OPS {
+            check_members::<f32>(&nv, &mut ar, &members, 1001, op, algo, false, 41);
+            check_members::<i32>(&nv, &mut ar, &members, 77_777, op, algo, true, 42);
+        }
+    }
+    nv.barrier_all();
+    // A team of PEs 1..3 (3 members: a non-power of two); PE 0 only takes part in the allocation.
+    let three = world.split_strided(1, 1, 3).unwrap();
+    let mut ar3 = nv
+        .allreduce_workspace_for(three.as_ref(), 64 << 10)
+        .unwrap();
+    let x = nv.alloc::<f32>(4).unwrap();
+    if let Some(t) = &three {
+        assert_eq!(t.n_pes(), 3);
+        for algo in ALGOS {
+            check_members::<i64>(
+                &nv,
+                &mut ar3,
+                &[1, 2, 3],
+                5003,
+                ReduceOp::Sum,
+                algo,
+                false,
+                43,
+            );
+        }
+    } else {
+        let err = ar3
+            .run_in_place(&x, ReduceOp::Sum, AllreduceAlgo::Auto, nv.stream())
+            .unwrap_err();
+        assert!(matches!(err, nvshmem::Error::NotInTeam { .. }), "{err}");
+        // Symmetric allocations are collective over the world: mirror the members' two per call.
+        for _ in ALGOS {
+            let _input = nv.alloc::<i64>(5003).unwrap();
+            let _output = nv.alloc::<i64>(5003).unwrap();
+        }
+    }
+    nv.barrier_all();
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_replays_of_a_captured_cuda_graph_reduce_fresh_data() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let nv = runtime(2);
+    let (me, n) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let mut ar = nv.allreduce_workspace(256 << 10).unwrap();
+    let stream = nv.stream().clone();
+    // 1M f32 = 4 MiB: several segments per call; then a second, in-place call.
+    let count = 1 << 20;
+    let input = nv.alloc::<f32>(count).unwrap();
+    let output = nv.alloc::<f32>(count).unwrap();
+    let small = nv.alloc::<i64>(1001).unwrap();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    ar.run(
+        &input,
+        &output,
+        ReduceOp::Sum,
+        AllreduceAlgo::TwoShot,
+        &stream,
+    )
+    .unwrap();
+    ar.run_in_place(&small, ReduceOp::Max, AllreduceAlgo::OneShot, &stream)
+        .unwrap();
+    ar.run(
+        &input,
+        &output,
+        ReduceOp::Sum,
+        AllreduceAlgo::RecursiveDoubling,
+        &stream,
+    )
+    .unwrap();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph was captured");
+    for it in 0..50usize {
+        let data: Vec<f32> = (0..count)
+            .map(|i| f32::gen(me, i, it, ReduceOp::Sum))
+            .collect();
+        input.copy_from_host(&data).unwrap();
+        let ints: Vec<i64> = (0..1001)
+            .map(|i| i64::gen(me, i, it, ReduceOp::Max))
+            .collect();
+        small.copy_from_host(&ints).unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        let got = output.to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let vals: Vec<f32> = (0..n).map(|p| f32::gen(p, i, it, ReduceOp::Sum)).collect();
+            let want = f32::reduce(&vals, ReduceOp::Sum);
+            assert!(
+                f32::close(*g, want),
+                "replay {it}, element {i}: {g} want {want}"
+            );
+        }
+        let got = small.to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want = (0..n)
+                .map(|p| i64::gen(p, i, it, ReduceOp::Max))
+                .max()
+                .unwrap();
+            assert_eq!(*g, want, "replay {it}, max element {i}");
+        }
+        // Every PE checked this replay before anyone overwrites its input for the next.
+        nv.barrier_all();
+    }
 }

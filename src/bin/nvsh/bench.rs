@@ -56,10 +56,10 @@ pub struct AllreduceArgs {
     /// Untimed calls before the repetitions.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
-    /// What to time, comma-separated: oneshot, twoshot, auto, nccl, nvshmem.
+    /// What to time, comma-separated: oneshot, twoshot, ring, rd, auto, nccl, nvshmem.
     #[arg(
         long,
-        default_value = "oneshot,twoshot,auto,nccl,nvshmem",
+        default_value = "oneshot,twoshot,ring,rd,auto,nccl,nvshmem",
         value_delimiter = ',',
         value_parser = Candidate::parse
     )]
@@ -250,7 +250,7 @@ mod tests {
     fn allreduce_rejects_unknown_names() {
         for bad in [
             &["--dtypes", "f16"][..],
-            &["--algos", "ring"],
+            &["--algos", "butterfly"],
             &["--op", "xor"],
             &["--max", "x"],
         ] {
