@@ -46,10 +46,30 @@ pub enum GptError {
     #[error("data: {0}")]
     Data(String),
 
-    /// A kernel was called with shapes it cannot handle (e.g. heads that do not divide the
-    /// width, a padded vocabulary smaller than the vocabulary, sizes beyond 32-bit indexing).
-    #[error("{op}: invalid shape: {detail}")]
-    Shape { op: &'static str, detail: String },
+    /// A kernel was called with arguments it cannot handle (heads that do not divide the width,
+    /// a padded vocabulary smaller than the vocabulary, a null or misaligned device address,
+    /// sizes beyond 32-bit indexing, AdamW step 0).
+    #[error("{op}: invalid argument: {detail}")]
+    InvalidArgument { op: &'static str, detail: String },
+
+    /// libcublas could not be loaded at run time.
+    #[error(
+        "cuBLAS is not loadable ({detail}); install the cuBLAS libraries of this build's CUDA \
+         major version (libcublas and libcublasLt, e.g. from the nvidia-cublas wheel or the CUDA \
+         toolkit) and put their lib directory on LD_LIBRARY_PATH"
+    )]
+    NoCublas { detail: String },
+
+    /// A host-side wait gave up: a peer PE stopped, or a transfer or collective hung.
+    #[error(
+        "timed out after {waited_ms} ms waiting for {what}; check that every PE is alive (the \
+         other ranks' output says why one stopped); --timeout-ms sets the limit"
+    )]
+    Timeout { what: String, waited_ms: u128 },
+
+    /// Stages could not exchange data (a peer stopped, or the stages disagree on shapes).
+    #[error("pipeline communication: {0}")]
+    Comm(String),
 }
 
 /// Result with [`GptError`].
