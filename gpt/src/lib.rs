@@ -11,3 +11,19 @@ pub mod fatbins {
 pub mod error;
 pub mod ops;
 pub mod reference;
+
+// The trainer (pipeline, data, optimizer schedule, CLI support).
+pub mod backend;
+pub mod checkpoint;
+pub mod comm;
+pub mod config;
+pub mod cpu;
+pub mod data;
+pub mod log;
+pub mod lr;
+pub mod model;
+pub mod params;
+pub mod rng;
+pub mod schedule;
+pub mod session;
+pub mod trainer;

@@ -1,0 +1,290 @@
+//! Per-step records (`--log-json FILE`: one JSON object per line) and the tools that read them:
+//! `nvsh-gpt compare` (loss parity between two runs) and `nvsh-gpt summary`.
+
+use crate::error::{GptError, Result};
+use std::path::Path;
+
+/// One training step as logged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepRecord {
+    /// 1-based step.
+    pub step: u64,
+    /// Mean training loss of the step (before its update).
+    pub loss: f64,
+    /// Validation loss, on the steps where it was computed.
+    pub val_loss: Option<f64>,
+    pub lr: f64,
+    /// Wall time of the step (ms).
+    pub ms: f64,
+    /// Training tokens per second of the step (all replicas).
+    pub tok_s: f64,
+    /// Seconds since training started, at the end of the step.
+    pub elapsed_s: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Share of the step the stages' compute streams waited on receives (mean over stages).
+    pub wait_pct: f64,
+    /// Share of the step the schedule itself leaves idle (mean over stages).
+    pub bubble_pct: f64,
+    /// Share of the step lost on the critical path beyond compute and bubble.
+    pub transfer_pct: f64,
+}
+
+fn num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
+}
+
+impl StepRecord {
+    /// The record as one line of JSON (no newline).
+    pub fn to_json(&self) -> String {
+        let mut s = format!("{{\"step\":{},\"loss\":{}", self.step, num(self.loss));
+        if let Some(v) = self.val_loss {
+            s.push_str(&format!(",\"val_loss\":{}", num(v)));
+        }
+        for (k, v) in [
+            ("lr", self.lr),
+            ("ms", self.ms),
+            ("tok_s", self.tok_s),
+            ("elapsed_s", self.elapsed_s),
+            ("grad_norm", self.grad_norm),
+            ("wait_pct", self.wait_pct),
+            ("bubble_pct", self.bubble_pct),
+            ("transfer_pct", self.transfer_pct),
+        ] {
+            s.push_str(&format!(",\"{k}\":{}", num(v)));
+        }
+        s.push('}');
+        s
+    }
+
+    /// Parses a line written by [`StepRecord::to_json`] (a flat object of numbers; unknown
+    /// keys are ignored). None for lines that are not step records.
+    pub fn from_json(line: &str) -> Option<StepRecord> {
+        let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
+        let mut r = StepRecord::default();
+        let mut has_step = false;
+        let mut has_loss = false;
+        for field in body.split(',') {
+            let (k, v) = field.split_once(':')?;
+            let k = k.trim().trim_matches('"');
+            let v = v.trim();
+            let x = if v == "null" {
+                f64::NAN
+            } else {
+                v.parse::<f64>().ok()?
+            };
+            match k {
+                "step" => {
+                    r.step = v.parse().ok()?;
+                    has_step = true;
+                }
+                "loss" => {
+                    r.loss = x;
+                    has_loss = true;
+                }
+                "val_loss" => r.val_loss = Some(x),
+                "lr" => r.lr = x,
+                "ms" => r.ms = x,
+                "tok_s" => r.tok_s = x,
+                "elapsed_s" => r.elapsed_s = x,
+                "grad_norm" => r.grad_norm = x,
+                "wait_pct" => r.wait_pct = x,
+                "bubble_pct" => r.bubble_pct = x,
+                "transfer_pct" => r.transfer_pct = x,
+                _ => {}
+            }
+        }
+        (has_step && has_loss).then_some(r)
+    }
+}
+
+/// Reads the step records of a `--log-json` file.
+pub fn read_log(path: &Path) -> Result<Vec<StepRecord>> {
+    let text = std::fs::read_to_string(path).map_err(|source| GptError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let recs: Vec<StepRecord> = text.lines().filter_map(StepRecord::from_json).collect();
+    if recs.is_empty() {
+        return Err(GptError::Data(format!(
+            "{}: no step records (is it a --log-json file of nvsh-gpt?)",
+            path.display()
+        )));
+    }
+    Ok(recs)
+}
+
+/// The outcome of comparing two runs' losses step by step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    /// Steps compared.
+    pub compared: usize,
+    /// The step with the largest relative difference, its two losses and the difference.
+    pub worst: Option<(u64, f64, f64, f64)>,
+    /// Steps of the first `steps` present in only one log.
+    pub missing: Vec<u64>,
+    pub ok: bool,
+}
+
+/// Relative difference |a - b| / max(|a|, |b|) (0 when both are 0; infinite for NaN).
+pub fn rel_diff(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        return f64::INFINITY;
+    }
+    let scale = a.abs().max(b.abs());
+    if scale == 0.0 {
+        0.0
+    } else {
+        (a - b).abs() / scale
+    }
+}
+
+/// Compares the losses of steps 1..=`steps` (all steps of `a` when None): every one must be in
+/// both logs and agree within `rel`.
+pub fn compare(a: &[StepRecord], b: &[StepRecord], rel: f64, steps: Option<u64>) -> Comparison {
+    let last = steps.unwrap_or_else(|| a.iter().map(|r| r.step).max().unwrap_or(0));
+    let find = |recs: &[StepRecord], s: u64| recs.iter().find(|r| r.step == s).map(|r| r.loss);
+    let mut worst: Option<(u64, f64, f64, f64)> = None;
+    let mut missing = Vec::new();
+    let mut compared = 0;
+    for s in 1..=last {
+        match (find(a, s), find(b, s)) {
+            (Some(x), Some(y)) => {
+                compared += 1;
+                let d = rel_diff(x, y);
+                if worst.is_none_or(|w| d > w.3) {
+                    worst = Some((s, x, y, d));
+                }
+            }
+            _ => missing.push(s),
+        }
+    }
+    let ok = compared > 0 && missing.is_empty() && worst.is_some_and(|w| w.3 <= rel);
+    Comparison {
+        compared,
+        worst,
+        missing,
+        ok,
+    }
+}
+
+/// Throughput and time shares of a run, skipping the first `skip` steps (warm-up).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub steps: usize,
+    pub mean_ms: f64,
+    /// Mean of the per-step token rates.
+    pub tok_s: f64,
+    pub wait_pct: f64,
+    pub bubble_pct: f64,
+    pub transfer_pct: f64,
+    /// Lowest validation loss and the elapsed seconds when it was logged.
+    pub best_val: Option<(f64, f64)>,
+    pub last_loss: f64,
+}
+
+pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
+    let used: Vec<&StepRecord> = recs.iter().skip(skip.min(recs.len().saturating_sub(1))).collect();
+    let n = used.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&StepRecord) -> f64| used.iter().map(|r| f(r)).sum::<f64>() / n;
+    let best_val = recs
+        .iter()
+        .filter_map(|r| r.val_loss.map(|v| (v, r.elapsed_s)))
+        .filter(|(v, _)| v.is_finite())
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    Summary {
+        steps: used.len(),
+        mean_ms: mean(&|r| r.ms),
+        tok_s: mean(&|r| r.tok_s),
+        wait_pct: mean(&|r| r.wait_pct),
+        bubble_pct: mean(&|r| r.bubble_pct),
+        transfer_pct: mean(&|r| r.transfer_pct),
+        best_val,
+        last_loss: recs.last().map_or(f64::NAN, |r| r.loss),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(step: u64, loss: f64) -> StepRecord {
+        StepRecord {
+            step,
+            loss,
+            lr: 1e-3,
+            ms: 10.0,
+            tok_s: 1000.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn json_round_trip_keeps_full_precision() {
+        let r = StepRecord {
+            step: 12,
+            loss: 2.345_678_901_234_567,
+            val_loss: Some(1.999_999_999),
+            lr: 6.0e-4,
+            ms: 31.25,
+            tok_s: 524_288.5,
+            elapsed_s: 3.5,
+            grad_norm: 0.75,
+            wait_pct: 1.5,
+            bubble_pct: 1.25,
+            transfer_pct: 0.25,
+        };
+        let line = r.to_json();
+        assert!(line.starts_with("{\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"), "{line}");
+        assert_eq!(StepRecord::from_json(&line), Some(r));
+        let mut nan = rec(1, f64::NAN);
+        nan.val_loss = None;
+        let back = StepRecord::from_json(&nan.to_json()).unwrap();
+        assert!(back.loss.is_nan() && back.val_loss.is_none());
+        assert_eq!(StepRecord::from_json("{\"summary\":1}"), None);
+        assert_eq!(StepRecord::from_json("not json"), None);
+    }
+
+    #[test]
+    fn compare_finds_the_worst_step_and_fails_beyond_the_tolerance() {
+        let a: Vec<_> = (1..=20).map(|s| rec(s, 5.0 - s as f64 * 0.1)).collect();
+        let mut b = a.clone();
+        b[6].loss *= 1.0 + 5e-6;
+        b[11].loss *= 1.0 - 2e-5;
+        let c = compare(&a, &b, 1e-5, Some(20));
+        assert!(!c.ok);
+        assert_eq!(c.compared, 20);
+        assert_eq!(c.worst.unwrap().0, 12);
+        assert!((c.worst.unwrap().3 - 2e-5).abs() < 1e-9);
+        assert!(compare(&a, &b, 3e-5, Some(20)).ok);
+        // Steps beyond the window do not count; missing steps fail.
+        assert!(compare(&a, &b, 1e-5, Some(6)).ok);
+        let short = &b[..10];
+        let c = compare(&a, short, 1.0, Some(20));
+        assert!(!c.ok && c.missing == (11..=20).collect::<Vec<_>>());
+        // A NaN loss never passes.
+        let mut n = a.clone();
+        n[0].loss = f64::NAN;
+        assert!(!compare(&a, &n, 1.0, None).ok);
+    }
+
+    #[test]
+    fn summary_skips_warm_up_and_finds_the_best_validation() {
+        let mut recs: Vec<_> = (1..=10).map(|s| rec(s, 3.0)).collect();
+        recs[0].ms = 1000.0;
+        recs[0].tok_s = 1.0;
+        recs[4].val_loss = Some(2.0);
+        recs[4].elapsed_s = 50.0;
+        recs[9].val_loss = Some(1.5);
+        recs[9].elapsed_s = 100.0;
+        let s = summarize(&recs, 1);
+        assert_eq!(s.steps, 9);
+        assert_eq!(s.mean_ms, 10.0);
+        assert_eq!(s.tok_s, 1000.0);
+        assert_eq!(s.best_val, Some((1.5, 100.0)));
+    }
+}

@@ -1,0 +1,244 @@
+//! A whole run on one PE: resume, the step loop with validation and checkpoints, the progress
+//! lines and JSON records (leader only), the sampled text (last stage of replica 0) and the
+//! summary. Generic over backend and comm, so the GPU binary and the CPU simulation share it.
+
+use crate::backend::Backend;
+use crate::checkpoint::{stage_path, Checkpoint};
+use crate::comm::Comm;
+use crate::error::{GptError, Result};
+use crate::log::{summarize, StepRecord};
+use crate::trainer::Trainer;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What a run does besides training.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// Validation every this many steps (0: only at the end).
+    pub val_every: usize,
+    /// Per-step JSON records (written by the leader).
+    pub log_json: Option<PathBuf>,
+    /// Checkpoint prefix: `PREFIX.stageS-of-P.ckpt` at the end (and every `save_every` steps).
+    pub save: Option<PathBuf>,
+    pub save_every: usize,
+    /// Checkpoint prefix to continue from.
+    pub resume: Option<PathBuf>,
+    /// Tokens to sample at the end (0: none).
+    pub sample_tokens: usize,
+    pub prompt: String,
+    pub temperature: f32,
+    /// Progress line every this many steps (the first and last step always print).
+    pub print_every: usize,
+}
+
+/// What a run produced on this PE.
+#[derive(Clone, Debug, Default)]
+pub struct SessionResult {
+    /// Every step's record (all PEs know them: the statistics are summed over PEs).
+    pub records: Vec<StepRecord>,
+    /// The sampled text (last stage of replica 0).
+    pub sample: Option<Vec<u8>>,
+}
+
+fn io<T>(path: &std::path::Path, r: std::io::Result<T>) -> Result<T> {
+    r.map_err(|source| GptError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn human(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Runs the session. `out` receives the leader's progress (and the sample on the PE that has
+/// it); other PEs write nothing there.
+pub fn run_session<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    opts: &SessionOptions,
+    out: &mut dyn Write,
+) -> Result<SessionResult> {
+    let topo = tr.topo;
+    let leader = topo.is_leader();
+    let stdout_err = |e: std::io::Error| GptError::Io {
+        path: "<stdout>".into(),
+        source: e,
+    };
+    if let Some(prefix) = &opts.resume {
+        let path = stage_path(prefix, topo.stage(), topo.pp);
+        let ck = Checkpoint::load(&path)?;
+        tr.restore(&ck)?;
+        if leader {
+            writeln!(out, "resumed from {} at step {}", path.display(), tr.step).map_err(stdout_err)?;
+        }
+    }
+    let run = tr.run.clone();
+    if leader {
+        let m = &run.model;
+        writeln!(
+            out,
+            "model: {} layers, {} heads, width {}, context {}, vocab {} ({}), {:.2}M parameters | \
+             pp {} x dp {}, split {:?}, schedule {} | {} micro-batches of {} sequences = {} \
+             tokens/step",
+            m.n_layer,
+            m.n_head,
+            m.n_embd,
+            m.block_size,
+            m.vocab,
+            if m.tied { "tied head" } else { "untied head" },
+            m.num_params() as f64 / 1e6,
+            run.pp,
+            run.dp,
+            run.split.layers(),
+            run.schedule,
+            run.micro_batches,
+            run.micro_batch,
+            run.tokens_per_step()
+        )
+        .map_err(stdout_err)?;
+    }
+    let mut log = match (&opts.log_json, leader) {
+        (Some(path), true) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(opts.resume.is_some())
+                .truncate(opts.resume.is_none())
+                .open(path);
+            Some((path.clone(), io(path, f)?))
+        }
+        _ => None,
+    };
+
+    let mut result = SessionResult::default();
+    let mut last_val: Option<f64> = None;
+    tr.start_clock();
+    let print_every = opts.print_every.max(1);
+    while tr.step < run.steps {
+        let rep = tr.train_step()?;
+        let last = rep.stop || tr.step >= run.steps;
+        let val = if (opts.val_every > 0 && rep.step % opts.val_every == 0) || last {
+            Some(tr.evaluate()?)
+        } else {
+            None
+        };
+        let rec = StepRecord {
+            step: rep.step as u64,
+            loss: rep.loss,
+            val_loss: val,
+            lr: rep.lr as f64,
+            ms: rep.ms,
+            tok_s: rep.tok_s,
+            elapsed_s: tr.elapsed_s(),
+            grad_norm: rep.grad_norm,
+            wait_pct: rep.wait_pct,
+            bubble_pct: rep.bubble_pct,
+            transfer_pct: rep.transfer_pct,
+        };
+        if let Some((path, f)) = &mut log {
+            io(path, writeln!(f, "{}", rec.to_json()))?;
+        }
+        if leader && (rep.step == 1 || last || rep.step % print_every == 0) {
+            writeln!(
+                out,
+                "step {:>5}/{} | loss {:.6} | lr {:.2e} | {:.1} ms | {} tok/s | norm {:.3} | \
+                 wait {:.1}% (bubble {:.1}%, transfer {:.1}%)",
+                rep.step,
+                run.steps,
+                rep.loss,
+                rep.lr,
+                rep.ms,
+                human(rep.tok_s),
+                rep.grad_norm,
+                rep.wait_pct,
+                rep.bubble_pct,
+                rep.transfer_pct
+            )
+            .map_err(stdout_err)?;
+        }
+        if let (Some(v), true) = (val, leader) {
+            writeln!(out, "step {:>5}: val loss {v:.6} ({:.1} s)", rep.step, tr.elapsed_s()).map_err(stdout_err)?;
+        }
+        last_val = val.or(last_val);
+        result.records.push(rec);
+        if let Some(prefix) = &opts.save {
+            if opts.save_every > 0 && rep.step % opts.save_every == 0 && !last {
+                save(tr, prefix)?;
+            }
+        }
+        if rep.stop && leader {
+            writeln!(out, "stopping: --max-seconds reached after step {}", rep.step).map_err(stdout_err)?;
+        }
+        if rep.stop {
+            break;
+        }
+    }
+    if let Some((path, f)) = &mut log {
+        io(path, f.flush())?;
+    }
+    if let Some(prefix) = &opts.save {
+        save(tr, prefix)?;
+        if leader {
+            writeln!(
+                out,
+                "saved {}",
+                stage_path(prefix, 0, topo.pp)
+                    .display()
+                    .to_string()
+                    .replace(".stage0-", ".stage*-")
+            )
+            .map_err(stdout_err)?;
+        }
+    }
+    if opts.sample_tokens > 0 {
+        let text = tr.generate(opts.prompt.as_bytes(), opts.sample_tokens, opts.temperature)?;
+        if let Some(text) = &text {
+            writeln!(
+                out,
+                "sample ({} tokens, temperature {}):\n{}\n--- end of sample",
+                opts.sample_tokens,
+                opts.temperature,
+                String::from_utf8_lossy(text)
+            )
+            .map_err(stdout_err)?;
+        }
+        result.sample = text;
+    }
+    if leader && !result.records.is_empty() {
+        let recs = &result.records;
+        let s = summarize(recs, usize::from(recs.len() > 1));
+        let best = s.best_val.map_or("none".into(), |(v, t)| format!("{v:.4} at {t:.1} s"));
+        writeln!(
+            out,
+            "summary: {} steps in {:.1} s | {:.1} ms/step, {} tok/s (step 1 excluded) | last loss \
+             {:.4} | val loss {} (best {best}) | receive wait {:.1}% of step time: bubble {:.1}%, \
+             transfer on the critical path {:.1}%",
+            recs.len(),
+            tr.elapsed_s(),
+            s.mean_ms,
+            human(s.tok_s),
+            s.last_loss,
+            last_val.map_or("none".into(), |v| format!("{v:.4}")),
+            s.wait_pct,
+            s.bubble_pct,
+            s.transfer_pct
+        )
+        .map_err(stdout_err)?;
+    }
+    Ok(result)
+}
+
+/// Writes this stage's checkpoint (replica 0 only: replicas hold the same state).
+fn save<B: Backend, C: Comm<B>>(tr: &Trainer<'_, B, C>, prefix: &std::path::Path) -> Result<()> {
+    if tr.topo.replica() != 0 {
+        return Ok(());
+    }
+    let ck = tr.checkpoint()?;
+    ck.save(&stage_path(prefix, tr.topo.stage(), tr.topo.pp))
+}
