@@ -43,19 +43,125 @@ pub trait Backend {
     fn copy(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()>;
     fn add_inplace(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()>;
     fn scale_inplace(&self, x: F32Ptr, s: f32, n: usize) -> Result<()>;
-    fn encoder_forward(&self, out: F32Ptr, tokens: I32Ptr, wte: F32Ptr, wpe: F32Ptr, b: usize, t: usize, c: usize) -> Result<()>;
-    fn encoder_backward(&self, dwte: F32Ptr, dwpe: F32Ptr, dout: F32Ptr, tokens: I32Ptr, b: usize, t: usize, c: usize) -> Result<()>;
-    fn layernorm_forward(&self, out: F32Ptr, mean: F32Ptr, rstd: F32Ptr, inp: F32Ptr, w: F32Ptr, bias: F32Ptr, n: usize, c: usize) -> Result<()>;
-    fn layernorm_backward(&self, dinp: F32Ptr, dw: F32Ptr, db: F32Ptr, dout: F32Ptr, inp: F32Ptr, w: F32Ptr, mean: F32Ptr, rstd: F32Ptr, n: usize, c: usize) -> Result<()>;
-    fn matmul_forward(&self, out: F32Ptr, inp: F32Ptr, weight: F32Ptr, bias: Option<F32Ptr>, n: usize, c: usize, oc: usize) -> Result<()>;
-    fn matmul_backward(&self, dinp: F32Ptr, dweight: F32Ptr, dbias: Option<F32Ptr>, dout: F32Ptr, inp: F32Ptr, weight: F32Ptr, n: usize, c: usize, oc: usize) -> Result<()>;
-    fn attention_forward(&self, out: F32Ptr, qkvr: F32Ptr, att: F32Ptr, inp: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()>;
-    fn attention_backward(&self, dinp: F32Ptr, dqkvr: F32Ptr, datt: F32Ptr, scratch: F32Ptr, dout: F32Ptr, qkvr: F32Ptr, att: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()>;
+    fn encoder_forward(
+        &self,
+        out: F32Ptr,
+        tokens: I32Ptr,
+        wte: F32Ptr,
+        wpe: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()>;
+    fn encoder_backward(
+        &self,
+        dwte: F32Ptr,
+        dwpe: F32Ptr,
+        dout: F32Ptr,
+        tokens: I32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()>;
+    fn layernorm_forward(
+        &self,
+        out: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        bias: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()>;
+    fn layernorm_backward(
+        &self,
+        dinp: F32Ptr,
+        dw: F32Ptr,
+        db: F32Ptr,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()>;
+    fn matmul_forward(
+        &self,
+        out: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        bias: Option<F32Ptr>,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()>;
+    fn matmul_backward(
+        &self,
+        dinp: F32Ptr,
+        dweight: F32Ptr,
+        dbias: Option<F32Ptr>,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()>;
+    fn attention_forward(
+        &self,
+        out: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        inp: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()>;
+    fn attention_backward(
+        &self,
+        dinp: F32Ptr,
+        dqkvr: F32Ptr,
+        datt: F32Ptr,
+        scratch: F32Ptr,
+        dout: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()>;
     fn gelu_forward(&self, out: F32Ptr, inp: F32Ptr, n: usize) -> Result<()>;
     fn gelu_backward(&self, dinp: F32Ptr, inp: F32Ptr, dout: F32Ptr, n: usize) -> Result<()>;
     fn residual_forward(&self, out: F32Ptr, a: F32Ptr, b: F32Ptr, n: usize) -> Result<()>;
-    fn fused_classifier(&self, logits: F32Ptr, losses: F32Ptr, targets: I32Ptr, n: usize, v: usize, vp: usize, dloss: Option<f32>) -> Result<()>;
-    fn adamw(&self, params: F32Ptr, grads: F32Ptr, m: F32Ptr, v: F32Ptr, n: usize, lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, t: u32, grad_scale: f32) -> Result<()>;
+    fn fused_classifier(
+        &self,
+        logits: F32Ptr,
+        losses: F32Ptr,
+        targets: I32Ptr,
+        n: usize,
+        v: usize,
+        vp: usize,
+        dloss: Option<f32>,
+    ) -> Result<()>;
+    fn adamw(
+        &self,
+        params: F32Ptr,
+        grads: F32Ptr,
+        m: F32Ptr,
+        v: F32Ptr,
+        n: usize,
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        t: u32,
+        grad_scale: f32,
+    ) -> Result<()>;
     fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()>;
 }
 
@@ -201,29 +307,116 @@ impl Backend for GpuBackend {
     fn scale_inplace(&self, x: F32Ptr, s: f32, n: usize) -> Result<()> {
         self.ops.scale_inplace(x, s, n)
     }
-    fn encoder_forward(&self, out: F32Ptr, tokens: I32Ptr, wte: F32Ptr, wpe: F32Ptr, b: usize, t: usize, c: usize) -> Result<()> {
+    fn encoder_forward(
+        &self,
+        out: F32Ptr,
+        tokens: I32Ptr,
+        wte: F32Ptr,
+        wpe: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         self.ops.encoder_forward(out, tokens, wte, wpe, b, t, c)
     }
-    fn encoder_backward(&self, dwte: F32Ptr, dwpe: F32Ptr, dout: F32Ptr, tokens: I32Ptr, b: usize, t: usize, c: usize) -> Result<()> {
+    fn encoder_backward(
+        &self,
+        dwte: F32Ptr,
+        dwpe: F32Ptr,
+        dout: F32Ptr,
+        tokens: I32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         self.ops.encoder_backward(dwte, dwpe, dout, tokens, b, t, c)
     }
-    fn layernorm_forward(&self, out: F32Ptr, mean: F32Ptr, rstd: F32Ptr, inp: F32Ptr, w: F32Ptr, bias: F32Ptr, n: usize, c: usize) -> Result<()> {
-        self.ops.layernorm_forward(out, mean, rstd, inp, w, bias, n, c)
+    fn layernorm_forward(
+        &self,
+        out: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        bias: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()> {
+        self.ops
+            .layernorm_forward(out, mean, rstd, inp, w, bias, n, c)
     }
-    fn layernorm_backward(&self, dinp: F32Ptr, dw: F32Ptr, db: F32Ptr, dout: F32Ptr, inp: F32Ptr, w: F32Ptr, mean: F32Ptr, rstd: F32Ptr, n: usize, c: usize) -> Result<()> {
-        self.ops.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, c)
+    fn layernorm_backward(
+        &self,
+        dinp: F32Ptr,
+        dw: F32Ptr,
+        db: F32Ptr,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()> {
+        self.ops
+            .layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, c)
     }
-    fn matmul_forward(&self, out: F32Ptr, inp: F32Ptr, weight: F32Ptr, bias: Option<F32Ptr>, n: usize, c: usize, oc: usize) -> Result<()> {
+    fn matmul_forward(
+        &self,
+        out: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        bias: Option<F32Ptr>,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()> {
         self.ops.matmul_forward(out, inp, weight, bias, n, c, oc)
     }
-    fn matmul_backward(&self, dinp: F32Ptr, dweight: F32Ptr, dbias: Option<F32Ptr>, dout: F32Ptr, inp: F32Ptr, weight: F32Ptr, n: usize, c: usize, oc: usize) -> Result<()> {
-        self.ops.matmul_backward(dinp, dweight, dbias, dout, inp, weight, n, c, oc)
+    fn matmul_backward(
+        &self,
+        dinp: F32Ptr,
+        dweight: F32Ptr,
+        dbias: Option<F32Ptr>,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()> {
+        self.ops
+            .matmul_backward(dinp, dweight, dbias, dout, inp, weight, n, c, oc)
     }
-    fn attention_forward(&self, out: F32Ptr, qkvr: F32Ptr, att: F32Ptr, inp: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()> {
+    fn attention_forward(
+        &self,
+        out: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        inp: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()> {
         self.ops.attention_forward(out, qkvr, att, inp, b, t, c, nh)
     }
-    fn attention_backward(&self, dinp: F32Ptr, dqkvr: F32Ptr, datt: F32Ptr, scratch: F32Ptr, dout: F32Ptr, qkvr: F32Ptr, att: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()> {
-        self.ops.attention_backward(dinp, dqkvr, datt, scratch, dout, qkvr, att, b, t, c, nh)
+    fn attention_backward(
+        &self,
+        dinp: F32Ptr,
+        dqkvr: F32Ptr,
+        datt: F32Ptr,
+        scratch: F32Ptr,
+        dout: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()> {
+        self.ops
+            .attention_backward(dinp, dqkvr, datt, scratch, dout, qkvr, att, b, t, c, nh)
     }
     fn gelu_forward(&self, out: F32Ptr, inp: F32Ptr, n: usize) -> Result<()> {
         self.ops.gelu_forward(out, inp, n)
@@ -234,11 +427,48 @@ impl Backend for GpuBackend {
     fn residual_forward(&self, out: F32Ptr, a: F32Ptr, b: F32Ptr, n: usize) -> Result<()> {
         self.ops.residual_forward(out, a, b, n)
     }
-    fn fused_classifier(&self, logits: F32Ptr, losses: F32Ptr, targets: I32Ptr, n: usize, v: usize, vp: usize, dloss: Option<f32>) -> Result<()> {
-        self.ops.fused_classifier(logits, losses, targets, n, v, vp, dloss)
+    fn fused_classifier(
+        &self,
+        logits: F32Ptr,
+        losses: F32Ptr,
+        targets: I32Ptr,
+        n: usize,
+        v: usize,
+        vp: usize,
+        dloss: Option<f32>,
+    ) -> Result<()> {
+        self.ops
+            .fused_classifier(logits, losses, targets, n, v, vp, dloss)
     }
-    fn adamw(&self, params: F32Ptr, grads: F32Ptr, m: F32Ptr, v: F32Ptr, n: usize, lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, t: u32, grad_scale: f32) -> Result<()> {
-        self.ops.adamw(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale)
+    fn adamw(
+        &self,
+        params: F32Ptr,
+        grads: F32Ptr,
+        m: F32Ptr,
+        v: F32Ptr,
+        n: usize,
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        t: u32,
+        grad_scale: f32,
+    ) -> Result<()> {
+        self.ops.adamw(
+            params,
+            grads,
+            m,
+            v,
+            n,
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            t,
+            grad_scale,
+        )
     }
     fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()> {
         self.ops.sum_squares(out, x, n)
@@ -267,11 +497,10 @@ impl CpuBackend {
 
     fn range_f(&self, p: F32Ptr, n: usize) -> Result<std::ops::Range<usize>> {
         let len = self.f.borrow().len();
-        let start = p
-            .0
-            .checked_sub(CPU_F32_BASE)
-            .filter(|off| off % 4 == 0 && p.0 < CPU_I32_BASE)
-            .map(|off| (off / 4) as usize);
+        let start =
+            p.0.checked_sub(CPU_F32_BASE)
+                .filter(|off| off % 4 == 0 && p.0 < CPU_I32_BASE)
+                .map(|off| (off / 4) as usize);
         match start {
             Some(s) if s + n <= len => Ok(s..s + n),
             _ => Err(GptError::Config(format!(
@@ -283,11 +512,10 @@ impl CpuBackend {
 
     fn range_i(&self, p: I32Ptr, n: usize) -> Result<std::ops::Range<usize>> {
         let len = self.i.borrow().len();
-        let start = p
-            .0
-            .checked_sub(CPU_I32_BASE)
-            .filter(|off| off % 4 == 0)
-            .map(|off| (off / 4) as usize);
+        let start =
+            p.0.checked_sub(CPU_I32_BASE)
+                .filter(|off| off % 4 == 0)
+                .map(|off| (off / 4) as usize);
         match start {
             Some(s) if s + n <= len => Ok(s..s + n),
             _ => Err(GptError::Config(format!(
@@ -373,7 +601,16 @@ impl Backend for CpuBackend {
         v.iter_mut().for_each(|a| *a *= s);
         self.put(x, &v)
     }
-    fn encoder_forward(&self, out: F32Ptr, tokens: I32Ptr, wte: F32Ptr, wpe: F32Ptr, b: usize, t: usize, c: usize) -> Result<()> {
+    fn encoder_forward(
+        &self,
+        out: F32Ptr,
+        tokens: I32Ptr,
+        wte: F32Ptr,
+        wpe: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         let tok = self.get_i(tokens, b * t)?;
         let vmax = tok.iter().copied().max().unwrap_or(0) as usize + 1;
         let (wte, wpe) = (self.get(wte, vmax * c)?, self.get(wpe, t * c)?);
@@ -381,7 +618,16 @@ impl Backend for CpuBackend {
         r::encoder_forward(&mut o, &tok, &wte, &wpe, b, t, c);
         self.put(out, &o)
     }
-    fn encoder_backward(&self, dwte: F32Ptr, dwpe: F32Ptr, dout: F32Ptr, tokens: I32Ptr, b: usize, t: usize, c: usize) -> Result<()> {
+    fn encoder_backward(
+        &self,
+        dwte: F32Ptr,
+        dwpe: F32Ptr,
+        dout: F32Ptr,
+        tokens: I32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> Result<()> {
         let tok = self.get_i(tokens, b * t)?;
         let vmax = tok.iter().copied().max().unwrap_or(0) as usize + 1;
         let (mut dte, mut dpe) = (self.get(dwte, vmax * c)?, self.get(dwpe, t * c)?);
@@ -390,7 +636,17 @@ impl Backend for CpuBackend {
         self.put(dwte, &dte)?;
         self.put(dwpe, &dpe)
     }
-    fn layernorm_forward(&self, out: F32Ptr, mean: F32Ptr, rstd: F32Ptr, inp: F32Ptr, w: F32Ptr, bias: F32Ptr, n: usize, c: usize) -> Result<()> {
+    fn layernorm_forward(
+        &self,
+        out: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        bias: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()> {
         let (x, w, bb) = (self.get(inp, n * c)?, self.get(w, c)?, self.get(bias, c)?);
         let (mut o, mut m, mut rs) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
         r::layernorm_forward(&mut o, &mut m, &mut rs, &x, &w, &bb, n, c);
@@ -398,28 +654,69 @@ impl Backend for CpuBackend {
         self.put(mean, &m)?;
         self.put(rstd, &rs)
     }
-    fn layernorm_backward(&self, dinp: F32Ptr, dw: F32Ptr, db: F32Ptr, dout: F32Ptr, inp: F32Ptr, w: F32Ptr, mean: F32Ptr, rstd: F32Ptr, n: usize, c: usize) -> Result<()> {
-        let (mut di, mut dwv, mut dbv) = (self.get(dinp, n * c)?, self.get(dw, c)?, self.get(db, c)?);
-        let (d, x, wv) = (self.get(dout, n * c)?, self.get(inp, n * c)?, self.get(w, c)?);
+    fn layernorm_backward(
+        &self,
+        dinp: F32Ptr,
+        dw: F32Ptr,
+        db: F32Ptr,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        w: F32Ptr,
+        mean: F32Ptr,
+        rstd: F32Ptr,
+        n: usize,
+        c: usize,
+    ) -> Result<()> {
+        let (mut di, mut dwv, mut dbv) =
+            (self.get(dinp, n * c)?, self.get(dw, c)?, self.get(db, c)?);
+        let (d, x, wv) = (
+            self.get(dout, n * c)?,
+            self.get(inp, n * c)?,
+            self.get(w, c)?,
+        );
         let (m, rs) = (self.get(mean, n)?, self.get(rstd, n)?);
         r::layernorm_backward(&mut di, &mut dwv, &mut dbv, &d, &x, &wv, &m, &rs, n, c);
         self.put(dinp, &di)?;
         self.put(dw, &dwv)?;
         self.put(db, &dbv)
     }
-    fn matmul_forward(&self, out: F32Ptr, inp: F32Ptr, weight: F32Ptr, bias: Option<F32Ptr>, n: usize, c: usize, oc: usize) -> Result<()> {
+    fn matmul_forward(
+        &self,
+        out: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        bias: Option<F32Ptr>,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()> {
         let (x, w) = (self.get(inp, n * c)?, self.get(weight, oc * c)?);
         let b = bias.map(|p| self.get(p, oc)).transpose()?;
         let mut o = vec![0.0; n * oc];
         r::matmul_forward(&mut o, &x, &w, b.as_deref(), n, c, oc);
         self.put(out, &o)
     }
-    fn matmul_backward(&self, dinp: F32Ptr, dweight: F32Ptr, dbias: Option<F32Ptr>, dout: F32Ptr, inp: F32Ptr, weight: F32Ptr, n: usize, c: usize, oc: usize) -> Result<()> {
+    fn matmul_backward(
+        &self,
+        dinp: F32Ptr,
+        dweight: F32Ptr,
+        dbias: Option<F32Ptr>,
+        dout: F32Ptr,
+        inp: F32Ptr,
+        weight: F32Ptr,
+        n: usize,
+        c: usize,
+        oc: usize,
+    ) -> Result<()> {
         // dinp is overwritten: start from zeros whatever the reference does with it.
         let mut di = vec![0.0; n * c];
         let mut dw = self.get(dweight, oc * c)?;
         let mut dbv = dbias.map(|p| self.get(p, oc)).transpose()?;
-        let (d, x, w) = (self.get(dout, n * oc)?, self.get(inp, n * c)?, self.get(weight, oc * c)?);
+        let (d, x, w) = (
+            self.get(dout, n * oc)?,
+            self.get(inp, n * c)?,
+            self.get(weight, oc * c)?,
+        );
         r::matmul_backward(&mut di, &mut dw, dbv.as_deref_mut(), &d, &x, &w, n, c, oc);
         self.put(dinp, &di)?;
         self.put(dweight, &dw)?;
@@ -428,7 +725,17 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
-    fn attention_forward(&self, out: F32Ptr, qkvr: F32Ptr, att: F32Ptr, inp: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()> {
+    fn attention_forward(
+        &self,
+        out: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        inp: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()> {
         let x = self.get(inp, b * t * 3 * c)?;
         let (mut o, mut a) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
         r::attention_forward(&mut o, &mut a, &x, b, t, c, nh);
@@ -438,9 +745,26 @@ impl Backend for CpuBackend {
         // reads it back from there.
         self.put(qkvr, &x)
     }
-    fn attention_backward(&self, dinp: F32Ptr, _dqkvr: F32Ptr, _datt: F32Ptr, _scratch: F32Ptr, dout: F32Ptr, qkvr: F32Ptr, att: F32Ptr, b: usize, t: usize, c: usize, nh: usize) -> Result<()> {
+    fn attention_backward(
+        &self,
+        dinp: F32Ptr,
+        _dqkvr: F32Ptr,
+        _datt: F32Ptr,
+        _scratch: F32Ptr,
+        dout: F32Ptr,
+        qkvr: F32Ptr,
+        att: F32Ptr,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> Result<()> {
         let mut di = vec![0.0; b * t * 3 * c];
-        let (d, x, a) = (self.get(dout, b * t * c)?, self.get(qkvr, b * t * 3 * c)?, self.get(att, b * nh * t * t)?);
+        let (d, x, a) = (
+            self.get(dout, b * t * c)?,
+            self.get(qkvr, b * t * 3 * c)?,
+            self.get(att, b * nh * t * t)?,
+        );
         r::attention_backward(&mut di, &d, &x, &a, b, t, c, nh);
         self.put(dinp, &di)
     }
@@ -462,7 +786,16 @@ impl Backend for CpuBackend {
         r::residual_forward(&mut o, &x, &y, n);
         self.put(out, &o)
     }
-    fn fused_classifier(&self, logits: F32Ptr, losses: F32Ptr, targets: I32Ptr, n: usize, v: usize, vp: usize, dloss: Option<f32>) -> Result<()> {
+    fn fused_classifier(
+        &self,
+        logits: F32Ptr,
+        losses: F32Ptr,
+        targets: I32Ptr,
+        n: usize,
+        v: usize,
+        vp: usize,
+        dloss: Option<f32>,
+    ) -> Result<()> {
         let mut l = self.get(logits, n * vp)?;
         let tg = self.get_i(targets, n)?;
         let mut lo = vec![0.0; n];
@@ -470,9 +803,41 @@ impl Backend for CpuBackend {
         self.put(logits, &l)?;
         self.put(losses, &lo)
     }
-    fn adamw(&self, params: F32Ptr, grads: F32Ptr, m: F32Ptr, v: F32Ptr, n: usize, lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, t: u32, grad_scale: f32) -> Result<()> {
-        let (mut p, g, mut mv, mut vv) = (self.get(params, n)?, self.get(grads, n)?, self.get(m, n)?, self.get(v, n)?);
-        r::adamw(&mut p, &g, &mut mv, &mut vv, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+    fn adamw(
+        &self,
+        params: F32Ptr,
+        grads: F32Ptr,
+        m: F32Ptr,
+        v: F32Ptr,
+        n: usize,
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        t: u32,
+        grad_scale: f32,
+    ) -> Result<()> {
+        let (mut p, g, mut mv, mut vv) = (
+            self.get(params, n)?,
+            self.get(grads, n)?,
+            self.get(m, n)?,
+            self.get(v, n)?,
+        );
+        r::adamw(
+            &mut p,
+            &g,
+            &mut mv,
+            &mut vv,
+            n,
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            t,
+            grad_scale,
+        );
         self.put(params, &p)?;
         self.put(m, &mv)?;
         self.put(v, &vv)

@@ -271,7 +271,9 @@ mod tests {
             },
             params: (0..n).map(|i| (i as f32).sin()).collect(),
             m: (0..n).map(|i| i as f32 * 1e-3).collect(),
-            v: (0..n).map(|i| f32::from_bits(0x3f80_0000 + i as u32)).collect(),
+            v: (0..n)
+                .map(|i| f32::from_bits(0x3f80_0000 + i as u32))
+                .collect(),
         }
     }
 

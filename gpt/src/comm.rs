@@ -68,8 +68,14 @@ pub trait Comm<B: Backend> {
     fn join_sends(&mut self, be: &B) -> Result<()>;
     /// Reduces `len` gradients at `offset` of the arena over `group`, in place, in stream
     /// order. Every member calls it at the same point.
-    fn allreduce_grads(&mut self, be: &B, group: Group, offset: usize, len: usize, op: Reduce)
-        -> Result<()>;
+    fn allreduce_grads(
+        &mut self,
+        be: &B,
+        group: Group,
+        offset: usize,
+        len: usize,
+        op: Reduce,
+    ) -> Result<()>;
     /// Sums `values` over all PEs (host values; every PE calls it with the same length).
     fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()>;
     /// Reports errors a transfer recorded asynchronously (device-side timeouts).
@@ -239,7 +245,12 @@ impl LocalComm {
         Ok(comms)
     }
 
-    fn send<T>(tx: &Option<SyncSender<Vec<T>>>, mut msg: Vec<T>, timeout: Duration, what: &str) -> Result<()> {
+    fn send<T>(
+        tx: &Option<SyncSender<Vec<T>>>,
+        mut msg: Vec<T>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<()> {
         let tx = tx
             .as_ref()
             .ok_or_else(|| GptError::Comm(format!("{what}: this PE has no such peer")))?;
@@ -264,7 +275,12 @@ impl LocalComm {
         }
     }
 
-    fn recv<T>(rx: &Option<Receiver<Vec<T>>>, len: usize, timeout: Duration, what: &str) -> Result<Vec<T>> {
+    fn recv<T>(
+        rx: &Option<Receiver<Vec<T>>>,
+        len: usize,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Vec<T>> {
         let rx = rx
             .as_ref()
             .ok_or_else(|| GptError::Comm(format!("{what}: this PE has no such peer")))?;
@@ -286,7 +302,12 @@ impl LocalComm {
         Ok(msg)
     }
 
-    fn grad_range<B: Backend>(&self, be: &B, offset: usize, len: usize) -> Result<(F32Ptr, Vec<f64>)> {
+    fn grad_range<B: Backend>(
+        &self,
+        be: &B,
+        offset: usize,
+        len: usize,
+    ) -> Result<(F32Ptr, Vec<f64>)> {
         let (base, total) = self
             .grads
             .ok_or_else(|| GptError::Comm("allreduce before alloc_grads".into()))?;
@@ -343,7 +364,14 @@ impl<B: Backend> Comm<B> for LocalComm {
     fn join_sends(&mut self, _be: &B) -> Result<()> {
         Ok(())
     }
-    fn allreduce_grads(&mut self, be: &B, group: Group, offset: usize, len: usize, op: Reduce) -> Result<()> {
+    fn allreduce_grads(
+        &mut self,
+        be: &B,
+        group: Group,
+        offset: usize,
+        len: usize,
+        op: Reduce,
+    ) -> Result<()> {
         let members = group_members(&self.topo, group);
         if members.len() < 2 {
             return Ok(());
@@ -434,7 +462,10 @@ mod tests {
                 })
             })
             .collect();
-        let out: Vec<_> = handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        let out: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
         // PE p starts with [p, p+1, p+2, p+3]. Tied (0,1) and (2,3) sum the first two;
         // stage replicas (0,2) and (1,3) average the last two.
         assert_eq!(out[0].0, vec![1.0, 3.0, 3.0, 4.0]);

@@ -114,8 +114,7 @@ impl StageSplit {
                     "--split {spec:?}: expected comma-separated layer counts, e.g. 5,7"
                 ))
             })?;
-        if layers.len() != pp || layers.iter().sum::<usize>() != n_layer || layers.contains(&0)
-        {
+        if layers.len() != pp || layers.iter().sum::<usize>() != n_layer || layers.contains(&0) {
             return Err(GptError::Config(format!(
                 "--split {spec:?} must list {pp} positive layer counts summing to {n_layer}"
             )));
@@ -217,7 +216,10 @@ mod tests {
         let mut cfg = gpt2_small();
         cfg.n_embd = 770;
         let e = cfg.validate().unwrap_err().to_string();
-        assert!(e.contains("multiple of the head count") && e.contains("--width"), "{e}");
+        assert!(
+            e.contains("multiple of the head count") && e.contains("--width"),
+            "{e}"
+        );
         cfg = gpt2_small();
         cfg.block_size = 1;
         assert!(cfg.validate().is_err());

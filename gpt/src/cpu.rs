@@ -56,7 +56,7 @@ pub fn run_local(
         .filter_map(|(i, r)| r.as_ref().err().map(|e| (rank(e), i)))
         .min();
     if let Some((_, i)) = worst {
-        return Err(results.swap_remove(i).err().expect("an error"));
+        return Err(results.swap_remove(i).expect_err("an error"));
     }
     results.into_iter().collect()
 }
@@ -66,12 +66,18 @@ struct SharedOut(Arc<Mutex<dyn Write + Send>>);
 
 impl Write for SharedOut {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut o = self.0.lock().map_err(|_| std::io::Error::other("output lock poisoned"))?;
+        let mut o = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("output lock poisoned"))?;
         o.write_all(buf)?;
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        let mut o = self.0.lock().map_err(|_| std::io::Error::other("output lock poisoned"))?;
+        let mut o = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("output lock poisoned"))?;
         o.flush()
     }
 }

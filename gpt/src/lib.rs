@@ -15,6 +15,7 @@ pub mod reference;
 // The trainer (pipeline, data, optimizer schedule, CLI support).
 pub mod backend;
 pub mod checkpoint;
+pub mod cli;
 pub mod comm;
 pub mod config;
 pub mod cpu;
@@ -22,6 +23,7 @@ pub mod data;
 pub mod log;
 pub mod lr;
 pub mod model;
+pub mod nvcomm;
 pub mod params;
 pub mod rng;
 pub mod schedule;

@@ -188,7 +188,10 @@ pub struct Summary {
 }
 
 pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
-    let used: Vec<&StepRecord> = recs.iter().skip(skip.min(recs.len().saturating_sub(1))).collect();
+    let used: Vec<&StepRecord> = recs
+        .iter()
+        .skip(skip.min(recs.len().saturating_sub(1)))
+        .collect();
     let n = used.len().max(1) as f64;
     let mean = |f: &dyn Fn(&StepRecord) -> f64| used.iter().map(|r| f(r)).sum::<f64>() / n;
     let best_val = recs
@@ -239,7 +242,10 @@ mod tests {
             transfer_pct: 0.25,
         };
         let line = r.to_json();
-        assert!(line.starts_with("{\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"), "{line}");
+        assert!(
+            line.starts_with("{\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"),
+            "{line}"
+        );
         assert_eq!(StepRecord::from_json(&line), Some(r));
         let mut nan = rec(1, f64::NAN);
         nan.val_loss = None;

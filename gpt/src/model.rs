@@ -123,6 +123,7 @@ impl StageModel {
     /// Allocates everything for micro-batches of `dims`, `micro` per step, with `slots`
     /// activation sets (the schedule's most in flight). `grads` is the arena the comm layer
     /// allocated (at least `layout.total` values).
+    #[allow(clippy::too_many_arguments)]
     pub fn new<B: Backend>(
         be: &B,
         cfg: &ModelConfig,
@@ -235,7 +236,11 @@ impl StageModel {
     }
 
     fn check(&self, slot: usize, mb: usize, d: Dims) -> Result<()> {
-        if slot >= self.acts.len() || mb >= self.micro || d.b * d.t > self.dims.n() || d.t > self.dims.t.max(self.cfg.block_size) {
+        if slot >= self.acts.len()
+            || mb >= self.micro
+            || d.b * d.t > self.dims.n()
+            || d.t > self.dims.t.max(self.cfg.block_size)
+        {
             return Err(GptError::Config(format!(
                 "internal: pass on slot {slot}, micro-batch {mb}, {}x{} exceeds the buffers",
                 d.b, d.t
@@ -245,12 +250,23 @@ impl StageModel {
     }
 
     /// Orders the next writes into activation set `slot` after sends that read it.
-    pub fn reuse_slot<B: Backend, C: Comm<B>>(&self, be: &B, comm: &mut C, slot: usize) -> Result<()> {
+    pub fn reuse_slot<B: Backend, C: Comm<B>>(
+        &self,
+        be: &B,
+        comm: &mut C,
+        slot: usize,
+    ) -> Result<()> {
         comm.before_overwrite(be, self.acts[slot].output())
     }
 
     /// Forward input of a non-first stage: receive the previous stage's activations.
-    pub fn forward_recv<B: Backend, C: Comm<B>>(&self, be: &B, comm: &mut C, slot: usize, d: Dims) -> Result<()> {
+    pub fn forward_recv<B: Backend, C: Comm<B>>(
+        &self,
+        be: &B,
+        comm: &mut C,
+        slot: usize,
+        d: Dims,
+    ) -> Result<()> {
         if !self.first {
             comm.recv_act(be, self.acts[slot].input, d.n() * self.cfg.n_embd)?;
         }
@@ -258,14 +274,29 @@ impl StageModel {
     }
 
     /// Forward compute of micro-batch `mb` (token index) in activation set `slot`.
-    pub fn forward_compute<B: Backend>(&self, be: &B, slot: usize, mb: usize, d: Dims, head: Head) -> Result<()> {
+    pub fn forward_compute<B: Backend>(
+        &self,
+        be: &B,
+        slot: usize,
+        mb: usize,
+        d: Dims,
+        head: Head,
+    ) -> Result<()> {
         self.check(slot, mb, d)?;
         let (c, n) = (self.cfg.n_embd, d.n());
         let set = &self.acts[slot];
         let rows = mb * self.dims.n();
         if self.first {
             let (wte, wpe) = (self.layout.wte.unwrap_or(0), self.layout.wpe.unwrap_or(0));
-            be.encoder_forward(set.input, self.tokens.at(rows), self.p(wte), self.p(wpe), d.b, d.t, c)?;
+            be.encoder_forward(
+                set.input,
+                self.tokens.at(rows),
+                self.p(wte),
+                self.p(wpe),
+                d.b,
+                d.t,
+                c,
+            )?;
         }
         let mut x = set.input;
         for (l, a) in set.layers.iter().enumerate() {
@@ -280,20 +311,43 @@ impl StageModel {
                 lo.head.unwrap_or(0),
             );
             let vp = self.cfg.padded_vocab();
-            be.layernorm_forward(set.lnf, set.lnf_mean, set.lnf_rstd, x, self.p(lnf_w), self.p(lnf_b), n, c)?;
+            be.layernorm_forward(
+                set.lnf,
+                set.lnf_mean,
+                set.lnf_rstd,
+                x,
+                self.p(lnf_w),
+                self.p(lnf_b),
+                n,
+                c,
+            )?;
             be.matmul_forward(set.logits, set.lnf, self.p(head_w), None, n, c, vp)?;
             let dloss = match head {
                 Head::Train { scale } => Some(scale),
                 Head::Eval => None,
                 Head::Logits => return Ok(()),
             };
-            be.fused_classifier(set.logits, self.losses.at(rows), self.targets.at(rows), n, self.cfg.vocab, vp, dloss)?;
+            be.fused_classifier(
+                set.logits,
+                self.losses.at(rows),
+                self.targets.at(rows),
+                n,
+                self.cfg.vocab,
+                vp,
+                dloss,
+            )?;
         }
         Ok(())
     }
 
     /// Forward output of a non-last stage: send the activations on.
-    pub fn forward_send<B: Backend, C: Comm<B>>(&self, be: &B, comm: &mut C, slot: usize, d: Dims) -> Result<()> {
+    pub fn forward_send<B: Backend, C: Comm<B>>(
+        &self,
+        be: &B,
+        comm: &mut C,
+        slot: usize,
+        d: Dims,
+    ) -> Result<()> {
         if !self.last {
             comm.send_act(be, self.acts[slot].output(), d.n() * self.cfg.n_embd)?;
         }
@@ -302,7 +356,12 @@ impl StageModel {
 
     /// Backward input of a non-last stage: receive the gradient of this stage's output into
     /// gradient buffer `ring` (0 or 1).
-    pub fn backward_recv<B: Backend, C: Comm<B>>(&self, be: &B, comm: &mut C, ring: usize) -> Result<()> {
+    pub fn backward_recv<B: Backend, C: Comm<B>>(
+        &self,
+        be: &B,
+        comm: &mut C,
+        ring: usize,
+    ) -> Result<()> {
         let dres = self.s.dres[ring];
         comm.before_overwrite(be, dres)?;
         if !self.last {
@@ -313,7 +372,13 @@ impl StageModel {
 
     /// Backward compute of micro-batch `mb` held in `slot`; gradients accumulate into the
     /// arena. Leaves the gradient of the stage input in buffer `ring`.
-    pub fn backward_compute<B: Backend>(&self, be: &B, slot: usize, mb: usize, ring: usize) -> Result<()> {
+    pub fn backward_compute<B: Backend>(
+        &self,
+        be: &B,
+        slot: usize,
+        mb: usize,
+        ring: usize,
+    ) -> Result<()> {
         let d = self.dims;
         self.check(slot, mb, d)?;
         let (c, n, vp) = (self.cfg.n_embd, d.n(), self.cfg.padded_vocab());
@@ -327,23 +392,61 @@ impl StageModel {
                 lo.head.unwrap_or(0),
             );
             // The logits hold d(loss)/d(logits) since the forward pass.
-            be.matmul_backward(s.da, self.g(head_w), None, set.logits, set.lnf, self.p(head_w), n, c, vp)?;
+            be.matmul_backward(
+                s.da,
+                self.g(head_w),
+                None,
+                set.logits,
+                set.lnf,
+                self.p(head_w),
+                n,
+                c,
+                vp,
+            )?;
             be.zero(dres, n * c)?;
-            be.layernorm_backward(dres, self.g(lnf_w), self.g(lnf_b), s.da, set.output(), self.p(lnf_w), set.lnf_mean, set.lnf_rstd, n, c)?;
+            be.layernorm_backward(
+                dres,
+                self.g(lnf_w),
+                self.g(lnf_b),
+                s.da,
+                set.output(),
+                self.p(lnf_w),
+                set.lnf_mean,
+                set.lnf_rstd,
+                n,
+                c,
+            )?;
         }
         for l in (0..set.layers.len()).rev() {
-            let x = if l == 0 { set.input } else { set.layers[l - 1].res3 };
+            let x = if l == 0 {
+                set.input
+            } else {
+                set.layers[l - 1].res3
+            };
             self.layer_backward(be, l, x, &set.layers[l], dres, d)?;
         }
         if self.first {
             let (wte, wpe) = (self.layout.wte.unwrap_or(0), self.layout.wpe.unwrap_or(0));
-            be.encoder_backward(self.g(wte), self.g(wpe), dres, self.tokens.at(mb * n), d.b, d.t, c)?;
+            be.encoder_backward(
+                self.g(wte),
+                self.g(wpe),
+                dres,
+                self.tokens.at(mb * n),
+                d.b,
+                d.t,
+                c,
+            )?;
         }
         Ok(())
     }
 
     /// Backward output of a non-first stage: send the input gradient to the previous stage.
-    pub fn backward_send<B: Backend, C: Comm<B>>(&self, be: &B, comm: &mut C, ring: usize) -> Result<()> {
+    pub fn backward_send<B: Backend, C: Comm<B>>(
+        &self,
+        be: &B,
+        comm: &mut C,
+        ring: usize,
+    ) -> Result<()> {
         if !self.first {
             comm.send_grad(be, self.s.dres[ring], self.dims.n() * self.cfg.n_embd)?;
         }
@@ -359,38 +462,177 @@ impl StageModel {
         Ok(out)
     }
 
-    fn layer_forward<B: Backend>(&self, be: &B, l: usize, x: F32Ptr, a: &LayerActs, d: Dims) -> Result<()> {
+    fn layer_forward<B: Backend>(
+        &self,
+        be: &B,
+        l: usize,
+        x: F32Ptr,
+        a: &LayerActs,
+        d: Dims,
+    ) -> Result<()> {
         let (c, nh, n) = (self.cfg.n_embd, self.cfg.n_head, d.n());
         let o = &self.layout.layer_offsets[l];
         let s = &self.s;
-        be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, self.p(o.ln1_w), self.p(o.ln1_b), n, c)?;
-        be.matmul_forward(s.qkv, a.ln1, self.p(o.qkv_w), Some(self.p(o.qkv_b)), n, c, 3 * c)?;
+        be.layernorm_forward(
+            a.ln1,
+            a.ln1_mean,
+            a.ln1_rstd,
+            x,
+            self.p(o.ln1_w),
+            self.p(o.ln1_b),
+            n,
+            c,
+        )?;
+        be.matmul_forward(
+            s.qkv,
+            a.ln1,
+            self.p(o.qkv_w),
+            Some(self.p(o.qkv_b)),
+            n,
+            c,
+            3 * c,
+        )?;
         be.attention_forward(a.atty, a.qkvr, a.att, s.qkv, d.b, d.t, c, nh)?;
-        be.matmul_forward(s.proj, a.atty, self.p(o.attproj_w), Some(self.p(o.attproj_b)), n, c, c)?;
+        be.matmul_forward(
+            s.proj,
+            a.atty,
+            self.p(o.attproj_w),
+            Some(self.p(o.attproj_b)),
+            n,
+            c,
+            c,
+        )?;
         be.residual_forward(a.res2, x, s.proj, n * c)?;
-        be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, self.p(o.ln2_w), self.p(o.ln2_b), n, c)?;
-        be.matmul_forward(a.fch, a.ln2, self.p(o.fc_w), Some(self.p(o.fc_b)), n, c, 4 * c)?;
+        be.layernorm_forward(
+            a.ln2,
+            a.ln2_mean,
+            a.ln2_rstd,
+            a.res2,
+            self.p(o.ln2_w),
+            self.p(o.ln2_b),
+            n,
+            c,
+        )?;
+        be.matmul_forward(
+            a.fch,
+            a.ln2,
+            self.p(o.fc_w),
+            Some(self.p(o.fc_b)),
+            n,
+            c,
+            4 * c,
+        )?;
         be.gelu_forward(a.fch_gelu, a.fch, n * 4 * c)?;
-        be.matmul_forward(s.proj, a.fch_gelu, self.p(o.fcproj_w), Some(self.p(o.fcproj_b)), n, 4 * c, c)?;
+        be.matmul_forward(
+            s.proj,
+            a.fch_gelu,
+            self.p(o.fcproj_w),
+            Some(self.p(o.fcproj_b)),
+            n,
+            4 * c,
+            c,
+        )?;
         be.residual_forward(a.res3, a.res2, s.proj, n * c)
     }
 
     /// On entry `dres` is d(loss)/d(block output); on return d(loss)/d(block input) `x`.
-    fn layer_backward<B: Backend>(&self, be: &B, l: usize, x: F32Ptr, a: &LayerActs, dres: F32Ptr, d: Dims) -> Result<()> {
+    fn layer_backward<B: Backend>(
+        &self,
+        be: &B,
+        l: usize,
+        x: F32Ptr,
+        a: &LayerActs,
+        dres: F32Ptr,
+        d: Dims,
+    ) -> Result<()> {
         let (c, nh, n) = (self.cfg.n_embd, self.cfg.n_head, d.n());
         let o = &self.layout.layer_offsets[l];
         let s = &self.s;
         let (p, g) = (|k| self.p(k), |k| self.g(k));
         // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))).
-        be.matmul_backward(s.dfch_gelu, g(o.fcproj_w), Some(g(o.fcproj_b)), dres, a.fch_gelu, p(o.fcproj_w), n, 4 * c, c)?;
+        be.matmul_backward(
+            s.dfch_gelu,
+            g(o.fcproj_w),
+            Some(g(o.fcproj_b)),
+            dres,
+            a.fch_gelu,
+            p(o.fcproj_w),
+            n,
+            4 * c,
+            c,
+        )?;
         be.gelu_backward(s.dfch, a.fch, s.dfch_gelu, n * 4 * c)?;
-        be.matmul_backward(s.da, g(o.fc_w), Some(g(o.fc_b)), s.dfch, a.ln2, p(o.fc_w), n, c, 4 * c)?;
+        be.matmul_backward(
+            s.da,
+            g(o.fc_w),
+            Some(g(o.fc_b)),
+            s.dfch,
+            a.ln2,
+            p(o.fc_w),
+            n,
+            c,
+            4 * c,
+        )?;
         // The residual path's gradient passes through; LayerNorm's adds to it.
-        be.layernorm_backward(dres, g(o.ln2_w), g(o.ln2_b), s.da, a.res2, p(o.ln2_w), a.ln2_mean, a.ln2_rstd, n, c)?;
+        be.layernorm_backward(
+            dres,
+            g(o.ln2_w),
+            g(o.ln2_b),
+            s.da,
+            a.res2,
+            p(o.ln2_w),
+            a.ln2_mean,
+            a.ln2_rstd,
+            n,
+            c,
+        )?;
         // Attention: res2 = x + attproj(attention(qkv(ln1(x)))).
-        be.matmul_backward(s.da, g(o.attproj_w), Some(g(o.attproj_b)), dres, a.atty, p(o.attproj_w), n, c, c)?;
-        be.attention_backward(s.dqkv, s.dqkvr, s.datt, s.att_scratch, s.da, a.qkvr, a.att, d.b, d.t, c, nh)?;
-        be.matmul_backward(s.da, g(o.qkv_w), Some(g(o.qkv_b)), s.dqkv, a.ln1, p(o.qkv_w), n, c, 3 * c)?;
-        be.layernorm_backward(dres, g(o.ln1_w), g(o.ln1_b), s.da, x, p(o.ln1_w), a.ln1_mean, a.ln1_rstd, n, c)
+        be.matmul_backward(
+            s.da,
+            g(o.attproj_w),
+            Some(g(o.attproj_b)),
+            dres,
+            a.atty,
+            p(o.attproj_w),
+            n,
+            c,
+            c,
+        )?;
+        be.attention_backward(
+            s.dqkv,
+            s.dqkvr,
+            s.datt,
+            s.att_scratch,
+            s.da,
+            a.qkvr,
+            a.att,
+            d.b,
+            d.t,
+            c,
+            nh,
+        )?;
+        be.matmul_backward(
+            s.da,
+            g(o.qkv_w),
+            Some(g(o.qkv_b)),
+            s.dqkv,
+            a.ln1,
+            p(o.qkv_w),
+            n,
+            c,
+            3 * c,
+        )?;
+        be.layernorm_backward(
+            dres,
+            g(o.ln1_w),
+            g(o.ln1_b),
+            s.da,
+            x,
+            p(o.ln1_w),
+            a.ln1_mean,
+            a.ln1_rstd,
+            n,
+            c,
+        )
     }
 }

@@ -21,7 +21,11 @@ pub const INIT_STD: f64 = 0.02;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Init {
     /// Normal(0, std) for the first `rows` rows of `cols` values, zero after (padded vocab).
-    Normal { std: f64, rows: usize, cols: usize },
+    Normal {
+        std: f64,
+        rows: usize,
+        cols: usize,
+    },
     Zeros,
     Ones,
 }
@@ -260,7 +264,14 @@ mod tests {
             assert_eq!(l.total, c.num_params(), "tied {tied}");
             assert_eq!(l.wte, Some(0));
             assert_eq!(l.shared_prefix, 0);
-            assert_eq!(l.head, if tied { Some(0) } else { l.tensor("lm_head").map(|t| t.offset) });
+            assert_eq!(
+                l.head,
+                if tied {
+                    Some(0)
+                } else {
+                    l.tensor("lm_head").map(|t| t.offset)
+                }
+            );
             // Contiguous, decayed group first.
             let mut at = 0;
             for t in &l.tensors {
@@ -299,7 +310,14 @@ mod tests {
                     }
                     if tied && s == pp - 1 {
                         assert_eq!(l.head, Some(0));
-                        assert_eq!(l.shared_prefix, if pp > 1 { c.padded_vocab() * c.n_embd } else { 0 });
+                        assert_eq!(
+                            l.shared_prefix,
+                            if pp > 1 {
+                                c.padded_vocab() * c.n_embd
+                            } else {
+                                0
+                            }
+                        );
                     }
                 }
                 assert_eq!(seen.len(), whole_map.len());
@@ -318,7 +336,12 @@ mod tests {
             let v = l.init(11);
             for t in &l.tensors {
                 let o = whole.tensor(&t.name).unwrap().offset;
-                assert_eq!(&v[t.offset..t.offset + t.len], &w[o..o + t.len], "{}", t.name);
+                assert_eq!(
+                    &v[t.offset..t.offset + t.len],
+                    &w[o..o + t.len],
+                    "{}",
+                    t.name
+                );
             }
         }
         // Another seed changes the weights.
@@ -327,7 +350,14 @@ mod tests {
 
     #[test]
     fn init_follows_gpt2() {
-        let c = ModelConfig { n_layer: 4, n_head: 4, n_embd: 64, block_size: 32, vocab: 100, tied: true };
+        let c = ModelConfig {
+            n_layer: 4,
+            n_head: 4,
+            n_embd: 64,
+            block_size: 32,
+            vocab: 100,
+            tied: true,
+        };
         let l = StageLayout::new(&c, &StageSplit::balanced(4, 1).unwrap(), 0);
         let v = l.init(0);
         let get = |name: &str| {

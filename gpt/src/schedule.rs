@@ -244,11 +244,25 @@ mod tests {
         use Action::*;
         assert_eq!(
             actions(ScheduleKind::OneFOneB, 0, 1, 3),
-            vec![Forward(0), Backward(0), Forward(1), Backward(1), Forward(2), Backward(2)]
+            vec![
+                Forward(0),
+                Backward(0),
+                Forward(1),
+                Backward(1),
+                Forward(2),
+                Backward(2)
+            ]
         );
         assert_eq!(
             actions(ScheduleKind::OneFOneB, 0, 2, 3),
-            vec![Forward(0), Forward(1), Backward(0), Forward(2), Backward(1), Backward(2)]
+            vec![
+                Forward(0),
+                Forward(1),
+                Backward(0),
+                Forward(2),
+                Backward(1),
+                Backward(2)
+            ]
         );
     }
 
@@ -261,7 +275,11 @@ mod tests {
                     let t = simulate(kind, micro, &vec![f; stages], &vec![b; stages]).unwrap();
                     // Balanced stages: (m + p - 1) (f + b) for both schedules.
                     let want = (micro + stages - 1) as f64 * (f + b);
-                    assert!((t.makespan - want).abs() < 1e-9, "{kind} p={stages} m={micro}: {}", t.makespan);
+                    assert!(
+                        (t.makespan - want).abs() < 1e-9,
+                        "{kind} p={stages} m={micro}: {}",
+                        t.makespan
+                    );
                 }
             }
         }
@@ -271,10 +289,7 @@ mod tests {
     fn simulation_detects_a_deadlock() {
         use Action::*;
         // Stage 1 wants a backward before it has run the forward the backward depends on.
-        let plans = vec![
-            vec![Forward(0), Backward(0)],
-            vec![Backward(0), Forward(0)],
-        ];
+        let plans = vec![vec![Forward(0), Backward(0)], vec![Backward(0), Forward(0)]];
         let e = simulate_plans(&plans, 1, &[1.0, 1.0], &[1.0, 1.0]).unwrap_err();
         assert!(e.to_string().contains("deadlocks"), "{e}");
     }

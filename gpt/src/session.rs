@@ -75,7 +75,8 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         let ck = Checkpoint::load(&path)?;
         tr.restore(&ck)?;
         if leader {
-            writeln!(out, "resumed from {} at step {}", path.display(), tr.step).map_err(stdout_err)?;
+            writeln!(out, "resumed from {} at step {}", path.display(), tr.step)
+                .map_err(stdout_err)?;
         }
     }
     let run = tr.run.clone();
@@ -163,7 +164,13 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             .map_err(stdout_err)?;
         }
         if let (Some(v), true) = (val, leader) {
-            writeln!(out, "step {:>5}: val loss {v:.6} ({:.1} s)", rep.step, tr.elapsed_s()).map_err(stdout_err)?;
+            writeln!(
+                out,
+                "step {:>5}: val loss {v:.6} ({:.1} s)",
+                rep.step,
+                tr.elapsed_s()
+            )
+            .map_err(stdout_err)?;
         }
         last_val = val.or(last_val);
         result.records.push(rec);
@@ -173,7 +180,12 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             }
         }
         if rep.stop && leader {
-            writeln!(out, "stopping: --max-seconds reached after step {}", rep.step).map_err(stdout_err)?;
+            writeln!(
+                out,
+                "stopping: --max-seconds reached after step {}",
+                rep.step
+            )
+            .map_err(stdout_err)?;
         }
         if rep.stop {
             break;
@@ -213,7 +225,9 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     if leader && !result.records.is_empty() {
         let recs = &result.records;
         let s = summarize(recs, usize::from(recs.len() > 1));
-        let best = s.best_val.map_or("none".into(), |(v, t)| format!("{v:.4} at {t:.1} s"));
+        let best = s
+            .best_val
+            .map_or("none".into(), |(v, t)| format!("{v:.4} at {t:.1} s"));
         writeln!(
             out,
             "summary: {} steps in {:.1} s | {:.1} ms/step, {} tok/s (step 1 excluded) | last loss \

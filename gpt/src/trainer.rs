@@ -11,7 +11,7 @@
 //! 5. clip by the global norm and apply AdamW (decayed and non-decayed groups).
 
 use crate::backend::Backend;
-use crate::checkpoint::{CkptHeader, Checkpoint};
+use crate::checkpoint::{Checkpoint, CkptHeader};
 use crate::comm::{Comm, Group, Reduce};
 use crate::config::{ModelConfig, StageSplit, Topology};
 use crate::data::{val_batch, Dataset, Loader};
@@ -78,7 +78,9 @@ impl RunConfig {
         if self.micro_batch == 0 || self.micro_batches == 0 {
             return bad("--micro-batch-size and --micro-batches must be at least 1".into());
         }
-        if self.split.stages() != self.pp || self.split.layers().iter().sum::<usize>() != self.model.n_layer {
+        if self.split.stages() != self.pp
+            || self.split.layers().iter().sum::<usize>() != self.model.n_layer
+        {
             return bad(format!(
                 "the split {:?} does not cover {} layers over {} stages",
                 self.split.layers(),
@@ -86,13 +88,23 @@ impl RunConfig {
                 self.pp
             ));
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) || !(self.min_lr >= 0.0) {
-            return bad(format!("--lr {} must be positive (and --min-lr-frac >= 0)", self.lr));
+        let finite_at_least = |x: f32, min: f32| x.is_finite() && x >= min;
+        if !finite_at_least(self.lr, f32::MIN_POSITIVE) || !finite_at_least(self.min_lr, 0.0) {
+            return bad(format!(
+                "--lr {} must be positive (and --min-lr-frac >= 0)",
+                self.lr
+            ));
         }
         if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
-            return bad(format!("betas {} and {} must lie in [0, 1)", self.beta1, self.beta2));
+            return bad(format!(
+                "betas {} and {} must lie in [0, 1)",
+                self.beta1, self.beta2
+            ));
         }
-        if !(self.clip >= 0.0) || !(self.weight_decay >= 0.0) || !(self.eps > 0.0) {
+        if !finite_at_least(self.clip, 0.0)
+            || !finite_at_least(self.weight_decay, 0.0)
+            || !finite_at_least(self.eps, f32::MIN_POSITIVE)
+        {
             return bad("--clip and --weight-decay must be >= 0 and eps > 0".into());
         }
         if self.steps == 0 {
@@ -100,7 +112,8 @@ impl RunConfig {
         }
         let n = self.micro_batch * self.model.block_size;
         if (n as u64) * (self.model.padded_vocab().max(4 * self.model.n_embd) as u64) >= (1 << 31)
-            || (self.micro_batch * self.model.n_head) as u64 * (self.model.block_size as u64).pow(2) >= (1 << 31)
+            || (self.micro_batch * self.model.n_head) as u64 * (self.model.block_size as u64).pow(2)
+                >= (1 << 31)
         {
             return bad(format!(
                 "a micro-batch of {} x {} tokens makes tensors beyond the kernels' 32-bit \
@@ -146,7 +159,8 @@ const STAT_BWD: usize = 4;
 const STAT_WAIT: usize = 5;
 const STAT_PIPE: usize = 6;
 const STAT_STOP: usize = 7;
-const STATS: usize = 8;
+/// Statistics per PE in the vector [`Comm::allreduce_host`] sums each step.
+pub const STATS: usize = 8;
 
 /// One PE's trainer.
 pub struct Trainer<'a, B: Backend, C: Comm<B>> {
@@ -229,13 +243,9 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         let run = self.run.clone();
         let (m, d) = (run.micro_batches, self.model.dims);
         let n = d.n();
-        let batch = self.loader.next_step(
-            &self.data,
-            m * d.b,
-            d.t,
-            self.topo.replica(),
-            self.topo.dp,
-        );
+        let batch =
+            self.loader
+                .next_step(&self.data, m * d.b, d.t, self.topo.replica(), self.topo.dp);
         if self.model.first {
             be.upload_i32(self.model.tokens, &batch.inputs)?;
         }
@@ -341,11 +351,42 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         };
         let lr = run.lr_schedule().at(self.step);
         let t = (self.step + 1) as u32;
-        let (p, g, mm, v) = (self.model.params, self.model.grads, self.model.m, self.model.v);
+        let (p, g, mm, v) = (
+            self.model.params,
+            self.model.grads,
+            self.model.m,
+            self.model.v,
+        );
         let nd = lo.n_decay;
-        be.adamw(p, g, mm, v, nd, lr, run.beta1, run.beta2, run.eps, run.weight_decay, t, grad_scale)?;
+        be.adamw(
+            p,
+            g,
+            mm,
+            v,
+            nd,
+            lr,
+            run.beta1,
+            run.beta2,
+            run.eps,
+            run.weight_decay,
+            t,
+            grad_scale,
+        )?;
         if total > nd {
-            be.adamw(p.at(nd), g.at(nd), mm.at(nd), v.at(nd), total - nd, lr, run.beta1, run.beta2, run.eps, 0.0, t, grad_scale)?;
+            be.adamw(
+                p.at(nd),
+                g.at(nd),
+                mm.at(nd),
+                v.at(nd),
+                total - nd,
+                lr,
+                run.beta1,
+                run.beta2,
+                run.eps,
+                0.0,
+                t,
+                grad_scale,
+            )?;
         }
         self.step += 1;
 
@@ -425,7 +466,12 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
     /// Samples `n_new` tokens after `prompt` with replica 0's pipeline (other replicas return
     /// at once). Returns the whole text on the last stage of replica 0, None elsewhere.
     /// `temperature` 0 picks the most likely token.
-    pub fn generate(&mut self, prompt: &[u8], n_new: usize, temperature: f32) -> Result<Option<Vec<u8>>> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u8],
+        n_new: usize,
+        temperature: f32,
+    ) -> Result<Option<Vec<u8>>> {
         if self.topo.replica() != 0 {
             return Ok(None);
         }
@@ -436,12 +482,17 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         } else {
             prompt.iter().map(|&b| b as i32).collect()
         };
-        tokens.iter_mut().for_each(|t| *t = (*t).min(self.run.model.vocab as i32 - 1));
+        tokens
+            .iter_mut()
+            .for_each(|t| *t = (*t).min(self.run.model.vocab as i32 - 1));
         let mut rng = Rng::new(seed_for(self.run.seed, "sample"));
         let pp = self.topo.pp;
         for _ in 0..n_new {
             let window = &tokens[tokens.len().saturating_sub(t_max)..];
-            let d = Dims { b: 1, t: window.len() };
+            let d = Dims {
+                b: 1,
+                t: window.len(),
+            };
             if self.model.first {
                 be.upload_i32(self.model.tokens, window)?;
             }
@@ -504,7 +555,13 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
     /// Continues from a checkpoint of this stage.
     pub fn restore(&mut self, ck: &Checkpoint) -> Result<()> {
         let lo = &self.model.layout;
-        ck.check_fits(&self.run.model, self.topo.pp, self.topo.stage(), &lo.layers, lo.total)?;
+        ck.check_fits(
+            &self.run.model,
+            self.topo.pp,
+            self.topo.stage(),
+            &lo.layers,
+            lo.total,
+        )?;
         self.be.upload_f32(self.model.params, &ck.params)?;
         self.be.upload_f32(self.model.m, &ck.m)?;
         self.be.upload_f32(self.model.v, &ck.v)?;
@@ -535,9 +592,16 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
     /// For gradient checks of a whole model on one PE (PP = 1, DP = 1): the mean loss of one
     /// step's batch (`micro_batches * micro_batch` sequences, row-major) under the current
     /// parameters and, if `with_grads`, its gradient (arena layout). Updates nothing.
-    pub fn loss_and_grads(&mut self, inputs: &[i32], targets: &[i32], with_grads: bool) -> Result<(f64, Vec<f32>)> {
+    pub fn loss_and_grads(
+        &mut self,
+        inputs: &[i32],
+        targets: &[i32],
+        with_grads: bool,
+    ) -> Result<(f64, Vec<f32>)> {
         if !(self.model.first && self.model.last) || self.topo.dp != 1 {
-            return Err(GptError::Config("loss_and_grads needs a single-stage, single-replica job".into()));
+            return Err(GptError::Config(
+                "loss_and_grads needs a single-stage, single-replica job".into(),
+            ));
         }
         let be = self.be;
         let (m, d) = (self.model.micro(), self.model.dims);
@@ -557,7 +621,8 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         let scale = 1.0 / (m * n) as f32;
         for i in 0..m {
             if with_grads {
-                self.model.forward_compute(be, 0, i, d, Head::Train { scale })?;
+                self.model
+                    .forward_compute(be, 0, i, d, Head::Train { scale })?;
                 self.model.backward_compute(be, 0, i, 0)?;
             } else {
                 self.model.forward_compute(be, 0, i, d, Head::Eval)?;
@@ -570,7 +635,10 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             grads = vec![0.0f32; total];
             be.download_f32(self.model.grads, &mut grads)?;
         }
-        Ok((losses.iter().map(|&x| x as f64).sum::<f64>() / (m * n) as f64, grads))
+        Ok((
+            losses.iter().map(|&x| x as f64).sum::<f64>() / (m * n) as f64,
+            grads,
+        ))
     }
 }
 
@@ -641,13 +709,26 @@ mod tests {
         }
         // Probabilities 1/5, 3/5, 0, 1/5.
         assert_eq!(counts[2], 0);
-        assert!((counts[1] as f64 / 20_000.0 - 0.6).abs() < 0.02, "{counts:?}");
-        assert!((counts[0] as f64 / 20_000.0 - 0.2).abs() < 0.02, "{counts:?}");
+        assert!(
+            (counts[1] as f64 / 20_000.0 - 0.6).abs() < 0.02,
+            "{counts:?}"
+        );
+        assert!(
+            (counts[0] as f64 / 20_000.0 - 0.2).abs() < 0.02,
+            "{counts:?}"
+        );
     }
 
     #[test]
     fn shares_separate_bubble_from_transfer() {
-        let model = ModelConfig { n_layer: 2, n_head: 1, n_embd: 4, block_size: 4, vocab: 8, tied: true };
+        let model = ModelConfig {
+            n_layer: 2,
+            n_head: 1,
+            n_embd: 4,
+            block_size: 4,
+            vocab: 8,
+            tied: true,
+        };
         let run = RunConfig {
             model,
             micro_batch: 1,

@@ -1,0 +1,374 @@
+//! Command-line interface of `nvsh-gpt` (clap), and its translation into a run configuration.
+//! Defaults are the Tiny Shakespeare recipe: 6 layers, width 384, 6 heads, context 256,
+//! 64 sequences per step as 4 micro-batches of 16, AdamW lr 1e-3 with 100 warm-up steps and
+//! cosine decay, weight decay 0.1, clipping at 1.0.
+
+use crate::config::{ModelConfig, StageSplit};
+use crate::error::{GptError, Result};
+use crate::schedule::ScheduleKind;
+use crate::session::SessionOptions;
+use crate::trainer::RunConfig;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nvsh-gpt",
+    version,
+    about = "GPT-2-style training, pipeline-parallel over NVSHMEM (run N PEs with `nvsh run -n N -- nvsh-gpt train ...`)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train on a text file (byte-level tokens).
+    Train(Box<TrainArgs>),
+    /// Compare the losses of two --log-json files step by step; exit status 1 if any step of
+    /// the window differs by more than --rel (relative) or is missing.
+    Compare(CompareArgs),
+    /// Throughput and time shares of a --log-json file (key=value on one line).
+    Summary(SummaryArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// Training text; its last --val-frac is the validation split.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, default_value_t = 0.1)]
+    pub val_frac: f64,
+
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 6)]
+    pub layers: usize,
+    /// Attention heads (must divide --width).
+    #[arg(long, default_value_t = 6)]
+    pub heads: usize,
+    /// Width (channels).
+    #[arg(long, default_value_t = 384)]
+    pub width: usize,
+    /// Context length (tokens per sequence).
+    #[arg(long, default_value_t = 256)]
+    pub context: usize,
+    /// Vocabulary (256: every byte).
+    #[arg(long, default_value_t = 256)]
+    pub vocab: usize,
+    /// Give the LM head its own matrix instead of sharing the token embedding.
+    #[arg(long)]
+    pub untied: bool,
+
+    /// Sequences per micro-batch.
+    #[arg(long, short = 'b', default_value_t = 16)]
+    pub micro_batch_size: usize,
+    /// Micro-batches per step (per data-parallel replica).
+    #[arg(long, short = 'm', default_value_t = 4)]
+    pub micro_batches: usize,
+    /// Steps (also the horizon of the cosine schedule).
+    #[arg(long, default_value_t = 2000)]
+    pub steps: usize,
+    /// Stop after this many seconds of training (at a step boundary, then validate and sample).
+    #[arg(long)]
+    pub max_seconds: Option<f64>,
+
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f32,
+    /// Final learning rate as a fraction of --lr.
+    #[arg(long, default_value_t = 0.1)]
+    pub min_lr_frac: f32,
+    /// Linear warm-up steps.
+    #[arg(long, default_value_t = 100)]
+    pub warmup: usize,
+    /// AdamW weight decay (matrices and embeddings only, not biases or LayerNorm).
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f32,
+    #[arg(long, default_value_t = 0.9)]
+    pub beta1: f32,
+    #[arg(long, default_value_t = 0.95)]
+    pub beta2: f32,
+    #[arg(long, default_value_t = 1e-8)]
+    pub eps: f32,
+    /// Clip the global gradient norm to this (0: no clipping).
+    #[arg(long, default_value_t = 1.0)]
+    pub clip: f32,
+    /// Seed of the initial weights, the data order and sampling.
+    #[arg(long, default_value_t = 1337)]
+    pub seed: u64,
+
+    /// Pipeline stages.
+    #[arg(long, default_value_t = 1)]
+    pub pp: usize,
+    /// Data-parallel replicas (PEs = pp x dp; pe = replica * pp + stage).
+    #[arg(long, default_value_t = 1)]
+    pub dp: usize,
+    /// Pipeline schedule: gpipe or 1f1b.
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// Layers per stage, e.g. 5,7 (default: even, extra layers to the first stages).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// TF32 tensor-core math in cuBLAS (faster, less exact).
+    #[arg(long)]
+    pub tf32: bool,
+
+    /// Validate every N steps (and after the last).
+    #[arg(long, default_value_t = 100)]
+    pub val_every: usize,
+    /// Validation batches (of --micro-batch-size sequences) per evaluation.
+    #[arg(long, default_value_t = 20)]
+    pub val_batches: usize,
+    /// Print a progress line every N steps.
+    #[arg(long, default_value_t = 1)]
+    pub print_every: usize,
+    /// Per-step JSON records (step, loss, val_loss, lr, ms, tok_s, ...), one per line.
+    #[arg(long)]
+    pub log_json: Option<PathBuf>,
+    /// Save checkpoints to PREFIX.stageS-of-P.ckpt at the end.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// Also save every N steps (with --save).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: usize,
+    /// Continue from checkpoints PREFIX.stageS-of-P.ckpt (same model, --pp and --split).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+
+    /// Bytes of text to sample at the end (0: none).
+    #[arg(long, default_value_t = 300)]
+    pub sample_tokens: usize,
+    /// Text the sample continues.
+    #[arg(long, default_value = "\n")]
+    pub prompt: String,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+
+    /// Longest wait for a peer PE in milliseconds (default: NVSH_TIMEOUT_MS, else 60000).
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Run every PE as a thread on the CPU (reference math; tiny models only): no GPU needed.
+    #[arg(long)]
+    pub cpu: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    pub log_a: PathBuf,
+    pub log_b: PathBuf,
+    /// Largest allowed relative difference of a step's loss.
+    #[arg(long, default_value_t = 1e-5)]
+    pub rel: f64,
+    /// Compare steps 1..=N (default: every step of the first log).
+    #[arg(long)]
+    pub steps: Option<u64>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SummaryArgs {
+    pub log: PathBuf,
+    /// Leave out the first N steps (warm-up) from the means.
+    #[arg(long, default_value_t = 2)]
+    pub skip: usize,
+}
+
+impl TrainArgs {
+    /// The run's configuration and session options.
+    pub fn to_config(&self) -> Result<(RunConfig, SessionOptions)> {
+        let model = ModelConfig {
+            n_layer: self.layers,
+            n_head: self.heads,
+            n_embd: self.width,
+            block_size: self.context,
+            vocab: self.vocab,
+            tied: !self.untied,
+        };
+        model.validate()?;
+        let split = match &self.split {
+            Some(s) => StageSplit::parse(s, self.layers, self.pp)?,
+            None => StageSplit::balanced(self.layers, self.pp)?,
+        };
+        let timeout = match self.timeout_ms {
+            Some(0) => {
+                return Err(GptError::Config("--timeout-ms must be at least 1".into()));
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => nvshmem::deadline::default_timeout()?,
+        };
+        if let Some(s) = self.max_seconds {
+            if s.is_nan() || s <= 0.0 {
+                return Err(GptError::Config(format!(
+                    "--max-seconds {s} must be positive"
+                )));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_frac) {
+            return Err(GptError::Config(format!(
+                "--min-lr-frac {} must lie in [0, 1]",
+                self.min_lr_frac
+            )));
+        }
+        if self.temperature.is_nan() || self.temperature < 0.0 {
+            return Err(GptError::Config("--temperature must be >= 0".into()));
+        }
+        if self.val_batches == 0 {
+            return Err(GptError::Config("--val-batches must be at least 1".into()));
+        }
+        let run = RunConfig {
+            model,
+            micro_batch: self.micro_batch_size,
+            micro_batches: self.micro_batches,
+            steps: self.steps,
+            lr: self.lr,
+            min_lr: self.lr * self.min_lr_frac,
+            warmup: self.warmup,
+            weight_decay: self.weight_decay,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            clip: self.clip,
+            seed: self.seed,
+            pp: self.pp,
+            dp: self.dp,
+            schedule: ScheduleKind::parse(&self.schedule)?,
+            split,
+            val_batches: self.val_batches,
+            max_seconds: self.max_seconds,
+            timeout,
+        };
+        run.validate()?;
+        let opts = SessionOptions {
+            val_every: self.val_every,
+            log_json: self.log_json.clone(),
+            save: self.save.clone(),
+            save_every: self.save_every,
+            resume: self.resume.clone(),
+            sample_tokens: self.sample_tokens,
+            prompt: self.prompt.clone(),
+            temperature: self.temperature,
+            print_every: self.print_every,
+        };
+        Ok((run, opts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> std::result::Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("nvsh-gpt").chain(args.iter().copied()))
+    }
+
+    fn train(args: &[&str]) -> TrainArgs {
+        match parse(args).unwrap().command {
+            Command::Train(t) => *t,
+            c => panic!("not train: {c:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_tiny_shakespeare_recipe() {
+        let t = train(&["train", "--data", "x.txt", "--timeout-ms", "5000"]);
+        let (run, opts) = t.to_config().unwrap();
+        let m = &run.model;
+        assert_eq!(
+            (m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab),
+            (6, 6, 384, 256, 256)
+        );
+        assert!(m.tied);
+        assert_eq!(run.micro_batch * run.micro_batches, 64);
+        assert_eq!((run.lr, run.weight_decay, run.clip), (1e-3, 0.1, 1.0));
+        assert!((run.min_lr - 1e-4).abs() < 1e-9);
+        assert_eq!(
+            (run.pp, run.dp, run.schedule),
+            (1, 1, ScheduleKind::OneFOneB)
+        );
+        assert_eq!(run.timeout, Duration::from_millis(5000));
+        assert_eq!(opts.val_every, 100);
+        assert!(opts.log_json.is_none() && opts.save.is_none());
+    }
+
+    #[test]
+    fn pipeline_flags_parse() {
+        let t = train(&[
+            "train",
+            "--data",
+            "d",
+            "--layers",
+            "12",
+            "--heads",
+            "12",
+            "--width",
+            "768",
+            "--context",
+            "1024",
+            "-b",
+            "4",
+            "-m",
+            "8",
+            "--pp",
+            "2",
+            "--schedule",
+            "gpipe",
+            "--split",
+            "5,7",
+            "--untied",
+            "--tf32",
+            "--log-json",
+            "l.json",
+            "--max-seconds",
+            "600",
+            "--timeout-ms",
+            "100",
+        ]);
+        let (run, opts) = t.to_config().unwrap();
+        assert_eq!(run.split.layers(), &[5, 7]);
+        assert_eq!(run.schedule, ScheduleKind::GPipe);
+        assert!(!run.model.tied && t.tf32);
+        assert_eq!(run.tokens_per_step(), 4 * 8 * 1024);
+        assert_eq!(run.max_seconds, Some(600.0));
+        assert_eq!(opts.log_json, Some(PathBuf::from("l.json")));
+    }
+
+    #[test]
+    fn bad_values_are_config_errors() {
+        let bad = |args: &[&str]| {
+            let mut a = vec!["train", "--data", "d", "--timeout-ms", "100"];
+            a.extend_from_slice(args);
+            train(&a).to_config().unwrap_err().to_string()
+        };
+        assert!(bad(&["--heads", "5"]).contains("multiple"));
+        assert!(bad(&["--schedule", "zb"]).contains("gpipe or 1f1b"));
+        assert!(bad(&["--pp", "2", "--split", "1,2"]).contains("--split"));
+        assert!(bad(&["--pp", "7"]).contains("at least one layer"));
+        assert!(bad(&["--beta2", "1.0"]).contains("betas"));
+        assert!(bad(&["--max-seconds", "0"]).contains("--max-seconds"));
+        assert!(bad(&["-m", "0"]).contains("--micro-batches"));
+        assert!(parse(&["train"]).is_err()); // --data is required
+        assert!(parse(&["train", "--data", "d", "--lr", "x"]).is_err());
+    }
+
+    #[test]
+    fn compare_and_summary_parse() {
+        match parse(&[
+            "compare", "a.json", "b.json", "--rel", "1e-5", "--steps", "20",
+        ])
+        .unwrap()
+        .command
+        {
+            Command::Compare(c) => {
+                assert_eq!((c.rel, c.steps), (1e-5, Some(20)));
+                assert_eq!(c.log_b, PathBuf::from("b.json"));
+            }
+            c => panic!("{c:?}"),
+        }
+        match parse(&["summary", "a.json"]).unwrap().command {
+            Command::Summary(s) => assert_eq!(s.skip, 2),
+            c => panic!("{c:?}"),
+        }
+    }
+}

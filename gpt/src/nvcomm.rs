@@ -1,0 +1,358 @@
+//! The [`Comm`] of a real job: one PE per process, NVSHMEM underneath.
+//!
+//! * Activations and gradients move through two [`Channel`]s (forward: stage s to s + 1,
+//!   backward: s + 1 to s), sampled tokens through a third (last stage to first). Receives are
+//!   enqueued on the compute stream (the data is needed there next; the wait happens on the GPU,
+//!   not the host). Sends go on a transfer stream of their own, after an event of the compute
+//!   stream, so the put overlaps the next compute; the compute stream waits for a send only
+//!   before it overwrites the send's source ([`Comm::before_overwrite`]).
+//! * Gradient reductions run the runtime's allreduce over teams: the stage's replicas
+//!   (data-parallel averaging) and {first, last stage} of a replica (tied embedding). The
+//!   gradient arena is symmetric memory of the same size on every PE, so offsets agree.
+//! * Per-step statistics are summed over the world by an allreduce of a small f64 buffer.
+
+use crate::backend::{wait_event, Backend};
+use crate::comm::{group_members, Comm, Group, Reduce};
+use crate::config::Topology;
+use crate::error::{GptError, Result};
+use crate::ops::{F32Ptr, I32Ptr};
+use cudarc::driver::{CudaEvent, CudaStream};
+use nvshmem::channel::Channel;
+use nvshmem::{Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SymmetricBuffer, Team};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes of one allreduce receive slot for gradients (larger messages go in segments).
+const GRAD_SLOT_BYTES: usize = 4 << 20;
+/// Slot bytes of the statistics allreduce (a few hundred values).
+const STATS_SLOT_BYTES: usize = 64 << 10;
+
+/// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init).
+pub fn symmetric_bytes(
+    n_pes: usize,
+    pp: usize,
+    dp: usize,
+    grad_elems: usize,
+    slots: usize,
+    act_elems: usize,
+    stats_len: usize,
+) -> usize {
+    let channels = if pp > 1 {
+        2 * slots * act_elems * 4 + (1 << 20)
+    } else {
+        0
+    };
+    let workspace = |slot: usize| 2 * n_pes * slot + (1 << 20);
+    let mut ar = workspace(STATS_SLOT_BYTES);
+    if dp > 1 {
+        ar += workspace(GRAD_SLOT_BYTES);
+    }
+    if pp > 1 {
+        ar += workspace(GRAD_SLOT_BYTES);
+    }
+    grad_elems * 4 + channels + ar + stats_len * 8
+}
+
+/// Team allreduce of one gradient group (None on PEs outside every team of the split).
+struct GroupReduce<'nv> {
+    members: Vec<usize>,
+    ar: Allreduce<'nv>,
+    _team: Option<Team<'nv>>,
+}
+
+/// NVSHMEM-backed [`Comm`] of this PE.
+pub struct NvComm<'nv> {
+    topo: Topology,
+    compute: Arc<CudaStream>,
+    transfer: Arc<CudaStream>,
+    fwd: Option<Channel<'nv, f32>>,
+    bwd: Option<Channel<'nv, f32>>,
+    tok: Option<Channel<'nv, i32>>,
+    stage_group: Option<GroupReduce<'nv>>,
+    tied_group: Option<GroupReduce<'nv>>,
+    world: Allreduce<'nv>,
+    stats: SymmetricBuffer<'nv, f64>,
+    grads: Option<SymmetricBuffer<'nv, f32>>,
+    /// Source address -> event after the last send that reads it.
+    pending: HashMap<u64, CudaEvent>,
+    nv: &'nv Nvshmem,
+    timeout: Duration,
+}
+
+fn nv_err(e: nvshmem::Error) -> GptError {
+    GptError::Nvshmem(e)
+}
+
+impl<'nv> NvComm<'nv> {
+    /// Collective (every PE, same arguments): channels of `slots` slots of `max_elems` values
+    /// between stages, team workspaces, and a statistics buffer of `stats_len` values.
+    /// `compute` is the stream the model runs on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        nv: &'nv Nvshmem,
+        topo: Topology,
+        compute: Arc<CudaStream>,
+        slots: usize,
+        max_elems: usize,
+        stats_len: usize,
+        tied: bool,
+        timeout: Duration,
+    ) -> Result<NvComm<'nv>> {
+        let (pp, dp) = (topo.pp, topo.dp);
+        let transfer = compute.context().new_stream()?;
+        let open = |elems: usize, slots: usize| -> Result<Option<Channel<'nv, f32>>> {
+            if pp == 1 {
+                return Ok(None);
+            }
+            let mut ch = Channel::new(nv, slots, elems).map_err(nv_err)?;
+            ch.set_timeout(timeout);
+            Ok(Some(ch))
+        };
+        let fwd = open(max_elems, slots)?;
+        let bwd = open(max_elems, slots)?;
+        let tok = if pp > 1 {
+            let mut ch = Channel::<i32>::new(nv, 2, 1).map_err(nv_err)?;
+            ch.set_timeout(timeout);
+            Some(ch)
+        } else {
+            None
+        };
+        let world_team = nv.team_world();
+        // Every PE takes part in every split and every workspace allocation (collective over
+        // the world), keeping only its own team.
+        let split = |starts: Vec<i32>,
+                     stride: i32,
+                     size: i32,
+                     slot: usize|
+         -> Result<Option<GroupReduce<'nv>>> {
+            let mut mine = None;
+            for start in starts {
+                if let Some(t) = world_team
+                    .split_strided(start, stride, size)
+                    .map_err(nv_err)?
+                {
+                    mine = Some(t);
+                }
+            }
+            let ar = nv
+                .allreduce_workspace_for(mine.as_ref(), slot)
+                .map_err(nv_err)?;
+            Ok(Some(GroupReduce {
+                members: Vec::new(),
+                ar,
+                _team: mine,
+            }))
+        };
+        let mut stage_group = if dp > 1 {
+            split(
+                (0..pp as i32).collect(),
+                pp as i32,
+                dp as i32,
+                GRAD_SLOT_BYTES,
+            )?
+        } else {
+            None
+        };
+        let mut tied_group = if tied && pp > 1 {
+            let starts = (0..dp).map(|r| (r * pp) as i32).collect();
+            split(starts, (pp - 1) as i32, 2, GRAD_SLOT_BYTES)?
+        } else {
+            None
+        };
+        if let Some(g) = &mut stage_group {
+            g.members = group_members(&topo, Group::StageReplicas);
+        }
+        if let Some(g) = &mut tied_group {
+            g.members = group_members(&topo, Group::Tied);
+        }
+        let world = nv.allreduce_workspace(STATS_SLOT_BYTES).map_err(nv_err)?;
+        let stats = nv.alloc_zeroed::<f64>(stats_len.max(1)).map_err(nv_err)?;
+        Ok(NvComm {
+            topo,
+            compute,
+            transfer,
+            fwd,
+            bwd,
+            tok,
+            stage_group,
+            tied_group,
+            world,
+            stats,
+            grads: None,
+            pending: HashMap::new(),
+            nv,
+            timeout,
+        })
+    }
+
+    fn link<'a, T: nvshmem::Element>(
+        ch: &'a mut Option<Channel<'nv, T>>,
+        what: &str,
+    ) -> Result<&'a mut Channel<'nv, T>> {
+        ch.as_mut().ok_or_else(|| {
+            GptError::Comm(format!(
+                "{what}: a single-stage job has no pipeline channels"
+            ))
+        })
+    }
+
+    /// Sends on the transfer stream once the compute stream has produced `src`.
+    fn send_after_compute(&mut self, forward: bool, src: F32Ptr, len: usize) -> Result<()> {
+        let ready = self.compute.record_event(None)?;
+        self.transfer.wait(&ready)?;
+        let (peer, ch) = if forward {
+            (
+                self.topo.pe + 1,
+                Self::link(&mut self.fwd, "sending activations")?,
+            )
+        } else {
+            (
+                self.topo.pe - 1,
+                Self::link(&mut self.bwd, "sending gradients")?,
+            )
+        };
+        // SAFETY: src is device memory of this PE holding len values; the compute stream does
+        // not overwrite it before waiting for the event recorded below (before_overwrite).
+        unsafe { ch.send_raw(&self.transfer, peer as i32, src.0, len) }.map_err(nv_err)?;
+        let done = self.transfer.record_event(None)?;
+        self.pending.insert(src.0, done);
+        Ok(())
+    }
+}
+
+impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
+    fn topology(&self) -> Topology {
+        self.topo
+    }
+
+    fn alloc_grads(&mut self, _be: &B, len: usize) -> Result<F32Ptr> {
+        let buf = self.nv.alloc_zeroed::<f32>(len.max(1)).map_err(nv_err)?;
+        let p = F32Ptr(buf.as_device_ptr() as u64);
+        self.grads = Some(buf);
+        Ok(p)
+    }
+
+    fn send_act(&mut self, _be: &B, src: F32Ptr, len: usize) -> Result<()> {
+        self.send_after_compute(true, src, len)
+    }
+
+    fn recv_act(&mut self, _be: &B, dst: F32Ptr, len: usize) -> Result<()> {
+        let peer = self.topo.pe as i32 - 1;
+        let ch = Self::link(&mut self.fwd, "receiving activations")?;
+        // SAFETY: dst is device memory of this PE for len values, used next on this stream.
+        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, len) }.map_err(nv_err)
+    }
+
+    fn send_grad(&mut self, _be: &B, src: F32Ptr, len: usize) -> Result<()> {
+        self.send_after_compute(false, src, len)
+    }
+
+    fn recv_grad(&mut self, _be: &B, dst: F32Ptr, len: usize) -> Result<()> {
+        let peer = self.topo.pe as i32 + 1;
+        let ch = Self::link(&mut self.bwd, "receiving gradients")?;
+        // SAFETY: as in recv_act.
+        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, len) }.map_err(nv_err)
+    }
+
+    fn send_token(&mut self, _be: &B, src: I32Ptr) -> Result<()> {
+        let peer = self.topo.pe_of(0) as i32;
+        let ch = Self::link(&mut self.tok, "sending a sampled token")?;
+        // SAFETY: one i32 of this PE, written before on this stream.
+        unsafe { ch.send_raw(&self.compute, peer, src.0, 1) }.map_err(nv_err)
+    }
+
+    fn recv_token(&mut self, _be: &B, dst: I32Ptr) -> Result<()> {
+        let peer = self.topo.pe_of(self.topo.pp - 1) as i32;
+        let ch = Self::link(&mut self.tok, "receiving a sampled token")?;
+        // SAFETY: one i32 of this PE.
+        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, 1) }.map_err(nv_err)
+    }
+
+    fn before_overwrite(&mut self, _be: &B, ptr: F32Ptr) -> Result<()> {
+        if let Some(done) = self.pending.remove(&ptr.0) {
+            self.compute.wait(&done)?;
+        }
+        Ok(())
+    }
+
+    fn join_sends(&mut self, _be: &B) -> Result<()> {
+        self.compute.join(&self.transfer)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn allreduce_grads(
+        &mut self,
+        _be: &B,
+        group: Group,
+        offset: usize,
+        len: usize,
+        op: Reduce,
+    ) -> Result<()> {
+        let g = match group {
+            Group::StageReplicas => self.stage_group.as_mut(),
+            Group::Tied => self.tied_group.as_mut(),
+        };
+        let Some(g) = g else {
+            return if group_members(&self.topo, group).len() < 2 {
+                Ok(())
+            } else {
+                Err(GptError::Comm(format!("no workspace for group {group:?}")))
+            };
+        };
+        let grads = self
+            .grads
+            .as_ref()
+            .ok_or_else(|| GptError::Comm("allreduce before alloc_grads".into()))?;
+        let view = grads.view(offset..offset + len).map_err(nv_err)?;
+        let op = match op {
+            Reduce::Sum => ReduceOp::Sum,
+            Reduce::Avg => ReduceOp::Avg,
+        };
+        debug_assert!(g.members.contains(&self.topo.pe));
+        g.ar.run_in_place(view, op, AllreduceAlgo::Auto, &self.compute)
+            .map_err(nv_err)?;
+        Ok(())
+    }
+
+    fn allreduce_host(&mut self, _be: &B, values: &mut [f64]) -> Result<()> {
+        let view = self.stats.view(0..values.len()).map_err(nv_err)?;
+        // The copy is synchronous; the compute stream then reduces and we wait for it.
+        view.copy_from_host(values).map_err(nv_err)?;
+        self.world
+            .run_in_place(view, ReduceOp::Sum, AllreduceAlgo::Auto, &self.compute)
+            .map_err(nv_err)?;
+        let done = self.compute.record_event(None)?;
+        wait_event(
+            &done,
+            self.timeout,
+            "the per-step statistics allreduce (all PEs)",
+        )?;
+        view.copy_to_host(values).map_err(nv_err)
+    }
+
+    fn check(&self) -> Result<()> {
+        for ch in [&self.fwd, &self.bwd].into_iter().flatten() {
+            ch.check().map_err(nv_err)?;
+        }
+        if let Some(ch) = &self.tok {
+            ch.check().map_err(nv_err)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symmetric_size_grows_with_the_pipeline_and_replicas() {
+        let single = symmetric_bytes(1, 1, 1, 1000, 4, 100, 8);
+        assert!(single >= 4000);
+        let pipe = symmetric_bytes(2, 2, 1, 1000, 4, 100, 16);
+        assert!(pipe >= single + 2 * 4 * 100 * 4);
+        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32) > pipe);
+    }
+}

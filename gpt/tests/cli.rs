@@ -1,0 +1,202 @@
+//! The `nvsh-gpt` binary end to end on the CPU (`--cpu`): training with a JSON log, pipeline
+//! against single-PE logs through `nvsh-gpt compare`, `summary`, and the errors users see.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nvsh-gpt"))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run nvsh-gpt")
+}
+
+fn text_of(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nvsh-gpt-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn tiny_train(data: &Path, log: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "train",
+        "--cpu",
+        "--data",
+        data.to_str().unwrap(),
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "8",
+        "-b",
+        "2",
+        "-m",
+        "4",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--lr",
+        "3e-3",
+        "--val-every",
+        "4",
+        "--val-batches",
+        "2",
+        "--sample-tokens",
+        "16",
+        "--timeout-ms",
+        "60000",
+        "--log-json",
+        log.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn cpu_pipeline_logs_compare_equal_to_a_single_pe() {
+    let dir = workdir("compare");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, common::text(20_000, 9)).unwrap();
+    let (one, two) = (dir.join("pp1.json"), dir.join("pp2.json"));
+    let o = tiny_train(&data, &one, &[]);
+    assert!(o.status.success(), "{}", text_of(&o));
+    let out = text_of(&o);
+    assert!(out.contains("step     8/8 | loss"), "{out}");
+    assert!(out.contains("val loss"), "{out}");
+    assert!(out.contains("sample (16 tokens"), "{out}");
+    assert!(out.contains("summary: 8 steps"), "{out}");
+    let o = tiny_train(&data, &two, &["--pp", "2", "--schedule", "gpipe"]);
+    assert!(o.status.success(), "{}", text_of(&o));
+
+    let log = std::fs::read_to_string(&one).unwrap();
+    assert_eq!(log.lines().count(), 8);
+    assert!(
+        log.lines().nth(3).unwrap().contains("\"val_loss\":"),
+        "{log}"
+    );
+    assert!(!log.lines().nth(2).unwrap().contains("val_loss"), "{log}");
+
+    let c = run(&[
+        "compare",
+        one.to_str().unwrap(),
+        two.to_str().unwrap(),
+        "--rel",
+        "1e-5",
+        "--steps",
+        "8",
+    ]);
+    assert!(c.status.success(), "{}", text_of(&c));
+    assert!(text_of(&c).contains("PASS"));
+
+    // A log whose step 5 is off by 1e-4 fails, naming the step.
+    let bad = dir.join("bad.json");
+    let lines: Vec<String> = log
+        .lines()
+        .map(|l| {
+            let mut r = nvsh_gpt::log::StepRecord::from_json(l).unwrap();
+            if r.step == 5 {
+                r.loss *= 1.0 + 1e-4;
+            }
+            r.to_json()
+        })
+        .collect();
+    std::fs::write(&bad, lines.join("\n")).unwrap();
+    let c = run(&[
+        "compare",
+        one.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        "--rel",
+        "1e-5",
+    ]);
+    assert_eq!(c.status.code(), Some(1), "{}", text_of(&c));
+    let t = text_of(&c);
+    assert!(t.contains("worst step 5") && t.contains("FAIL"), "{t}");
+
+    let s = run(&["summary", one.to_str().unwrap(), "--skip", "1"]);
+    assert!(s.status.success());
+    let t = text_of(&s);
+    assert!(
+        t.contains("steps=7 ") && t.contains("tok_s=") && t.contains("best_val_loss="),
+        "{t}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn user_errors_exit_with_status_1_and_say_what_to_do() {
+    let dir = workdir("errors");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, common::text(20_000, 9)).unwrap();
+    let log = dir.join("x.json");
+    let o = tiny_train(&dir.join("missing.txt"), &log, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text_of(&o).contains("missing.txt"), "{}", text_of(&o));
+    let o = run(&[
+        "train",
+        "--cpu",
+        "--data",
+        data.to_str().unwrap(),
+        "--heads",
+        "5",
+        "--width",
+        "16",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text_of(&o).contains("multiple of the head count"),
+        "{}",
+        text_of(&o)
+    );
+    let o = run(&["compare", "/nonexistent/a.json", "/nonexistent/b.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without --cpu on a machine without a GPU: a typed error and status 1, no panic.
+#[test]
+fn gpu_training_without_a_gpu_fails_cleanly() {
+    if Path::new("/dev/nvidiactl").exists() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let dir = workdir("nogpu");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, common::text(20_000, 9)).unwrap();
+    let o = run(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--context",
+        "8",
+        "--steps",
+        "1",
+        "--timeout-ms",
+        "1000",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text_of(&o));
+    let t = text_of(&o);
+    assert!(
+        t.contains("nvsh-gpt: error:") && t.contains("no CUDA"),
+        "{t}"
+    );
+    assert!(!t.contains("panicked"), "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,155 @@
+//! Shared helpers of the trainer tests: a small deterministic text, tiny run configurations,
+//! and a thread-per-PE runner on the CPU backend that returns what each PE saw.
+#![allow(dead_code)]
+
+use nvsh_gpt::backend::CpuBackend;
+use nvsh_gpt::comm::LocalComm;
+use nvsh_gpt::config::{ModelConfig, StageSplit};
+use nvsh_gpt::data::Dataset;
+use nvsh_gpt::rng::Rng;
+use nvsh_gpt::schedule::ScheduleKind;
+use nvsh_gpt::trainer::{RunConfig, Trainer};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// About `n` bytes of pseudo-English: words from a small list, sentences, line breaks.
+pub fn text(n: usize, seed: u64) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "the", "king", "queen", "shall", "speak", "of", "love", "and", "war", "my", "lord", "thou",
+        "art", "a", "fool", "to", "be", "or", "not", "night", "day", "sweet", "heart",
+    ];
+    let mut r = Rng::new(seed);
+    let mut out = Vec::with_capacity(n + 16);
+    while out.len() < n {
+        let words = 3 + r.below(6) as usize;
+        for w in 0..words {
+            let word = WORDS[r.below(WORDS.len() as u64) as usize];
+            if w == 0 {
+                out.push(word.as_bytes()[0].to_ascii_uppercase());
+                out.extend_from_slice(&word.as_bytes()[1..]);
+            } else {
+                out.push(b' ');
+                out.extend_from_slice(word.as_bytes());
+            }
+        }
+        out.extend_from_slice(if r.below(3) == 0 { b".\n" } else { b". " });
+    }
+    out.truncate(n);
+    out
+}
+
+/// A tiny model: `layers` blocks of width 16, 2 heads, context 8.
+pub fn tiny(layers: usize, tied: bool) -> ModelConfig {
+    ModelConfig {
+        n_layer: layers,
+        n_head: 2,
+        n_embd: 16,
+        block_size: 8,
+        vocab: 256,
+        tied,
+    }
+}
+
+/// A run of `model` with `pp` x `dp` PEs, 2 sequences per micro-batch, `micro` per step.
+pub fn run_config(
+    model: ModelConfig,
+    pp: usize,
+    dp: usize,
+    micro: usize,
+    schedule: ScheduleKind,
+) -> RunConfig {
+    let split = StageSplit::balanced(model.n_layer, pp).unwrap();
+    RunConfig {
+        model,
+        micro_batch: 2,
+        micro_batches: micro,
+        steps: 1000,
+        lr: 3e-3,
+        min_lr: 3e-4,
+        warmup: 2,
+        weight_decay: 0.1,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        clip: 1.0,
+        seed: 7,
+        pp,
+        dp,
+        schedule,
+        split,
+        val_batches: 3,
+        max_seconds: None,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+/// The tiny corpus as a dataset.
+pub fn dataset() -> Arc<Dataset> {
+    Arc::new(Dataset::from_bytes(&text(20_000, 3), 0.1, 8).unwrap())
+}
+
+/// What one PE ended with.
+#[derive(Debug, Clone)]
+pub struct PeOutcome {
+    pub losses: Vec<f64>,
+    pub norms: Vec<f64>,
+    pub val: f64,
+    /// Parameters by tensor name.
+    pub params: BTreeMap<String, Vec<f32>>,
+    pub sample: Option<Vec<u8>>,
+}
+
+/// Runs `steps` training steps on every PE (threads, CPU backend), then one evaluation and,
+/// if `sample` > 0, greedy sampling of that many tokens.
+pub fn run_cpu(run: &RunConfig, data: Arc<Dataset>, steps: usize, sample: usize) -> Vec<PeOutcome> {
+    let comms = LocalComm::world(run.pp, run.dp, run.micro_batches.min(8), run.timeout).unwrap();
+    let handles: Vec<_> = comms
+        .into_iter()
+        .map(|comm| {
+            let (run, data) = (run.clone(), data.clone());
+            std::thread::spawn(move || {
+                let be = CpuBackend::new();
+                let mut tr = Trainer::new(&be, comm, run, data).unwrap();
+                let mut losses = Vec::new();
+                let mut norms = Vec::new();
+                for _ in 0..steps {
+                    let r = tr.train_step().unwrap();
+                    losses.push(r.loss);
+                    norms.push(r.grad_norm);
+                }
+                let val = tr.evaluate().unwrap();
+                let p = tr.params().unwrap();
+                let params = tr
+                    .model
+                    .layout
+                    .tensors
+                    .iter()
+                    .map(|t| (t.name.clone(), p[t.offset..t.offset + t.len].to_vec()))
+                    .collect();
+                let sample = if sample > 0 {
+                    tr.generate(b"The ", sample, 0.0).unwrap()
+                } else {
+                    None
+                };
+                PeOutcome {
+                    losses,
+                    norms,
+                    val,
+                    params,
+                    sample,
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Largest relative difference of two sequences (|a - b| / max(|a|, |b|, floor)).
+pub fn max_rel(a: &[f64], b: &[f64], floor: f64) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(y.abs()).max(floor))
+        .fold(0.0, f64::max)
+}
