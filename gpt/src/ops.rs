@@ -501,24 +501,7 @@ impl Ops {
             check_ptrs(OP, &[("bias", bias.0)])?;
         }
         let (ni, ci, oci) = (int(OP, "N", n)?, int(OP, "C", c)?, int(OP, "OC", oc)?);
-        // Row-major out[n, oc] is column-major out^T (oc x n) = W (oc x c) . inp^T (c x n),
-        // where W is column-major weight^T with ld c, read transposed.
-        self.gemm(
-            OP,
-            Gemm {
-                ta: true,
-                tb: false,
-                m: oci,
-                n: ni,
-                k: ci,
-                alpha: 1.0,
-                a: (weight, ci, 0),
-                b: (inp, ci, 0),
-                beta: 0.0,
-                c: (out, oci, 0),
-                batch: 1,
-            },
-        )?;
+        self.gemm(OP, &matmul_forward_gemm(out, inp, weight, ni, ci, oci))?;
         if let Some(bias) = bias {
             let total = prod(OP, &[n, oc])?;
             self.launch_1d(
@@ -566,40 +549,9 @@ impl Ops {
             return self.zero(dinp, prod(OP, &[n, c])?);
         }
         if c > 0 {
-            // dinp^T (c x n) = weight^T (column-major c x oc, ld c) . dout^T (oc x n, ld oc).
-            self.gemm(
-                OP,
-                Gemm {
-                    ta: false,
-                    tb: false,
-                    m: ci,
-                    n: ni,
-                    k: oci,
-                    alpha: 1.0,
-                    a: (weight, ci, 0),
-                    b: (dout, oci, 0),
-                    beta: 0.0,
-                    c: (dinp, ci, 0),
-                    batch: 1,
-                },
-            )?;
-            // dweight^T (c x oc) += inp^T (c x n, ld c) . dout (n x oc: dout^T read transposed).
-            self.gemm(
-                OP,
-                Gemm {
-                    ta: false,
-                    tb: true,
-                    m: ci,
-                    n: oci,
-                    k: ni,
-                    alpha: 1.0,
-                    a: (inp, ci, 0),
-                    b: (dout, oci, 0),
-                    beta: 1.0,
-                    c: (dweight, ci, 0),
-                    batch: 1,
-                },
-            )?;
+            for g in matmul_backward_gemms(dinp, dweight, dout, inp, weight, ni, ci, oci) {
+                self.gemm(OP, &g)?;
+            }
         }
         if let Some(dbias) = dbias {
             let (rows_per, parts) = row_partition(n);
@@ -654,69 +606,14 @@ impl Ops {
         )?;
         let (q, k, v) = (qkvr, qkvr.at(s.total), qkvr.at(2 * s.total));
         self.launch_1d(K::AttentionPermute, s.total, &s.permute_args(qkvr, inp))?;
-        // Scores, per (b, h): att^T (column-major T x T) = k (T x hs) . q^T, scaled by 1/sqrt(hs).
-        self.gemm(
-            OP,
-            Gemm {
-                ta: true,
-                tb: false,
-                m: s.ti,
-                n: s.ti,
-                k: s.hsi,
-                alpha: s.scale,
-                a: (k, s.hsi, s.head_stride),
-                b: (q, s.hsi, s.head_stride),
-                beta: 0.0,
-                c: (att, s.ti, s.att_stride),
-                batch: s.bnh,
-            },
-        )?;
+        self.gemm(OP, &s.scores_gemm(q, k, att))?;
         self.launch_rows(
             K::AttentionSoftmaxForward,
             s.rows,
             &[att.into(), int(OP, "B*NH*T", s.rows)?.into(), s.ti.into()],
         )?;
-        // y = att . v, written straight into out [B, T, C] (row stride C): one strided batch per
-        // head over b, or per b over heads, whichever needs fewer calls.
-        let (t_hs, t_t, t_c) = (t * s.hs, t * t, t * c);
-        if nh <= b {
-            for h in 0..nh {
-                self.gemm(
-                    OP,
-                    Gemm {
-                        ta: false,
-                        tb: false,
-                        m: s.hsi,
-                        n: s.ti,
-                        k: s.ti,
-                        alpha: 1.0,
-                        a: (v.at(h * t_hs), s.hsi, (nh * t_hs) as i64),
-                        b: (att.at(h * t_t), s.ti, (nh * t_t) as i64),
-                        beta: 0.0,
-                        c: (out.at(h * s.hs), s.ci, t_c as i64),
-                        batch: s.bi,
-                    },
-                )?;
-            }
-        } else {
-            for bb in 0..b {
-                self.gemm(
-                    OP,
-                    Gemm {
-                        ta: false,
-                        tb: false,
-                        m: s.hsi,
-                        n: s.ti,
-                        k: s.ti,
-                        alpha: 1.0,
-                        a: (v.at(bb * nh * t_hs), s.hsi, t_hs as i64),
-                        b: (att.at(bb * nh * t_t), s.ti, t_t as i64),
-                        beta: 0.0,
-                        c: (out.at(bb * t_c), s.ci, s.hs as i64),
-                        batch: s.nhi,
-                    },
-                )?;
-            }
+        for g in s.values_gemms(v, att, out) {
+            self.gemm(OP, &g)?;
         }
         Ok(())
     }
@@ -759,40 +656,8 @@ impl Ops {
         let (dq, dk, dv) = (dqkvr, dqkvr.at(s.total), dqkvr.at(2 * s.total));
         let dy = scratch;
         self.launch_1d(K::AttentionPermuteHeads, s.total, &s.permute_args(dy, dout))?;
-        // datt[t1, t2] = dy[t1] . v[t2] (same product shape as the forward scores).
-        self.gemm(
-            OP,
-            Gemm {
-                ta: true,
-                tb: false,
-                m: s.ti,
-                n: s.ti,
-                k: s.hsi,
-                alpha: 1.0,
-                a: (v, s.hsi, s.head_stride),
-                b: (dy, s.hsi, s.head_stride),
-                beta: 0.0,
-                c: (datt, s.ti, s.att_stride),
-                batch: s.bnh,
-            },
-        )?;
-        // dv = att^T . dy: column-major dv^T (hs x T) = dy^T (hs x T) . att (att^T read transposed).
-        self.gemm(
-            OP,
-            Gemm {
-                ta: false,
-                tb: true,
-                m: s.hsi,
-                n: s.ti,
-                k: s.ti,
-                alpha: 1.0,
-                a: (dy, s.hsi, s.head_stride),
-                b: (att, s.ti, s.att_stride),
-                beta: 0.0,
-                c: (dv, s.hsi, s.head_stride),
-                batch: s.bnh,
-            },
-        )?;
+        self.gemm(OP, &s.datt_gemm(dy, v, datt))?;
+        self.gemm(OP, &s.dv_gemm(dy, att, dv))?;
         // datt becomes the gradient of the scaled scores (0 in the masked triangle).
         self.launch_rows(
             K::AttentionSoftmaxBackward,
@@ -804,40 +669,8 @@ impl Ops {
                 s.ti.into(),
             ],
         )?;
-        // dq = scale * dS . k: column-major dq^T (hs x T) = k^T (hs x T) . dS^T.
-        self.gemm(
-            OP,
-            Gemm {
-                ta: false,
-                tb: false,
-                m: s.hsi,
-                n: s.ti,
-                k: s.ti,
-                alpha: s.scale,
-                a: (k, s.hsi, s.head_stride),
-                b: (datt, s.ti, s.att_stride),
-                beta: 0.0,
-                c: (dq, s.hsi, s.head_stride),
-                batch: s.bnh,
-            },
-        )?;
-        // dk = scale * dS^T . q: column-major dk^T (hs x T) = q^T (hs x T) . dS.
-        self.gemm(
-            OP,
-            Gemm {
-                ta: false,
-                tb: true,
-                m: s.hsi,
-                n: s.ti,
-                k: s.ti,
-                alpha: s.scale,
-                a: (q, s.hsi, s.head_stride),
-                b: (datt, s.ti, s.att_stride),
-                beta: 0.0,
-                c: (dk, s.hsi, s.head_stride),
-                batch: s.bnh,
-            },
-        )?;
+        self.gemm(OP, &s.dq_gemm(k, datt, dq))?;
+        self.gemm(OP, &s.dk_gemm(q, datt, dk))?;
         self.launch_1d(
             K::AttentionUnpermuteQkv,
             s.total,
@@ -1107,7 +940,7 @@ impl Ops {
     }
 
     /// A (strided-batched) column-major cuBLAS SGEMM: C = alpha op(A) op(B) + beta C.
-    fn gemm(&self, op: &'static str, g: Gemm) -> Result<()> {
+    fn gemm(&self, op: &'static str, g: &Gemm) -> Result<()> {
         let trans = |t: bool| {
             if t {
                 cublasOperation_t::CUBLAS_OP_T
@@ -1174,7 +1007,9 @@ impl Ops {
     }
 }
 
-/// One cuBLAS GEMM: operands are (address, leading dimension, batch stride in elements).
+/// One cuBLAS GEMM, column-major: C = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n;
+/// operands are (address, leading dimension, batch stride in elements).
+#[derive(Clone, Debug, PartialEq)]
 struct Gemm {
     ta: bool,
     tb: bool,
@@ -1189,14 +1024,81 @@ struct Gemm {
     batch: usize,
 }
 
+// The GEMM plans below are pure functions so that a CPU test (tests::gemm_plans_*) can replay
+// them with a plain column-major GEMM and check them against the references. Row-major X[r, c]
+// is the column-major matrix X^T (c x r) with leading dimension c.
+
+/// out[n, oc] = inp . weight^T: column-major out^T (oc x n) = weight (read transposed from its
+/// column-major c x oc storage) . inp^T (c x n).
+fn matmul_forward_gemm(out: F32Ptr, inp: F32Ptr, weight: F32Ptr, n: i32, c: i32, oc: i32) -> Gemm {
+    Gemm {
+        ta: true,
+        tb: false,
+        m: oc,
+        n,
+        k: c,
+        alpha: 1.0,
+        a: (weight, c, 0),
+        b: (inp, c, 0),
+        beta: 0.0,
+        c: (out, oc, 0),
+        batch: 1,
+    }
+}
+
+/// [dinp = dout . weight (overwritten), dweight += dout^T . inp].
+fn matmul_backward_gemms(
+    dinp: F32Ptr,
+    dweight: F32Ptr,
+    dout: F32Ptr,
+    inp: F32Ptr,
+    weight: F32Ptr,
+    n: i32,
+    c: i32,
+    oc: i32,
+) -> [Gemm; 2] {
+    [
+        // dinp^T (c x n) = weight^T (c x oc, ld c) . dout^T (oc x n, ld oc).
+        Gemm {
+            ta: false,
+            tb: false,
+            m: c,
+            n,
+            k: oc,
+            alpha: 1.0,
+            a: (weight, c, 0),
+            b: (dout, oc, 0),
+            beta: 0.0,
+            c: (dinp, c, 0),
+            batch: 1,
+        },
+        // dweight^T (c x oc) += inp^T (c x n, ld c) . dout (n x oc: dout^T read transposed).
+        Gemm {
+            ta: false,
+            tb: true,
+            m: c,
+            n: oc,
+            k: n,
+            alpha: 1.0,
+            a: (inp, c, 0),
+            b: (dout, oc, 0),
+            beta: 1.0,
+            c: (dweight, c, 0),
+            batch: 1,
+        },
+    ]
+}
+
 /// Checked attention shape.
 struct AttShape {
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
     hs: usize,
     total: usize,
     rows: usize,
     bnh: usize,
-    bi: usize,
-    nhi: usize,
     ti: i32,
     ci: i32,
     hsi: i32,
@@ -1225,12 +1127,14 @@ impl AttShape {
         prod(op, &[total, 3])?;
         int(op, "B*NH*T", rows)?;
         Ok(AttShape {
+            b,
+            t,
+            c,
+            nh,
             hs,
             total,
             rows,
             bnh,
-            bi: b,
-            nhi: nh,
             ti: int(op, "T", t)?,
             ci: int(op, "C", c)?,
             hsi: int(op, "hs", hs)?,
@@ -1244,6 +1148,151 @@ impl AttShape {
                 1.0 / (hs as f32).sqrt()
             },
         })
+    }
+
+    /// One GEMM batched over the B*NH heads of the per-head layout [B, NH, T, hs] / [B, NH, T, T].
+    fn head_gemm(
+        &self,
+        ta: bool,
+        tb: bool,
+        m: i32,
+        k: i32,
+        alpha: f32,
+        a: (F32Ptr, bool),
+        b: (F32Ptr, bool),
+        c: (F32Ptr, bool),
+    ) -> Gemm {
+        // (address, is a T x T matrix) -> (address, leading dimension, batch stride)
+        let op = |(p, square): (F32Ptr, bool)| {
+            if square {
+                (p, self.ti, self.att_stride)
+            } else {
+                (p, self.hsi, self.head_stride)
+            }
+        };
+        Gemm {
+            ta,
+            tb,
+            m,
+            n: self.ti,
+            k,
+            alpha,
+            a: op(a),
+            b: op(b),
+            beta: 0.0,
+            c: op(c),
+            batch: self.bnh,
+        }
+    }
+
+    /// Scaled scores q.k^T / sqrt(hs): column-major att^T (T x T) = k (T x hs, read transposed
+    /// from its hs x T storage) . q^T (hs x T), so att[t1, t2] = q[t1] . k[t2] * scale.
+    fn scores_gemm(&self, q: F32Ptr, k: F32Ptr, att: F32Ptr) -> Gemm {
+        self.head_gemm(
+            true,
+            false,
+            self.ti,
+            self.hsi,
+            self.scale,
+            (k, false),
+            (q, false),
+            (att, true),
+        )
+    }
+
+    /// datt[t1, t2] = dy[t1] . v[t2]: the scores' product with (q, k) -> (dy, v), unscaled.
+    fn datt_gemm(&self, dy: F32Ptr, v: F32Ptr, datt: F32Ptr) -> Gemm {
+        Gemm {
+            alpha: 1.0,
+            ..self.scores_gemm(dy, v, datt)
+        }
+    }
+
+    /// dv = att^T . dy: column-major dv^T (hs x T) = dy^T (hs x T) . att (att^T read transposed).
+    fn dv_gemm(&self, dy: F32Ptr, att: F32Ptr, dv: F32Ptr) -> Gemm {
+        self.head_gemm(
+            false,
+            true,
+            self.hsi,
+            self.ti,
+            1.0,
+            (dy, false),
+            (att, true),
+            (dv, false),
+        )
+    }
+
+    /// dq = scale * dS . k: column-major dq^T (hs x T) = k^T (hs x T) . dS^T.
+    fn dq_gemm(&self, k: F32Ptr, ds: F32Ptr, dq: F32Ptr) -> Gemm {
+        self.head_gemm(
+            false,
+            false,
+            self.hsi,
+            self.ti,
+            self.scale,
+            (k, false),
+            (ds, true),
+            (dq, false),
+        )
+    }
+
+    /// dk = scale * dS^T . q: column-major dk^T (hs x T) = q^T (hs x T) . dS.
+    fn dk_gemm(&self, q: F32Ptr, ds: F32Ptr, dk: F32Ptr) -> Gemm {
+        self.head_gemm(
+            false,
+            true,
+            self.hsi,
+            self.ti,
+            self.scale,
+            (q, false),
+            (ds, true),
+            (dk, false),
+        )
+    }
+
+    /// y = att . v written straight into out [B, T, C] (row stride C), as column-major
+    /// y^T (hs x T) = v^T (hs x T) . att^T per head. Head (b, h) of out starts at b*T*C + h*hs,
+    /// which is not one stride apart over all B*NH heads, so this is one strided batch per head
+    /// over b, or per b over the heads, whichever takes fewer calls.
+    fn values_gemms(&self, v: F32Ptr, att: F32Ptr, out: F32Ptr) -> Vec<Gemm> {
+        let (b, t, c, nh, hs) = (self.b, self.t, self.c, self.nh, self.hs);
+        let (t_hs, t_t, t_c) = (t * hs, t * t, t * c);
+        let gemm = |a: (F32Ptr, i64), bb: (F32Ptr, i64), cc: (F32Ptr, i64), batch: usize| Gemm {
+            ta: false,
+            tb: false,
+            m: self.hsi,
+            n: self.ti,
+            k: self.ti,
+            alpha: 1.0,
+            a: (a.0, self.hsi, a.1),
+            b: (bb.0, self.ti, bb.1),
+            beta: 0.0,
+            c: (cc.0, self.ci, cc.1),
+            batch,
+        };
+        if nh <= b {
+            (0..nh)
+                .map(|h| {
+                    gemm(
+                        (v.at(h * t_hs), (nh * t_hs) as i64),
+                        (att.at(h * t_t), (nh * t_t) as i64),
+                        (out.at(h * hs), t_c as i64),
+                        b,
+                    )
+                })
+                .collect()
+        } else {
+            (0..b)
+                .map(|bb| {
+                    gemm(
+                        (v.at(bb * nh * t_hs), t_hs as i64),
+                        (att.at(bb * nh * t_t), t_t as i64),
+                        (out.at(bb * t_c), hs as i64),
+                        nh,
+                    )
+                })
+                .collect()
+        }
     }
 
     /// (dst, src, B, T, NH, hs): the argument list of the three permute kernels.
@@ -1351,6 +1400,201 @@ pub fn adamw_bias_corrections(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fake device memory for replaying GEMM plans on the CPU: buffer i lives at (i + 1) << 36.
+    struct Mem(Vec<Vec<f32>>);
+
+    impl Mem {
+        fn ptr(i: usize) -> F32Ptr {
+            F32Ptr((i as u64 + 1) << 36)
+        }
+        fn locate(p: F32Ptr, idx: i64) -> (usize, usize) {
+            let buf = (p.0 >> 36) as usize - 1;
+            let off = ((p.0 & ((1 << 36) - 1)) / 4) as i64 + idx;
+            (
+                buf,
+                usize::try_from(off).expect("GEMM reads before its buffer"),
+            )
+        }
+        fn get(&self, p: F32Ptr, idx: i64) -> f32 {
+            let (b, o) = Mem::locate(p, idx);
+            self.0[b][o]
+        }
+        fn set(&mut self, p: F32Ptr, idx: i64, v: f32) {
+            let (b, o) = Mem::locate(p, idx);
+            self.0[b][o] = v;
+        }
+        /// Column-major SGEMM with the BLAS definition (C is not read when beta is 0).
+        fn gemm(&mut self, g: &Gemm) {
+            let (m, n, k) = (g.m as i64, g.n as i64, g.k as i64);
+            let (lda, ldb, ldc) = (g.a.1 as i64, g.b.1 as i64, g.c.1 as i64);
+            for bt in 0..g.batch as i64 {
+                for j in 0..n {
+                    for i in 0..m {
+                        let mut acc = 0f64;
+                        for l in 0..k {
+                            let ai = if g.ta { l + i * lda } else { i + l * lda };
+                            let bi = if g.tb { j + l * ldb } else { l + j * ldb };
+                            acc += self.get(g.a.0, ai + bt * g.a.2) as f64
+                                * self.get(g.b.0, bi + bt * g.b.2) as f64;
+                        }
+                        let ci = i + j * ldc + bt * g.c.2;
+                        let mut v = g.alpha as f64 * acc;
+                        if g.beta != 0.0 {
+                            v += g.beta as f64 * self.get(g.c.0, ci) as f64;
+                        }
+                        self.set(g.c.0, ci, v as f32);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn assert_near(what: &str, got: &[f32], want: &[f32], tol: f32) {
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(1e-6f32, |m, w| m.max(w.abs()));
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= tol * scale, "{what}[{i}]: {g} vs {w}");
+        }
+    }
+
+    /// The matmul GEMM plans, replayed with a CPU GEMM, match the references.
+    #[test]
+    fn gemm_plans_matmul() {
+        use crate::reference as cpu;
+        let (n, c, oc) = (5usize, 4usize, 3usize);
+        let (x, w, dout) = (
+            pseudo_random(n * c, 1),
+            pseudo_random(oc * c, 2),
+            pseudo_random(n * oc, 3),
+        );
+        let dw0 = pseudo_random(oc * c, 4);
+        // 0 inp, 1 weight, 2 out, 3 dinp, 4 dweight, 5 dout
+        let mut mem = Mem(vec![
+            x.clone(),
+            w.clone(),
+            vec![f32::NAN; n * oc],
+            vec![f32::NAN; n * c],
+            dw0.clone(),
+            dout.clone(),
+        ]);
+        let p = Mem::ptr;
+        let (ni, ci, oci) = (n as i32, c as i32, oc as i32);
+        mem.gemm(&matmul_forward_gemm(p(2), p(0), p(1), ni, ci, oci));
+        let mut want = vec![0.0; n * oc];
+        cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
+        assert_near("out", &mem.0[2], &want, 1e-6);
+        for g in matmul_backward_gemms(p(3), p(4), p(5), p(0), p(1), ni, ci, oci) {
+            mem.gemm(&g);
+        }
+        let (mut wdx, mut wdw) = (vec![0.0; n * c], dw0);
+        cpu::matmul_backward(&mut wdx, &mut wdw, None, &dout, &x, &w, n, c, oc);
+        assert_near("dinp", &mem.0[3], &wdx, 1e-6);
+        assert_near("dweight", &mem.0[4], &wdw, 1e-6);
+    }
+
+    /// The attention GEMM plans, with CPU versions of the permute and softmax kernels around
+    /// them, match the references (both values-GEMM batchings: NH <= B and NH > B).
+    #[test]
+    fn gemm_plans_attention() {
+        use crate::reference as cpu;
+        for (b, t, c, nh) in [(2, 5, 8, 2), (1, 4, 6, 3), (3, 3, 8, 2), (2, 6, 12, 4)] {
+            let s = AttShape::new("t", b, t, c, nh).unwrap();
+            let (hs, total) = (c / nh, b * t * c);
+            let inp = pseudo_random(b * t * 3 * c, 5);
+            let dout = pseudo_random(total, 6);
+            // 0 inp, 1 qkvr, 2 att, 3 out, 4 dout, 5 dy, 6 dqkvr, 7 datt, 8 dinp
+            let mut mem = Mem(vec![
+                inp.clone(),
+                vec![0.0; 3 * total],
+                vec![f32::NAN; b * nh * t * t],
+                vec![f32::NAN; total],
+                dout.clone(),
+                vec![0.0; total],
+                vec![f32::NAN; 3 * total],
+                vec![f32::NAN; b * nh * t * t],
+                vec![0.0; 3 * total],
+            ]);
+            let p = Mem::ptr;
+            // Index of (b, t, h, d) in the model layout, and of (b, h, t, d) in the head layout.
+            let model = |bb: usize, tt: usize, h: usize, d: usize, width: usize| {
+                (bb * t + tt) * width + h * hs + d
+            };
+            let head = |bb: usize, tt: usize, h: usize, d: usize| ((bb * nh + h) * t + tt) * hs + d;
+            let each = |f: &mut dyn FnMut(usize, usize, usize, usize)| {
+                for bb in 0..b {
+                    for tt in 0..t {
+                        for h in 0..nh {
+                            for d in 0..hs {
+                                f(bb, tt, h, d)
+                            }
+                        }
+                    }
+                }
+            };
+            each(&mut |bb, tt, h, d| {
+                for w in 0..3 {
+                    mem.0[1][w * total + head(bb, tt, h, d)] =
+                        inp[model(bb, tt, h, d, 3 * c) + w * c];
+                }
+            });
+            let (q, k, v) = (p(1), p(1).at(total), p(1).at(2 * total));
+            mem.gemm(&s.scores_gemm(q, k, p(2)));
+            for row in mem.0[2].chunks_mut(t).enumerate().map(|(r, a)| (r % t, a)) {
+                let (tt, a) = row;
+                let mx = a[..=tt].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let sum: f32 = a[..=tt].iter().map(|&x| (x - mx).exp()).sum();
+                for (j, x) in a.iter_mut().enumerate() {
+                    *x = if j <= tt { (*x - mx).exp() / sum } else { 0.0 };
+                }
+            }
+            for g in s.values_gemms(v, p(2), p(3)) {
+                mem.gemm(&g);
+            }
+            let (mut want, mut watt) = (vec![0.0; total], vec![0.0; b * nh * t * t]);
+            cpu::attention_forward(&mut want, &mut watt, &inp, b, t, c, nh);
+            let what = format!("B={b} T={t} C={c} NH={nh}");
+            assert_near(&format!("att {what}"), &mem.0[2], &watt, 1e-5);
+            assert_near(&format!("out {what}"), &mem.0[3], &want, 1e-5);
+
+            each(&mut |bb, tt, h, d| mem.0[5][head(bb, tt, h, d)] = dout[model(bb, tt, h, d, c)]);
+            let (dq, dk, dv) = (p(6), p(6).at(total), p(6).at(2 * total));
+            mem.gemm(&s.datt_gemm(p(5), v, p(7)));
+            mem.gemm(&s.dv_gemm(p(5), p(2), dv));
+            for r in 0..b * nh * t {
+                let tt = r % t;
+                let (a, da) = (&mem.0[2][r * t..(r + 1) * t], &mem.0[7][r * t..(r + 1) * t]);
+                let dot: f32 = (0..=tt).map(|j| a[j] * da[j]).sum();
+                let ds: Vec<f32> = (0..t)
+                    .map(|j| if j <= tt { a[j] * (da[j] - dot) } else { 0.0 })
+                    .collect();
+                mem.0[7][r * t..(r + 1) * t].copy_from_slice(&ds);
+            }
+            mem.gemm(&s.dq_gemm(k, p(7), dq));
+            mem.gemm(&s.dk_gemm(q, p(7), dk));
+            each(&mut |bb, tt, h, d| {
+                for w in 0..3 {
+                    mem.0[8][model(bb, tt, h, d, 3 * c) + w * c] =
+                        mem.0[6][w * total + head(bb, tt, h, d)];
+                }
+            });
+            let mut wdinp = vec![0.0; 3 * total];
+            cpu::attention_backward(&mut wdinp, &dout, &inp, &watt, b, t, c, nh);
+            assert_near(&format!("dinp {what}"), &mem.0[8], &wdinp, 1e-4);
+        }
+    }
 
     #[test]
     fn every_kernel_is_in_its_fatbin() {
