@@ -173,6 +173,9 @@ pub struct SummaryArgs {
     /// Leave out the first N steps (warm-up) from the means.
     #[arg(long, default_value_t = 2)]
     pub skip: usize,
+    /// Also report the first validation loss below this value and when it was logged.
+    #[arg(long)]
+    pub val_below: Option<f64>,
 }
 
 impl TrainArgs {
@@ -367,7 +370,7 @@ mod tests {
             c => panic!("{c:?}"),
         }
         match parse(&["summary", "a.json"]).unwrap().command {
-            Command::Summary(s) => assert_eq!(s.skip, 2),
+            Command::Summary(s) => assert_eq!((s.skip, s.val_below), (2, None)),
             c => panic!("{c:?}"),
         }
     }

@@ -187,6 +187,11 @@ pub struct Summary {
     pub last_loss: f64,
 }
 
+/// The first record whose validation loss is below `limit`.
+pub fn first_val_below(recs: &[StepRecord], limit: f64) -> Option<&StepRecord> {
+    recs.iter().find(|r| r.val_loss.is_some_and(|v| v < limit))
+}
+
 pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
     let used: Vec<&StepRecord> = recs
         .iter()
@@ -288,6 +293,9 @@ mod tests {
         recs[9].val_loss = Some(1.5);
         recs[9].elapsed_s = 100.0;
         let s = summarize(&recs, 1);
+        assert_eq!(first_val_below(&recs, 1.7).map(|r| r.step), Some(10));
+        assert_eq!(first_val_below(&recs, 2.5).map(|r| r.step), Some(5));
+        assert!(first_val_below(&recs, 1.5).is_none());
         assert_eq!(s.steps, 9);
         assert_eq!(s.mean_ms, 10.0);
         assert_eq!(s.tok_s, 1000.0);

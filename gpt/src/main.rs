@@ -8,7 +8,7 @@ use nvsh_gpt::config::Topology;
 use nvsh_gpt::cpu::run_local;
 use nvsh_gpt::data::Dataset;
 use nvsh_gpt::error::{GptError, Result};
-use nvsh_gpt::log::{compare, read_log, summarize};
+use nvsh_gpt::log::{compare, first_val_below, read_log, summarize};
 use nvsh_gpt::nvcomm::{symmetric_bytes, NvComm};
 use nvsh_gpt::session::run_session;
 use nvsh_gpt::trainer::{RunConfig, Trainer, STATS};
@@ -140,8 +140,26 @@ fn summary(args: &SummaryArgs) -> Result<()> {
     let (best, at) = s.best_val.unwrap_or((f64::NAN, f64::NAN));
     println!(
         "steps={} mean_ms={:.3} tok_s={:.1} wait_pct={:.3} bubble_pct={:.3} transfer_pct={:.3} \
-         best_val_loss={best} best_val_elapsed_s={at} last_loss={}",
-        s.steps, s.mean_ms, s.tok_s, s.wait_pct, s.bubble_pct, s.transfer_pct, s.last_loss
+         best_val_loss={best} best_val_elapsed_s={at} last_loss={}{}",
+        s.steps,
+        s.mean_ms,
+        s.tok_s,
+        s.wait_pct,
+        s.bubble_pct,
+        s.transfer_pct,
+        s.last_loss,
+        match args.val_below {
+            None => String::new(),
+            Some(limit) => match first_val_below(&recs, limit) {
+                Some(r) => format!(
+                    " first_val_below_step={} first_val_below_loss={} first_val_below_elapsed_s={}",
+                    r.step,
+                    r.val_loss.unwrap_or(f64::NAN),
+                    r.elapsed_s
+                ),
+                None => " first_val_below_step=none".into(),
+            },
+        }
     );
     Ok(())
 }

@@ -130,12 +130,27 @@ fn cpu_pipeline_logs_compare_equal_to_a_single_pe() {
     let t = text_of(&c);
     assert!(t.contains("worst step 5") && t.contains("FAIL"), "{t}");
 
-    let s = run(&["summary", one.to_str().unwrap(), "--skip", "1"]);
+    let s = run(&[
+        "summary",
+        one.to_str().unwrap(),
+        "--skip",
+        "1",
+        "--val-below",
+        "100",
+    ]);
     assert!(s.status.success());
     let t = text_of(&s);
     assert!(
         t.contains("steps=7 ") && t.contains("tok_s=") && t.contains("best_val_loss="),
         "{t}"
+    );
+    // Validation ran at steps 4 and 8 (--val-every 4): step 4 is the first below anything.
+    assert!(t.contains("first_val_below_step=4 "), "{t}");
+    let s = run(&["summary", one.to_str().unwrap(), "--val-below", "0.001"]);
+    assert!(
+        text_of(&s).contains("first_val_below_step=none"),
+        "{}",
+        text_of(&s)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
