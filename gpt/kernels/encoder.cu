@@ -58,6 +58,8 @@ extern "C" __global__ void encoder_backward_wte(float* dwte, const float* dout, 
         __syncthreads();
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float acc = row[c];
+            // Unrolled so the independent loads overlap; the adds stay in order.
+#pragma unroll 8
             for (int j = 0; j < total; j++) acc += dout[(size_t)list[j] * C + c];
             row[c] = acc;
         }

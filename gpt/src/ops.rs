@@ -412,7 +412,8 @@ impl Ops {
         self.launch_rows(K::LayernormForward, n, &args)
     }
 
-    /// LayerNorm backward: dinp, dw and db all accumulate (+=).
+    /// LayerNorm backward: dinp, dw and db all accumulate (+=). dinp may be the same buffer as
+    /// dout (then dout += the input gradient).
     pub fn layernorm_backward(
         &self,
         dinp: F32Ptr,
@@ -445,20 +446,6 @@ impl Ops {
         )?;
         prod(OP, &[n, c])?;
         let (ni, ci) = (int(OP, "N", n)?, int(OP, "C", c)?);
-        self.launch_rows(
-            K::LayernormBackwardInput,
-            n,
-            &[
-                dinp.into(),
-                dout.into(),
-                inp.into(),
-                w.into(),
-                mean.into(),
-                rstd.into(),
-                ni.into(),
-                ci.into(),
-            ],
-        )?;
         let (rows_per, parts) = row_partition(n);
         self.with_scratch(2 * parts * c, |partial| {
             self.launch(
@@ -478,7 +465,22 @@ impl Ops {
             )?;
             self.sum_partials(dw, partial, parts, c)?;
             self.sum_partials(db, partial.at(parts * c), parts, c)
-        })
+        })?;
+        // dinp last, after every read of dout: a dinp that aliases dout stays correct.
+        self.launch_rows(
+            K::LayernormBackwardInput,
+            n,
+            &[
+                dinp.into(),
+                dout.into(),
+                inp.into(),
+                w.into(),
+                mean.into(),
+                rstd.into(),
+                ni.into(),
+                ci.into(),
+            ],
+        )
     }
 
     /// out[n, oc] = inp[n, c] . weight[oc, c]^T (+ bias[oc])
@@ -1609,7 +1611,7 @@ mod tests {
             let needle = format!(".text.{function}\0");
             assert!(
                 bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
-                "{function} not found in {module}.fatbin"
+                "{function} not found in {module}.fatbin (renamed kernel, or a compressed fat binary)"
             );
         }
     }

@@ -607,6 +607,36 @@ fn pe1_layernorm_backward() {
             BWD.0,
             BWD.1,
         );
+        // dinp may be dout itself: then dout += the input gradient, dw and db unchanged.
+        let (gdw2, gdb2) = (g.up(&dw0), g.up(&db0));
+        g.ops
+            .layernorm_backward(
+                g.p(&gd),
+                g.p(&gdw2),
+                g.p(&gdb2),
+                g.p(&gd),
+                g.p(&gx),
+                g.p(&gw),
+                g.p(&gm),
+                g.p(&gr),
+                n,
+                c,
+            )
+            .unwrap();
+        let want_alias: Vec<f32> = dout
+            .iter()
+            .zip(sub(&wdx, &dx0))
+            .map(|(a, d)| a + d)
+            .collect();
+        assert_close(
+            &format!("{what} dinp = dout"),
+            &g.down(&gd),
+            &want_alias,
+            BWD.0,
+            BWD.1,
+        );
+        assert_eq!(g.down(&gdw2), g.down(&gdw), "{what}: dw with dinp = dout");
+        assert_eq!(g.down(&gdb2), g.down(&gdb), "{what}: db with dinp = dout");
     }
 }
 
