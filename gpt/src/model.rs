@@ -238,8 +238,9 @@ impl StageModel {
     fn check(&self, slot: usize, mb: usize, d: Dims) -> Result<()> {
         if slot >= self.acts.len()
             || mb >= self.micro
-            || d.b * d.t > self.dims.n()
-            || d.t > self.dims.t.max(self.cfg.block_size)
+            || d.b > self.dims.b
+            || d.t > self.dims.t
+            || d.b * d.t == 0
         {
             return Err(GptError::Config(format!(
                 "internal: pass on slot {slot}, micro-batch {mb}, {}x{} exceeds the buffers",

@@ -100,7 +100,10 @@ impl<'nv> NvComm<'nv> {
         timeout: Duration,
     ) -> Result<NvComm<'nv>> {
         let (pp, dp) = (topo.pp, topo.dp);
-        let transfer = compute.context().new_stream()?;
+        // The highest priority: a send's blocks get SMs as soon as compute kernels free some,
+        // so transfers are not queued behind a whole GEMM.
+        let (_, greatest) = cudarc::driver::result::stream::get_priority_range()?;
+        let transfer = compute.context().new_stream_with_priority(greatest)?;
         let open = |elems: usize, slots: usize| -> Result<Option<Channel<'nv, f32>>> {
             if pp == 1 {
                 return Ok(None);
