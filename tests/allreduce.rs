@@ -466,3 +466,21 @@ fn pe2_replays_of_a_captured_cuda_graph_reduce_fresh_data() {
         nv.barrier_all();
     }
 }
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_oneshot_without_the_low_latency_protocol() {
+    // Small one-shot messages normally take the low-latency protocol; this covers the
+    // signal-based path they take when it is off (and across nodes).
+    std::env::set_var(nvshmem::allreduce::LL_MAX_ENV, "0");
+    let nv = runtime(2);
+    let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
+    std::env::remove_var(nvshmem::allreduce::LL_MAX_ENV);
+    for count in [1, 7, 1000] {
+        for op in OPS {
+            check::<f32>(&nv, &mut ar, count, op, AllreduceAlgo::OneShot, false, 51);
+            check::<f16>(&nv, &mut ar, count, op, AllreduceAlgo::OneShot, true, 52);
+            check::<u64>(&nv, &mut ar, count, op, AllreduceAlgo::OneShot, false, 53);
+        }
+    }
+}
