@@ -82,9 +82,9 @@ __device__ __forceinline__ void block_copy(char *dst, const char *src, size_t le
     }
 }
 
-// This block's share of NVSHMEMRS_CHANNEL_TOTAL (blocks <= TOTAL, so every share is >= 1).
-__device__ __forceinline__ uint64_t share_of_total() {
-    const uint64_t total = NVSHMEMRS_CHANNEL_TOTAL, b = gridDim.x;
+// This block's share of `total` (blocks <= total, so every share is >= 1).
+__device__ __forceinline__ uint64_t share_of(uint64_t total) {
+    const uint64_t b = gridDim.x;
     return total / b + ((uint64_t)blockIdx.x < total % b ? 1 : 0);
 }
 
@@ -129,20 +129,24 @@ __global__ void send_kernel(Op op) {
     uint64_t *len_word = reinterpret_cast<uint64_t *>(op.len_word);
     size_t offset, len;
     chunk_of(op.bytes, gridDim.x, blockIdx.x, &offset, &len);
-    const uint64_t share = share_of_total();
+    // The data's shares sum to TOTAL - 1; the length word brings the last unit.
+    const uint64_t share = share_of(NVSHMEMRS_CHANNEL_TOTAL - 1);
 
     char *peer_slot = (op.flags & NVSHMEMRS_CHANNEL_NO_DIRECT)
                           ? NULL
                           : static_cast<char *>(nvshmem_ptr(slot, op.peer));
     if (peer_slot != NULL) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const bool first = blockIdx.x == 0;
+        if (first && threadIdx.x == 0) {
             *static_cast<volatile uint64_t *>(nvshmem_ptr(len_word, op.peer)) = op.len;
         }
         if (len > 0) block_copy<false>(peer_slot + offset, src + offset, len);
         // Every thread's stores (and the length word) reach the peer before the block's share.
         __threadfence_system();
         __syncthreads();
-        if (threadIdx.x == 0) nvshmemx_signal_op(full, share, NVSHMEM_SIGNAL_ADD, op.peer);
+        if (threadIdx.x == 0) {
+            nvshmemx_signal_op(full, share + (first ? 1 : 0), NVSHMEM_SIGNAL_ADD, op.peer);
+        }
         return;
     }
 
@@ -155,14 +159,15 @@ __global__ void send_kernel(Op op) {
         __syncthreads();
         src = staging;
     }
-    if (blockIdx.x == 0) {
-        // The length word first; the fence orders it before this block's put and signal, so it
-        // has landed before full[s] can reach its target.
-        if (threadIdx.x == 0) {
-            nvshmem_uint64_p(len_word, op.len, op.peer);
-            nvshmem_fence();
-        }
-        __syncthreads();
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        // The length word travels as a put-with-signal of its own (from a symmetric word, which
+        // the slot's credit protects until the receiver has read it): its unit of the signal
+        // cannot arrive before it, whatever order the transport delivers the blocks' puts in.
+        uint64_t *out_len = reinterpret_cast<uint64_t *>(op.out_len);
+        *reinterpret_cast<volatile uint64_t *>(out_len) = op.len;
+        __threadfence_system();
+        nvshmem_putmem_signal(len_word, out_len, sizeof(uint64_t), full, 1, NVSHMEM_SIGNAL_ADD,
+                              op.peer);
     }
     if (len > 0) {
         // Blocking: when it returns the source has been read, so the caller may reuse it as soon
@@ -170,7 +175,7 @@ __global__ void send_kernel(Op op) {
         nvshmemx_putmem_signal_block(slot + offset, src + offset, len, full, share,
                                      NVSHMEM_SIGNAL_ADD, op.peer);
     } else if (threadIdx.x == 0) {
-        // An empty trailing chunk still owes its share (after the length word, for block 0).
+        // An empty trailing chunk still owes its share.
         nvshmemx_signal_op(full, share, NVSHMEM_SIGNAL_ADD, op.peer);
     }
 }
@@ -208,7 +213,7 @@ __global__ void recv_kernel(Op op) {
         }
     }
     // A mismatched message is dropped: its slot goes back too, so the sender is not left waiting.
-    block_credit(op, share_of_total());
+    block_credit(op, share_of(NVSHMEMRS_CHANNEL_TOTAL));
 }
 
 __global__ void wait_kernel(Op op) {
@@ -228,7 +233,7 @@ int clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 extern "C" int nvshmemrs_channel_send(const nvshmemrs_channel_op *op, cudaStream_t stream) {
     Op o = *op;
-    o.blocks = clamp(o.blocks, 1, NVSHMEMRS_CHANNEL_TOTAL);
+    o.blocks = clamp(o.blocks, 1, NVSHMEMRS_CHANNEL_TOTAL - 1);
     return (int)launch_pdl(send_kernel, o.blocks, clamp(o.threads, 32, 1024), stream, o);
 }
 

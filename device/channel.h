@@ -2,13 +2,16 @@
  * Pipeline channel kernels (src/channel.rs). A channel's symmetric memory, the same on every PE:
  *   slots:   K receive slots of slot_bytes (16-byte aligned), written by the one sender;
  *   staging: NULL, or K slots on the sender for off-node puts from non-symmetric sources;
- *   words:   full[K] (arrival counters), len[K] (message lengths), credit[n_pes][K] (on the
- *            sender: slot s of receiver r consumed), broken (local flag), all u64.
+ *   words:   full[K] (arrival counters) and len[K] (message lengths), written by the sender;
+ *            credit[n_pes][K] (on the sender: slot s of receiver r consumed);
+ *            out_len[n_pes][K] (on the sender: the length word it puts to receiver r);
+ *            broken (local flag); all u64.
  * Message `seq` of a (sender, receiver) pair uses slot seq % K. Counters only grow: every message
- * adds NVSHMEMRS_CHANNEL_TOTAL to full[s] on the receiver (split over the sender's blocks) and
- * every consumption adds NVSHMEMRS_CHANNEL_TOTAL to credit[receiver][s] on the sender, so
- * message seq has arrived when full[s] >= (seq / K + 1) * TOTAL, and its slot may be reused by
- * message seq + K when credit >= (seq / K + 1) * TOTAL.
+ * adds NVSHMEMRS_CHANNEL_TOTAL to full[s] on the receiver (1 with the length word, the rest split
+ * over the sender's blocks, each after its data), and every consumption adds TOTAL to
+ * credit[receiver][s] on the sender. So message seq has arrived when
+ * full[s] >= (seq / K + 1) * TOTAL, and its slot may be reused by message seq + K when
+ * credit >= (seq / K + 1) * TOTAL.
  * Launchers return a cudaError_t (0 on success).
  */
 #ifndef NVSHMEM_RS_CHANNEL_H
@@ -22,7 +25,8 @@
 extern "C" {
 #endif
 
-/* What each message adds to a counter; also the most blocks a channel kernel runs. */
+/* What each message adds to a counter. A send runs at most TOTAL - 1 blocks (one unit is the
+ * length word's), a receive at most TOTAL. */
 #define NVSHMEMRS_CHANNEL_TOTAL 64
 
 /* What waited, in the status record (src/deadline.rs WaitOp). */
@@ -41,6 +45,7 @@ struct nvshmemrs_channel_op {
     uint64_t full;       /* symmetric address of full[s] */
     uint64_t len_word;   /* symmetric address of len[s] */
     uint64_t credit;     /* send: local credit[peer][s]; recv: symmetric credit[me][s] */
+    uint64_t out_len;    /* send: local out_len[peer][s] */
     uint64_t broken;     /* local device word */
     uint64_t status;     /* device address of the host-mapped nvshmemrs_wait_status */
     uint64_t bytes;      /* bytes of the message */
@@ -50,16 +55,17 @@ struct nvshmemrs_channel_op {
     uint64_t slot_index; /* s */
     uint64_t timeout_ns; /* how long a wait may take */
     int32_t peer;        /* the other PE */
-    int32_t blocks;      /* 1 ..= NVSHMEMRS_CHANNEL_TOTAL */
+    int32_t blocks;      /* send: 1 ..= TOTAL - 1; receive: 1 ..= TOTAL */
     int32_t threads;
     int32_t flags;       /* NVSHMEMRS_CHANNEL_* */
 };
 
 /*
- * Send: every block waits until credit >= target (the slot is free), copies its chunk of `data`
- * into `slot` on `peer` (direct stores where nvshmem_ptr maps it, else a blocking NVSHMEM
- * put-with-signal, from `staging` when the source is not symmetric), block 0 writes the length
- * word first, and each block adds its share of TOTAL to full[s] on `peer` after its data.
+ * Send: every block waits until credit >= target (the slot is free) and copies its chunk of
+ * `data` into `slot` on `peer`: direct stores where nvshmem_ptr maps it, else a blocking NVSHMEM
+ * put-with-signal (from `staging` when the source is outside the symmetric heap). Each block adds
+ * its share of TOTAL - 1 to full[s] on `peer` after its data; block 0 also delivers the length
+ * word, followed by 1 more unit (a store before its fence, or a put-with-signal of out_len).
  * When the kernel completes, `data` has been read (it may be reused).
  */
 int nvshmemrs_channel_send(const struct nvshmemrs_channel_op *op, cudaStream_t stream);

@@ -11,7 +11,6 @@
 // Every field is 64 bits wide so that both sides agree on the layout without padding rules.
 struct nvshmemrs_wait_status {
     uint64_t code;       // NVSHMEMRS_FAIL_*; written last, so a non-zero code means the rest is set
-    uint64_t claim;      // 0 until one failing wait takes the record (first failure wins)
     uint64_t op;         // what waited: NVSHMEMRS_OP_* of the operation
     int64_t peer;        // the PE whose signal never came
     uint64_t signal;     // device address of the signal word (on this PE)
@@ -29,7 +28,8 @@ struct nvshmemrs_wait_status {
 // Where a wait happens, for the record.
 struct nvshmemrs_wait_site {
     nvshmemrs_wait_status *status;  // host-mapped record
-    uint64_t *broken;               // device word: non-zero once a wait of this object failed
+    uint64_t *broken;               // device word: non-zero once an operation of this object
+                                    // failed; whoever sets it writes the record
     uint32_t op;
     int32_t peer;
     uint64_t index;
@@ -54,15 +54,14 @@ static __device__ __forceinline__ bool nvshmemrs_is_broken(const nvshmemrs_wait_
     return *(volatile uint64_t *)site.broken != 0;
 }
 
-// Records a failure (the first one wins) and marks the object broken. One thread calls it.
+// Marks the object broken and, if it was not broken yet, records the failure (the first one
+// wins). One thread calls it. The claim is an atomic on the device word: atomics on mapped host
+// memory are not reliable over PCIe.
 static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site, uint64_t code,
                                                 uint64_t signal, uint64_t want, uint64_t seen,
                                                 uint64_t waited_ns) {
-    *(volatile uint64_t *)site.broken = 1;
-    __threadfence();
-    nvshmemrs_wait_status *st = site.status;
-    if (atomicCAS((unsigned long long *)&st->claim, 0ull, 1ull) != 0ull) return;
-    volatile nvshmemrs_wait_status *v = st;
+    if (atomicCAS((unsigned long long *)site.broken, 0ull, 1ull) != 0ull) return;
+    volatile nvshmemrs_wait_status *v = site.status;
     v->op = site.op;
     v->peer = site.peer;
     v->signal = signal;

@@ -40,6 +40,15 @@
 //! moving data, and [`Channel::check`] returns the error. After an error the channel is broken
 //! (its later kernels move nothing): drop it, collectively.
 //!
+//! Overlap: put channel calls on a stream of their own, ordered against the compute stream with
+//! events: a send waits on its stream until a slot is free and a receive until the message is
+//! there, which would hold up compute queued behind them on the same stream.
+//!
+//! Across nodes (where `nvshmem_ptr` is null) data moves with NVSHMEM's put-with-signal. A
+//! source outside the symmetric heap (a cudarc allocation) is first copied into one of `slots`
+//! staging slots on the sender, taken in turn by the channel's sends: sends of one channel on
+//! several streams must not have more than `slots` such sends running at once.
+//!
 //! Memory ordering: the sender fences its data (and the length word) before it adds to the
 //! slot's signal, and the receiver reads the slot only after the signal reached the message's
 //! target, through L2. The receiver returns the credit only after its block's reads are done,
@@ -63,7 +72,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What each message (and each credit) adds to its counter; NVSHMEMRS_CHANNEL_TOTAL in
-/// device/channel.h (a test checks they agree). Also the most blocks a channel kernel runs.
+/// device/channel.h (a test checks they agree). A receive runs at most TOTAL blocks, a send
+/// TOTAL - 1 (the length word brings one unit).
 const TOTAL: u64 = 64;
 /// NVSHMEMRS_CHANNEL_NO_DIRECT.
 const FLAG_NO_DIRECT: i32 = 1;
@@ -81,7 +91,7 @@ pub struct Channel<'nv, T: Element> {
     /// K slots for off-node puts from sources outside the symmetric heap (jobs over several
     /// nodes only).
     staging: Option<SymmetricBuffer<'nv, T>>,
-    /// full[K], len[K], credit[n_pes][K], broken (device/channel.h).
+    /// full[K], len[K], credit[n_pes][K], out_len[n_pes][K], broken (device/channel.h).
     words: SymmetricBuffer<'nv, u64>,
     status: Rc<StatusRecord>,
     timeout: Duration,
@@ -195,9 +205,14 @@ impl SlotShape {
         2 * self.slots + receiver * self.slots + s
     }
 
+    /// Index of out_len[receiver][s] (on the sender: the length word it puts).
+    fn out_len(&self, n_pes: usize, receiver: usize, s: usize) -> usize {
+        2 * self.slots + n_pes * self.slots + receiver * self.slots + s
+    }
+
     /// Index of the broken flag; also one less than the word count.
     fn broken(&self, n_pes: usize) -> usize {
-        2 * self.slots + n_pes * self.slots
+        2 * self.slots + 2 * n_pes * self.slots
     }
 }
 
@@ -249,13 +264,11 @@ impl RecvState {
     }
 }
 
-/// Blocks and threads of a channel kernel moving `bytes`.
-fn launch_shape(bytes: usize) -> (i32, i32) {
+/// Blocks and threads of a channel kernel moving `bytes`, with at most `max_blocks` blocks.
+fn launch_shape(bytes: usize, max_blocks: u64) -> (i32, i32) {
     let shape = LaunchShape::for_bytes(bytes);
-    (
-        (shape.blocks as u64).min(TOTAL) as i32,
-        shape.threads as i32,
-    )
+    let blocks = (shape.blocks as u64).min(max_blocks) as i32;
+    (blocks, shape.threads as i32)
 }
 
 impl<'nv, T: Element> Channel<'nv, T> {
@@ -360,7 +373,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
         let k = self.shape.slots as u64;
         let s = (seq % k) as usize;
         let bytes = len * std::mem::size_of::<T>();
-        let (blocks, threads) = launch_shape(bytes);
+        let (blocks, threads) = launch_shape(bytes, TOTAL - 1);
         let staging = match &self.staging {
             Some(buffer) => self.slot_address(buffer, (self.sends % k) as usize),
             None => 0,
@@ -372,6 +385,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
             // by TOTAL for every round before this one.
             target: (seq / k) * TOTAL,
             credit: self.word(self.shape.credit(p, s)),
+            out_len: self.word(self.shape.out_len(self.send_seq.len(), p, s)),
             flags: if self.direct { 0 } else { FLAG_NO_DIRECT },
             ..self.op(s, seq, peer, len, blocks, threads)
         };
@@ -421,7 +435,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
             .recv
             .next_from(self.nv.my_pe(), peer, self.shape.slots)?;
         let s = (seq % self.shape.slots as u64) as usize;
-        let (blocks, threads) = launch_shape(len * std::mem::size_of::<T>());
+        let (blocks, threads) = launch_shape(len * std::mem::size_of::<T>(), TOTAL);
         let op = sys::nvshmemrs_channel_op {
             data: dst,
             ..self.recv_op(s, seq, peer, len, blocks, threads)
@@ -532,6 +546,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
             full: self.word(self.shape.full(s)),
             len_word: self.word(self.shape.len_word(s)),
             credit: 0,
+            out_len: 0,
             broken: self.word(self.shape.broken(n)),
             status: self.status.device_ptr(),
             bytes: (len * std::mem::size_of::<T>()) as u64,
@@ -704,6 +719,7 @@ mod tests {
             assert!(seen.insert(shape.len_word(s)));
             for r in 0..n {
                 assert!(seen.insert(shape.credit(r, s)));
+                assert!(seen.insert(shape.out_len(n, r, s)));
             }
         }
         assert!(seen.insert(shape.broken(n)));
@@ -750,9 +766,11 @@ mod tests {
     #[test]
     fn launch_shapes_stay_within_the_signal_total() {
         for bytes in [1, 4096, 1 << 20, 1 << 30] {
-            let (blocks, threads) = launch_shape(bytes);
-            assert!(blocks >= 1 && blocks as u64 <= TOTAL, "{bytes}: {blocks}");
-            assert!((32..=1024).contains(&threads));
+            for max in [TOTAL - 1, TOTAL] {
+                let (blocks, threads) = launch_shape(bytes, max);
+                assert!(blocks >= 1 && blocks as u64 <= max, "{bytes}: {blocks}");
+                assert!((32..=1024).contains(&threads));
+            }
         }
     }
 }

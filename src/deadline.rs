@@ -169,7 +169,6 @@ impl WaitFailure {
 #[derive(Debug, Default, Clone, Copy)]
 struct RawStatus {
     code: u64,
-    claim: u64,
     op: u64,
     peer: i64,
     signal: u64,
@@ -341,7 +340,7 @@ mod tests {
         // SAFETY: returns a constant.
         let device = unsafe { crate::sys::nvshmemrs_wait_status_size() };
         assert_eq!(std::mem::size_of::<RawStatus>(), device);
-        assert_eq!(std::mem::size_of::<RawStatus>(), 80);
+        assert_eq!(std::mem::size_of::<RawStatus>(), 72);
     }
 
     #[test]
