@@ -198,16 +198,20 @@ __device__ Step begin_step(const nvshmemrs_allreduce_state *st, int algo) {
 
 // The last block to finish advances the state for the next launch on the stream. Every block
 // has read the state by then: a block can only finish after it started.
-__device__ void end_step(nvshmemrs_allreduce_state *st, int algo, const Step &s) {
+// algo < 0: a protocol without counters (low-latency one-shot) only advances the step count.
+__device__ void end_step(const nvshmemrs_allreduce_args &a, int algo, const Step &s) {
+    nvshmemrs_allreduce_state *st = a.state;
     __syncthreads();
     if (threadIdx.x == 0) {
         // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
         // reuse input and output as soon as the kernel is done.
-        nvshmem_quiet();
+        if (!a.all_mapped) nvshmem_quiet();
         __threadfence();
         if (atomicAdd(&st->done, 1u) == gridDim.x - 1) {
-            st->expected[algo][0][s.parity] = s.want[0];
-            st->expected[algo][1][s.parity] = s.want[1];
+            if (algo >= 0) {
+                st->expected[algo][0][s.parity] = s.want[0];
+                st->expected[algo][1][s.parity] = s.want[1];
+            }
             st->steps += 1;
             st->done = 0;
             __threadfence();
@@ -247,7 +251,7 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
         return r == a.rank ? input : reinterpret_cast<const T *>(L.slot(r));
     };
     block_reduce<T, OP>(src, a.n, static_cast<T *>(a.output), b, e, true, a.n);
-    end_step(a.state, algo, s);
+    end_step(a, algo, s);
 }
 
 // Two-shot: chunk c belongs to rank c. Reduce-scatter: part b of chunk c goes to rank c's slot
@@ -290,7 +294,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
                          &gather[a.rank], a.pes[peer]);
     }
     block_wait_others(gather, a.n, a.rank, s.want[1]);
-    end_step(a.state, algo, s);
+    end_step(a, algo, s);
 }
 
 // Ring: n chunks. Reduce-scatter step k (0..n-2): send the partial of chunk (rank - k) to the
@@ -346,7 +350,7 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
                          next);
         block_wait_one(&ag[k], s.want[1]);
     }
-    end_step(a.state, algo, s);
+    end_step(a, algo, s);
 }
 
 // Recursive doubling over the largest power of two p <= n: step k exchanges the whole partial
@@ -371,7 +375,7 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
         block_put_signal(L.slot(steps) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
                          bytes, &c0[steps], a.pes[a.rank - p]);
         block_wait_one(&c1[0], s.want[1]);
-        end_step(a.state, algo, s);
+        end_step(a, algo, s);
         return;
     }
     const T *acc = input;
@@ -403,7 +407,83 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
                          reinterpret_cast<const char *>(output + b), bytes, &c1[0],
                          a.pes[a.rank + p]);
     }
-    end_step(a.state, algo, s);
+    end_step(a, algo, s);
+}
+
+// Low-latency one-shot (algo 4). Line i of a slot carries payload bytes [8i, 8i + 8) as
+// {data0, flag, data1, flag}; flag = low 32 bits of steps + 1 (never 0, the heap's initial value,
+// and different from the previous use of the same parity slot).
+__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0),
+                 "r"(flag), "r"(d1), "r"(flag)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint2 ld_line(const uint4 *p, uint32_t flag) {
+    uint32_t d0, f0, d1, f1;
+    do {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                     : "l"(p)
+                     : "memory");
+    } while (f0 != flag || f1 != flag);
+    return make_uint2(d0, d1);
+}
+
+// 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned.
+__device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) {
+    if (8 * i + 8 <= bytes) return *reinterpret_cast<const uint2 *>(buf + 8 * i);
+    uint2 v = make_uint2(0, 0);
+    char *d = reinterpret_cast<char *>(&v);
+    for (size_t j = 8 * i; j < bytes; ++j) d[j - 8 * i] = buf[j];
+    return v;
+}
+
+template <typename T, int OP>
+__global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
+    Step s = begin_step(a.state, 0);
+    Layout L{a, 0, s.parity};
+    const uint32_t flag = (uint32_t)(a.state->steps + 1) == 0 ? 1u : (uint32_t)(a.state->steps + 1);
+    const char *in = static_cast<const char *>(a.input);
+    char *out = static_cast<char *>(a.output);
+    const size_t bytes = a.count * sizeof(T), lines = (bytes + 7) / 8;
+    // Block b owns lines [l0, l1); one line per thread per pass.
+    size_t per = (lines + gridDim.x - 1) / gridDim.x;
+    size_t l0 = per * blockIdx.x < lines ? per * blockIdx.x : lines;
+    size_t l1 = l0 + per < lines ? l0 + per : lines;
+    for (int k = 1; k < a.n; ++k) {
+        int peer = (a.rank + k) % a.n;
+        uint4 *dst = static_cast<uint4 *>(nvshmem_ptr(L.slot(a.rank), a.pes[peer]));
+        for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+            uint2 v = load8(in, i, bytes);
+            st_line(dst + i, v.x, v.y, flag);
+        }
+    }
+    using A = typename Acc<T>::type;
+    constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;
+    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        A acc[PER];
+        for (int r = 0; r < a.n; ++r) {
+            uint2 v = r == a.rank ? load8(in, i, bytes)
+                                  : ld_line(reinterpret_cast<const uint4 *>(L.slot(r)) + i, flag);
+            const T *x = reinterpret_cast<const T *>(&v);
+#pragma unroll
+            for (int k = 0; k < PER; ++k) {
+                A val = to_acc<T>(x[k]);
+                acc[k] = r == 0 ? val : combine<T, OP>(acc[k], val);
+            }
+        }
+        T res[PER];
+#pragma unroll
+        for (int k = 0; k < PER; ++k) res[k] = finish<T, OP>(acc[k], a.n);
+        const char *r8 = reinterpret_cast<const char *>(res);
+        if (8 * i + 8 <= bytes) {
+            *reinterpret_cast<uint2 *>(out + 8 * i) = *reinterpret_cast<const uint2 *>(r8);
+        } else {
+            for (size_t j = 8 * i; j < bytes; ++j) out[j] = r8[j - 8 * i];
+        }
+    }
+    end_step(a, -1, s);
 }
 
 // Calls F::template run<T, OP>() for the runtime dtype and op codes.
@@ -443,6 +523,7 @@ struct Launch {
         case 1: twoshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
         case 2: ring_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
         case 3: rd_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 4: oneshot_ll_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
         default: return cudaErrorInvalidValue;
         }
         return cudaGetLastError();

@@ -17,7 +17,12 @@
  * Ranks are team ranks 0..n-1; pes[rank] is the world PE number NVSHMEM addresses.
  * dtype: 0 f32, 1 f64, 2 f16, 3 bf16, 4 i32, 5 i64, 6 u32, 7 u64 (src/element.rs Dtype).
  * op:    0 sum, 1 prod, 2 min, 3 max, 4 avg (src/allreduce.rs ReduceOp).
- * algo:  0 one-shot, 1 two-shot, 2 ring, 3 recursive doubling (src/allreduce.rs AllreduceAlgo).
+ * algo:  0 one-shot, 1 two-shot, 2 ring, 3 recursive doubling (src/allreduce.rs AllreduceAlgo),
+ *        4 one-shot with the low-latency protocol: every 16-byte line carries 8 bytes of data
+ *        and the step's flag twice (each 8-byte half is written atomically), so the receiver
+ *        polls the data itself: no fence, no separate signal. Direct stores only: the host uses
+ *        it only when every member is mapped (nvshmem_ptr) and the buffers are 8-byte aligned;
+ *        the payload is at most slot_bytes / 2.
  */
 #ifndef NVSHMEM_RS_ALLREDUCE_H
 #define NVSHMEM_RS_ALLREDUCE_H
@@ -53,11 +58,13 @@ typedef struct nvshmemrs_allreduce_args {
     int rank;
     /* World PE count: the stride of the flag and slot arrays. */
     int world;
+    /* Every member is reachable by direct stores: no NVSHMEM put to complete with a quiet. */
+    int all_mapped;
 } nvshmemrs_allreduce_args;
 
 /*
  * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive
- * doubling, count * sizeof(T) <= slot_bytes; two-shot and ring, ceil(count / n) elements
+ * doubling, count * sizeof(T) <= slot_bytes (low-latency one-shot: slot_bytes / 2); two-shot and ring, ceil(count / n) elements
  * rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t (cudaErrorInvalidValue for an
  * unknown algo, dtype or op).
  */

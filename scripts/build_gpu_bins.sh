@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds release binaries for a GPU machine and copies them into one folder (default .gpu/bin):
-# nvsh, the examples and every test executable as test-<name>. scripts/gpu_test.sh runs them
+# nvsh, nvsh-gpt (the training loop), the examples and every test executable of the workspace as
+# test-<name>. scripts/gpu_test.sh runs them
 # there; that machine needs the NVIDIA driver, the NVSHMEM host library of the same version and
 # (for mpirun runs) Open MPI, but no cargo.
 #   scripts/build_gpu_bins.sh [OUT_DIR]
@@ -15,12 +16,12 @@ if [ -z "${NVSHMEM_HOME:-}" ] && [ -f .deps/env.sh ]; then
     source .deps/env.sh
 fi
 
-cargo build --release --bin nvsh
-cp target/release/nvsh "$out/"
+cargo build --release --workspace --bins
+cp target/release/nvsh target/release/nvsh-gpt "$out/"
 cargo build --release --features mpi --examples
 find target/release/examples -maxdepth 1 -type f -executable ! -name '*-*' -exec cp {} "$out/" \;
 # Test executables carry a hash in their names; cargo reports them as JSON.
-cargo test --release --features mpi --no-run --message-format=json 2>/dev/null |
+cargo test --release --workspace --features nvshmem/mpi --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys, shutil, os
 out = sys.argv[1]

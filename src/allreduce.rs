@@ -100,6 +100,25 @@ impl AllreduceAlgo {
 /// algorithm passed to [`Allreduce::run`] still wins).
 pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
 
+/// Largest one-shot payload (bytes) sent with the low-latency protocol (data and flag in the same
+/// line: no fence and no separate signal) when every member is mapped by NVLink/PCIe. `0` turns
+/// it off. Default [`LL_MAX_DEFAULT`].
+pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
+pub const LL_MAX_DEFAULT: usize = 64 << 10;
+
+fn ll_max_from_env() -> Result<usize> {
+    match std::env::var(LL_MAX_ENV) {
+        Ok(v) if !v.trim().is_empty() => {
+            crate::buffer::parse_nvshmem_size(&v).ok_or(Error::InvalidEnv {
+                var: LL_MAX_ENV,
+                value: v,
+                expected: "a size in bytes such as 65536, 64K or 0 (off)",
+            })
+        }
+        _ => Ok(LL_MAX_DEFAULT),
+    }
+}
+
 /// One row of the selection table: used when the team has at most `max_pes` PEs, the message at
 /// most `max_bytes` bytes and (if set) the element size is `elem_bytes`. First match wins.
 #[derive(Debug, Clone, Copy)]
@@ -195,6 +214,10 @@ pub struct Allreduce<'nv> {
     rank: Option<i32>,
     /// What `Auto` resolves to when NVSH_ALLREDUCE_ALGO is set.
     env_algo: Option<AllreduceAlgo>,
+    /// Every other member is reachable by direct stores (nvshmem_ptr non-null).
+    all_mapped: bool,
+    /// Low-latency one-shot up to this many bytes (0: never).
+    ll_max: usize,
 }
 
 impl Nvshmem {
@@ -214,6 +237,7 @@ impl Nvshmem {
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
+        let ll_max = ll_max_from_env()?;
         let slot_bytes = slot_bytes.max(4096).next_multiple_of(256);
         let world = self.n_pes() as usize;
         let mut pes = vec![-1i32; world];
@@ -232,6 +256,10 @@ impl Nvshmem {
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
         let pes_buf = self.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
+        let mut all_mapped = true;
+        for &pe in pes.iter().take(n as usize) {
+            all_mapped &= pe == self.my_pe() || scratch.peer_ptr(pe)?.is_some();
+        }
         self.barrier_all();
         Ok(Allreduce {
             nv: self,
@@ -243,6 +271,8 @@ impl Nvshmem {
             n,
             rank,
             env_algo,
+            all_mapped,
+            ll_max,
         })
     }
 }
@@ -336,9 +366,19 @@ impl<'nv> Allreduce<'nv> {
         let n = self.n as usize;
         let bytes = input.num_bytes();
         let parts = |bytes: usize, unit: usize, max: usize| bytes.div_ceil(unit).clamp(1, max);
-        let blocks = match algo {
-            AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => parts(bytes / n, 32 << 10, 64),
-            _ => parts(bytes, 16 << 10, 32),
+        let aligned8 = (input.as_device_ptr() as usize | output.as_device_ptr() as usize) % 8 == 0;
+        let low_latency = algo == AllreduceAlgo::OneShot
+            && self.all_mapped
+            && aligned8
+            && bytes <= self.ll_max
+            && 2 * bytes <= self.slot_bytes;
+        let (code, blocks) = match algo {
+            // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
+            _ if low_latency => (4, parts(bytes, 4 << 10, 32)),
+            AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
+                (algo.code(), parts(bytes / n, 32 << 10, 64))
+            }
+            _ => (algo.code(), parts(bytes, 16 << 10, 32)),
         };
         let args = sys::nvshmemrs_allreduce_args {
             input: input.as_device_ptr().cast(),
@@ -352,12 +392,13 @@ impl<'nv> Allreduce<'nv> {
             n: self.n,
             rank,
             world: self.nv.n_pes(),
+            all_mapped: self.all_mapped as i32,
         };
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
         // counters, state and PE table; every member launches the same algo and block count.
         let code = unsafe {
             sys::nvshmemrs_allreduce(
-                algo.code(),
+                code,
                 T::DTYPE as i32,
                 op as i32,
                 args,
@@ -429,6 +470,18 @@ mod tests {
         });
         with_env(&[(ALGO_ENV, "")], || {
             assert_eq!(algo_from_env().unwrap(), None)
+        });
+        with_env(&[(LL_MAX_ENV, "0")], || {
+            assert_eq!(ll_max_from_env().unwrap(), 0)
+        });
+        with_env(&[(LL_MAX_ENV, "256K")], || {
+            assert_eq!(ll_max_from_env().unwrap(), 256 << 10)
+        });
+        with_env(&[], || {
+            assert_eq!(ll_max_from_env().unwrap(), LL_MAX_DEFAULT)
+        });
+        with_env(&[(LL_MAX_ENV, "lots")], || {
+            assert!(ll_max_from_env().is_err())
         });
         with_env(&[(ALGO_ENV, "fastest")], || {
             let err = algo_from_env().unwrap_err().to_string();

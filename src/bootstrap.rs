@@ -208,7 +208,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 10] = [
+    const ALL: [&str; 11] = [
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -219,6 +219,7 @@ pub(crate) mod tests {
         "OMPI_COMM_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_RANK",
         crate::allreduce::ALGO_ENV,
+        crate::allreduce::LL_MAX_ENV,
     ];
 
     /// Runs `f` with exactly `vars` set among the variables the bootstraps (and the allreduce

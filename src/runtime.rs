@@ -169,6 +169,12 @@ impl Nvshmem {
         &self.atomic_scratch
     }
 
+    /// Several PEs of this node share a GPU (NVSHMEM's "limited MPG" mode: puts and signals
+    /// work; team splits and NVSHMEM's own collectives do not).
+    pub fn shares_gpus(&self) -> bool {
+        self.team_node().n_pes() > self.cuda_info().device_count
+    }
+
     /// Errors unless `pe` is a PE of this job.
     pub fn check_pe(&self, pe: i32) -> Result<()> {
         if (0..self.n_pes).contains(&pe) {

@@ -87,6 +87,15 @@ impl<'nv> Team<'nv> {
                 ),
             });
         }
+        if self.nv.shares_gpus() {
+            // NVSHMEM aborts the process on a split in this mode.
+            return Err(Error::TeamSplit {
+                status: -1,
+                why: "NVSHMEM does not support team splits while several PEs share a GPU \
+                      (limited MPG); give every PE its own GPU"
+                    .into(),
+            });
+        }
         let mut new_team: sys::nvshmem_team_t = sys::NVSHMEM_TEAM_INVALID as sys::nvshmem_team_t;
         // SAFETY: arguments checked; NVSHMEM writes the new handle.
         let status = unsafe {

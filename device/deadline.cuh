@@ -1,0 +1,114 @@
+// Waits with a deadline, for kernels that wait on signals written by other PEs. A wait that
+// runs out of time records what it waited for in a status record in host-mapped memory (read by
+// src/deadline.rs without synchronising) and returns false, so that the kernel can exit instead
+// of hanging the stream when a peer is dead or never sends.
+#ifndef NVSHMEM_RS_DEADLINE_CUH
+#define NVSHMEM_RS_DEADLINE_CUH
+
+#include <stdint.h>
+
+// Mirrored by RawStatus in src/deadline.rs (nvshmemrs_wait_status_size checks the size).
+// Every field is 64 bits wide so that both sides agree on the layout without padding rules.
+struct nvshmemrs_wait_status {
+    uint64_t code;       // NVSHMEMRS_FAIL_*; written last, so a non-zero code means the rest is set
+    uint64_t op;         // what waited: NVSHMEMRS_OP_* of the operation
+    int64_t peer;        // the PE whose signal never came
+    uint64_t signal;     // device address of the signal word (on this PE)
+    uint64_t index;      // slot (or other index) of the signal word
+    uint64_t seq;        // message (or step) number
+    uint64_t want;       // value the signal had to reach; for a length mismatch the length asked
+    uint64_t seen;       // value last seen; for a length mismatch the length sent
+    uint64_t waited_ns;  // time spent waiting
+};
+
+#define NVSHMEMRS_FAIL_NONE 0
+#define NVSHMEMRS_FAIL_TIMEOUT 1
+#define NVSHMEMRS_FAIL_LENGTH 2
+
+// Where a wait happens, for the record.
+struct nvshmemrs_wait_site {
+    nvshmemrs_wait_status *status;  // host-mapped record
+    uint64_t *broken;               // device word: non-zero once an operation of this object
+                                    // failed; whoever sets it writes the record
+    uint32_t op;
+    int32_t peer;
+    uint64_t index;
+    uint64_t seq;
+};
+
+static __device__ __forceinline__ uint64_t nvshmemrs_globaltimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// The absolute deadline `timeout_ns` from now (saturating).
+static __device__ __forceinline__ uint64_t nvshmemrs_deadline_after(uint64_t timeout_ns) {
+    uint64_t now = nvshmemrs_globaltimer();
+    return now + timeout_ns < now ? ~(uint64_t)0 : now + timeout_ns;
+}
+
+// True once some wait of the site's object has failed: later waits give up at once, so that one
+// dead peer costs one timeout, not one per queued kernel.
+static __device__ __forceinline__ bool nvshmemrs_is_broken(const nvshmemrs_wait_site &site) {
+    return *(volatile uint64_t *)site.broken != 0;
+}
+
+// Marks the object broken and, if it was not broken yet, records the failure (the first one
+// wins). One thread calls it. The claim is an atomic on the device word: atomics on mapped host
+// memory are not reliable over PCIe.
+static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site, uint64_t code,
+                                                uint64_t signal, uint64_t want, uint64_t seen,
+                                                uint64_t waited_ns) {
+    if (atomicCAS((unsigned long long *)site.broken, 0ull, 1ull) != 0ull) return;
+    volatile nvshmemrs_wait_status *v = site.status;
+    v->op = site.op;
+    v->peer = site.peer;
+    v->signal = signal;
+    v->index = site.index;
+    v->seq = site.seq;
+    v->want = want;
+    v->seen = seen;
+    v->waited_ns = waited_ns;
+    // The host reads `code` first: everything else must be visible before it.
+    __threadfence_system();
+    v->code = code;
+    __threadfence_system();
+}
+
+// Spins until *sig >= want or the deadline (an absolute %globaltimer value) passes. On success
+// the caller's later loads see what the signalling PE wrote before its signal. On timeout, or
+// when the object is already broken, returns false (a timeout is recorded).
+static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
+                                         uint64_t deadline_ns,
+                                         const nvshmemrs_wait_site &site) {
+    const uint64_t start = nvshmemrs_globaltimer();
+    uint64_t seen = *sig;
+    if (seen >= want) {
+        __threadfence();
+        return true;
+    }
+    if (nvshmemrs_is_broken(site)) return false;
+    for (uint32_t spin = 1;; ++spin) {
+        seen = *sig;
+        if (seen >= want) {
+            __threadfence();
+            return true;
+        }
+        // The clock and the broken flag are read every 256 polls only: the poll stays hot.
+        if ((spin & 255) == 0) {
+            uint64_t now = nvshmemrs_globaltimer();
+            if (nvshmemrs_is_broken(site)) return false;
+            if (now >= deadline_ns) {
+                nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)sig,
+                                         want, seen, now - start);
+                return false;
+            }
+            // After a millisecond a wait is no longer latency-bound: back off a little so that
+            // long waits leave the memory system alone.
+            if (now - start > 1000000) __nanosleep(1000);
+        }
+    }
+}
+
+#endif
