@@ -173,8 +173,8 @@ struct DeviceAlloc(u64);
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        // SAFETY: allocated by malloc_sync below and freed only here; work that used it has
-        // been synchronised by the owner (the trainer syncs before it drops the backend).
+        // SAFETY: allocated by malloc_sync below and freed only here, after GpuBackend's drop
+        // synchronised the stream that used it.
         unsafe {
             let _ = cudarc::driver::result::free_sync(self.0);
         }
@@ -220,6 +220,13 @@ impl GpuBackend {
         };
         self.allocs.borrow_mut().push(DeviceAlloc(ptr));
         Ok(ptr)
+    }
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        // Kernels may still use the memory about to be freed (e.g. the last AdamW step).
+        let _ = self.synchronize();
     }
 }
 
