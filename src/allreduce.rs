@@ -104,7 +104,9 @@ pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
 /// line: no fence and no separate signal) when every member is mapped by NVLink/PCIe. `0` turns
 /// it off. Default [`LL_MAX_DEFAULT`].
 pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
-pub const LL_MAX_DEFAULT: usize = 64 << 10;
+/// Measured on two NVLinked H200: the protocol beats NCCL up to 512 KiB (9.5 vs 10.2 us) and
+/// loses to recursive doubling from 1 MiB (14.0 vs 12.8 us).
+pub const LL_MAX_DEFAULT: usize = 512 << 10;
 
 fn ll_max_from_env() -> Result<usize> {
     match std::env::var(LL_MAX_ENV) {
@@ -138,16 +140,18 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
     }
 }
 
-/// What `Auto` picks. The 2-PE rows are measured on two NVLinked H200 with `nvsh bench
-/// allreduce` (2026-11-22): one-shot wins up to 2 MiB (18.7 vs 20.6 us at 2 MiB f32), two-shot
-/// from 4 MiB, for f32 and bf16 alike (so no dtype-specific row yet). Rows for more PEs follow
-/// the traffic model until they are measured (issue: 4- and 8-GPU machines): one-shot moves
-/// (n-1) x the message per PE, so it stops paying off earlier; recursive doubling takes over for
-/// small messages past 8 PEs and the ring for large ones.
+/// What `Auto` picks. The 2-PE rows come from `nvsh bench allreduce` on two NVLinked H200
+/// (2026-11-22, f32 and bf16 alike, so no dtype-specific row yet): one-shot (low-latency
+/// protocol) up to 512 KiB (5.2 us at 4 KiB, 9.5 us at 512 KiB), recursive doubling from 1 to
+/// 4 MiB (12.8 / 17.5 / 25.7 us), the ring above (40.8 us at 8 MiB, 232 GB/s busbw at 256 MiB
+/// against two-shot's 221). Rows for more PEs follow the traffic model until they are measured
+/// on 4 and 8 GPUs: one-shot moves (n-1) x the message per PE, so it stops paying off earlier;
+/// recursive doubling takes over for small messages past 8 PEs and the ring for large ones.
 pub const SELECTION: &[SelectionRule] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
-    rule(2, 2 << 20, AllreduceAlgo::OneShot),
-    rule(2, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(2, 512 << 10, AllreduceAlgo::OneShot),
+    rule(2, 4 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(2, usize::MAX, AllreduceAlgo::Ring),
     rule(8, 256 << 10, AllreduceAlgo::OneShot),
     rule(8, usize::MAX, AllreduceAlgo::TwoShot),
     rule(i32::MAX, 64 << 10, AllreduceAlgo::RecursiveDoubling),
@@ -433,8 +437,10 @@ mod tests {
         let pick = |n, bytes| select(SELECTION, n, bytes, Dtype::F32);
         assert_eq!(pick(1, 1 << 30), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 4096), AllreduceAlgo::OneShot);
-        assert_eq!(pick(2, 2 << 20), AllreduceAlgo::OneShot);
-        assert_eq!(pick(2, (2 << 20) + 1), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(2, 512 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 4 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::Ring);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);

@@ -129,6 +129,15 @@ impl<'nv> NvComm<'nv> {
                      size: i32,
                      slot: usize|
          -> Result<Option<GroupReduce<'nv>>> {
+            if size == nv.n_pes() {
+                // The whole world: no split needed (and none is possible where PEs share GPUs).
+                let ar = nv.allreduce_workspace(slot).map_err(nv_err)?;
+                return Ok(Some(GroupReduce {
+                    members: Vec::new(),
+                    ar,
+                    _team: None,
+                }));
+            }
             let mut mine = None;
             for start in starts {
                 if let Some(t) = world_team
