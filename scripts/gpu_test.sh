@@ -4,8 +4,8 @@
 #   scripts/gpu_test.sh [BIN_DIR]
 # BIN_DIR holds what scripts/build_gpu_bins.sh made (default .gpu/bin); where cargo exists and
 # BIN_DIR is missing, they are built first. NVSHMEM allows one init per process, so each test
-# runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (N > 2 all
-# on GPU 0), the others (pe1_*) alone. MPIRUN overrides the mpirun command (e.g. with --allow-run-as-root).
+# runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (one GPU
+# per PE where there are enough, else all on GPU 0), the others (pe1_*) alone. MPIRUN overrides the mpirun command (e.g. with --allow-run-as-root).
 # GPU_TEST_FILTER limits the tests to names containing it; GPU_TEST_TIMEOUT (seconds, default
 # 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
 set -uo pipefail
@@ -23,6 +23,7 @@ logdir=${GPU_TEST_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 
 passed=0 failed=0 failures=()
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # run_case NAME COMMAND...: runs it with a time limit, prints its output, counts the outcome.
 run_case() {
     local name=$1
@@ -55,9 +56,10 @@ for t in "$bin"/test-*; do
             run_case "$(basename "$t") $name" "$t" --ignored --exact "$name" --test-threads=1
         elif [ "$pes" -eq 2 ]; then
             run_case "$(basename "$t") $name [2 PEs]" "$nvsh" run -n 2 -- "$t" --ignored --exact "$name" --test-threads=1
+        elif [ "$pes" -le "$gpus" ]; then
+            run_case "$(basename "$t") $name [$pes PEs]" "$nvsh" run -n "$pes" -- "$t" --ignored --exact "$name" --test-threads=1
         else
-            # More PEs than the 2-GPU machines have GPUs: all on GPU 0 (puts and signals work
-            # with several PEs per GPU).
+            # More PEs than GPUs: all on GPU 0 (puts and signals work with several PEs per GPU).
             run_case "$(basename "$t") $name [$pes PEs on GPU 0]" "$nvsh" run -n "$pes" --gpus 0 -- "$t" --ignored --exact "$name" --test-threads=1
         fi
     done
