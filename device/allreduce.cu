@@ -486,6 +486,99 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
     end_step(a, -1, s);
 }
 
+// Direct two-shot (algo 5), see the header. Loads bypass L1 (__ldcg): peers' inputs were
+// written by other GPUs.
+template <typename T, int OP>
+__global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
+    constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
+    const uint64_t want = a.state->direct_calls + 1;
+    const int blk = blockIdx.x;
+    uint64_t *arrive = a.direct_flags, *done = a.direct_flags + (size_t)a.world * DB;
+    __shared__ const T *src[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
+    __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < a.n; ++k) {
+            int peer = (a.rank + k) % a.n;
+            nvshmemx_signal_op(&arrive[(size_t)a.rank * DB + blk], 1, NVSHMEM_SIGNAL_ADD,
+                               a.pes[peer]);
+        }
+    }
+    for (int r = threadIdx.x; r < a.n; r += blockDim.x) {
+        src[r] = r == a.rank ? static_cast<const T *>(a.input)
+                             : static_cast<const T *>(nvshmem_ptr(a.input, a.pes[r]));
+        dst[r] = r == a.rank ? static_cast<T *>(a.output)
+                             : static_cast<T *>(nvshmem_ptr(a.output, a.pes[r]));
+        if (r != a.rank)
+            nvshmem_uint64_wait_until(&arrive[(size_t)r * DB + blk], NVSHMEM_CMP_GE, want);
+    }
+    __threadfence_system();
+    __syncthreads();
+    using A = typename Acc<T>::type;
+    constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+    const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
+    size_t c0 = chunk * a.rank < a.count ? chunk * a.rank : a.count;
+    size_t c1 = c0 + chunk < a.count ? c0 + chunk : a.count;
+    size_t b, e;
+    part_of<T>(c1 - c0, gridDim.x, blk, &b, &e);
+    b += c0;
+    e += c0;
+    const size_t nvec = (e - b) / V;
+    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+        size_t i = b + v * V;
+        A acc[V];
+        for (int r = 0; r < a.n; ++r) {
+            uint4 raw = __ldcg(reinterpret_cast<const uint4 *>(src[r] + i));
+            const T *x = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                A val = to_acc<T>(x[k]);
+                acc[k] = r == 0 ? val : combine<T, OP>(acc[k], val);
+            }
+        }
+        uint4 res;
+        T *out = reinterpret_cast<T *>(&res);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = finish<T, OP>(acc[k], a.n);
+        for (int k = 0; k < a.n; ++k) {
+            int r = (a.rank + k) % a.n;
+            *reinterpret_cast<uint4 *>(dst[r] + i) = res;
+        }
+    }
+    for (size_t i = b + nvec * V + threadIdx.x; i < e; i += blockDim.x) {
+        A acc{};
+        for (int r = 0; r < a.n; ++r) {
+            A val = to_acc<T>(src[r][i]);
+            acc = r == 0 ? val : combine<T, OP>(acc, val);
+        }
+        T res = finish<T, OP>(acc, a.n);
+        for (int r = 0; r < a.n; ++r) dst[r][i] = res;
+    }
+    // Exit: this block's stores have landed everywhere before its peers hear of it.
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < a.n; ++k) {
+            int peer = (a.rank + k) % a.n;
+            nvshmemx_signal_op(&done[(size_t)a.rank * DB + blk], 1, NVSHMEM_SIGNAL_ADD,
+                               a.pes[peer]);
+        }
+    }
+    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
+        if (r != a.rank)
+            nvshmem_uint64_wait_until(&done[(size_t)r * DB + blk], NVSHMEM_CMP_GE, want);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&a.state->done, 1u) == gridDim.x - 1) {
+            a.state->direct_calls = want;
+            a.state->steps += 1;
+            a.state->done = 0;
+            __threadfence();
+        }
+    }
+}
+
 // Calls F::template run<T, OP>() for the runtime dtype and op codes.
 template <typename F, typename T> cudaError_t by_op(int op, F f) {
     switch (op) {
@@ -524,6 +617,12 @@ struct Launch {
         case 2: ring_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
         case 3: rd_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
         case 4: oneshot_ll_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 5:
+            if (blocks != NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS ||
+                args.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES)
+                return cudaErrorInvalidValue;
+            twoshot_direct_kernel<T, OP><<<blocks, threads, 0, stream>>>(args);
+            break;
         default: return cudaErrorInvalidValue;
         }
         return cudaGetLastError();

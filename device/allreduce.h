@@ -23,6 +23,11 @@
  *        polls the data itself: no fence, no separate signal. Direct stores only: the host uses
  *        it only when every member is mapped (nvshmem_ptr) and the buffers are 8-byte aligned;
  *        the payload is at most slot_bytes / 2.
+ *        5 two-shot, direct: every member mapped, buffers 16-byte aligned; no receive slots and
+ *        no segments. Block b of each PE reads part b of its own chunk from every member's
+ *        input (loads over NVLink), reduces it and stores the result into every member's
+ *        output; one handshake per block on entry (inputs ready) and on exit (all stores
+ *        landed, all reads of this PE's input done). Grid: NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS.
  */
 #ifndef NVSHMEM_RS_ALLREDUCE_H
 #define NVSHMEM_RS_ALLREDUCE_H
@@ -32,6 +37,10 @@
 #include <stdint.h>
 
 #define NVSHMEMRS_ALLREDUCE_ALGOS 4
+/* Fixed grid of the direct two-shot: its arrival counters are per (source, block). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 128
+/* Largest team the direct two-shot serves (peer pointers live in shared memory). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +49,8 @@ extern "C" {
 typedef struct nvshmemrs_allreduce_state {
     uint64_t steps;
     uint64_t expected[NVSHMEMRS_ALLREDUCE_ALGOS][2][2];
+    /* Direct two-shot calls completed (its counters each get one add per call). */
+    uint64_t direct_calls;
     /* Blocks of the running launch that have finished; the last one advances the state. */
     uint32_t done;
     uint32_t pad;
@@ -60,6 +71,9 @@ typedef struct nvshmemrs_allreduce_args {
     int world;
     /* Every member is reachable by direct stores: no NVSHMEM put to complete with a quiet. */
     int all_mapped;
+    /* Direct two-shot counters: [phase (arrive, done)][source rank][block], world x
+     * NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
+    uint64_t *direct_flags;
 } nvshmemrs_allreduce_args;
 
 /*

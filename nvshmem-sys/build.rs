@@ -276,7 +276,7 @@ fn generate_bindings(device_dir: &Path, nvshmem: &Nvshmem, cuda: &Cuda, out_dir:
         .allowlist_function("nvshmem_.*|nvshmemx_.*|nvshmemrs_.*")
         // `flags` is the unnamed-looking enum of NVSHMEMX_INIT_* init flags.
         .allowlist_type("nvshmem_.*|nvshmemx_.*|flags")
-        .allowlist_var("NVSHMEM_.*|NVSHMEMX_.*")
+        .allowlist_var("NVSHMEM_.*|NVSHMEMX_.*|NVSHMEMRS_.*")
         // Device-only and inline entry points are not in the host library.
         .blocklist_function("nvshmemi_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)

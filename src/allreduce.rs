@@ -231,7 +231,15 @@ pub struct Allreduce<'nv> {
     all_mapped: bool,
     /// Low-latency one-shot up to this many bytes (0: never).
     ll_max: usize,
+    /// Arrival counters of the direct two-shot: 2 phases x world x DIRECT_BLOCKS.
+    direct_flags: SymmetricBuffer<'nv, u64>,
 }
+
+/// Grid of the direct two-shot (device/allreduce.h).
+const DIRECT_BLOCKS: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
+/// Two-shot messages from this size on use the direct protocol where every member is mapped:
+/// below it the per-block handshakes of a 128-block grid cost more than slots do.
+const DIRECT_MIN_BYTES: usize = 1 << 20;
 
 impl Nvshmem {
     /// A workspace over all PEs whose receive slots hold `slot_bytes` each (2 x n_pes of them).
@@ -267,6 +275,7 @@ impl Nvshmem {
         let scratch = self.alloc::<u8>(2 * world * slot_bytes)?;
         let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
+        let direct_flags = self.alloc_zeroed::<u64>(2 * world * DIRECT_BLOCKS)?;
         let pes_buf = self.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
         let mut all_mapped = true;
@@ -286,6 +295,7 @@ impl Nvshmem {
             env_algo,
             all_mapped,
             ll_max,
+            direct_flags,
         })
     }
 }
@@ -346,6 +356,11 @@ impl<'nv> Allreduce<'nv> {
         };
         let count = input.len();
         let elem = std::mem::size_of::<T>();
+        if self.direct(algo, &input, &output) {
+            // One launch for the whole message: no slots, so no segments.
+            self.step::<T>(algo, op, rank, input, output, stream)?;
+            return Ok(algo);
+        }
         let per16 = (16 / elem).max(1);
         let slot_elems = self.slot_bytes / elem / per16 * per16;
         let segment = if algo.whole_segment_per_slot() {
@@ -364,6 +379,23 @@ impl<'nv> Allreduce<'nv> {
             start += len;
         }
         Ok(algo)
+    }
+
+    /// Whether a two-shot call takes the direct protocol (loads and stores over the peer
+    /// mappings, one launch, no slots): every member mapped, 16-byte aligned buffers, large.
+    fn direct<T: Reducible>(
+        &self,
+        algo: AllreduceAlgo,
+        input: &SymView<'_, T>,
+        output: &SymView<'_, T>,
+    ) -> bool {
+        let aligned16 =
+            (input.as_device_ptr() as usize | output.as_device_ptr() as usize) % 16 == 0;
+        algo == AllreduceAlgo::TwoShot
+            && self.all_mapped
+            && aligned16
+            && self.n as u32 <= sys::NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES
+            && input.num_bytes() >= DIRECT_MIN_BYTES
     }
 
     /// Launches one segment's kernel; the kernel reads and advances the device-side state.
@@ -388,6 +420,7 @@ impl<'nv> Allreduce<'nv> {
         let (code, blocks) = match algo {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
             _ if low_latency => (4, parts(bytes, 4 << 10, 32)),
+            _ if self.direct(algo, &input, &output) => (5, DIRECT_BLOCKS),
             AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
                 (algo.code(), parts(bytes / n, 32 << 10, 64))
             }
@@ -406,6 +439,7 @@ impl<'nv> Allreduce<'nv> {
             rank,
             world: self.nv.n_pes(),
             all_mapped: self.all_mapped as i32,
+            direct_flags: self.direct_flags.as_device_ptr(),
         };
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
         // counters, state and PE table; every member launches the same algo and block count.

@@ -539,3 +539,23 @@ fn pe2_team_workspaces_reduce_over_their_members_only() {
     }
     nv.barrier_all();
 }
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_direct_two_shot_every_op_and_dtype_from_a_mebibyte() {
+    // Two-shot messages of 1 MiB and more between mapped peers take the direct protocol (one
+    // launch, loads and stores over the mappings); odd counts exercise the scalar tails.
+    let nv = runtime(2);
+    let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
+    for op in OPS {
+        let t = AllreduceAlgo::TwoShot;
+        check::<f32>(&nv, &mut ar, 262_147, op, t, false, 71);
+        check::<f64>(&nv, &mut ar, 131_075, op, t, true, 72);
+        check::<f16>(&nv, &mut ar, 524_291, op, t, false, 73);
+        check::<bf16>(&nv, &mut ar, 524_291, op, t, true, 74);
+        check::<i32>(&nv, &mut ar, 262_147, op, t, false, 75);
+        check::<i64>(&nv, &mut ar, 131_075, op, t, true, 76);
+        check::<u32>(&nv, &mut ar, 262_147, op, t, false, 77);
+        check::<u64>(&nv, &mut ar, 131_075, op, t, false, 78);
+    }
+}
