@@ -141,28 +141,29 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 }
 
 /// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (2026-11-22; f32 and bf16
-/// alike, so no dtype-specific row yet):
-/// - 2 PEs: one-shot (low-latency protocol) up to 512 KiB (5.3 us at 4 KiB, 9.6 us at 512 KiB),
-///   recursive doubling from 1 to 4 MiB (12.9 / 17.6 / 25.7 us), the ring above (40.9 us at
-///   8 MiB, 232 GB/s busbw at 256 MiB against two-shot's 221).
+/// alike, so no dtype-specific row yet). Two-shot here means its direct protocol from 1 MiB
+/// where every member is mapped (one node); across nodes it falls back to receive slots.
+/// - 2 PEs: one-shot (low-latency protocol) up to 512 KiB (5.3 us at 4 KiB, 9.7 us at 512 KiB),
+///   recursive doubling from 1 to 4 MiB (12.9 / 17.7 / 25.9 us), two-shot above (40.6 us at
+///   8 MiB, 325 GB/s busbw at 256 MiB; the ring reaches 231).
 /// - 3-4 PEs (measured at 4): one-shot up to 256 KiB (6.4 us at 4 KiB, 13.6 us at 256 KiB),
-///   recursive doubling to 2 MiB (17.4 / 21.5 / 30.9 us), two-shot to 16 MiB, the ring above
-///   (245 GB/s busbw at 32 MiB and up, two-shot 216).
-/// - 5-8 PEs: not measured yet (no 8-GPU machine); by the traffic model one-shot moves (n-1) x
-///   the message per PE, so it stops paying off earlier, and the ring carries large messages.
+///   recursive doubling to 2 MiB (17.5 / 21.6 / 31.1 us), two-shot above (309 GB/s busbw at
+///   256 MiB; the ring reaches 244).
+/// - 5-8 PEs: not measured yet (no 8-GPU machine). Two-shot moves as few bytes per PE as the
+///   ring and needs fewer steps, so it carries large messages; one-shot moves (n-1) x the
+///   message per PE, so it stops paying off earlier.
 /// - more: recursive doubling for small messages, the ring for large ones.
 pub const SELECTION: &[SelectionRule] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
     rule(2, 512 << 10, AllreduceAlgo::OneShot),
     rule(2, 4 << 20, AllreduceAlgo::RecursiveDoubling),
-    rule(2, usize::MAX, AllreduceAlgo::Ring),
+    rule(2, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 256 << 10, AllreduceAlgo::OneShot),
     rule(4, 2 << 20, AllreduceAlgo::RecursiveDoubling),
-    rule(4, 16 << 20, AllreduceAlgo::TwoShot),
-    rule(4, usize::MAX, AllreduceAlgo::Ring),
+    rule(4, usize::MAX, AllreduceAlgo::TwoShot),
     rule(8, 64 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
-    rule(8, usize::MAX, AllreduceAlgo::Ring),
+    rule(8, usize::MAX, AllreduceAlgo::TwoShot),
     rule(i32::MAX, 64 << 10, AllreduceAlgo::RecursiveDoubling),
     rule(i32::MAX, usize::MAX, AllreduceAlgo::Ring),
 ];
@@ -483,14 +484,13 @@ mod tests {
         assert_eq!(pick(2, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(2, 4 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 256 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
-        assert_eq!(pick(4, 32 << 20), AllreduceAlgo::Ring);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 1 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(8, 64 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(8, 64 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(16, 256 << 20), AllreduceAlgo::Ring);
     }
