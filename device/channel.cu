@@ -8,36 +8,12 @@
 
 #include "channel.h"
 #include "chunks.cuh"
+#include "pdl.cuh"
 #include "deadline.cuh"
 
 namespace {
 
 using Op = nvshmemrs_channel_op;
-
-// Programmatic dependent launch, as in device_put.cu: the kernel may be launched while the one
-// before it on the stream still runs, and waits here until that one has completed and its memory
-// is visible. Deadlines start after this point.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-template <typename... Params, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
-                       Args... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(threads);
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, args...);
-}
 
 // Loads: the sender reads its source through the read-only path; the receiver reads slots that
 // another GPU (or the NIC) wrote during this kernel, so through L2 only (never a stale L1 line).

@@ -6,35 +6,10 @@
 #include <nvshmemx.h>
 
 #include "chunks.cuh"
+#include "pdl.cuh"
 #include "device_put.h"
 
 namespace {
-
-// Programmatic dependent launch (sm_90+): a put launched right behind another kernel may start
-// its blocks early, but waits here until that kernel has completed and flushed its memory, so
-// stream order is kept while the launch gap is hidden. It also lets the next kernel launch early.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Launches `kernel` with programmatic stream serialization allowed (ignored before sm_90).
-template <typename... Params, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
-                       Args... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(threads);
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, args...);
-}
 
 // Fast path over NVLink/PCIe: the block copies its chunk straight into the peer's mapping with
 // 16-byte loads and stores, four in flight per thread. Needs 16-byte aligned pointers.
