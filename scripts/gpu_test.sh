@@ -54,8 +54,6 @@ for t in "$bin"/test-*; do
         [[ "$short" =~ ^pe([0-9]+)_ ]] && pes=${BASH_REMATCH[1]}
         if [ "$pes" -eq 1 ]; then
             run_case "$(basename "$t") $name" "$t" --ignored --exact "$name" --test-threads=1
-        elif [ "$pes" -eq 2 ]; then
-            run_case "$(basename "$t") $name [2 PEs]" "$nvsh" run -n 2 -- "$t" --ignored --exact "$name" --test-threads=1
         elif [ "$pes" -le "$gpus" ]; then
             run_case "$(basename "$t") $name [$pes PEs]" "$nvsh" run -n "$pes" -- "$t" --ignored --exact "$name" --test-threads=1
         else

@@ -359,7 +359,7 @@ impl<'nv> Allreduce<'nv> {
         let elem = std::mem::size_of::<T>();
         if self.direct(algo, &input, &output) {
             // One launch for the whole message: no slots, so no segments.
-            self.step::<T>(algo, op, rank, input, output, stream)?;
+            self.step::<T>(algo, true, op, rank, input, output, stream)?;
             return Ok(algo);
         }
         let per16 = (16 / elem).max(1);
@@ -376,7 +376,7 @@ impl<'nv> Allreduce<'nv> {
                 input.view(start..start + len)?,
                 output.view(start..start + len)?,
             );
-            self.step::<T>(algo, op, rank, seg_in, seg_out, stream)?;
+            self.step::<T>(algo, false, op, rank, seg_in, seg_out, stream)?;
             start += len;
         }
         Ok(algo)
@@ -399,10 +399,13 @@ impl<'nv> Allreduce<'nv> {
             && input.num_bytes() >= DIRECT_MIN_BYTES
     }
 
-    /// Launches one segment's kernel; the kernel reads and advances the device-side state.
+    /// Launches one segment's kernel (with `direct`, the whole message's, as [`Self::direct`]
+    /// decided); the kernel reads and advances the device-side state.
+    #[allow(clippy::too_many_arguments)]
     fn step<T: Reducible>(
         &mut self,
         algo: AllreduceAlgo,
+        direct: bool,
         op: ReduceOp,
         rank: i32,
         input: SymView<'_, T>,
@@ -421,7 +424,7 @@ impl<'nv> Allreduce<'nv> {
         let (code, blocks) = match algo {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
             _ if low_latency => (4, parts(bytes, 4 << 10, 32)),
-            _ if self.direct(algo, &input, &output) => (5, DIRECT_BLOCKS),
+            _ if direct => (5, DIRECT_BLOCKS),
             AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
                 (algo.code(), parts(bytes / n, 32 << 10, 64))
             }
