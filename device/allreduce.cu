@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "allreduce.h"
+#include "deadline.cuh"
 
 namespace {
 
@@ -122,18 +123,69 @@ __device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint6
 }
 
 
-// Waits (thread t for rank t) until the counter of every rank but `rank` reached `want`.
-__device__ void block_wait_others(uint64_t *counters, int n, int rank, uint64_t want) {
-    for (int r = threadIdx.x; r < n; r += blockDim.x)
-        if (r != rank) nvshmem_uint64_wait_until(&counters[r], NVSHMEM_CMP_GE, want);
-    __threadfence();
-    __syncthreads();
+// The deadline of one launch's waits and where a miss is recorded.
+struct Waiter {
+    nvshmemrs_wait_status *status;
+    uint64_t *broken;
+    uint64_t deadline;
+    uint64_t seq;
+    int algo;
+    __device__ Waiter(const nvshmemrs_allreduce_args &a, int algo_code)
+        : status(static_cast<nvshmemrs_wait_status *>(a.wait_status)),
+          broken(&a.state->broken),
+          deadline(nvshmemrs_deadline_after(a.timeout_ns)),
+          seq(a.state->steps),
+          algo(algo_code) {}
+    __device__ nvshmemrs_wait_site site(int peer) const {
+        nvshmemrs_wait_site s;
+        s.status = status;
+        s.broken = broken;
+        s.op = NVSHMEMRS_OP_ALLREDUCE;
+        s.peer = peer;
+        s.index = (uint64_t)algo;
+        s.seq = seq;
+        return s;
+    }
+    // Until *sig >= want (signalled by world PE `peer`) or the deadline.
+    __device__ bool ge(uint64_t *sig, uint64_t want, int peer) const {
+        return nvshmemrs_wait_ge(reinterpret_cast<volatile uint64_t *>(sig), want, deadline,
+                                 site(peer));
+    }
+    // For waits that poll data instead of a counter (low-latency lines): true when the wait
+    // must end, having recorded a timeout if it was the first failure.
+    __device__ bool give_up(const void *word, uint64_t want, uint64_t seen, uint64_t start,
+                            int peer) const {
+        if (*(volatile uint64_t *)broken != 0) return true;
+        uint64_t now = nvshmemrs_globaltimer();
+        if (now < deadline) return false;
+        nvshmemrs_record_failure(site(peer), NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)word,
+                                 want, seen, now - start);
+        return true;
+    }
+};
+
+// True, for every thread of the block, if the workspace was broken before this launch: the
+// kernel must then return at once (one thread reads the flag so that all agree).
+__device__ __forceinline__ bool block_broken(const nvshmemrs_allreduce_args &a) {
+    return __syncthreads_or(threadIdx.x == 0 && *(volatile uint64_t *)&a.state->broken != 0);
 }
 
-__device__ void block_wait_one(uint64_t *counter, uint64_t want) {
-    if (threadIdx.x == 0) nvshmem_uint64_wait_until(counter, NVSHMEM_CMP_GE, want);
+// Waits (thread t for rank t) until the counter of every rank but `rank` reached `want`.
+// False, for every thread, when a wait failed: the kernel must return without using the data.
+__device__ bool block_wait_others(const Waiter &w, const nvshmemrs_allreduce_args &a,
+                                  uint64_t *counters, uint64_t want) {
+    bool ok = true;
+    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
+        if (r != a.rank) ok = w.ge(&counters[r], want, a.pes[r]);
     __threadfence();
-    __syncthreads();
+    return !__syncthreads_or(!ok);
+}
+
+// Thread 0 waits for one counter, signalled by world PE `peer`. False as above.
+__device__ bool block_wait_one(const Waiter &w, uint64_t *counter, uint64_t want, int peer) {
+    bool ok = threadIdx.x != 0 || w.ge(counter, want, peer);
+    __threadfence();
+    return !__syncthreads_or(!ok);
 }
 
 // out[i] = op over sources 0..nsrc-1 (in that order) of src(s)[i], for i in [b, e); with
@@ -235,6 +287,8 @@ struct Layout {
 template <typename T, int OP>
 __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 0;
+    if (block_broken(a)) return;
+    const Waiter w(a, algo);
     Step s = begin_step(a.state, algo);
     Layout L{a, algo, s.parity};
     const T *input = static_cast<const T *>(a.input);
@@ -246,7 +300,7 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
         block_put_signal(L.slot(a.rank) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
                          (e - b) * sizeof(T), &cnt[a.rank], a.pes[peer]);
     }
-    block_wait_others(cnt, a.n, a.rank, s.want[0]);
+    if (!block_wait_others(w, a, cnt, s.want[0])) return;
     auto src = [&](int r) -> const T * {
         return r == a.rank ? input : reinterpret_cast<const T *>(L.slot(r));
     };
@@ -260,6 +314,8 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
 template <typename T, int OP>
 __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 1;
+    if (block_broken(a)) return;
+    const Waiter w(a, algo);
     Step s = begin_step(a.state, algo);
     Layout L{a, algo, s.parity};
     const T *input = static_cast<const T *>(a.input);
@@ -279,7 +335,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
                          reinterpret_cast<const char *>(input + c0 + b), (e - b) * sizeof(T),
                          &scatter[a.rank], a.pes[peer]);
     }
-    block_wait_others(scatter, a.n, a.rank, s.want[0]);
+    if (!block_wait_others(w, a, scatter, s.want[0])) return;
     size_t c0, c1, b, e;
     chunk_range(a.rank, &c0, &c1);
     part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
@@ -293,7 +349,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
                          reinterpret_cast<const char *>(output + c0 + b), (e - b) * sizeof(T),
                          &gather[a.rank], a.pes[peer]);
     }
-    block_wait_others(gather, a.n, a.rank, s.want[1]);
+    if (!block_wait_others(w, a, gather, s.want[1])) return;
     end_step(a, algo, s);
 }
 
@@ -305,11 +361,13 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
 template <typename T, int OP>
 __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 2;
+    if (block_broken(a)) return;
+    const Waiter w(a, algo);
     Step s = begin_step(a.state, algo);
     Layout L{a, algo, s.parity};
     const T *input = static_cast<const T *>(a.input);
     T *output = static_cast<T *>(a.output);
-    const int n = a.n, next = a.pes[(a.rank + 1) % n];
+    const int n = a.n, next = a.pes[(a.rank + 1) % n], prev = a.pes[(a.rank + n - 1) % n];
     const size_t chunk = round_elems<T>((a.count + n - 1) / n);
     // Part b of chunk c (absolute element range).
     auto part = [&](int c, size_t *pb, size_t *pe) {
@@ -335,7 +393,7 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
         size_t off = (b - (size_t)(((a.rank - k) % n + n) % n) * chunk) * sizeof(T);
         block_put_signal(L.slot(k) + off, reinterpret_cast<const char *>(from + b),
                          (e - b) * sizeof(T), &rs[k], next);
-        block_wait_one(&rs[k], s.want[0]);
+        if (!block_wait_one(w, &rs[k], s.want[0], prev)) return;
         int c = ((a.rank - k - 1) % n + n) % n;
         part(c, &b, &e);
         const T *recv = reinterpret_cast<const T *>(L.slot(k)) - (size_t)c * chunk;
@@ -348,7 +406,7 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
         block_put_signal(reinterpret_cast<char *>(output + b),
                          reinterpret_cast<const char *>(output + b), (e - b) * sizeof(T), &ag[k],
                          next);
-        block_wait_one(&ag[k], s.want[1]);
+        if (!block_wait_one(w, &ag[k], s.want[1], prev)) return;
     }
     end_step(a, algo, s);
 }
@@ -360,6 +418,8 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
 template <typename T, int OP>
 __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 3;
+    if (block_broken(a)) return;
+    const Waiter w(a, algo);
     Step s = begin_step(a.state, algo);
     Layout L{a, algo, s.parity};
     const T *input = static_cast<const T *>(a.input);
@@ -374,13 +434,13 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     if (a.rank >= p) {
         block_put_signal(L.slot(steps) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
                          bytes, &c0[steps], a.pes[a.rank - p]);
-        block_wait_one(&c1[0], s.want[1]);
+        if (!block_wait_one(w, &c1[0], s.want[1], a.pes[a.rank - p])) return;
         end_step(a, algo, s);
         return;
     }
     const T *acc = input;
     if (a.rank < extra) {
-        block_wait_one(&c0[steps], s.want[0]);
+        if (!block_wait_one(w, &c0[steps], s.want[0], a.pes[a.rank + p])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(steps));
         auto src = [&](int i) { return i == 0 ? input : theirs; };
         block_reduce<T, OP>(src, 2, output, b, e, steps == 0, a.n);
@@ -395,7 +455,7 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
         // acc is the output from step 1 on, overwritten right after the wait.
         block_put_signal(L.slot(k) + b * sizeof(T), reinterpret_cast<const char *>(acc + b), bytes,
                          &c0[k], a.pes[partner], acc == output);
-        block_wait_one(&c0[k], s.want[0]);
+        if (!block_wait_one(w, &c0[k], s.want[0], a.pes[partner])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(k));
         const T *lo = a.rank < partner ? acc : theirs, *hi = a.rank < partner ? theirs : acc;
         auto src = [&](int i) { return i == 0 ? lo : hi; };
@@ -419,15 +479,24 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
                  : "memory");
 }
 
-__device__ __forceinline__ uint2 ld_line(const uint4 *p, uint32_t flag) {
+// Polls line p until both halves carry `flag` (written by world PE `peer`); false when the
+// deadline passed or the workspace broke meanwhile. The clock is read every 256 polls only.
+__device__ __forceinline__ bool ld_line(const uint4 *p, uint32_t flag, uint2 *out,
+                                        const Waiter &w, int peer) {
     uint32_t d0, f0, d1, f1;
-    do {
+    uint64_t start = 0;
+    for (uint32_t spin = 1;; ++spin) {
         asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
                      : "l"(p)
                      : "memory");
-    } while (f0 != flag || f1 != flag);
-    return make_uint2(d0, d1);
+        if (f0 == flag && f1 == flag) break;
+        if (spin == 1) start = nvshmemrs_globaltimer();
+        if ((spin & 255) == 0 && w.give_up(p, flag, f0 != flag ? f0 : f1, start, peer))
+            return false;
+    }
+    *out = make_uint2(d0, d1);
+    return true;
 }
 
 // 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned.
@@ -441,6 +510,8 @@ __device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) 
 
 template <typename T, int OP>
 __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
+    if (block_broken(a)) return;
+    const Waiter w(a, 4);
     Step s = begin_step(a.state, 0);
     Layout L{a, 0, s.parity};
     const uint32_t flag = (uint32_t)(a.state->steps + 1) == 0 ? 1u : (uint32_t)(a.state->steps + 1);
@@ -461,11 +532,18 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
     }
     using A = typename Acc<T>::type;
     constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;
-    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+    bool ok = true;
+    for (size_t i = l0 + threadIdx.x; i < l1 && ok; i += blockDim.x) {
         A acc[PER];
         for (int r = 0; r < a.n; ++r) {
-            uint2 v = r == a.rank ? load8(in, i, bytes)
-                                  : ld_line(reinterpret_cast<const uint4 *>(L.slot(r)) + i, flag);
+            uint2 v;
+            if (r == a.rank) {
+                v = load8(in, i, bytes);
+            } else if (!ld_line(reinterpret_cast<const uint4 *>(L.slot(r)) + i, flag, &v, w,
+                                a.pes[r])) {
+                ok = false;
+                break;
+            }
             const T *x = reinterpret_cast<const T *>(&v);
 #pragma unroll
             for (int k = 0; k < PER; ++k) {
@@ -473,6 +551,7 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
                 acc[k] = r == 0 ? val : combine<T, OP>(acc[k], val);
             }
         }
+        if (!ok) break;
         T res[PER];
 #pragma unroll
         for (int k = 0; k < PER; ++k) res[k] = finish<T, OP>(acc[k], a.n);
@@ -483,6 +562,7 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
             for (size_t j = 8 * i; j < bytes; ++j) out[j] = r8[j - 8 * i];
         }
     }
+    if (__syncthreads_or(!ok)) return;
     end_step(a, -1, s);
 }
 
@@ -491,6 +571,8 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
 template <typename T, int OP>
 __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
+    if (block_broken(a)) return;
+    const Waiter w(a, 5);
     const uint64_t want = a.state->direct_calls + 1;
     const int blk = blockIdx.x;
     uint64_t *arrive = a.direct_flags, *done = a.direct_flags + (size_t)a.world * DB;
@@ -503,16 +585,17 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
                                a.pes[peer]);
         }
     }
+    bool ok = true;
     for (int r = threadIdx.x; r < a.n; r += blockDim.x) {
         src[r] = r == a.rank ? static_cast<const T *>(a.input)
                              : static_cast<const T *>(nvshmem_ptr(a.input, a.pes[r]));
         dst[r] = r == a.rank ? static_cast<T *>(a.output)
                              : static_cast<T *>(nvshmem_ptr(a.output, a.pes[r]));
-        if (r != a.rank)
-            nvshmem_uint64_wait_until(&arrive[(size_t)r * DB + blk], NVSHMEM_CMP_GE, want);
+        if (r != a.rank && ok) ok = w.ge(&arrive[(size_t)r * DB + blk], want, a.pes[r]);
     }
     __threadfence_system();
-    __syncthreads();
+    // A peer that never arrived may still be writing its input: touch nothing.
+    if (__syncthreads_or(!ok)) return;
     using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
     const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
@@ -563,11 +646,10 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
                                a.pes[peer]);
         }
     }
-    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
-        if (r != a.rank)
-            nvshmem_uint64_wait_until(&done[(size_t)r * DB + blk], NVSHMEM_CMP_GE, want);
+    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
+        if (r != a.rank) ok = w.ge(&done[(size_t)r * DB + blk], want, a.pes[r]);
     __threadfence();
-    __syncthreads();
+    if (__syncthreads_or(!ok)) return;
     if (threadIdx.x == 0) {
         __threadfence();
         if (atomicAdd(&a.state->done, 1u) == gridDim.x - 1) {
@@ -577,6 +659,51 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
             __threadfence();
         }
     }
+}
+
+// Checked mode's header exchange (see the header). Thread 0 sends; thread t waits for and
+// compares ranks t, t + blockDim.x, ...
+__global__ void check_header_kernel(nvshmemrs_allreduce_args a, uint64_t *headers,
+                                    uint64_t *header_flags, uint64_t call, uint64_t meta) {
+    if (block_broken(a)) return;
+    const Waiter w(a, -1);
+    __shared__ uint64_t mine[NVSHMEMRS_ALLREDUCE_HEADER_WORDS];
+    if (threadIdx.x == 0) {
+        mine[0] = call;
+        mine[1] = (uint64_t)a.count;
+        mine[2] = meta;
+        mine[3] = 0;
+        // The own slot [rank] of the local copy is the put's source: symmetric memory, which
+        // every transport can read (shared memory is not, off-node).
+        uint64_t *slot = headers + (size_t)a.rank * NVSHMEMRS_ALLREDUCE_HEADER_WORDS;
+        for (int f = 0; f < NVSHMEMRS_ALLREDUCE_HEADER_WORDS; ++f) slot[f] = mine[f];
+        __threadfence();
+        for (int k = 1; k < a.n; ++k) {
+            int peer = (a.rank + k) % a.n;
+            nvshmem_putmem_signal(slot, slot, sizeof(mine), &header_flags[a.rank], call,
+                                  NVSHMEM_SIGNAL_SET, a.pes[peer]);
+        }
+    }
+    __syncthreads();
+    bool ok = true;
+    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x) {
+        if (r == a.rank) continue;
+        ok = w.ge(&header_flags[r], call, a.pes[r]);
+        if (!ok) break;
+        const volatile uint64_t *theirs = headers + (size_t)r * NVSHMEMRS_ALLREDUCE_HEADER_WORDS;
+        for (int f = 1; f <= 2 && ok; ++f) {
+            uint64_t t = theirs[f];
+            if (t != mine[f]) {
+                nvshmemrs_wait_site site = w.site(a.pes[r]);
+                site.index = (uint64_t)(f - 1);
+                site.seq = call;
+                nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_MISMATCH,
+                                         (uint64_t)(uintptr_t)&theirs[f], mine[f], t, 0);
+                ok = false;
+            }
+        }
+    }
+    __syncthreads();
 }
 
 // Calls F::template run<T, OP>() for the runtime dtype and op codes.
@@ -630,6 +757,16 @@ struct Launch {
 };
 
 }  // namespace
+
+extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
+                                                uint64_t *headers, uint64_t *header_flags,
+                                                uint64_t call, uint64_t meta,
+                                                cudaStream_t stream) {
+    if (args.n < 1 || args.n > args.world || args.rank < 0 || args.rank >= args.n || call == 0)
+        return cudaErrorInvalidValue;
+    check_header_kernel<<<1, 32, 0, stream>>>(args, headers, header_flags, call, meta);
+    return (int)cudaGetLastError();
+}
 
 extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,
                                    int blocks, int threads, cudaStream_t stream) {

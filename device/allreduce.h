@@ -28,6 +28,9 @@
  *        input (loads over NVLink), reduces it and stores the result into every member's
  *        output; one handshake per block on entry (inputs ready) and on exit (all stores
  *        landed, all reads of this PE's input done). Grid: NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS.
+ * Every wait has a deadline (timeout_ns from the kernel's start). A wait that misses it records
+ * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
+ * moves no data again (the host reports the failure as Error::Timeout).
  */
 #ifndef NVSHMEM_RS_ALLREDUCE_H
 #define NVSHMEM_RS_ALLREDUCE_H
@@ -41,6 +44,8 @@
 #define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 128
 /* Largest team the direct two-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
+/* What waited, in the status record (device/deadline.cuh, src/deadline.rs WaitOp). */
+#define NVSHMEMRS_OP_ALLREDUCE 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +56,9 @@ typedef struct nvshmemrs_allreduce_state {
     uint64_t expected[NVSHMEMRS_ALLREDUCE_ALGOS][2][2];
     /* Direct two-shot calls completed (its counters each get one add per call). */
     uint64_t direct_calls;
+    /* Non-zero once a wait of this workspace failed (timed out): every later launch returns at
+     * once without moving data, and the state is no longer advanced. */
+    uint64_t broken;
     /* Blocks of the running launch that have finished; the last one advances the state. */
     uint32_t done;
     uint32_t pad;
@@ -74,7 +82,31 @@ typedef struct nvshmemrs_allreduce_args {
     /* Direct two-shot counters: [phase (arrive, done)][source rank][block], world x
      * NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
     uint64_t *direct_flags;
+    /* Host-mapped struct nvshmemrs_wait_status (device/deadline.cuh): a wait that runs out of
+     * time records there what it waited for (index: algo code, seq: the workspace's launch
+     * number) and the kernel returns. */
+    void *wait_status;
+    /* How long the waits of one launch may take in all, from the kernel's start. */
+    uint64_t timeout_ns;
 } nvshmemrs_allreduce_args;
+
+/* A checked-mode header disagreed with a peer's (status code; see src/deadline.rs). */
+#define NVSHMEMRS_FAIL_MISMATCH 3
+/* Words of one checked-mode header: call number, count, meta (dtype | op << 8 | algo << 16). */
+#define NVSHMEMRS_ALLREDUCE_HEADER_WORDS 4
+
+/*
+ * Checked mode, before a call's first step (one block): puts this PE's header {call, count,
+ * meta, 0} into headers[rank] of every member with a put-with-signal that sets
+ * header_flags[rank] = call, waits (with the deadline) for every member's header of this call
+ * and compares count and meta with its own. A difference is recorded in wait_status
+ * (NVSHMEMRS_FAIL_MISMATCH; index 0 count, 1 meta; want: own value, seen: the peer's) and marks
+ * the workspace broken, so the call's steps move nothing. `headers` holds world x HEADER_WORDS
+ * words, `header_flags` world words (both symmetric).
+ */
+int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args, uint64_t *headers,
+                                     uint64_t *header_flags, uint64_t call, uint64_t meta,
+                                     cudaStream_t stream);
 
 /*
  * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive

@@ -58,7 +58,7 @@ fn run(elems: usize, batches: usize) -> nvshmem::Result<bool> {
     let mut tmp = stream.clone_htod(&batch)?;
     let mut returned = back.alloc_zeros::<f32>(elems * batches.min(4))?;
     stream.synchronize()?;
-    nv.barrier_all();
+    nv.barrier_all()?;
 
     let t = Instant::now();
     let mut ok = true;
@@ -112,6 +112,6 @@ fn run(elems: usize, batches: usize) -> nvshmem::Result<bool> {
             ""
         }
     );
-    nv.barrier_all();
+    nv.barrier_all()?;
     Ok(ok)
 }

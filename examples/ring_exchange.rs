@@ -37,7 +37,7 @@ fn exchange() -> nvshmem::Result<bool> {
     // Poison the destination so that an unwritten element cannot pass.
     dst.copy_from_host(&[-1; N])?;
     // Nobody may write into a peer before that peer has poisoned its buffer.
-    nv.barrier_all();
+    nv.barrier_all()?;
 
     let next = (me + 1) % n;
     println!("PE {me}: sending {values:?} to PE {next}");
@@ -45,7 +45,7 @@ fn exchange() -> nvshmem::Result<bool> {
     nv.put_device(&dst, &src, next, stream)?;
     nv.quiet_on_stream(stream);
     stream.synchronize()?;
-    nv.barrier_all();
+    nv.barrier_all()?;
 
     let prev = (me + n - 1) % n;
     let expected: Vec<i32> = (0..N as i32).map(|i| prev * 100 + i).collect();

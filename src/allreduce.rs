@@ -7,6 +7,7 @@
 //! stream with no barrier in between.
 
 use crate::buffer::{SymView, SymmetricBuffer};
+use crate::deadline::{timeout_ns, StatusRecord, WaitFailure};
 use crate::element::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::ordering::raw_stream;
@@ -15,6 +16,7 @@ use crate::runtime::Nvshmem;
 use crate::sys;
 use crate::team::Team;
 use cudarc::driver::CudaStream;
+use std::time::Duration;
 
 /// The reduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -194,6 +196,67 @@ fn algo_from_env() -> Result<Option<AllreduceAlgo>> {
     }
 }
 
+/// The environment variable that turns the checked mode on (`1`) or off (`0`); the default is
+/// on in debug builds, off in release builds.
+pub const CHECKED_ENV: &str = "NVSH_CHECKED";
+
+/// Whether collectives exchange a header per call to catch PEs that disagree on the count, type,
+/// op or algorithm (`NVSH_CHECKED`, default: on in debug builds).
+pub fn checked_from_env() -> Result<bool> {
+    match std::env::var(CHECKED_ENV) {
+        Ok(v) => match v.trim() {
+            "" => Ok(cfg!(debug_assertions)),
+            "1" | "on" | "true" | "yes" => Ok(true),
+            "0" | "off" | "false" | "no" => Ok(false),
+            _ => Err(Error::InvalidEnv {
+                var: CHECKED_ENV,
+                value: v,
+                expected: "1 (check every collective call's arguments across PEs) or 0",
+            }),
+        },
+        Err(_) => Ok(cfg!(debug_assertions)),
+    }
+}
+
+/// The checked-mode header's `meta` word: what every member must agree on besides the count.
+fn header_meta(dtype: Dtype, op: ReduceOp, algo: AllreduceAlgo) -> u64 {
+    dtype as u64 | (op as u64) << 8 | (algo.code() as u64) << 16
+}
+
+/// Words of a checked-mode header as messages say them: field 0 is the count, field 1 the meta.
+pub(crate) fn describe_header_field(field: u64, value: u64) -> String {
+    if field == 0 {
+        return format!("{value} elements");
+    }
+    let dtype = match value & 0xff {
+        0 => "f32",
+        1 => "f64",
+        2 => "f16",
+        3 => "bf16",
+        4 => "i32",
+        5 => "i64",
+        6 => "u32",
+        7 => "u64",
+        _ => "an unknown type",
+    };
+    let op = match (value >> 8) & 0xff {
+        0 => "sum",
+        1 => "prod",
+        2 => "min",
+        3 => "max",
+        4 => "avg",
+        _ => "an unknown op",
+    };
+    let algo = match (value >> 16) & 0xff {
+        0 => "oneshot",
+        1 => "twoshot",
+        2 => "ring",
+        3 => "rd",
+        _ => "an unknown algorithm",
+    };
+    format!("{dtype} {op} by {algo}")
+}
+
 /// Types an allreduce can reduce (every [`Element`] but u8).
 pub trait Reducible: Element {}
 impl Reducible for f32 {}
@@ -234,6 +297,13 @@ pub struct Allreduce<'nv> {
     ll_max: usize,
     /// Arrival counters of the direct two-shot: 2 phases x world x DIRECT_BLOCKS.
     direct_flags: SymmetricBuffer<'nv, u64>,
+    /// Where a kernel records a wait past its deadline (or, checked, a header mismatch).
+    status: StatusRecord,
+    timeout: Duration,
+    /// Checked mode: headers (world x HEADER_WORDS) and their signals (world), and the number
+    /// of calls made so far.
+    checked: Option<(SymmetricBuffer<'nv, u64>, SymmetricBuffer<'nv, u64>)>,
+    calls: u64,
 }
 
 /// Grid of the direct two-shot (device/allreduce.h).
@@ -260,6 +330,8 @@ impl Nvshmem {
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
         let ll_max = ll_max_from_env()?;
+        let checked = checked_from_env()?;
+        self.check_peers("allreduce_workspace")?;
         let slot_bytes = slot_bytes.max(4096).next_multiple_of(256);
         let world = self.n_pes() as usize;
         let mut pes = vec![-1i32; world];
@@ -277,13 +349,23 @@ impl Nvshmem {
         let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
         let direct_flags = self.alloc_zeroed::<u64>(2 * world * DIRECT_BLOCKS)?;
+        let header_words = sys::NVSHMEMRS_ALLREDUCE_HEADER_WORDS as usize;
+        let checked = if checked {
+            Some((
+                self.alloc_zeroed::<u64>(world * header_words)?,
+                self.alloc_zeroed::<u64>(world)?,
+            ))
+        } else {
+            None
+        };
         let pes_buf = self.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
         let mut all_mapped = true;
         for &pe in pes.iter().take(n as usize) {
             all_mapped &= pe == self.my_pe() || scratch.peer_ptr(pe)?.is_some();
         }
-        self.barrier_all();
+        // The zeroed counters are in place on every PE before any peer signals them.
+        self.barrier_all()?;
         Ok(Allreduce {
             nv: self,
             scratch,
@@ -297,6 +379,10 @@ impl Nvshmem {
             all_mapped,
             ll_max,
             direct_flags,
+            status: StatusRecord::new(self.context())?,
+            timeout: self.timeout(),
+            checked,
+            calls: 0,
         })
     }
 }
@@ -320,6 +406,46 @@ impl<'nv> Allreduce<'nv> {
         self.n
     }
 
+    /// How long the waits of one kernel may take before it gives up ([`Error::Timeout`]).
+    /// Starts as [`Nvshmem::timeout`] (`NVSH_TIMEOUT_MS`, default 60 s).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// The current timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether calls exchange a header to catch PEs that disagree on their arguments
+    /// ([`CHECKED_ENV`]).
+    pub fn is_checked(&self) -> bool {
+        self.checked.is_some()
+    }
+
+    /// The error a kernel of this workspace recorded (a wait past its deadline: a dead or
+    /// out-of-step peer; in checked mode a peer with other arguments), without synchronising.
+    /// `Ok` means none so far; work still queued may fail later. After an error the workspace
+    /// is broken: later calls move nothing and return the same error.
+    pub fn check(&self) -> Result<()> {
+        let r = match self.status.failure() {
+            None => Ok(()),
+            Some(f) => Err(f.to_error(self.nv.my_pe())),
+        };
+        self.nv.noted(r)
+    }
+
+    /// Synchronises `stream` (bounded: every wait has a deadline), then [`Allreduce::check`].
+    pub fn sync(&self, stream: &CudaStream) -> Result<()> {
+        stream.synchronize()?;
+        self.check()
+    }
+
+    /// The first failure recorded, in detail.
+    pub fn failure(&self) -> Option<WaitFailure> {
+        self.status.failure()
+    }
+
     /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
     /// else the [`SELECTION`] table.
     pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
@@ -330,8 +456,12 @@ impl<'nv> Allreduce<'nv> {
     }
 
     /// `output = op(input of every PE)`, element-wise, in stream order. `input` and `output`
-    /// are symmetric, of equal length, and may be the same view (in place). Returns the
-    /// algorithm used.
+    /// are symmetric, of equal length (at least 1), and either the same view (in place) or not
+    /// overlapping. Returns the algorithm used.
+    ///
+    /// Every wait of the kernels has a deadline ([`Allreduce::set_timeout`]); a failure shows in
+    /// [`Allreduce::check`] / [`Allreduce::sync`], and a call on a workspace that already failed
+    /// returns that error at once.
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,
         input: impl Into<SymView<'a, T>>,
@@ -351,12 +481,21 @@ impl<'nv> Allreduce<'nv> {
         let Some(rank) = self.rank else {
             return Err(Error::NotInTeam { what: "allreduce" });
         };
+        if input.is_empty() {
+            return Err(Error::EmptyCollective { what: "allreduce" });
+        }
+        check_overlap(&input, &output)?;
+        self.check()?;
         let algo = match algo {
             AllreduceAlgo::Auto => self.choose(input.num_bytes(), T::DTYPE),
             a => a,
         };
         let count = input.len();
         let elem = std::mem::size_of::<T>();
+        self.calls += 1;
+        if self.checked.is_some() {
+            self.check_header::<T>(op, algo, rank, &input, &output, stream)?;
+        }
         if self.direct(algo, &input, &output) {
             // One launch for the whole message: no slots, so no segments.
             self.step::<T>(algo, true, op, rank, input, output, stream)?;
@@ -380,6 +519,59 @@ impl<'nv> Allreduce<'nv> {
             start += len;
         }
         Ok(algo)
+    }
+
+    /// Checked mode: the header exchange before the call's first step.
+    fn check_header<T: Reducible>(
+        &self,
+        op: ReduceOp,
+        algo: AllreduceAlgo,
+        rank: i32,
+        input: &SymView<'_, T>,
+        output: &SymView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (headers, flags) = self.checked.as_ref().expect("checked mode");
+        let args = self.args(rank, input, output);
+        // SAFETY: the workspace's own header buffers and state; every member calls this for
+        // every call in checked mode (all PEs read NVSH_CHECKED alike).
+        let code = unsafe {
+            sys::nvshmemrs_allreduce_check_header(
+                args,
+                headers.as_device_ptr(),
+                flags.as_device_ptr(),
+                self.calls,
+                header_meta(T::DTYPE, op, algo),
+                raw_stream(stream),
+            )
+        };
+        cuda_check(code, "allreduce header check launch")
+    }
+
+    /// The kernel arguments for `input` -> `output` on this PE.
+    fn args<T: Reducible>(
+        &self,
+        rank: i32,
+        input: &SymView<'_, T>,
+        output: &SymView<'_, T>,
+    ) -> sys::nvshmemrs_allreduce_args {
+        sys::nvshmemrs_allreduce_args {
+            input: input.as_device_ptr().cast(),
+            output: output.as_device_ptr().cast(),
+            count: input.len(),
+            scratch: self.scratch.as_device_ptr().cast(),
+            slot_bytes: self.slot_bytes,
+            flags: self.flags.as_device_ptr(),
+            state: self.state.as_device_ptr().cast(),
+            pes: self.pes.as_device_ptr(),
+            n: self.n,
+            rank,
+            world: self.nv.n_pes(),
+            all_mapped: self.all_mapped as i32,
+            direct_flags: self.direct_flags.as_device_ptr(),
+            wait_status: self.status.device_ptr() as *mut std::ffi::c_void,
+            timeout_ns: timeout_ns(self.timeout),
+        }
     }
 
     /// Whether a two-shot call takes the direct protocol (loads and stores over the peer
@@ -430,21 +622,7 @@ impl<'nv> Allreduce<'nv> {
             }
             _ => (algo.code(), parts(bytes, 16 << 10, 32)),
         };
-        let args = sys::nvshmemrs_allreduce_args {
-            input: input.as_device_ptr().cast(),
-            output: output.as_device_ptr().cast(),
-            count: input.len(),
-            scratch: self.scratch.as_device_ptr().cast(),
-            slot_bytes: self.slot_bytes,
-            flags: self.flags.as_device_ptr(),
-            state: self.state.as_device_ptr().cast(),
-            pes: self.pes.as_device_ptr(),
-            n: self.n,
-            rank,
-            world: self.nv.n_pes(),
-            all_mapped: self.all_mapped as i32,
-            direct_flags: self.direct_flags.as_device_ptr(),
-        };
+        let args = self.args(rank, &input, &output);
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
         // counters, state and PE table; every member launches the same algo and block count.
         let code = unsafe {
@@ -474,10 +652,83 @@ impl<'nv> Allreduce<'nv> {
     }
 }
 
+/// Refuses an output that overlaps the input without being the same view: the kernels read
+/// parts of the input after other parts of the output were written.
+fn check_overlap<T: Element>(input: &SymView<'_, T>, output: &SymView<'_, T>) -> Result<()> {
+    let range = |v: &SymView<'_, T>| {
+        let start = v.as_device_ptr() as usize;
+        start..start + v.num_bytes()
+    };
+    overlap_check("allreduce", range(input), range(output))
+}
+
+/// In place (the same range) or disjoint, else [`Error::Overlap`].
+pub(crate) fn overlap_check(
+    what: &'static str,
+    i: std::ops::Range<usize>,
+    o: std::ops::Range<usize>,
+) -> Result<()> {
+    if i == o || i.end <= o.start || o.end <= i.start {
+        return Ok(());
+    }
+    Err(Error::Overlap {
+        what,
+        input: (i.start, i.end),
+        output: (o.start, o.end),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bootstrap::tests::with_env;
+
+    #[test]
+    fn checked_mode_follows_the_environment_and_the_build() {
+        with_env(&[], || {
+            assert_eq!(checked_from_env().unwrap(), cfg!(debug_assertions))
+        });
+        with_env(&[(CHECKED_ENV, "1")], || {
+            assert!(checked_from_env().unwrap())
+        });
+        with_env(&[(CHECKED_ENV, "0")], || {
+            assert!(!checked_from_env().unwrap())
+        });
+        with_env(&[(CHECKED_ENV, "maybe")], || {
+            let err = checked_from_env().unwrap_err().to_string();
+            assert!(err.contains("NVSH_CHECKED"), "{err}");
+        });
+    }
+
+    #[test]
+    fn outputs_overlapping_the_input_are_refused_unless_in_place() {
+        assert!(overlap_check("allreduce", 0..64, 0..64).is_ok());
+        assert!(overlap_check("allreduce", 0..64, 64..128).is_ok());
+        assert!(overlap_check("allreduce", 64..128, 0..64).is_ok());
+        for (i, o) in [
+            (0..64, 32..96),
+            (32..96, 0..64),
+            (0..64, 0..32),
+            (0..64, 16..48),
+        ] {
+            let err = overlap_check("allreduce", i.clone(), o.clone()).unwrap_err();
+            assert!(matches!(err, Error::Overlap { .. }), "{i:?} {o:?}: {err:?}");
+            assert!(err.to_string().contains("in place"), "{err}");
+        }
+    }
+
+    #[test]
+    fn header_fields_read_back_as_arguments() {
+        assert_eq!(describe_header_field(0, 1000), "1000 elements");
+        let meta = header_meta(Dtype::Bf16, ReduceOp::Max, AllreduceAlgo::Ring);
+        assert_eq!(describe_header_field(1, meta), "bf16 max by ring");
+        let meta = header_meta(Dtype::U64, ReduceOp::Avg, AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(describe_header_field(1, meta), "u64 avg by rd");
+        assert_ne!(
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::OneShot),
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot)
+        );
+    }
 
     #[test]
     fn the_table_picks_by_pe_count_and_size() {

@@ -643,7 +643,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Allreduc
             BenchDtype::Bf16 => bench_dtype::<half::bf16>(&mut bench, &mut rows)?,
         }
     }
-    nv.barrier_all();
+    nv.barrier_all()?;
     if nv.my_pe() != 0 {
         return Ok(None);
     }
@@ -696,7 +696,7 @@ fn bench_dtype<T: BenchElement>(b: &mut Bench<'_, '_>, rows: &mut Vec<AllreduceR
     drop(host);
     // A synchronous copy from pageable memory may return before the data lands.
     nv.context().synchronize()?;
-    nv.barrier_all();
+    nv.barrier_all()?;
     for bytes in list {
         let len = bytes / elem;
         let (inp, out) = (input.view(..len)?, output.view(..len)?);
@@ -756,7 +756,7 @@ fn measure<T: BenchElement>(
 
     // A first call tells whether the candidate runs at all; the PEs agree before anyone waits
     // on the GPU, since a PE whose call launched may be waiting for the others.
-    nv.barrier_all();
+    nv.barrier_all()?;
     let probe = call(&mut runner);
     let failed = exchange.failed_pes(probe.is_ok())?;
     match probe {
@@ -773,7 +773,7 @@ fn measure<T: BenchElement>(
 
     // Warm-up, timed to size the repetitions; PE 0's estimate is everyone's.
     let warmup = opts.warmup.max(1);
-    nv.barrier_all();
+    nv.barrier_all()?;
     let ms = elapsed_ms(nv, stream, || {
         for _ in 0..warmup {
             call(&mut runner)?;
@@ -785,7 +785,7 @@ fn measure<T: BenchElement>(
     let mut us = Vec::with_capacity(opts.reps.max(1));
     for _ in 0..opts.reps.max(1) {
         // Every repetition starts together, so skew between PEs is not timed.
-        nv.barrier_all();
+        nv.barrier_all()?;
         let ms = elapsed_ms(nv, stream, || {
             for _ in 0..iters {
                 call(&mut runner)?;
@@ -798,10 +798,10 @@ fn measure<T: BenchElement>(
 
     // One checked call into a zeroed output (the expected values are never 0), so the result
     // is this candidate's own.
-    nv.barrier_all();
+    nv.barrier_all()?;
     out.zero()?;
     nv.context().synchronize()?;
-    nv.barrier_all();
+    nv.barrier_all()?;
     call(&mut runner)?;
     stream.synchronize()?;
     let got = out.to_vec()?;

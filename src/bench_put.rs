@@ -147,7 +147,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     let pattern: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
     src.copy_from_host(&pattern)?;
     let stream = nv.stream().clone();
-    nv.barrier_all();
+    nv.barrier_all()?;
 
     let measure = |bytes: usize, shape: LaunchShape| -> Result<Option<BandwidthRow>> {
         let row = if me == 0 {
@@ -191,7 +191,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
         } else {
             None
         };
-        nv.barrier_all();
+        nv.barrier_all()?;
         Ok(row)
     };
 
@@ -231,7 +231,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     }
 
     let latency = measure_latency(nv, &flag, &stream, opts)?;
-    nv.barrier_all();
+    nv.barrier_all()?;
     if me != 0 {
         return Ok(None);
     }
@@ -304,7 +304,7 @@ fn measure_latency(
     // Values only grow (base advances each round), so the flag never needs a reset.
     for round in 0..(opts.warmup + reps) {
         let base = (round * iters) as u64;
-        nv.barrier_all();
+        nv.barrier_all()?;
         match me {
             0 => {
                 let ms = elapsed_ms(nv, stream, || pingpong(flag, 1, iters, base, true, stream))?;

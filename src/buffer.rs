@@ -66,6 +66,8 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
+        // nvshmem_malloc waits for every PE inside, without a deadline.
+        nv.enter_collective("symmetric allocation")?;
         let elem = std::mem::size_of::<T>();
         let bytes = len.checked_mul(elem).ok_or(Error::AllocFailed {
             bytes: usize::MAX,
@@ -249,6 +251,11 @@ impl<T: Element> Drop for SymmetricBuffer<'_, T> {
     fn drop(&mut self) {
         // Only free what the registry still holds: finalize may have taken it already.
         if leak::forget(self.ptr.as_ptr() as usize) {
+            // nvshmem_free waits for every PE inside, without a deadline: after a peer failure
+            // (or when this barrier finds one) the memory stays with the heap instead.
+            if self.nv.enter_collective("symmetric free").is_err() {
+                return;
+            }
             // SAFETY: allocated by nvshmem_malloc/calloc/align and not freed yet.
             unsafe { sys::nvshmem_free(self.ptr.as_ptr().cast()) };
         }

@@ -57,7 +57,7 @@
 //! back-to-back use needs no barrier and no reset.
 
 use crate::buffer::{SymView, SymmetricBuffer};
-use crate::deadline::{default_timeout, timeout_ns, StatusRecord, WaitFailure};
+use crate::deadline::{timeout_ns, StatusRecord, WaitFailure};
 use crate::device_put::LaunchShape;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -278,7 +278,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// one channel from at most one peer.
     pub fn new(nv: &'nv Nvshmem, slots: usize, max_elems: usize) -> Result<Self> {
         let shape = SlotShape::new(slots, max_elems, std::mem::size_of::<T>())?;
-        let timeout = default_timeout()?;
+        let timeout = nv.timeout();
         let status = Rc::new(StatusRecord::new(nv.context())?);
         let n = nv.n_pes() as usize;
         // Every PE decides alike: with several nodes no PE's node holds all PEs.
@@ -291,7 +291,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
         };
         let words = nv.alloc_zeroed::<u64>(shape.broken(n) + 1)?;
         // The zeroed counters are in place on every PE before any peer signals them.
-        nv.barrier_all();
+        nv.barrier_all()?;
         Ok(Channel {
             nv,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -503,7 +503,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// mismatch) without synchronising: it reads host-mapped memory. `Ok` means no kernel of
     /// this channel on this PE has failed so far (work still queued may fail later).
     pub fn check(&self) -> Result<()> {
-        self.status.check(self.nv.my_pe())
+        self.nv.noted(self.status.check(self.nv.my_pe()))
     }
 
     /// Synchronises `stream` (bounded: every channel wait has a deadline), then

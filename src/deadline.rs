@@ -62,6 +62,12 @@ pub enum WaitOp {
     ChannelRecvInto,
     /// `Channel::recv` (zero-copy) waiting for a message.
     ChannelRecv,
+    /// An allreduce step waiting for a peer's data or handshake.
+    Allreduce,
+    /// A barrier waiting for a PE to arrive.
+    Barrier,
+    /// `signal_wait_until_on_stream`.
+    SignalWait,
     /// A code this version does not know.
     Other(u64),
 }
@@ -72,6 +78,9 @@ impl WaitOp {
             1 => WaitOp::ChannelSend,
             2 => WaitOp::ChannelRecvInto,
             3 => WaitOp::ChannelRecv,
+            4 => WaitOp::Allreduce,
+            5 => WaitOp::Barrier,
+            6 => WaitOp::SignalWait,
             c => WaitOp::Other(c),
         }
     }
@@ -82,6 +91,9 @@ impl WaitOp {
             WaitOp::ChannelSend => "Channel::send".into(),
             WaitOp::ChannelRecvInto => "Channel::recv_into".into(),
             WaitOp::ChannelRecv => "Channel::recv".into(),
+            WaitOp::Allreduce => "Allreduce::run".into(),
+            WaitOp::Barrier => "barrier".into(),
+            WaitOp::SignalWait => "signal_wait_until_on_stream".into(),
             WaitOp::Other(c) => format!("device wait (op {c})"),
         }
     }
@@ -94,6 +106,9 @@ pub enum FailureKind {
     Timeout,
     /// A received message had another length than asked for (`want` asked, `seen` sent).
     LengthMismatch,
+    /// Checked mode: a peer's call header differed (`index`: the field, `want`: this PE's
+    /// value, `seen`: the peer's, `seq`: the call number).
+    Mismatch,
 }
 
 /// The first failure a kernel recorded in a [`StatusRecord`].
@@ -128,6 +143,46 @@ impl WaitFailure {
                 seq: self.seq,
                 sent: self.seen,
                 expected: self.want,
+            },
+            FailureKind::Mismatch => Error::CollectiveMismatch {
+                what: "allreduce",
+                pe: me,
+                peer,
+                call: self.seq,
+                mine: crate::allreduce::describe_header_field(self.index, self.want),
+                theirs: crate::allreduce::describe_header_field(self.index, self.seen),
+            },
+            FailureKind::Timeout if self.op == WaitOp::Allreduce => Error::Timeout {
+                what: format!(
+                    "PE {peer}'s part of allreduce call {} on PE {me} ({} protocol): signal word \
+                     {:#x} is {}, needs {}. PE {peer} is dead or did not make the same allreduce \
+                     calls on this workspace in the same order. The workspace is broken now \
+                     (later calls move nothing); a longer wait: NVSH_TIMEOUT_MS or \
+                     Allreduce::set_timeout",
+                    self.seq + 1,
+                    allreduce_protocol(self.index),
+                    self.signal,
+                    self.seen,
+                    self.want
+                ),
+                waited_ms: self.waited.as_millis(),
+            },
+            FailureKind::Timeout if self.op == WaitOp::Barrier => Error::Timeout {
+                what: format!(
+                    "PE {peer} to arrive at barrier {} (PE {me} waited): PE {peer} is dead or \
+                     took another path; a longer wait: NVSH_TIMEOUT_MS or Nvshmem::set_timeout",
+                    self.seq
+                ),
+                waited_ms: self.waited.as_millis(),
+            },
+            FailureKind::Timeout if self.op == WaitOp::SignalWait => Error::Timeout {
+                what: format!(
+                    "signal word {:#x} on PE {me} to reach {} (it is {}; \
+                     signal_wait_until_on_stream): the PE that should signal it is dead or \
+                     never did; a longer wait: NVSH_TIMEOUT_MS or Nvshmem::set_timeout",
+                    self.signal, self.want, self.seen
+                ),
+                waited_ms: self.waited.as_millis(),
             },
             FailureKind::Timeout => {
                 let (event, counterpart) = match self.op {
@@ -164,6 +219,19 @@ impl WaitFailure {
     }
 }
 
+/// Name of an allreduce kernel's algo code (device/allreduce.h) in messages.
+fn allreduce_protocol(code: u64) -> &'static str {
+    match code {
+        0 => "one-shot",
+        1 => "two-shot",
+        2 => "ring",
+        3 => "recursive doubling",
+        4 => "low-latency one-shot",
+        5 => "direct two-shot",
+        _ => "unknown",
+    }
+}
+
 /// Layout of `struct nvshmemrs_wait_status` (device/deadline.cuh).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -181,6 +249,7 @@ struct RawStatus {
 
 const FAIL_TIMEOUT: u64 = 1;
 const FAIL_LENGTH: u64 = 2;
+const FAIL_MISMATCH: u64 = 3;
 
 /// A failure record in pinned host memory that kernels write through its device address. Reading
 /// it needs no stream synchronisation. The first failure wins; the record is not reset (an object
@@ -244,11 +313,13 @@ impl StatusRecord {
         // SAFETY: as above.
         let raw = unsafe { p.read_volatile() };
         Some(WaitFailure {
-            kind: if code == FAIL_LENGTH {
-                FailureKind::LengthMismatch
-            } else {
-                debug_assert_eq!(code, FAIL_TIMEOUT);
-                FailureKind::Timeout
+            kind: match code {
+                FAIL_LENGTH => FailureKind::LengthMismatch,
+                FAIL_MISMATCH => FailureKind::Mismatch,
+                _ => {
+                    debug_assert_eq!(code, FAIL_TIMEOUT);
+                    FailureKind::Timeout
+                }
             },
             op: WaitOp::from_code(raw.op),
             peer: raw.peer as i32,
@@ -344,6 +415,22 @@ mod tests {
     }
 
     #[test]
+    fn op_codes_match_the_device_headers() {
+        let pairs = [
+            (crate::sys::NVSHMEMRS_OP_SEND, WaitOp::ChannelSend),
+            (crate::sys::NVSHMEMRS_OP_RECV_INTO, WaitOp::ChannelRecvInto),
+            (crate::sys::NVSHMEMRS_OP_RECV, WaitOp::ChannelRecv),
+            (crate::sys::NVSHMEMRS_OP_ALLREDUCE, WaitOp::Allreduce),
+            (crate::sys::NVSHMEMRS_OP_BARRIER, WaitOp::Barrier),
+            (crate::sys::NVSHMEMRS_OP_SIGNAL_WAIT, WaitOp::SignalWait),
+        ];
+        for (code, op) in pairs {
+            assert_eq!(WaitOp::from_code(code as u64), op);
+        }
+        assert_eq!(crate::sys::NVSHMEMRS_FAIL_MISMATCH as u64, FAIL_MISMATCH);
+    }
+
+    #[test]
     fn device_timeouts_are_at_least_a_nanosecond() {
         assert_eq!(timeout_ns(Duration::ZERO), 1);
         assert_eq!(timeout_ns(Duration::from_millis(3)), 3_000_000);
@@ -377,6 +464,27 @@ mod tests {
             ..f.clone()
         };
         assert!(send.to_error(0).to_string().contains("PE 3 to free slot 1"));
+        let ar = WaitFailure {
+            op: WaitOp::Allreduce,
+            index: 5,
+            seq: 41,
+            ..f.clone()
+        };
+        let text = ar.to_error(0).to_string();
+        assert!(
+            text.contains("PE 3's part of allreduce call 42 on PE 0")
+                && text.contains("direct two-shot")
+                && text.contains("NVSH_TIMEOUT_MS"),
+            "{text}"
+        );
+        let barrier = WaitFailure {
+            op: WaitOp::Barrier,
+            ..f.clone()
+        };
+        assert!(barrier
+            .to_error(0)
+            .to_string()
+            .contains("PE 3 to arrive at barrier 5"));
         let len = WaitFailure {
             kind: FailureKind::LengthMismatch,
             want: 11,

@@ -174,6 +174,65 @@ pub enum Error {
         expected: u64,
     },
 
+    /// An earlier wait timed out: a peer is dead or out of step, and this call would wait for it.
+    #[error(
+        "{what} refused: the runtime gave up on its peers after an earlier failure ({cause}); \
+         collective calls, symmetric frees and finalize are skipped from now on. End this \
+         process and restart the job"
+    )]
+    PeerFailed { what: &'static str, cause: String },
+
+    /// A collective call over zero elements.
+    #[error("{what} of 0 elements: pass at least one element (every member the same count)")]
+    EmptyCollective { what: &'static str },
+
+    /// Input and output overlap without being the same range.
+    #[error(
+        "{what}: the output {output:#x?} overlaps the input {input:#x?} without being the same \
+         range; pass the same view for in place, or disjoint buffers"
+    )]
+    Overlap {
+        what: &'static str,
+        input: (usize, usize),
+        output: (usize, usize),
+    },
+
+    /// Two PEs called the same collective with different arguments (checked mode).
+    #[error(
+        "{what}: PE {pe} called it with {mine} but PE {peer} with {theirs} (call {call} on this \
+         workspace); every member must pass the same count, type, op and algorithm, in the same \
+         order. Nothing was reduced; the workspace is broken now"
+    )]
+    CollectiveMismatch {
+        what: &'static str,
+        pe: i32,
+        peer: i32,
+        call: u64,
+        mine: String,
+        theirs: String,
+    },
+
+    /// The NVSHMEM host library loaded at run time is not the version this binary was built
+    /// with.
+    #[error(
+        "NVSHMEM host library {loaded} was loaded but this binary was built against {compiled}; \
+         make LD_LIBRARY_PATH find libnvshmem_host.so.3 of version {compiled} (or rebuild \
+         against {loaded}; see INSTALL.md)"
+    )]
+    LibraryVersion { compiled: String, loaded: String },
+
+    /// The GPU is older than the runtime supports.
+    #[error(
+        "GPU {device} ({name}) has compute capability {major}.{minor}; this runtime needs 8.0 or \
+         newer (A100, H100, H200): run on such a GPU or pick one with CUDA_VISIBLE_DEVICES"
+    )]
+    ComputeCapability {
+        device: i32,
+        name: String,
+        major: i32,
+        minor: i32,
+    },
+
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
     Bootstrap { call: &'static str, status: i32 },

@@ -70,6 +70,18 @@ pub struct LaunchSpec {
     /// Forward SIGINT and SIGTERM received by this process to the processes. Off for callers
     /// that handle signals themselves (see [`launch`] for what turning it on costs).
     pub forward_signals: bool,
+    /// What the others get when one process fails.
+    pub on_failure: OnFailure,
+}
+
+/// What the launcher does with the other processes when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Stop them at once (SIGTERM, SIGKILL after the grace period): the default.
+    Stop,
+    /// Let them end on their own (the runtime's waits time out and name the failed PE); kill
+    /// those still running after this long. For seeing what the survivors report.
+    Wait(Duration),
 }
 
 impl LaunchSpec {
@@ -84,6 +96,7 @@ impl LaunchSpec {
             grace: DEFAULT_GRACE,
             extra_env: Vec::new(),
             forward_signals: true,
+            on_failure: OnFailure::Stop,
         }
     }
 
@@ -347,7 +360,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
     }
     drop(tx);
 
-    let result = supervise(&mut ranks, &rx, spec.grace);
+    let result = supervise(&mut ranks, &rx, spec.grace, spec.on_failure);
     if result.is_err() {
         kill_and_reap(&mut ranks);
     }
@@ -556,9 +569,12 @@ fn supervise(
     ranks: &mut [Rank],
     events: &Receiver<Event>,
     grace: Duration,
+    on_failure: OnFailure,
 ) -> Result<Option<Stop>, LaunchError> {
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
+    // What the SIGKILL report says the processes outlived.
+    let mut kill_after = (grace, "the stop signal");
     // A failure report waits briefly for the failed rank's last output lines.
     let mut report: Option<(usize, Instant, String)> = None;
     loop {
@@ -612,17 +628,30 @@ fn supervise(
                 continue;
             }
             stop = Some(Stop::Failed { rank, status });
-            let others = signal_running(ranks, libc::SIGTERM);
-            let message = if others.is_empty() {
-                format!("nvsh run: rank {rank} {status}")
-            } else {
-                format!(
+            let (others, wait) = match on_failure {
+                OnFailure::Stop => (signal_running(ranks, libc::SIGTERM), grace),
+                OnFailure::Wait(wait) => {
+                    let running: Vec<usize> =
+                        (0..ranks.len()).filter(|&r| ranks[r].running()).collect();
+                    kill_after = (wait, "the failure");
+                    (running, wait)
+                }
+            };
+            let message = match (others.is_empty(), on_failure) {
+                (true, _) => format!("nvsh run: rank {rank} {status}"),
+                (false, OnFailure::Stop) => format!(
                     "nvsh run: rank {rank} {status}; stopping the other {} process(es)",
                     others.len()
-                )
+                ),
+                (false, OnFailure::Wait(_)) => format!(
+                    "nvsh run: rank {rank} {status}; letting rank(s) {} end on their own (killed \
+                     if still running after {:.1} s)",
+                    rank_list(&others),
+                    wait.as_secs_f64()
+                ),
             };
             report = Some((rank, Instant::now() + REPORT_DELAY, message));
-            kill_at = Some(Instant::now() + grace);
+            kill_at = Some(Instant::now() + wait);
         }
 
         let now = Instant::now();
@@ -636,10 +665,10 @@ fn supervise(
             let killed = signal_running(ranks, libc::SIGKILL);
             if !killed.is_empty() {
                 eprintln!(
-                    "nvsh run: rank(s) {} still running {:.1} s after the stop signal; killed \
-                     (SIGKILL)",
+                    "nvsh run: rank(s) {} still running {:.1} s after {}; killed (SIGKILL)",
                     rank_list(&killed),
-                    grace.as_secs_f64()
+                    kill_after.0.as_secs_f64(),
+                    kill_after.1
                 );
             }
             kill_at = None;

@@ -14,7 +14,7 @@
 //! let dst = nv.alloc_zeroed::<f32>(1 << 20)?;
 //! let sig = nv.alloc_zeroed::<u64>(1)?;
 //! src.copy_from_host(&vec![me as f32; 1 << 20])?;
-//! nv.barrier_all();
+//! nv.barrier_all()?;
 //! // The GPU moves the data and raises the signal after it; no host round trip.
 //! let shape = LaunchShape::for_bytes(4 << 20);
 //! nv.put_signal_device(&dst, &src, &sig, 1, SignalOp::Add, (me + 1) % n, shape, nv.stream())?;
@@ -46,6 +46,7 @@ pub mod result;
 mod rma;
 pub mod runtime;
 pub mod signal;
+pub mod soak;
 mod stream_rma;
 pub mod team;
 

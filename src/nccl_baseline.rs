@@ -261,7 +261,7 @@ impl<'nv> HostExchange<'nv> {
         self.stream.memcpy_htod(&padded, &mut slot)?;
         // Landed before any peer reads it.
         self.stream.synchronize()?;
-        self.nv.barrier_all();
+        self.nv.barrier_all()?;
         let w = self.width;
         for pe in 0..self.nv.n_pes() {
             let at = pe as usize * w;
@@ -269,7 +269,7 @@ impl<'nv> HostExchange<'nv> {
         }
         let bytes = self.all.to_vec()?;
         // Nobody may overwrite its slot for the next exchange before everyone has read it.
-        self.nv.barrier_all();
+        self.nv.barrier_all()?;
         Ok(bytes.chunks(w).map(<[u8]>::to_vec).collect())
     }
 

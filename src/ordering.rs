@@ -1,5 +1,12 @@
 //! Ordering and synchronisation: quiet, fence, barrier and sync, on the host and on a stream.
+//!
+//! Barriers are the runtime's own kernel (device/barrier.cu), not NVSHMEM's: NVSHMEM's wait for
+//! a dead PE forever, these give up after [`Nvshmem::timeout`] with [`Error::Timeout`] naming
+//! the PE that did not arrive.
 
+use crate::deadline::timeout_ns;
+use crate::error::Result;
+use crate::result::cuda_check;
 use crate::runtime::Nvshmem;
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -22,16 +29,24 @@ impl Nvshmem {
         unsafe { sys::nvshmem_fence() }
     }
 
-    /// Completes this PE's outstanding operations, then waits for every PE (collective).
-    pub fn barrier_all(&self) {
-        // SAFETY: as in quiet.
-        unsafe { sys::nvshmem_barrier_all() }
+    /// Completes this PE's outstanding operations, then waits for every PE (collective), at
+    /// most [`Nvshmem::timeout`]. A PE that does not arrive in time gives [`Error::Timeout`]
+    /// naming it; the runtime then counts its peers as failed ([`Nvshmem::peer_failure`]).
+    pub fn barrier_all(&self) -> Result<()> {
+        self.check_peers("barrier_all")?;
+        self.quiet();
+        self.launch_barrier(true, self.stream())?;
+        self.stream().synchronize()?;
+        self.check()
     }
 
-    /// Waits for every PE without completing outstanding operations (collective).
-    pub fn sync_all(&self) {
-        // SAFETY: as in quiet.
-        unsafe { sys::nvshmem_sync_all() }
+    /// Waits for every PE without completing outstanding operations (collective), at most
+    /// [`Nvshmem::timeout`], as [`Nvshmem::barrier_all`].
+    pub fn sync_all(&self) -> Result<()> {
+        self.check_peers("sync_all")?;
+        self.launch_barrier(false, self.stream())?;
+        self.stream().synchronize()?;
+        self.check()
     }
 
     /// Stream-ordered quiet: completes operations issued by this PE before this point of
@@ -41,15 +56,36 @@ impl Nvshmem {
         unsafe { sys::nvshmemx_quiet_on_stream(raw_stream(stream)) }
     }
 
-    /// Stream-ordered barrier_all.
-    pub fn barrier_all_on_stream(&self, stream: &CudaStream) {
-        // SAFETY: as in quiet_on_stream.
-        unsafe { sys::nvshmemx_barrier_all_on_stream(raw_stream(stream)) }
+    /// Stream-ordered barrier_all. A barrier that runs out of time lets the stream go on and
+    /// shows in [`Nvshmem::check`].
+    pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        self.check_peers("barrier_all_on_stream")?;
+        self.launch_barrier(true, stream)
     }
 
-    /// Stream-ordered sync_all.
-    pub fn sync_all_on_stream(&self, stream: &CudaStream) {
-        // SAFETY: as in quiet_on_stream.
-        unsafe { sys::nvshmemx_sync_all_on_stream(raw_stream(stream)) }
+    /// Stream-ordered sync_all, as [`Nvshmem::barrier_all_on_stream`].
+    pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        self.check_peers("sync_all_on_stream")?;
+        self.launch_barrier(false, stream)
+    }
+
+    /// The failure a barrier or stream signal wait recorded, without synchronising (it reads
+    /// host-mapped memory); the runtime then counts its peers as failed.
+    pub fn check(&self) -> Result<()> {
+        let r = self.waits.status.check(self.my_pe());
+        self.noted(r)
+    }
+
+    fn launch_barrier(&self, quiet: bool, stream: &CudaStream) -> Result<()> {
+        let args = sys::nvshmemrs_barrier_args {
+            arrivals: self.waits.arrivals,
+            state: self.waits.state_ptr as *mut u64,
+            wait_status: self.waits.status.device_ptr() as *mut std::ffi::c_void,
+            timeout_ns: timeout_ns(self.timeout()),
+            quiet: quiet as i32,
+        };
+        // SAFETY: the runtime's symmetric arrival counters and local state, a live stream.
+        let code = unsafe { sys::nvshmemrs_barrier(args, raw_stream(stream)) };
+        cuda_check(code, "barrier kernel launch")
     }
 }

@@ -3,14 +3,18 @@
 
 use crate::bootstrap::{self, Bootstrap, LauncherEnv};
 use crate::buffer::{Alloc, SymmetricBuffer};
+use crate::deadline::{self, StatusRecord};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::leak::{self, LiveBuffer};
 use crate::result::{self, CudaInfo};
+use crate::sys;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Set while a handle exists; NVSHMEM supports one init per process.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -40,10 +44,28 @@ pub struct Nvshmem {
     stream: Arc<CudaStream>,
     /// Device word the atomic kernels return their old value through.
     atomic_scratch: CudaSlice<u64>,
+    /// Deadline of the runtime's own waits (barriers, stream signal waits), and the default of
+    /// channels and allreduce workspaces created later.
+    timeout: Cell<Duration>,
+    /// State of the barrier and stream-wait kernels (device/barrier.h).
+    pub(crate) waits: Waits,
+    /// Set once a wait anywhere in the runtime timed out: a peer is dead or lost step. Collective
+    /// calls are refused from then on and finalize is skipped (it would wait for the peer).
+    peer_failure: RefCell<Option<String>>,
     finalized: bool,
     #[cfg(feature = "mpi")]
     _mpi: Option<crate::mpi_bootstrap::MpiGuard>,
     _not_send: PhantomData<*const ()>,
+}
+
+/// Device state of the runtime's barrier and stream signal waits (device/barrier.h).
+pub(crate) struct Waits {
+    /// Symmetric arrival counters, one per PE (allocated at init, released with the heap).
+    pub arrivals: *mut u64,
+    /// [barriers completed, broken] (owned here; kernels get `state_ptr`).
+    pub _state: CudaSlice<u64>,
+    pub state_ptr: u64,
+    pub status: StatusRecord,
 }
 
 impl std::fmt::Debug for Nvshmem {
@@ -82,9 +104,13 @@ impl Nvshmem {
     }
 
     fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo) -> Result<Nvshmem> {
+        // Before anything is started: a bad NVSH_TIMEOUT_MS fails here, on every PE alike.
+        let timeout = deadline::default_timeout()?;
+        check_library_version(result::compiled_version(), result::host_library_version())?;
         let placement = place(bootstrap)?;
         // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
         let device = placement.local_rank % cuda.device_count;
+        check_compute_capability(device)?;
         result::cuda_set_device(device)?;
         let id = match &placement.unique_id {
             Some(bytes) => bootstrap::unique_id_from_bytes(bytes)?,
@@ -106,6 +132,29 @@ impl Nvshmem {
         };
         let stream = ctx.new_stream()?;
         let atomic_scratch = stream.alloc_zeros::<u64>(1)?;
+        // Collective, like every symmetric allocation: all PEs are here, just initialised. Not
+        // in the leak registry: it lives as long as the heap.
+        // SAFETY: NVSHMEM is initialised; returns null on failure.
+        let arrivals = unsafe { sys::nvshmem_calloc(n_pes.max(1) as usize, 8) }.cast::<u64>();
+        if arrivals.is_null() {
+            // SAFETY: init succeeded above.
+            unsafe { result::finalize() };
+            return Err(Error::AllocFailed {
+                bytes: 8 * n_pes.max(1) as usize,
+                free: 0,
+            });
+        }
+        let state = stream.alloc_zeros::<u64>(2)?;
+        let state_ptr = {
+            use cudarc::driver::DevicePtr;
+            state.device_ptr(&stream).0
+        };
+        let waits = Waits {
+            arrivals,
+            _state: state,
+            state_ptr,
+            status: StatusRecord::new(&ctx)?,
+        };
         let nv = Nvshmem {
             my_pe,
             n_pes,
@@ -115,6 +164,9 @@ impl Nvshmem {
             ctx,
             stream,
             atomic_scratch,
+            timeout: Cell::new(timeout),
+            waits,
+            peer_failure: RefCell::new(None),
             finalized: false,
             #[cfg(feature = "mpi")]
             _mpi: placement.mpi,
@@ -173,6 +225,57 @@ impl Nvshmem {
     /// work; team splits and NVSHMEM's own collectives do not).
     pub fn shares_gpus(&self) -> bool {
         self.team_node().n_pes() > self.cuda_info().device_count
+    }
+
+    /// How long the runtime's waits may take (barriers, stream signal waits) before they fail
+    /// with [`Error::Timeout`]; channels and allreduce workspaces created afterwards start with
+    /// it too. From `NVSH_TIMEOUT_MS` at init (default 60 s).
+    pub fn timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
+    /// Sets [`Nvshmem::timeout`] (at least 1 ns is used).
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
+    }
+
+    /// What made the runtime give up on its peers (the first wait that timed out), if anything
+    /// did. Once set, collective calls return [`Error::PeerFailed`], symmetric buffers are not
+    /// freed and finalize is skipped: each would wait for the failed peer.
+    pub fn peer_failure(&self) -> Option<String> {
+        self.peer_failure.borrow().clone()
+    }
+
+    /// Records `err` as the peer failure if it is a timeout (the first one wins) and returns it.
+    pub(crate) fn note(&self, err: Error) -> Error {
+        if matches!(err, Error::Timeout { .. }) && self.peer_failure.borrow().is_none() {
+            *self.peer_failure.borrow_mut() = Some(err.to_string());
+        }
+        err
+    }
+
+    /// Passes `r` through, recording a timeout in it as the peer failure.
+    pub(crate) fn noted<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| self.note(e))
+    }
+
+    /// `Err(PeerFailed)` once a peer failure was recorded.
+    pub(crate) fn check_peers(&self, what: &'static str) -> Result<()> {
+        match self.peer_failure.borrow().as_ref() {
+            None => Ok(()),
+            Some(cause) => Err(Error::PeerFailed {
+                what,
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    /// Before a call of NVSHMEM that is collective over all PEs and waits inside without a
+    /// deadline (malloc, free, finalize): a barrier with one, so that a dead peer costs a
+    /// timeout there instead of a hang in NVSHMEM.
+    pub(crate) fn enter_collective(&self, what: &'static str) -> Result<()> {
+        self.check_peers(what)?;
+        self.barrier_all()
     }
 
     /// Errors unless `pe` is a PE of this job.
@@ -234,9 +337,19 @@ impl Nvshmem {
             return Vec::new();
         }
         self.finalized = true;
-        // Device work may still touch symmetric memory: let it finish before the heap goes.
+        // Device work may still touch symmetric memory: let it finish before the heap goes
+        // (bounded: every wait of the runtime's kernels has a deadline).
         let _ = self.ctx.synchronize();
         let leaked = leak::take_all();
+        if let Err(e) = self.enter_collective("finalize") {
+            // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it
+            // would never return. The process keeps the heap until it exits.
+            eprintln!(
+                "nvshmem: warning: PE {}: NVSHMEM finalize skipped: {e}",
+                self.my_pe
+            );
+            return leaked;
+        }
         // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
         // used afterwards (they borrow the handle).
         unsafe { result::finalize() };
@@ -263,6 +376,61 @@ impl Drop for Nvshmem {
             );
         }
     }
+}
+
+/// Oldest GPU generation the runtime supports (A100).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+
+/// Refuses GPUs below [`MIN_COMPUTE_CAPABILITY`] before NVSHMEM touches them.
+fn check_compute_capability(device: i32) -> Result<()> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::result::init()?;
+    let dev = cudarc::driver::result::device::get(device)?;
+    // SAFETY: a device handle just obtained; plain attribute queries.
+    let (major, minor) = unsafe {
+        (
+            cudarc::driver::result::device::get_attribute(
+                dev,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )?,
+            cudarc::driver::result::device::get_attribute(
+                dev,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )?,
+        )
+    };
+    compute_capability_supported(device, (major, minor), || {
+        cudarc::driver::result::device::get_name(dev).unwrap_or_else(|_| "unknown".into())
+    })
+}
+
+/// The check behind [`check_compute_capability`], without a GPU.
+fn compute_capability_supported(
+    device: i32,
+    (major, minor): (i32, i32),
+    name: impl FnOnce() -> String,
+) -> Result<()> {
+    if (major, minor) >= MIN_COMPUTE_CAPABILITY {
+        return Ok(());
+    }
+    Err(Error::ComputeCapability {
+        device,
+        name: name(),
+        major,
+        minor,
+    })
+}
+
+/// Refuses to run with an NVSHMEM host library of another version than the headers and device
+/// library the binary was built with: their device state layouts differ.
+fn check_library_version(compiled: (i32, i32, i32), loaded: (i32, i32, i32)) -> Result<()> {
+    if compiled == loaded {
+        return Ok(());
+    }
+    Err(Error::LibraryVersion {
+        compiled: crate::version_string(compiled),
+        loaded: crate::version_string(loaded),
+    })
 }
 
 /// Decides rank, size, local rank and where the unique ID comes from.
@@ -353,6 +521,30 @@ mod tests {
         let vars = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
         let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
         assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[test]
+    fn gpus_below_compute_capability_8_are_refused() {
+        assert!(compute_capability_supported(0, (8, 0), || "A100".into()).is_ok());
+        assert!(compute_capability_supported(0, (9, 0), || "H200".into()).is_ok());
+        let err = compute_capability_supported(1, (7, 0), || "Tesla V100".into()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("7.0") && text.contains("8.0") && text.contains("Tesla V100"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn another_nvshmem_library_version_is_refused_by_name() {
+        assert!(check_library_version((3, 4, 5), (3, 4, 5)).is_ok());
+        let err = check_library_version((3, 4, 5), (3, 3, 9)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::LibraryVersion { .. }), "{err:?}");
+        assert!(
+            text.contains("3.4.5") && text.contains("3.3.9") && text.contains("LD_LIBRARY_PATH"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! work and orders with kernels on the same stream.
 
 use crate::buffer::SymView;
+use crate::deadline::timeout_ns;
 use crate::element::Element;
 use crate::error::Result;
 use crate::ordering::raw_stream;
+use crate::result::cuda_check;
 use crate::rma::{put_signal_args, same_len, single};
 use crate::runtime::Nvshmem;
 use crate::signal::{Cmp, SignalOp};
@@ -100,7 +102,9 @@ impl Nvshmem {
     }
 
     /// Makes `stream` wait (on the GPU, no host involvement) until this PE's
-    /// `signal <cmp> value`.
+    /// `signal <cmp> value`, at most [`Nvshmem::timeout`]. A wait that runs out of time lets the
+    /// stream go on, records the failure and marks the runtime's waits broken: it shows in
+    /// [`Nvshmem::check`] (and every later barrier), so check before trusting data behind it.
     pub fn signal_wait_until_on_stream<'a>(
         &self,
         signal: impl Into<SymView<'a, u64>>,
@@ -109,10 +113,20 @@ impl Nvshmem {
         stream: &CudaStream,
     ) -> Result<()> {
         let sig = single("signal_wait_until_on_stream: the signal", &signal.into())?;
-        // SAFETY: one-element symmetric u64, live stream.
-        unsafe {
-            sys::nvshmemx_signal_wait_until_on_stream(sig, cmp.raw(), value, raw_stream(stream))
+        let waits = &self.waits;
+        // SAFETY: one-element symmetric u64, the runtime's wait state and record, live stream.
+        let code = unsafe {
+            sys::nvshmemrs_signal_wait_on_stream(
+                sig,
+                cmp.raw(),
+                value,
+                -1,
+                waits.state_ptr as *mut u64,
+                waits.status.device_ptr() as *mut std::ffi::c_void,
+                timeout_ns(self.timeout()),
+                raw_stream(stream),
+            )
         };
-        Ok(())
+        cuda_check(code, "signal wait kernel launch")
     }
 }

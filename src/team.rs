@@ -96,6 +96,11 @@ impl<'nv> Team<'nv> {
                     .into(),
             });
         }
+        self.nv.check_peers("team split")?;
+        if self.n_pes() == self.nv.n_pes() {
+            // A split of the world waits for every PE inside NVSHMEM, without a deadline.
+            self.nv.barrier_all()?;
+        }
         let mut new_team: sys::nvshmem_team_t = sys::NVSHMEM_TEAM_INVALID as sys::nvshmem_team_t;
         // SAFETY: arguments checked; NVSHMEM writes the new handle.
         let status = unsafe {
@@ -128,7 +133,9 @@ impl<'nv> Team<'nv> {
 
 impl Drop for Team<'_> {
     fn drop(&mut self) {
-        if self.owned {
+        // Destroying is collective over the team and waits without a deadline: not after a
+        // peer failure (the team's resources go with the process).
+        if self.owned && self.nv.peer_failure().is_none() {
             // SAFETY: a team this crate created and has not destroyed.
             unsafe { sys::nvshmem_team_destroy(self.handle) };
         }

@@ -131,7 +131,7 @@ fn check<T: RefElem>(
 ) {
     let members: Vec<usize> = (0..nv.n_pes() as usize).collect();
     check_members::<T>(nv, ar, &members, count, op, algo, in_place, salt);
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 /// [`check`] for a workspace over the team whose world PEs are `members` (in rank order); only
@@ -280,7 +280,7 @@ fn pe2_a_thousand_back_to_back_calls_with_changing_data() {
             assert_eq!(*g, want, "call {it}, element {i}");
         }
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -382,7 +382,7 @@ fn pe4_teams_reduce_only_over_their_members() {
             check_members::<i32>(&nv, &mut ar, &members, 77_777, op, algo, true, 42);
         }
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     // A team of PEs 1..3 (3 members: a non-power of two); PE 0 only takes part in the allocation.
     let three = world.split_strided(1, 1, 3).unwrap();
     let mut ar3 = nv
@@ -414,7 +414,7 @@ fn pe4_teams_reduce_only_over_their_members() {
             let _output = nv.alloc::<i64>(5003).unwrap();
         }
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -484,7 +484,7 @@ fn pe2_replays_of_a_captured_cuda_graph_reduce_fresh_data() {
             assert_eq!(*g, want, "replay {it}, max element {i}");
         }
         // Every PE checked this replay before anyone overwrites its input for the next.
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
     }
 }
 
@@ -518,7 +518,7 @@ fn pe2_team_workspaces_reduce_over_their_members_only() {
     for algo in ALGOS {
         check_members::<f32>(&nv, &mut ar, &[0, 1], 3001, ReduceOp::Sum, algo, false, 61);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let solo = world.split_strided(1, 1, 1).unwrap();
     assert_eq!(solo.is_some(), me == 1);
     let mut ar1 = nv.allreduce_workspace_for(solo.as_ref(), 64 << 10).unwrap();
@@ -537,7 +537,7 @@ fn pe2_team_workspaces_reduce_over_their_members_only() {
             let _output = nv.alloc::<i32>(999).unwrap();
         }
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -558,4 +558,105 @@ fn pe2_direct_two_shot_every_op_and_dtype_from_a_mebibyte() {
         check::<u32>(&nv, &mut ar, 262_147, op, t, false, 77);
         check::<u64>(&nv, &mut ar, 131_075, op, t, false, 78);
     }
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_checked_mode_catches_pes_that_disagree_and_the_runtime_goes_on() {
+    std::env::set_var(nvshmem::allreduce::CHECKED_ENV, "1");
+    let nv = runtime(2);
+    let me = nv.my_pe();
+    let stream = nv.stream().clone();
+    let buf = nv.alloc::<f32>(256).unwrap();
+    buf.copy_from_host(&[1.0; 256]).unwrap();
+    // Counts differ: 100 on PE 0, 200 on PE 1.
+    let mut ar = nv.allreduce_workspace(1 << 16).unwrap();
+    assert!(ar.is_checked());
+    let count = if me == 0 { 100 } else { 200 };
+    ar.run_in_place(
+        buf.view(..count).unwrap(),
+        ReduceOp::Sum,
+        AllreduceAlgo::Auto,
+        &stream,
+    )
+    .unwrap();
+    let err = ar.sync(&stream).unwrap_err();
+    let other = 1 - me;
+    match &err {
+        nvshmem::Error::CollectiveMismatch {
+            pe,
+            peer,
+            mine,
+            theirs,
+            ..
+        } => {
+            assert_eq!((*pe, *peer), (me, other), "{err}");
+            assert_eq!(mine, &format!("{count} elements"), "{err}");
+            assert_eq!(theirs, &format!("{} elements", 300 - count), "{err}");
+        }
+        e => panic!("not a mismatch: {e:?}"),
+    }
+    // Nothing was reduced, and the broken workspace refuses further calls at once.
+    assert_eq!(buf.to_vec().unwrap(), vec![1.0; 256]);
+    assert!(matches!(
+        ar.run_in_place(&buf, ReduceOp::Sum, AllreduceAlgo::Auto, &stream),
+        Err(nvshmem::Error::CollectiveMismatch { .. })
+    ));
+    // Ops differ on a fresh workspace: caught as well.
+    let mut ar2 = nv.allreduce_workspace(1 << 16).unwrap();
+    let op = if me == 0 {
+        ReduceOp::Sum
+    } else {
+        ReduceOp::Max
+    };
+    ar2.run_in_place(&buf, op, AllreduceAlgo::OneShot, &stream)
+        .unwrap();
+    let err = ar2.sync(&stream).unwrap_err().to_string();
+    assert!(
+        err.contains("f32 sum by oneshot") && err.contains("f32 max by oneshot"),
+        "{err}"
+    );
+    // A mismatch is not a dead peer: barriers and new workspaces still work.
+    assert_eq!(nv.peer_failure(), None);
+    nv.barrier_all().unwrap();
+    let mut ar3 = nv.allreduce_workspace(1 << 16).unwrap();
+    ar3.run_in_place(&buf, ReduceOp::Sum, AllreduceAlgo::Auto, &stream)
+        .unwrap();
+    ar3.sync(&stream).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), vec![2.0; 256]);
+    nv.barrier_all().unwrap();
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_empty_and_overlapping_calls_are_refused_on_every_pe() {
+    let nv = runtime(2);
+    let stream = nv.stream().clone();
+    let mut ar = nv.allreduce_workspace(1 << 16).unwrap();
+    let buf = nv.alloc::<f32>(64).unwrap();
+    let empty = buf.view(0..0).unwrap();
+    assert!(matches!(
+        ar.run(empty, empty, ReduceOp::Sum, AllreduceAlgo::Auto, &stream),
+        Err(nvshmem::Error::EmptyCollective { .. })
+    ));
+    let err = ar
+        .run(
+            buf.view(0..32).unwrap(),
+            buf.view(16..48).unwrap(),
+            ReduceOp::Sum,
+            AllreduceAlgo::Auto,
+            &stream,
+        )
+        .unwrap_err();
+    assert!(matches!(err, nvshmem::Error::Overlap { .. }), "{err:?}");
+    // Refused before anything was launched: the workspace works on.
+    check::<f32>(
+        &nv,
+        &mut ar,
+        32,
+        ReduceOp::Sum,
+        AllreduceAlgo::Auto,
+        false,
+        5,
+    );
 }

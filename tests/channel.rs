@@ -152,7 +152,7 @@ fn one_way<T: TestElem>(nv: &Nvshmem, count: usize, slots: usize, direct: bool) 
         let got = stream.clone_dtoh(&dst).unwrap();
         plan.check(&format!("one way, direct {direct}"), &got);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -230,7 +230,7 @@ fn pe2_forward_and_backward_channels_at_once_like_a_pipeline() {
         let got = stream.clone_dtoh(&seen).unwrap();
         plan.check("activations on PE 1", &got);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -248,7 +248,7 @@ fn pe2_a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
     let src = upload(&stream, &plan.expected::<f32>());
     let mut dst = poisoned::<f32>(&stream, plan.total);
     stream.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let receiver_starts = Duration::from_millis(1500);
     if me == 0 {
         let t = Instant::now();
@@ -281,7 +281,7 @@ fn pe2_a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
         let got = stream.clone_dtoh(&dst).unwrap();
         plan.check("slow receiver", &got);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -332,7 +332,7 @@ fn pe2_three_channels_used_interleaved() {
         plans[0].check("channel a", &stream.clone_dtoh(&a_dst).unwrap());
         plans[2].check("channel c", &stream.clone_dtoh(&c_dst).unwrap());
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 /// Polls `check()` (no stream synchronisation) until it reports an error, at most `limit`.
@@ -365,7 +365,7 @@ fn pe2_waits_that_never_end_are_timeouts_naming_the_peer() {
     unread.set_timeout(timeout);
     let mut buf = poisoned::<f32>(&stream, 16);
     stream.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let t = Instant::now();
     let (ch, peer, op) = if me == 1 {
         silent.recv_into(&stream, 0, &mut buf, 16).unwrap();
@@ -415,7 +415,7 @@ fn pe2_waits_that_never_end_are_timeouts_naming_the_peer() {
     if me == 1 {
         assert_eq!(stream.clone_dtoh(&buf).unwrap(), vec![-1.0; 16]);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -453,7 +453,7 @@ fn pe2_a_length_mismatch_is_a_typed_error_and_copies_nothing() {
         assert_eq!(stream.clone_dtoh(&dst).unwrap(), vec![-1.0; 11]);
         assert_eq!(ch.failure().unwrap().kind, FailureKind::LengthMismatch);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -479,7 +479,7 @@ fn pe2_receiving_from_a_second_peer_is_refused() {
         let want: Vec<i32> = (0..8).map(|j| i32::gen(0, j)).collect();
         assert_eq!(stream.clone_dtoh(&buf).unwrap(), want);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]

@@ -16,13 +16,13 @@ fn exchange<T: Element>(nv: &Nvshmem, make: impl Fn(i32, usize) -> T, len: usize
     src.copy_from_host(&mine).unwrap();
     let guard = make(-1, 0);
     dst.copy_from_host(&vec![guard; len + 1]).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let stream = nv.stream().clone();
     nv.put_device(dst.view(..len).unwrap(), &src, (me + 1) % n, &stream)
         .unwrap();
     nv.quiet_on_stream(&stream);
     stream.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let prev = (me + n - 1) % n;
     let got = dst.to_vec().unwrap();
     let want: Vec<T> = (0..len).map(|i| make(prev, i)).collect();
@@ -91,11 +91,11 @@ fn pe2_device_put_sizes_and_shapes() {
             .collect();
         src.copy_from_host(&data).unwrap();
         dst.zero().unwrap();
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
         nv.put_device_with(&dst, &src, 1 - me, shape, Completion::InKernel, &stream)
             .unwrap();
         stream.synchronize().unwrap();
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
         let want: Vec<u8> = (0..len)
             .map(|i| (i as u8).wrapping_add(k * 13 + (1 - me) as u8))
             .collect();
@@ -117,13 +117,13 @@ fn pe2_device_put_unaligned_views_take_the_nvshmem_path_and_arrive() {
         .collect();
     src.copy_from_host(&data).unwrap();
     dst.zero().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     // Source at offset 3, destination at offset 5: neither 16-byte aligned.
     let (s, d) = (src.view(3..3 + len).unwrap(), dst.view(5..5 + len).unwrap());
     nv.put_device(d, s, 1 - me, &stream).unwrap();
     nv.quiet_on_stream(&stream);
     stream.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let got = dst.to_vec().unwrap();
     let theirs: Vec<u8> = (0..len + 64)
         .map(|i| (i as u8).wrapping_mul(5) ^ (1 - me) as u8)
@@ -152,7 +152,7 @@ fn pe2_device_put_signal_orders_data_before_signal() {
     let src = nv.alloc::<u32>(len).unwrap();
     let dst = nv.alloc::<u32>(len).unwrap();
     let sig = nv.alloc_zeroed::<u64>(1).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let mut expected_sig = 0u64;
     // Add with many blocks (shares of the value), Add with value smaller than the block count,
     // then Set in one block.
@@ -190,6 +190,6 @@ fn pe2_device_put_signal_orders_data_before_signal() {
                 "round {round}: data incomplete at signal"
             );
         }
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
     }
 }

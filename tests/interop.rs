@@ -70,7 +70,7 @@ fn pe2_cudarc_copies_and_a_user_kernel_work_on_symmetric_memory() {
     nv.put_device(&dst, &buf, 1 - me, &stream).unwrap();
     nv.quiet_on_stream(&stream);
     stream.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let want: Vec<u32> = (0..n as u32).map(|i| i * 3 + (1 - me) as u32 + 1).collect();
     assert_eq!(dst.to_vec().unwrap(), want);
 }

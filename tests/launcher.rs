@@ -5,7 +5,7 @@
 mod common;
 
 use common::nvsh_path;
-use nvshmem::launcher::{self, LaunchError, LaunchSpec, RankStatus, Stop};
+use nvshmem::launcher::{self, LaunchError, LaunchSpec, OnFailure, RankStatus, Stop};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -684,4 +684,48 @@ fn library_success_and_spec_errors() {
         matches!(&err, LaunchError::ProgramNotFound { program } if program == missing),
         "{err:?}"
     );
+}
+
+#[test]
+fn on_failure_wait_lets_the_others_end_on_their_own_then_kills_stragglers() {
+    // Rank 1 fails at once; rank 0 ends by itself 1 s later (as a PE whose waits time out
+    // would), rank 2 never ends and is killed when the wait runs out.
+    let dir = TempDir::new("wait");
+    let d = dir.path();
+    let script = format!(
+        "echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; \
+         if [ $NVSH_RANK = 1 ]; then exit 3; fi; \
+         if [ $NVSH_RANK = 0 ]; then sleep 1; echo survivor-ended; exit 4; fi; exec sleep 30"
+    );
+    let spec = LaunchSpec {
+        grace: Duration::from_secs(1),
+        forward_signals: false,
+        on_failure: OnFailure::Wait(Duration::from_secs(3)),
+        ..LaunchSpec::new(3, "sh").args(["-c", &script])
+    };
+    let start = Instant::now();
+    let outcome = launcher::launch(&spec).expect("launch");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(outcome.exit_code, 3);
+    assert_eq!(outcome.failed_rank(), Some(1));
+    let killed = RankStatus::Signaled {
+        signal: libc::SIGKILL,
+        core_dumped: false,
+    };
+    assert_eq!(
+        outcome.statuses,
+        [RankStatus::Exited(4), RankStatus::Exited(3), killed]
+    );
+    for rank in ["0", "1", "2"] {
+        let pid = dir.pid(rank);
+        assert_eq!(
+            proc_state(pid),
+            None,
+            "rank {rank} (pid {pid}) was not reaped"
+        );
+    }
 }

@@ -29,14 +29,14 @@ fn check<T: Reducible + NcclType>(
     input.copy_from_host(&host).unwrap();
     output.zero().unwrap();
     nv.context().synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     nccl.all_reduce(&input, &output, op).unwrap();
     nccl.stream().synchronize().unwrap();
     let got = output.to_vec().unwrap();
     for (i, g) in got.iter().enumerate() {
         assert_eq!(*g, convert(expected(i)), "PE {me}, {op:?}, element {i}");
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]

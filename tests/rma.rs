@@ -24,14 +24,14 @@ fn pe2_put_blocking_and_nbi_deliver_to_the_next_pe() {
     for (round, nbi) in [(1, false), (2, true)] {
         src.copy_from_host(&pattern(me, len, round)).unwrap();
         dst.copy_from_host(&vec![-1; len]).unwrap();
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
         if nbi {
             nv.put_nbi(&dst, &src, next).unwrap();
         } else {
             nv.put(&dst, &src, next).unwrap();
         }
         nv.quiet();
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
         assert_eq!(
             dst.to_vec().unwrap(),
             pattern(prev, len, round),
@@ -50,7 +50,7 @@ fn pe2_get_blocking_and_nbi_read_the_peer() {
     let src = nv.alloc::<i64>(len).unwrap();
     let dst = nv.alloc::<i64>(len).unwrap();
     src.copy_from_host(&pattern(me, len, 5)).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     nv.get(&dst, &src, peer).unwrap();
     assert_eq!(dst.to_vec().unwrap(), pattern(peer, len, 5));
     dst.zero().unwrap();
@@ -61,7 +61,7 @@ fn pe2_get_blocking_and_nbi_read_the_peer() {
     let got = dst.view(0..11).unwrap().to_vec().unwrap();
     assert_eq!(&got[..10], &pattern(peer, len, 5)[10..20]);
     assert_eq!(got[10], 0, "get must not write past its range");
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn pe2_put_signal_host_wait_sees_data_with_the_signal() {
     let src = nv.alloc::<u32>(len).unwrap();
     let dst = nv.alloc::<u32>(len).unwrap();
     let sig = nv.alloc_zeroed::<u64>(1).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     for (round, op, value, expect) in [
         (1u32, SignalOp::Set, 42u64, 42u64),
         (2, SignalOp::Add, 5, 47),
@@ -92,7 +92,7 @@ fn pe2_put_signal_host_wait_sees_data_with_the_signal() {
                 "data must be complete once the signal is"
             );
         }
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
     }
 }
 
@@ -109,7 +109,7 @@ fn pe2_stream_ordered_put_get_and_signal_wait() {
     let sig = nv.alloc_zeroed::<u64>(1).unwrap();
     let data: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 + me as f32).collect();
     src.copy_from_host(&data).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     if me == 0 {
         nv.put_signal_on_stream(&dst, &src, &sig, 1, SignalOp::Set, 1, &stream)
             .unwrap();
@@ -124,11 +124,11 @@ fn pe2_stream_ordered_put_get_and_signal_wait() {
         assert_eq!(dst.to_vec().unwrap(), want);
         assert_eq!(back.to_vec().unwrap(), want);
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     // put_on_stream both ways at once.
     nv.put_on_stream(&dst, &src, 1 - me, &stream).unwrap();
     nv.quiet_on_stream(&stream);
-    nv.barrier_all_on_stream(&stream);
+    nv.barrier_all_on_stream(&stream).unwrap();
     stream.synchronize().unwrap();
     let want: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 + (1 - me) as f32).collect();
     assert_eq!(dst.to_vec().unwrap(), want);
@@ -141,12 +141,12 @@ fn pe2_atomics_fetch_add_and_compare_swap() {
     let me = nv.my_pe();
     let counter = nv.alloc_zeroed::<u64>(1).unwrap();
     let word = nv.alloc_zeroed::<i64>(1).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     // Both PEs add to PE 0's counter; every old value must be distinct.
     let olds: Vec<u64> = (0..500)
         .map(|_| nv.atomic_fetch_add(&counter, 1u64, 0).unwrap())
         .collect();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     if me == 0 {
         assert_eq!(counter.to_vec().unwrap(), vec![1000]);
     }
@@ -158,7 +158,7 @@ fn pe2_atomics_fetch_add_and_compare_swap() {
     let old = nv
         .atomic_compare_swap(&word, 0i64, -(me as i64) - 5, 1)
         .unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let won = old == 0;
     let final_value = nv.atomic_fetch_add(&word, 0i64, 1).unwrap();
     if won {
@@ -167,7 +167,7 @@ fn pe2_atomics_fetch_add_and_compare_swap() {
         assert!(final_value == -5 || final_value == -6);
         assert_eq!(old, final_value, "the loser sees the winner's value");
     }
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }
 
 #[test]
@@ -183,11 +183,11 @@ fn pe2_barrier_orders_puts_before_reads() {
             nv.put_nbi(&cell, &src, 1).unwrap();
         }
         // barrier_all completes PE 0's puts before anyone passes it.
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
         if me == 1 {
             assert_eq!(cell.to_vec().unwrap(), vec![round; 64], "round {round}");
         }
-        nv.barrier_all();
+        nv.barrier_all().unwrap();
     }
 }
 
@@ -252,9 +252,9 @@ fn pe2_bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on() {
     ));
     // Still usable: a valid exchange after all the refused calls.
     b.copy_from_host(&[me + 10; 8]).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     nv.put(a.view(0..8).unwrap(), &b, 1 - me).unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     assert_eq!(
         a.view(0..8).unwrap().to_vec().unwrap(),
         vec![(1 - me) + 10; 8]
@@ -285,7 +285,7 @@ fn pe2_buffers_freed_before_finalize_and_leaks_reported() {
     }
     let kept = nv.alloc::<u32>(1234).unwrap();
     std::mem::forget(kept);
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     let leaked = nv.finalize();
     assert_eq!(leaked.len(), 1, "{leaked:?}");
     assert_eq!(
@@ -325,5 +325,5 @@ fn pe2_peer_pointers_and_teams() {
         "a split past the team is refused"
     );
     drop(solo);
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
 }

@@ -245,7 +245,7 @@ fn run_pe2(
         None
     };
     be.synchronize().unwrap();
-    nv.barrier_all();
+    nv.barrier_all().unwrap();
     (losses, text)
 }
 

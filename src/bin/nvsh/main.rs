@@ -4,6 +4,7 @@ mod bench;
 mod doctor;
 mod info;
 mod run;
+mod soak;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -26,6 +27,9 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Check this node: GPUs, driver, peer access and links, NVSHMEM versions, MPI, environment.
     Doctor(doctor::DoctorArgs),
+    /// Long checked run of mixed allreduces and channel transfers (run as a job:
+    /// `nvsh run -n 2 -- nvsh soak --seconds 600`); with --die-pe, fault injection.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

@@ -1,6 +1,6 @@
 //! `nvsh run -n N [--gpus LIST] -- prog args`: CLI glue over [`nvshmem::launcher`].
 
-use nvshmem::launcher::{self, LaunchError, LaunchSpec};
+use nvshmem::launcher::{self, LaunchError, LaunchSpec, OnFailure};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,6 +21,15 @@ pub struct RunArgs {
     /// [default: 5].
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub grace_secs: Option<Duration>,
+    /// When a process fails: `stop` the others at once (default), or `wait` for them to end on
+    /// their own (their waits time out and name the failed PE; see NVSH_TIMEOUT_MS), killing
+    /// them after --wait-secs.
+    #[arg(long, value_name = "stop|wait", default_value = "stop", value_parser = ["stop", "wait"])]
+    pub on_failure: String,
+    /// With --on-failure wait: seconds until the others are killed [default: NVSH_TIMEOUT_MS
+    /// plus 30 s].
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub wait_secs: Option<Duration>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -52,7 +61,20 @@ fn launch(args: RunArgs) -> Result<ExitCode, LaunchError> {
             );
         }
     }
+    let on_failure = if args.on_failure == "wait" {
+        let wait = match args.wait_secs {
+            Some(w) => w,
+            None => {
+                nvshmem::deadline::default_timeout().unwrap_or(nvshmem::deadline::DEFAULT_TIMEOUT)
+                    + Duration::from_secs(30)
+            }
+        };
+        OnFailure::Wait(wait)
+    } else {
+        OnFailure::Stop
+    };
     let spec = LaunchSpec {
+        on_failure,
         gpus,
         grace: args.grace_secs.unwrap_or(launcher::DEFAULT_GRACE),
         ..LaunchSpec::new(args.n, program).args(command)
