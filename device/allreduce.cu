@@ -123,17 +123,18 @@ __device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint6
 }
 
 
-// The deadline of one launch's waits and where a miss is recorded.
+// The timeout of one launch's waits (each wait's deadline starts at its first clock check) and
+// where a miss is recorded.
 struct Waiter {
     nvshmemrs_wait_status *status;
     uint64_t *broken;
-    uint64_t deadline;
+    uint64_t timeout_ns;
     uint64_t seq;
     int algo;
     __device__ Waiter(const nvshmemrs_allreduce_args &a, int algo_code)
         : status(static_cast<nvshmemrs_wait_status *>(a.wait_status)),
           broken(&a.state->broken),
-          deadline(nvshmemrs_deadline_after(a.timeout_ns)),
+          timeout_ns(a.timeout_ns),
           seq(a.state->steps),
           algo(algo_code) {}
     __device__ nvshmemrs_wait_site site(int peer) const {
@@ -148,18 +149,20 @@ struct Waiter {
     }
     // Until *sig >= want (signalled by world PE `peer`) or the deadline.
     __device__ bool ge(uint64_t *sig, uint64_t want, int peer) const {
-        return nvshmemrs_wait_ge(reinterpret_cast<volatile uint64_t *>(sig), want, deadline,
-                                 site(peer));
+        return nvshmemrs_wait_ge_for(reinterpret_cast<volatile uint64_t *>(sig), want, timeout_ns,
+                                     site(peer));
     }
-    // For waits that poll data instead of a counter (low-latency lines): true when the wait
-    // must end, having recorded a timeout if it was the first failure.
-    __device__ bool give_up(const void *word, uint64_t want, uint64_t seen, uint64_t start,
+    // For waits that poll data instead of a counter (low-latency lines), called every 256
+    // polls with the wait's first clock reading in *start (0 before the first call): true
+    // when the wait must end, having recorded a timeout if it was the first failure.
+    __device__ bool give_up(const void *word, uint64_t want, uint64_t seen, uint64_t *start,
                             int peer) const {
         if (*(volatile uint64_t *)broken != 0) return true;
         uint64_t now = nvshmemrs_globaltimer();
-        if (now < deadline) return false;
+        if (*start == 0) *start = now;
+        if (now - *start < timeout_ns) return false;
         nvshmemrs_record_failure(site(peer), NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)word,
-                                 want, seen, now - start);
+                                 want, seen, now - *start);
         return true;
     }
 };
@@ -480,7 +483,7 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
 }
 
 // Polls line p until both halves carry `flag` (written by world PE `peer`); false when the
-// deadline passed or the workspace broke meanwhile. The clock is read every 256 polls only.
+// timeout passed or the workspace broke meanwhile. The clock is read every 256 polls only.
 __device__ __forceinline__ bool ld_line(const uint4 *p, uint32_t flag, uint2 *out,
                                         const Waiter &w, int peer) {
     uint32_t d0, f0, d1, f1;
@@ -491,8 +494,7 @@ __device__ __forceinline__ bool ld_line(const uint4 *p, uint32_t flag, uint2 *ou
                      : "l"(p)
                      : "memory");
         if (f0 == flag && f1 == flag) break;
-        if (spin == 1) start = nvshmemrs_globaltimer();
-        if ((spin & 255) == 0 && w.give_up(p, flag, f0 != flag ? f0 : f1, start, peer))
+        if ((spin & 255) == 0 && w.give_up(p, flag, f0 != flag ? f0 : f1, &start, peer))
             return false;
     }
     *out = make_uint2(d0, d1);

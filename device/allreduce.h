@@ -28,7 +28,7 @@
  *        input (loads over NVLink), reduces it and stores the result into every member's
  *        output; one handshake per block on entry (inputs ready) and on exit (all stores
  *        landed, all reads of this PE's input done). Grid: NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS.
- * Every wait has a deadline (timeout_ns from the kernel's start). A wait that misses it records
+ * Every wait has a deadline (timeout_ns after it starts). A wait that misses it records
  * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
  * moves no data again (the host reports the failure as Error::Timeout).
  */
@@ -86,7 +86,7 @@ typedef struct nvshmemrs_allreduce_args {
      * time records there what it waited for (index: algo code, seq: the workspace's launch
      * number) and the kernel returns. */
     void *wait_status;
-    /* How long the waits of one launch may take in all, from the kernel's start. */
+    /* How long one wait of a launch may take (from its first clock check, after 256 polls). */
     uint64_t timeout_ns;
 } nvshmemrs_allreduce_args;
 

@@ -111,4 +111,40 @@ static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
     }
 }
 
+// As nvshmemrs_wait_ge, with the deadline `timeout_ns` after the wait's first clock check: the
+// clock is read only once a wait has spun 256 times, so waits that end quickly (most of a
+// latency-bound collective's) cost no clock reads at all.
+static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t want,
+                                             uint64_t timeout_ns,
+                                             const nvshmemrs_wait_site &site) {
+    uint64_t seen = *sig;
+    if (seen >= want) {
+        __threadfence();
+        return true;
+    }
+    if (nvshmemrs_is_broken(site)) return false;
+    uint64_t start = 0, deadline = 0;
+    for (uint32_t spin = 1;; ++spin) {
+        seen = *sig;
+        if (seen >= want) {
+            __threadfence();
+            return true;
+        }
+        if ((spin & 255) == 0) {
+            uint64_t now = nvshmemrs_globaltimer();
+            if (start == 0) {
+                start = now;
+                deadline = now + timeout_ns < now ? ~(uint64_t)0 : now + timeout_ns;
+            }
+            if (nvshmemrs_is_broken(site)) return false;
+            if (now >= deadline) {
+                nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)sig,
+                                         want, seen, now - start);
+                return false;
+            }
+            if (now - start > 1000000) __nanosleep(1000);
+        }
+    }
+}
+
 #endif

@@ -151,9 +151,10 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 /// - 3-4 PEs (measured at 4): one-shot up to 256 KiB (6.4 us at 4 KiB, 13.6 us at 256 KiB),
 ///   recursive doubling to 2 MiB (17.5 / 21.6 / 31.1 us), two-shot above (309 GB/s busbw at
 ///   256 MiB; the ring reaches 244).
-/// - 5-8 PEs: not measured yet (no 8-GPU machine). Two-shot moves as few bytes per PE as the
-///   ring and needs fewer steps, so it carries large messages; one-shot moves (n-1) x the
-///   message per PE, so it stops paying off earlier.
+/// - 5-8 PEs (measured at 8, NVSwitch, NCCL without NVLS): one-shot up to 128 KiB (9.0 us at
+///   4 KiB, 10.7 at 64 KiB, 13.7 at 128 KiB; NCCL 16.3-18.8), recursive doubling to 2 MiB
+///   (22.1 / 24.8 / 31.0 / 44.7 us; NCCL is faster here: 18.9-31.5), two-shot above (303 GB/s
+///   busbw at 256 MiB against NCCL's 348).
 /// - more: recursive doubling for small messages, the ring for large ones.
 pub const SELECTION: &[SelectionRule] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
@@ -163,7 +164,7 @@ pub const SELECTION: &[SelectionRule] = &[
     rule(4, 256 << 10, AllreduceAlgo::OneShot),
     rule(4, 2 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
-    rule(8, 64 << 10, AllreduceAlgo::OneShot),
+    rule(8, 128 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(8, usize::MAX, AllreduceAlgo::TwoShot),
     rule(i32::MAX, 64 << 10, AllreduceAlgo::RecursiveDoubling),
@@ -743,6 +744,8 @@ mod tests {
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
+        assert_eq!(pick(8, 128 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(8, 256 << 10), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(8, 1 << 20), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(8, 64 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);

@@ -341,9 +341,18 @@ impl Nvshmem {
         // (bounded: every wait of the runtime's kernels has a deadline).
         let _ = self.ctx.synchronize();
         let leaked = leak::take_all();
+        // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it would
+        // never return. The process keeps the heap until it exits.
+        if self.peer_failure().is_some() {
+            eprintln!(
+                "nvshmem: warning: PE {}: NVSHMEM finalize skipped after a peer failure (a \
+                 timeout, reported where it happened); the GPU memory is released when the \
+                 process exits",
+                self.my_pe
+            );
+            return leaked;
+        }
         if let Err(e) = self.enter_collective("finalize") {
-            // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it
-            // would never return. The process keeps the heap until it exits.
             eprintln!(
                 "nvshmem: warning: PE {}: NVSHMEM finalize skipped: {e}",
                 self.my_pe

@@ -660,3 +660,43 @@ fn pe2_empty_and_overlapping_calls_are_refused_on_every_pe() {
         5,
     );
 }
+
+#[test]
+#[ignore = "needs 8 GPUs (runs with 8 PEs on fewer, without the team part)"]
+fn pe8_every_op_dtype_algorithm_direct_two_shot_and_teams() {
+    let nv = runtime(8);
+    every_op_dtype_algorithm(&nv, &[1, 7, 1000, 65_537]);
+    // From a mebibyte the two-shot takes the direct protocol where all 8 are mapped.
+    let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
+    for op in OPS {
+        check::<f32>(&nv, &mut ar, 1 << 20, op, AllreduceAlgo::TwoShot, false, 51);
+        check::<bf16>(
+            &nv,
+            &mut ar,
+            (3 << 19) + 5,
+            op,
+            AllreduceAlgo::TwoShot,
+            true,
+            52,
+        );
+    }
+    if nv.shares_gpus() {
+        eprintln!("team reductions not run: they need one GPU per PE");
+        return;
+    }
+    // Two teams of 4 (PEs 0-3 and 4-7), one split each, called by every PE.
+    let me = nv.my_pe();
+    let world = nv.team_world();
+    let low = world.split_strided(0, 1, 4).unwrap();
+    let high = world.split_strided(4, 1, 4).unwrap();
+    let mine = low.as_ref().or(high.as_ref()).unwrap();
+    let mut ar4 = mine.allreduce_workspace(64 << 10).unwrap();
+    let base = (me / 4 * 4) as usize;
+    let members: Vec<usize> = (base..base + 4).collect();
+    for algo in ALGOS {
+        for op in OPS {
+            check_members::<f32>(&nv, &mut ar4, &members, 40_001, op, algo, false, 53);
+        }
+    }
+    nv.barrier_all().unwrap();
+}

@@ -415,7 +415,17 @@ fn pe2_waits_that_never_end_are_timeouts_naming_the_peer() {
     if me == 1 {
         assert_eq!(stream.clone_dtoh(&buf).unwrap(), vec![-1.0; 16]);
     }
-    nv.barrier_all().unwrap();
+    // A timeout counts the peers as failed: collective calls are refused from now on (they
+    // would wait for a PE that may be dead), with the first timeout as the cause; the process
+    // then ends without NVSHMEM's finalize, which would wait the same way.
+    match nv.barrier_all() {
+        Err(Error::PeerFailed { what, cause }) => {
+            assert_eq!(what, "barrier_all");
+            assert!(cause.contains(&format!("PE {peer}")), "{cause}");
+        }
+        r => panic!("expected PeerFailed, got {r:?}"),
+    }
+    assert!(nv.peer_failure().is_some());
 }
 
 #[test]
@@ -495,12 +505,11 @@ fn pe1_bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
         Channel::<f32>::new(&nv, 2, 0),
         Err(Error::Channel { .. })
     ));
-    std::env::set_var("NVSH_TIMEOUT_MS", "soon");
-    let bad = Channel::<f32>::new(&nv, 2, 10).unwrap_err();
-    assert!(matches!(bad, Error::InvalidEnv { .. }), "{bad:?}");
-    std::env::set_var("NVSH_TIMEOUT_MS", "2500");
+    // Channels start with the runtime's timeout (NVSH_TIMEOUT_MS, read and checked at init).
+    let default = nv.timeout();
+    nv.set_timeout(Duration::from_millis(2500));
     let mut ch = Channel::<f32>::new(&nv, 2, 10).unwrap();
-    std::env::remove_var("NVSH_TIMEOUT_MS");
+    nv.set_timeout(default);
     assert_eq!(ch.timeout(), Duration::from_millis(2500));
     assert_eq!((ch.slots(), ch.max_elems()), (2, 10));
 

@@ -107,8 +107,9 @@ fn kill_one_pe_during(workload: &str) {
         .and_then(|r| r.split(" ms").next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no waited time in {line}"));
+    // The deadline counts from the kernel's start, the wait's own clock a little later.
     assert!(
-        (TIMEOUT_MS..TIMEOUT_MS + 2000).contains(&waited),
+        (TIMEOUT_MS - 100..TIMEOUT_MS + 2000).contains(&waited),
         "waited {waited} ms for a {TIMEOUT_MS} ms deadline: {line}"
     );
     assert!(took < Duration::from_secs(120), "the job took {took:?}");
