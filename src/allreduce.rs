@@ -31,6 +31,28 @@ pub enum ReduceOp {
     Avg = 4,
 }
 
+impl ReduceOp {
+    /// Every op, in code order.
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+
+    /// "sum", "prod", "min", "max" or "avg".
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
 /// The algorithm; `Auto` picks one from [`SELECTION`] by message size, dtype and PE count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllreduceAlgo {
@@ -229,32 +251,16 @@ pub(crate) fn describe_header_field(field: u64, value: u64) -> String {
     if field == 0 {
         return format!("{value} elements");
     }
-    let dtype = match value & 0xff {
-        0 => "f32",
-        1 => "f64",
-        2 => "f16",
-        3 => "bf16",
-        4 => "i32",
-        5 => "i64",
-        6 => "u32",
-        7 => "u64",
-        _ => "an unknown type",
-    };
-    let op = match (value >> 8) & 0xff {
-        0 => "sum",
-        1 => "prod",
-        2 => "min",
-        3 => "max",
-        4 => "avg",
-        _ => "an unknown op",
-    };
-    let algo = match (value >> 16) & 0xff {
-        0 => "oneshot",
-        1 => "twoshot",
-        2 => "ring",
-        3 => "rd",
-        _ => "an unknown algorithm",
-    };
+    let code = |shift: u32| (value >> shift) & 0xff;
+    let dtype = Dtype::from_code(code(0)).map_or("an unknown type", Dtype::name);
+    let op = ReduceOp::ALL
+        .into_iter()
+        .find(|&o| o as u64 == code(8))
+        .map_or("an unknown op", ReduceOp::name);
+    let algo = AllreduceAlgo::ALL
+        .into_iter()
+        .find(|a| a.code() as u64 == code(16))
+        .map_or("an unknown algorithm", AllreduceAlgo::name);
     format!("{dtype} {op} by {algo}")
 }
 
@@ -429,11 +435,7 @@ impl<'nv> Allreduce<'nv> {
     /// `Ok` means none so far; work still queued may fail later. After an error the workspace
     /// is broken: later calls move nothing and return the same error.
     pub fn check(&self) -> Result<()> {
-        let r = match self.status.failure() {
-            None => Ok(()),
-            Some(f) => Err(f.to_error(self.nv.my_pe())),
-        };
-        self.nv.noted(r)
+        self.nv.noted(self.status.check(self.nv.my_pe()))
     }
 
     /// Synchronises `stream` (bounded: every wait has a deadline), then [`Allreduce::check`].

@@ -172,14 +172,9 @@ pub fn parse_op(s: &str) -> std::result::Result<ReduceOp, String> {
     }
 }
 
+/// [`ReduceOp::name`].
 pub fn op_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Prod => "prod",
-        ReduceOp::Min => "min",
-        ReduceOp::Max => "max",
-        ReduceOp::Avg => "avg",
-    }
+    op.name()
 }
 
 /// What to measure.

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Lowest compute capability the device code is built for (sm_80, INSTALL.md requirements).
+/// Lowest compute capability the device code is built for (sm_80, INSTALL.md requirements);
+/// `nvsh doctor` checks it and `Nvshmem::init` refuses GPUs below it.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
 
 /// Open MPI's library soname: the MPI this project builds and launches with (INSTALL.md).

@@ -49,14 +49,30 @@ pub unsafe trait Element:
 }
 
 macro_rules! element {
-    ($($t:ty => $name:literal, $dtype:ident;)*) => {$(
-        impl private::Sealed for $t {}
-        // SAFETY: plain old data, every bit pattern valid.
-        unsafe impl Element for $t {
-            const NAME: &'static str = $name;
-            const DTYPE: Dtype = Dtype::$dtype;
+    ($($t:ty => $name:literal, $dtype:ident;)*) => {
+        $(
+            impl private::Sealed for $t {}
+            // SAFETY: plain old data, every bit pattern valid.
+            unsafe impl Element for $t {
+                const NAME: &'static str = $name;
+                const DTYPE: Dtype = Dtype::$dtype;
+            }
+        )*
+
+        impl Dtype {
+            /// The element type's name ([`Element::NAME`]).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Dtype::$dtype => $name,)*
+                }
+            }
+
+            /// The dtype of a kernel code (`Dtype as u64`), if there is one.
+            pub fn from_code(code: u64) -> Option<Dtype> {
+                [$(Dtype::$dtype),*].into_iter().find(|&d| d as u64 == code)
+            }
         }
-    )*};
+    };
 }
 
 element! {
@@ -94,5 +110,18 @@ impl Atomic64 for i64 {
     }
     fn from_bits(bits: u64) -> Self {
         bits as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_names_and_codes_come_from_the_element_table() {
+        assert_eq!(Dtype::Bf16.name(), <half::bf16 as Element>::NAME);
+        assert_eq!(Dtype::from_code(Dtype::U64 as u64), Some(Dtype::U64));
+        assert_eq!(Dtype::from_code(0), Some(Dtype::F32));
+        assert_eq!(Dtype::from_code(99), None);
     }
 }

@@ -33,20 +33,14 @@ impl Nvshmem {
     /// most [`Nvshmem::timeout`]. A PE that does not arrive in time gives [`Error::Timeout`]
     /// naming it; the runtime then counts its peers as failed ([`Nvshmem::peer_failure`]).
     pub fn barrier_all(&self) -> Result<()> {
-        self.check_peers("barrier_all")?;
         self.quiet();
-        self.launch_barrier(true, self.stream())?;
-        self.stream().synchronize()?;
-        self.check()
+        self.blocking_barrier("barrier_all", true)
     }
 
     /// Waits for every PE without completing outstanding operations (collective), at most
     /// [`Nvshmem::timeout`], as [`Nvshmem::barrier_all`].
     pub fn sync_all(&self) -> Result<()> {
-        self.check_peers("sync_all")?;
-        self.launch_barrier(false, self.stream())?;
-        self.stream().synchronize()?;
-        self.check()
+        self.blocking_barrier("sync_all", false)
     }
 
     /// Stream-ordered quiet: completes operations issued by this PE before this point of
@@ -59,14 +53,12 @@ impl Nvshmem {
     /// Stream-ordered barrier_all. A barrier that runs out of time lets the stream go on and
     /// shows in [`Nvshmem::check`].
     pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
-        self.check_peers("barrier_all_on_stream")?;
-        self.launch_barrier(true, stream)
+        self.launch_barrier("barrier_all_on_stream", true, stream)
     }
 
     /// Stream-ordered sync_all, as [`Nvshmem::barrier_all_on_stream`].
     pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
-        self.check_peers("sync_all_on_stream")?;
-        self.launch_barrier(false, stream)
+        self.launch_barrier("sync_all_on_stream", false, stream)
     }
 
     /// The failure a barrier or stream signal wait recorded, without synchronising (it reads
@@ -76,7 +68,16 @@ impl Nvshmem {
         self.noted(r)
     }
 
-    fn launch_barrier(&self, quiet: bool, stream: &CudaStream) -> Result<()> {
+    /// The barrier kernel on the runtime's stream, waited for, then its record checked.
+    fn blocking_barrier(&self, what: &'static str, quiet: bool) -> Result<()> {
+        self.launch_barrier(what, quiet, self.stream())?;
+        self.stream().synchronize()?;
+        self.check()
+    }
+
+    /// Enqueues the barrier kernel (refused once the peers count as failed).
+    fn launch_barrier(&self, what: &'static str, quiet: bool, stream: &CudaStream) -> Result<()> {
+        self.check_peers(what)?;
         let args = sys::nvshmemrs_barrier_args {
             arrivals: self.waits.arrivals,
             state: self.waits.state_ptr as *mut u64,

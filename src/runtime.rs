@@ -4,6 +4,7 @@
 use crate::bootstrap::{self, Bootstrap, LauncherEnv};
 use crate::buffer::{Alloc, SymmetricBuffer};
 use crate::deadline::{self, StatusRecord};
+use crate::doctor::MIN_COMPUTE_CAPABILITY;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::leak::{self, LiveBuffer};
@@ -343,21 +344,25 @@ impl Nvshmem {
         let leaked = leak::take_all();
         // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it would
         // never return. The process keeps the heap until it exits.
-        if self.peer_failure().is_some() {
-            eprintln!(
-                "nvshmem: warning: PE {}: NVSHMEM finalize skipped after a peer failure (a \
-                 timeout, reported where it happened); the GPU memory is released when the \
-                 process exits",
-                self.my_pe
-            );
-            return leaked;
-        }
-        if let Err(e) = self.enter_collective("finalize") {
-            eprintln!(
-                "nvshmem: warning: PE {}: NVSHMEM finalize skipped: {e}",
-                self.my_pe
-            );
-            return leaked;
+        match self.enter_collective("finalize") {
+            Ok(()) => {}
+            Err(Error::PeerFailed { .. }) => {
+                // The cause was reported where it happened: say it short.
+                eprintln!(
+                    "nvshmem: warning: PE {}: NVSHMEM finalize skipped after a peer failure (a \
+                     timeout, reported where it happened); the GPU memory is released when the \
+                     process exits",
+                    self.my_pe
+                );
+                return leaked;
+            }
+            Err(e) => {
+                eprintln!(
+                    "nvshmem: warning: PE {}: NVSHMEM finalize skipped: {e}",
+                    self.my_pe
+                );
+                return leaked;
+            }
         }
         // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
         // used afterwards (they borrow the handle).
@@ -386,9 +391,6 @@ impl Drop for Nvshmem {
         }
     }
 }
-
-/// Oldest GPU generation the runtime supports (A100).
-pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
 
 /// Refuses GPUs below [`MIN_COMPUTE_CAPABILITY`] before NVSHMEM touches them.
 fn check_compute_capability(device: i32) -> Result<()> {

@@ -85,6 +85,14 @@ pub struct SoakReport {
 }
 
 impl SoakReport {
+    /// Counts a wrong result; the first few are kept, described.
+    fn mismatch(&mut self, describe: impl FnOnce() -> String) {
+        self.mismatches += 1;
+        if self.first_mismatches.len() < 8 {
+            self.first_mismatches.push(describe());
+        }
+    }
+
     pub fn rss_growth_kib(&self) -> i64 {
         self.rss_kib.1 as i64 - self.rss_kib.0 as i64
     }
@@ -147,46 +155,22 @@ macro_rules! soak_int {
 }
 soak_int!(i32, true; i64, true; u32, false; u64, false);
 
-impl SoakValue for f32 {
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
+macro_rules! soak_float {
+    ($($t:ty: $from:expr, $to:expr);*) => {$(
+        impl SoakValue for $t {
+            const SIGNED: bool = true;
+            const FLOAT: bool = true;
+            fn from_f64(v: f64) -> Self { $from(v) }
+            fn to_f64(self) -> f64 { $to(self) }
+        }
+    )*};
 }
-impl SoakValue for f64 {
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
-impl SoakValue for half::f16 {
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    fn from_f64(v: f64) -> Self {
-        half::f16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        half::f16::to_f64(self)
-    }
-}
-impl SoakValue for half::bf16 {
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    fn from_f64(v: f64) -> Self {
-        half::bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        half::bf16::to_f64(self)
-    }
-}
+soak_float!(
+    f32: |v| v as f32, |x| x as f64;
+    f64: |v| v, |x| x;
+    half::f16: half::f16::from_f64, half::f16::to_f64;
+    half::bf16: half::bf16::from_f64, half::bf16::to_f64
+);
 
 /// Input value of `pe` at `index` in call `salt`: small integers (1 or 2 for products), so
 /// sums, products, minima and maxima of up to 8 PEs are exact in every type.
@@ -444,15 +428,14 @@ impl Soak<'_> {
             self.report.messages += 1;
             let bad = (0..len).find(|&i| got[k * max + i] != pattern(prev, k, i));
             if let Some(i) = bad {
-                self.report.mismatches += 1;
-                if self.report.first_mismatches.len() < 8 {
-                    self.report.first_mismatches.push(format!(
+                self.report.mismatch(|| {
+                    format!(
                         "iteration {iter}: message {k} from PE {prev} ({len} u32): element {i} \
                          is {:#x}, sent {:#x}",
                         got[k * max + i],
                         pattern(prev, k, i)
-                    ));
-                }
+                    )
+                });
             }
         }
         Ok(())
@@ -471,13 +454,7 @@ fn one_allreduce<T: SoakValue>(
     let n = ar.n_pes() as usize;
     let me = nv.my_pe() as usize;
     let stream = nv.stream().clone();
-    let op = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ][rng.below(5) as usize];
+    let op = ReduceOp::ALL[rng.below(ReduceOp::ALL.len() as u64) as usize];
     let algo = match rng.below(8) {
         0 => AllreduceAlgo::OneShot,
         1 => AllreduceAlgo::TwoShot,
@@ -510,17 +487,16 @@ fn one_allreduce<T: SoakValue>(
     report.bytes_reduced += (count * std::mem::size_of::<T>()) as u64;
     let bad = (0..count).find(|&i| !matches(got[i], expected_value::<T>(n, i, salt, op), op, n));
     if let Some(i) = bad {
-        report.mismatches += 1;
-        if report.first_mismatches.len() < 8 {
-            report.first_mismatches.push(format!(
+        report.mismatch(|| {
+            format!(
                 "iteration {iter}: {} {op:?} of {count} elements by {} (offset {offset}, in place \
                  {in_place}): element {i} is {:?}, expected {:?}",
                 std::any::type_name::<T>(),
                 used.name(),
                 got[i],
                 expected_value::<T>(n, i, salt, op)
-            ));
-        }
+            )
+        });
     }
     Ok(())
 }
@@ -562,13 +538,7 @@ mod tests {
 
     #[test]
     fn references_are_exact_small_integers() {
-        for op in [
-            ReduceOp::Sum,
-            ReduceOp::Prod,
-            ReduceOp::Min,
-            ReduceOp::Max,
-            ReduceOp::Avg,
-        ] {
+        for op in ReduceOp::ALL {
             for i in 0..200 {
                 let vals: Vec<f64> = (0..2).map(|pe| input_value(pe, i, 9, op, true)).collect();
                 let want = match op {

@@ -14,13 +14,7 @@ use common::runtime;
 use half::{bf16, f16};
 use nvshmem::{AllreduceAlgo, Nvshmem, ReduceOp, Reducible};
 
-const OPS: [ReduceOp; 5] = [
-    ReduceOp::Sum,
-    ReduceOp::Prod,
-    ReduceOp::Min,
-    ReduceOp::Max,
-    ReduceOp::Avg,
-];
+const OPS: [ReduceOp; 5] = ReduceOp::ALL;
 const ALGOS: [AllreduceAlgo; 5] = [
     AllreduceAlgo::OneShot,
     AllreduceAlgo::TwoShot,
