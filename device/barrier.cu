@@ -55,15 +55,27 @@ __device__ bool holds(int cmp, uint64_t v, uint64_t value) {
 
 __global__ void signal_wait_kernel(uint64_t *signal, int cmp, uint64_t value, int peer,
                                    uint64_t *state, void *status, uint64_t timeout_ns) {
-    const nvshmemrs_wait_site site =
-        site_of(state, status, NVSHMEMRS_OP_SIGNAL_WAIT, peer, (uint64_t)cmp, 0);
-    if (nvshmemrs_is_broken(site)) return;
+    if (*(volatile uint64_t *)&state[1] != 0) return;
     const uint64_t start = nvshmemrs_globaltimer();
-    const bool ok = nvshmemrs_spin(
-        signal, [cmp, value](uint64_t v) { return holds(cmp, v, value); }, value, start,
-        nvshmemrs_deadline_after(timeout_ns), 0, site);
+    const uint64_t deadline = nvshmemrs_deadline_after(timeout_ns);
+    volatile uint64_t *sig = signal;
+    for (uint32_t spin = 1;; ++spin) {
+        uint64_t v = *sig;
+        if (holds(cmp, v, value)) break;
+        if ((spin & 255) == 0) {
+            uint64_t now = nvshmemrs_globaltimer();
+            if (*(volatile uint64_t *)&state[1] != 0) return;
+            if (now >= deadline) {
+                nvshmemrs_record_failure(
+                    site_of(state, status, NVSHMEMRS_OP_SIGNAL_WAIT, peer, (uint64_t)cmp, 0),
+                    NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)signal, value, v, now - start);
+                return;
+            }
+            if (now - start > 1000000) __nanosleep(1000);
+        }
+    }
     // Later work on the stream sees what the signalling PE wrote before its signal.
-    if (ok) __threadfence_system();
+    __threadfence_system();
 }
 
 }  // namespace

@@ -76,34 +76,28 @@ static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site,
     __threadfence_system();
 }
 
-// The spin behind every wait: polls *sig until done(value) holds or the deadline passes. On
-// success the caller's later loads see what the signalling PE wrote before its signal. On
-// timeout (recorded, with `want` and the last value seen), or when the object is already
-// broken, returns false.
-// `start`: the clock when the wait began, or 0 to take it at the first clock check; a
-// `deadline_ns` of 0 means `timeout_ns` after `start`. The clock and the broken flag are read
-// every 256 polls only, so the poll stays hot and quick waits read no clock at all.
-template <typename Done>
-static __device__ bool nvshmemrs_spin(volatile uint64_t *sig, Done done, uint64_t want,
-                                      uint64_t start, uint64_t deadline_ns, uint64_t timeout_ns,
-                                      const nvshmemrs_wait_site &site) {
+// Spins until *sig >= want or the deadline (an absolute %globaltimer value) passes. On success
+// the caller's later loads see what the signalling PE wrote before its signal. On timeout, or
+// when the object is already broken, returns false (a timeout is recorded).
+static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
+                                         uint64_t deadline_ns,
+                                         const nvshmemrs_wait_site &site) {
+    const uint64_t start = nvshmemrs_globaltimer();
     uint64_t seen = *sig;
-    if (done(seen)) {
+    if (seen >= want) {
         __threadfence();
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
-        if (done(seen)) {
+        if (seen >= want) {
             __threadfence();
             return true;
         }
+        // The clock and the broken flag are read every 256 polls only: the poll stays hot.
         if ((spin & 255) == 0) {
             uint64_t now = nvshmemrs_globaltimer();
-            if (start == 0) start = now;
-            if (deadline_ns == 0)
-                deadline_ns = start + timeout_ns < start ? ~(uint64_t)0 : start + timeout_ns;
             if (nvshmemrs_is_broken(site)) return false;
             if (now >= deadline_ns) {
                 nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)sig,
@@ -117,23 +111,40 @@ static __device__ bool nvshmemrs_spin(volatile uint64_t *sig, Done done, uint64_
     }
 }
 
-// Spins until *sig >= want or the deadline (an absolute %globaltimer value).
-static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
-                                         uint64_t deadline_ns,
-                                         const nvshmemrs_wait_site &site) {
-    return nvshmemrs_spin(
-        sig, [want](uint64_t v) { return v >= want; }, want, nvshmemrs_globaltimer(),
-        deadline_ns, 0, site);
-}
-
 // As nvshmemrs_wait_ge, with the deadline `timeout_ns` after the wait's first clock check: the
 // clock is read only once a wait has spun 256 times, so waits that end quickly (most of a
 // latency-bound collective's) cost no clock reads at all.
 static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t want,
                                              uint64_t timeout_ns,
                                              const nvshmemrs_wait_site &site) {
-    return nvshmemrs_spin(
-        sig, [want](uint64_t v) { return v >= want; }, want, 0, 0, timeout_ns, site);
+    uint64_t seen = *sig;
+    if (seen >= want) {
+        __threadfence();
+        return true;
+    }
+    if (nvshmemrs_is_broken(site)) return false;
+    uint64_t start = 0, deadline = 0;
+    for (uint32_t spin = 1;; ++spin) {
+        seen = *sig;
+        if (seen >= want) {
+            __threadfence();
+            return true;
+        }
+        if ((spin & 255) == 0) {
+            uint64_t now = nvshmemrs_globaltimer();
+            if (start == 0) {
+                start = now;
+                deadline = now + timeout_ns < now ? ~(uint64_t)0 : now + timeout_ns;
+            }
+            if (nvshmemrs_is_broken(site)) return false;
+            if (now >= deadline) {
+                nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)sig,
+                                         want, seen, now - start);
+                return false;
+            }
+            if (now - start > 1000000) __nanosleep(1000);
+        }
+    }
 }
 
 #endif
