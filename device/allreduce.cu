@@ -2,7 +2,9 @@
 // Data moves with direct stores when nvshmem_ptr maps the peer (NVLink/PCIe), else with
 // NVSHMEM block puts; every block announces its delivery with one signal add per peer.
 // Every kernel splits its work into gridDim.x parts, block b always handling part b, so a block
-// only ever waits for the same-numbered blocks of its peers.
+// only ever waits for the same-numbered blocks of its peers. Kernels are launched with
+// programmatic dependent launch (device/pdl.cuh): back to back on a stream, the next call's
+// blocks are resident before this one ends, and wait for it before touching memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,6 +15,8 @@
 
 #include "allreduce.h"
 #include "deadline.cuh"
+#include "fence.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -109,7 +113,7 @@ __device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint6
     char *peer = static_cast<char *>(nvshmem_ptr(dst, pe));
     if (peer != NULL) {
         block_store(peer, src, bytes);
-        __threadfence_system();
+        fence_acq_rel_sys();
         __syncthreads();
         if (threadIdx.x == 0) nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, pe);
     } else if (bytes > 0 && reuse_src) {
@@ -180,14 +184,13 @@ __device__ bool block_wait_others(const Waiter &w, const nvshmemrs_allreduce_arg
     bool ok = true;
     for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
         if (r != a.rank) ok = w.ge(&counters[r], want, a.pes[r]);
-    __threadfence();
+    // Each waiting thread acquired (w.ge); the barrier passes that on to the block.
     return !__syncthreads_or(!ok);
 }
 
 // Thread 0 waits for one counter, signalled by world PE `peer`. False as above.
 __device__ bool block_wait_one(const Waiter &w, uint64_t *counter, uint64_t want, int peer) {
     bool ok = threadIdx.x != 0 || w.ge(counter, want, peer);
-    __threadfence();
     return !__syncthreads_or(!ok);
 }
 
@@ -261,8 +264,11 @@ __device__ void end_step(const nvshmemrs_allreduce_args &a, int algo, const Step
         // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
         // reuse input and output as soon as the kernel is done.
         if (!a.all_mapped) nvshmem_quiet();
-        __threadfence();
-        if (atomicAdd(&st->done, 1u) == gridDim.x - 1) {
+        // A lone block is the last one: no atomic round trip. No fence either way: every
+        // thread's reads of the state returned before the barrier above, and the next launch
+        // on the stream sees the new state once this one has completed.
+        const bool last = gridDim.x == 1 || atomicAdd(&st->done, 1u) == gridDim.x - 1;
+        if (last) {
             if (algo >= 0) {
                 st->expected[algo][0][s.parity] = s.want[0];
                 st->expected[algo][1][s.parity] = s.want[1];
@@ -289,6 +295,7 @@ struct Layout {
 // the part over ranks 0..n-1 (same order everywhere: bit-identical results).
 template <typename T, int OP>
 __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
     const int algo = 0;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
@@ -316,6 +323,7 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
 // every peer's output; wait for theirs.
 template <typename T, int OP>
 __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
     const int algo = 1;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
@@ -363,6 +371,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
 // talks to its neighbours, so the traffic per link stays 2(n-1)/n of the message.
 template <typename T, int OP>
 __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
     const int algo = 2;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
@@ -420,6 +429,7 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
 // result back into their output at the end (phase 1 counter 0).
 template <typename T, int OP>
 __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
     const int algo = 3;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
@@ -482,150 +492,226 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
                  : "memory");
 }
 
-// Polls line p until both halves carry `flag` (written by world PE `peer`); false when the
-// timeout passed or the workspace broke meanwhile. The clock is read every 256 polls only.
-__device__ __forceinline__ bool ld_line(const uint4 *p, uint32_t flag, uint2 *out,
-                                        const Waiter &w, int peer) {
-    uint32_t d0, f0, d1, f1;
-    uint64_t start = 0;
-    for (uint32_t spin = 1;; ++spin) {
-        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-                     : "l"(p)
-                     : "memory");
-        if (f0 == flag && f1 == flag) break;
-        if ((spin & 255) == 0 && w.give_up(p, flag, f0 != flag ? f0 : f1, &start, peer))
-            return false;
-    }
-    *out = make_uint2(d0, d1);
-    return true;
-}
-
-// 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned.
-__device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) {
-    if (8 * i + 8 <= bytes) return *reinterpret_cast<const uint2 *>(buf + 8 * i);
-    uint2 v = make_uint2(0, 0);
-    char *d = reinterpret_cast<char *>(&v);
-    for (size_t j = 8 * i; j < bytes; ++j) d[j - 8 * i] = buf[j];
+// Loads line p once, bypassing L1 (the peer writes it over NVLink).
+__device__ __forceinline__ uint4 ld_line_once(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
     return v;
 }
 
+// Line i of the slots of ranks r0 .. r0 + G - 1 (those below n, except `skip`), polled together
+// until each carries `flag` in both halves: G loads in flight per pass instead of one peer's
+// round trip after another, which at 8 PEs cost more than the data's flight. Payloads land in
+// out[j] (slot j of the group). False when the timeout passed or the workspace broke meanwhile;
+// the clock is read every 256 passes only.
+template <int G>
+__device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int n, int skip,
+                                         uint32_t flag, uint2 (&out)[G], const Waiter &w) {
+    uint32_t pending = 0;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+        if (r0 + j < n && r0 + j != skip) pending |= 1u << j;
+    uint64_t start = 0;
+    for (uint32_t spin = 1; pending != 0; ++spin) {
+        uint4 v[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+            if (pending >> j & 1) v[j] = ld_line_once(reinterpret_cast<const uint4 *>(L.slot(r0 + j)) + i);
+        uint32_t seen = 0;
+        int late = -1;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            if (!(pending >> j & 1)) continue;
+            if (v[j].y == flag && v[j].w == flag) {
+                out[j] = make_uint2(v[j].x, v[j].z);
+                pending &= ~(1u << j);
+            } else if (late < 0) {
+                late = j;
+                seen = v[j].y != flag ? v[j].y : v[j].w;
+            }
+        }
+        if (pending != 0 && (spin & 255) == 0 &&
+            w.give_up(reinterpret_cast<const uint4 *>(L.slot(r0 + late)) + i, flag, seen, &start,
+                      L.a.pes[r0 + late]))
+            return false;
+    }
+    return true;
+}
+
+// 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned. The
+// tail is assembled in a register: a byte array would live in local memory.
+__device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) {
+    if (8 * i + 8 <= bytes) return *reinterpret_cast<const uint2 *>(buf + 8 * i);
+    uint64_t v = 0;
+    for (size_t j = 8 * i; j < bytes; ++j)
+        v |= (uint64_t)(uint8_t)buf[j] << (8 * (j - 8 * i));
+    return make_uint2((uint32_t)v, (uint32_t)(v >> 32));
+}
+
+// Writes the first min(8, bytes - 8*i) bytes of v at byte offset 8*i of buf.
+__device__ __forceinline__ void store8(char *buf, size_t i, size_t bytes, uint2 v) {
+    if (8 * i + 8 <= bytes) {
+        *reinterpret_cast<uint2 *>(buf + 8 * i) = v;
+        return;
+    }
+    const uint64_t w = (uint64_t)v.x | (uint64_t)v.y << 32;
+    for (size_t j = 8 * i; j < bytes; ++j) buf[j] = (char)(w >> (8 * (j - 8 * i)));
+}
+
+// Lines polled together (ld_lines); larger teams go group after group.
+constexpr int LL_GROUP = 8;
+
 template <typename T, int OP>
 __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
+    // Read with the broken flag below: one round trip for both.
+    const uint64_t steps = a.state->steps;
     if (block_broken(a)) return;
     const Waiter w(a, 4);
-    Step s = begin_step(a.state, 0);
-    Layout L{a, 0, s.parity};
-    const uint32_t flag = (uint32_t)(a.state->steps + 1) == 0 ? 1u : (uint32_t)(a.state->steps + 1);
+    const int parity = (int)(steps & 1);
+    Layout L{a, 0, parity};
+    const uint32_t flag = (uint32_t)(steps + 1) == 0 ? 1u : (uint32_t)(steps + 1);
     const char *in = static_cast<const char *>(a.input);
     char *out = static_cast<char *>(a.output);
     const size_t bytes = a.count * sizeof(T), lines = (bytes + 7) / 8;
+    // Slot [rank] on every member, looked up once for the block (nvshmem_ptr reads a table).
+    __shared__ uint4 *dst[NVSHMEMRS_ALLREDUCE_LL_MAX_PES];
+    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
+        dst[r] = static_cast<uint4 *>(nvshmem_ptr(L.slot(a.rank), a.pes[r]));
+    __syncthreads();
     // Block b owns lines [l0, l1); one line per thread per pass.
     size_t per = (lines + gridDim.x - 1) / gridDim.x;
     size_t l0 = per * blockIdx.x < lines ? per * blockIdx.x : lines;
     size_t l1 = l0 + per < lines ? l0 + per : lines;
-    for (int k = 1; k < a.n; ++k) {
-        int peer = (a.rank + k) % a.n;
-        uint4 *dst = static_cast<uint4 *>(nvshmem_ptr(L.slot(a.rank), a.pes[peer]));
-        for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-            uint2 v = load8(in, i, bytes);
-            st_line(dst + i, v.x, v.y, flag);
+    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        uint2 v = load8(in, i, bytes);
+        for (int k = 1, r = a.rank + 1; k < a.n; ++k, ++r) {
+            if (r == a.n) r = 0;
+            st_line(dst[r] + i, v.x, v.y, flag);
         }
     }
     using A = typename Acc<T>::type;
     constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;
     bool ok = true;
     for (size_t i = l0 + threadIdx.x; i < l1 && ok; i += blockDim.x) {
+        const uint2 mine = load8(in, i, bytes);
         A acc[PER];
-        for (int r = 0; r < a.n; ++r) {
-            uint2 v;
-            if (r == a.rank) {
-                v = load8(in, i, bytes);
-            } else if (!ld_line(reinterpret_cast<const uint4 *>(L.slot(r)) + i, flag, &v, w,
-                                a.pes[r])) {
+        // Ranks in order 0..n-1 on every PE: bit-identical results.
+        for (int r0 = 0; r0 < a.n && ok; r0 += LL_GROUP) {
+            uint2 got[LL_GROUP];
+            if (!ld_lines<LL_GROUP>(L, i, r0, a.n, a.rank, flag, got, w)) {
                 ok = false;
                 break;
             }
-            const T *x = reinterpret_cast<const T *>(&v);
 #pragma unroll
-            for (int k = 0; k < PER; ++k) {
-                A val = to_acc<T>(x[k]);
-                acc[k] = r == 0 ? val : combine<T, OP>(acc[k], val);
+            for (int j = 0; j < LL_GROUP; ++j) {
+                if (r0 + j >= a.n) continue;
+                const uint2 v = r0 + j == a.rank ? mine : got[j];
+                const T *x = reinterpret_cast<const T *>(&v);
+#pragma unroll
+                for (int k = 0; k < PER; ++k) {
+                    A val = to_acc<T>(x[k]);
+                    acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
+                }
             }
         }
         if (!ok) break;
-        T res[PER];
+        uint2 res;
+        T *r = reinterpret_cast<T *>(&res);
 #pragma unroll
-        for (int k = 0; k < PER; ++k) res[k] = finish<T, OP>(acc[k], a.n);
-        const char *r8 = reinterpret_cast<const char *>(res);
-        if (8 * i + 8 <= bytes) {
-            *reinterpret_cast<uint2 *>(out + 8 * i) = *reinterpret_cast<const uint2 *>(r8);
-        } else {
-            for (size_t j = 8 * i; j < bytes; ++j) out[j] = r8[j - 8 * i];
-        }
+        for (int k = 0; k < PER; ++k) r[k] = finish<T, OP>(acc[k], a.n);
+        store8(out, i, bytes, res);
     }
     if (__syncthreads_or(!ok)) return;
+    Step s{parity, {0, 0}};
     end_step(a, -1, s);
 }
 
+// Sources loaded before any is combined in the direct two-shot: one round trip over NVLink
+// for a group instead of one per peer.
+constexpr int DIRECT_GROUP = 8;
+
+// The direct two-shot's handshake for this block: thread r (r != rank) sets the block's
+// counter on member r to `call` (with `stored`, after a system fence, so that what the block
+// stored is visible first), then waits until member r set its counter here. False, for every
+// thread, when a wait failed.
+__device__ bool direct_handshake(const Waiter &w, const nvshmemrs_allreduce_args &a,
+                                 uint64_t *counters, uint64_t call, bool stored) {
+    constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
+    if (stored) {
+        fence_acq_rel_sys();
+        __syncthreads();
+    }
+    const size_t mine = (size_t)a.rank * DB + blockIdx.x;
+    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
+        if (r != a.rank) nvshmemx_signal_op(&counters[mine], call, NVSHMEM_SIGNAL_SET, a.pes[r]);
+    bool ok = true;
+    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
+        if (r != a.rank) ok = w.ge(&counters[(size_t)r * DB + blockIdx.x], call, a.pes[r]);
+    return !__syncthreads_or(!ok);
+}
+
 // Direct two-shot (algo 5), see the header. Loads bypass L1 (__ldcg): peers' inputs were
-// written by other GPUs.
+// written by other GPUs. Counters are set to the call number (not added to), so a call may use
+// any grid up to NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS: a counter skipped by small calls still
+// reads below the next call's number.
 template <typename T, int OP>
 __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
+    wait_for_previous_kernel();
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
+    const uint64_t call = a.state->direct_calls + 1;
     if (block_broken(a)) return;
     const Waiter w(a, 5);
-    const uint64_t want = a.state->direct_calls + 1;
-    const int blk = blockIdx.x;
     uint64_t *arrive = a.direct_flags, *done = a.direct_flags + (size_t)a.world * DB;
     __shared__ const T *src[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
-    if (threadIdx.x == 0) {
-        for (int k = 1; k < a.n; ++k) {
-            int peer = (a.rank + k) % a.n;
-            nvshmemx_signal_op(&arrive[(size_t)a.rank * DB + blk], 1, NVSHMEM_SIGNAL_ADD,
-                               a.pes[peer]);
-        }
-    }
-    bool ok = true;
     for (int r = threadIdx.x; r < a.n; r += blockDim.x) {
         src[r] = r == a.rank ? static_cast<const T *>(a.input)
                              : static_cast<const T *>(nvshmem_ptr(a.input, a.pes[r]));
         dst[r] = r == a.rank ? static_cast<T *>(a.output)
                              : static_cast<T *>(nvshmem_ptr(a.output, a.pes[r]));
-        if (r != a.rank && ok) ok = w.ge(&arrive[(size_t)r * DB + blk], want, a.pes[r]);
     }
-    __threadfence_system();
-    // A peer that never arrived may still be writing its input: touch nothing.
-    if (__syncthreads_or(!ok)) return;
+    // Entry: every member's input is ready. A peer that never arrived may still be writing its
+    // input: touch nothing.
+    if (!direct_handshake(w, a, arrive, call, false)) return;
     using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
     const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
     size_t c0 = chunk * a.rank < a.count ? chunk * a.rank : a.count;
     size_t c1 = c0 + chunk < a.count ? c0 + chunk : a.count;
     size_t b, e;
-    part_of<T>(c1 - c0, gridDim.x, blk, &b, &e);
+    part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
     b += c0;
     e += c0;
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         size_t i = b + v * V;
         A acc[V];
-        for (int r = 0; r < a.n; ++r) {
-            uint4 raw = __ldcg(reinterpret_cast<const uint4 *>(src[r] + i));
-            const T *x = reinterpret_cast<const T *>(&raw);
+        for (int r0 = 0; r0 < a.n; r0 += DIRECT_GROUP) {
+            uint4 raw[DIRECT_GROUP];
 #pragma unroll
-            for (int k = 0; k < V; ++k) {
-                A val = to_acc<T>(x[k]);
-                acc[k] = r == 0 ? val : combine<T, OP>(acc[k], val);
+            for (int j = 0; j < DIRECT_GROUP; ++j)
+                if (r0 + j < a.n) raw[j] = __ldcg(reinterpret_cast<const uint4 *>(src[r0 + j] + i));
+#pragma unroll
+            for (int j = 0; j < DIRECT_GROUP; ++j) {
+                if (r0 + j >= a.n) continue;
+                const T *x = reinterpret_cast<const T *>(&raw[j]);
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    A val = to_acc<T>(x[k]);
+                    acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
+                }
             }
         }
         uint4 res;
         T *out = reinterpret_cast<T *>(&res);
 #pragma unroll
         for (int k = 0; k < V; ++k) out[k] = finish<T, OP>(acc[k], a.n);
-        for (int k = 0; k < a.n; ++k) {
-            int r = (a.rank + k) % a.n;
+        for (int k = 0, r = a.rank; k < a.n; ++k, ++r) {
+            if (r == a.n) r = 0;
             *reinterpret_cast<uint4 *>(dst[r] + i) = res;
         }
     }
@@ -638,24 +724,14 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
         T res = finish<T, OP>(acc, a.n);
         for (int r = 0; r < a.n; ++r) dst[r][i] = res;
     }
-    // Exit: this block's stores have landed everywhere before its peers hear of it.
-    __threadfence_system();
-    __syncthreads();
+    // Exit: this block's stores have landed everywhere, and its peers are done reading this
+    // PE's input, before anyone returns.
+    if (!direct_handshake(w, a, done, call, true)) return;
     if (threadIdx.x == 0) {
-        for (int k = 1; k < a.n; ++k) {
-            int peer = (a.rank + k) % a.n;
-            nvshmemx_signal_op(&done[(size_t)a.rank * DB + blk], 1, NVSHMEM_SIGNAL_ADD,
-                               a.pes[peer]);
-        }
-    }
-    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
-        if (r != a.rank) ok = w.ge(&done[(size_t)r * DB + blk], want, a.pes[r]);
-    __threadfence();
-    if (__syncthreads_or(!ok)) return;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        if (atomicAdd(&a.state->done, 1u) == gridDim.x - 1) {
-            a.state->direct_calls = want;
+        // As in end_step.
+        const bool last = gridDim.x == 1 || atomicAdd(&a.state->done, 1u) == gridDim.x - 1;
+        if (last) {
+            a.state->direct_calls = call;
             a.state->steps += 1;
             a.state->done = 0;
             __threadfence();
@@ -667,6 +743,7 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
 // compares ranks t, t + blockDim.x, ...
 __global__ void check_header_kernel(nvshmemrs_allreduce_args a, uint64_t *headers,
                                     uint64_t *header_flags, uint64_t call, uint64_t meta) {
+    wait_for_previous_kernel();
     if (block_broken(a)) return;
     const Waiter w(a, -1);
     __shared__ uint64_t mine[NVSHMEMRS_ALLREDUCE_HEADER_WORDS];
@@ -741,20 +818,20 @@ struct Launch {
     cudaStream_t stream;
     template <typename T, int OP> cudaError_t run() const {
         switch (algo) {
-        case 0: oneshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
-        case 1: twoshot_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
-        case 2: ring_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
-        case 3: rd_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
-        case 4: oneshot_ll_kernel<T, OP><<<blocks, threads, 0, stream>>>(args); break;
+        case 0: return launch_pdl(oneshot_kernel<T, OP>, blocks, threads, stream, args);
+        case 1: return launch_pdl(twoshot_kernel<T, OP>, blocks, threads, stream, args);
+        case 2: return launch_pdl(ring_kernel<T, OP>, blocks, threads, stream, args);
+        case 3: return launch_pdl(rd_kernel<T, OP>, blocks, threads, stream, args);
+        case 4:
+            if (args.n > NVSHMEMRS_ALLREDUCE_LL_MAX_PES) return cudaErrorInvalidValue;
+            return launch_pdl(oneshot_ll_kernel<T, OP>, blocks, threads, stream, args);
         case 5:
-            if (blocks != NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS ||
+            if (blocks < 1 || blocks > NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS ||
                 args.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES)
                 return cudaErrorInvalidValue;
-            twoshot_direct_kernel<T, OP><<<blocks, threads, 0, stream>>>(args);
-            break;
+            return launch_pdl(twoshot_direct_kernel<T, OP>, blocks, threads, stream, args);
         default: return cudaErrorInvalidValue;
         }
-        return cudaGetLastError();
     }
 };
 
@@ -766,8 +843,8 @@ extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
                                                 cudaStream_t stream) {
     if (args.n < 1 || args.n > args.world || args.rank < 0 || args.rank >= args.n || call == 0)
         return cudaErrorInvalidValue;
-    check_header_kernel<<<1, 32, 0, stream>>>(args, headers, header_flags, call, meta);
-    return (int)cudaGetLastError();
+    return (int)launch_pdl(check_header_kernel, 1, 32, stream, args, headers, header_flags, call,
+                           meta);
 }
 
 extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,

@@ -21,13 +21,15 @@
  *        4 one-shot with the low-latency protocol: every 16-byte line carries 8 bytes of data
  *        and the step's flag twice (each 8-byte half is written atomically), so the receiver
  *        polls the data itself: no fence, no separate signal. Direct stores only: the host uses
- *        it only when every member is mapped (nvshmem_ptr) and the buffers are 8-byte aligned;
- *        the payload is at most slot_bytes / 2.
+ *        it only when every member is mapped (nvshmem_ptr), the buffers are 8-byte aligned and
+ *        the team has at most NVSHMEMRS_ALLREDUCE_LL_MAX_PES members; the payload is at most
+ *        slot_bytes / 2.
  *        5 two-shot, direct: every member mapped, buffers 16-byte aligned; no receive slots and
  *        no segments. Block b of each PE reads part b of its own chunk from every member's
  *        input (loads over NVLink), reduces it and stores the result into every member's
  *        output; one handshake per block on entry (inputs ready) and on exit (all stores
- *        landed, all reads of this PE's input done). Grid: NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS.
+ *        landed, all reads of this PE's input done). Any grid up to
+ *        NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS (the counters are set to the call number).
  * Every wait has a deadline (timeout_ns after it starts). A wait that misses it records
  * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
  * moves no data again (the host reports the failure as Error::Timeout).
@@ -40,8 +42,10 @@
 #include <stdint.h>
 
 #define NVSHMEMRS_ALLREDUCE_ALGOS 4
-/* Fixed grid of the direct two-shot: its arrival counters are per (source, block). */
-#define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 128
+/* Largest grid of the direct two-shot: its counters are per (source, block). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 256
+/* Largest team the low-latency one-shot serves (peer pointers live in shared memory). */
+#define NVSHMEMRS_ALLREDUCE_LL_MAX_PES 64
 /* Largest team the direct two-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
 /* What waited, in the status record (device/deadline.cuh, src/deadline.rs WaitOp). */

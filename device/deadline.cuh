@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "fence.cuh"
+
 // Mirrored by RawStatus in src/deadline.rs (nvshmemrs_wait_status_size checks the size).
 // Every field is 64 bits wide so that both sides agree on the layout without padding rules.
 struct nvshmemrs_wait_status {
@@ -77,7 +79,8 @@ static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site,
 }
 
 // Spins until *sig >= want or the deadline (an absolute %globaltimer value) passes. On success
-// the caller's later loads see what the signalling PE wrote before its signal. On timeout, or
+// the caller's later loads see what the signalling PE wrote before its signal (an acquire at
+// system scope: the signal may come from another GPU). On timeout, or
 // when the object is already broken, returns false (a timeout is recorded).
 static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
                                          uint64_t deadline_ns,
@@ -85,14 +88,14 @@ static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
     const uint64_t start = nvshmemrs_globaltimer();
     uint64_t seen = *sig;
     if (seen >= want) {
-        __threadfence();
+        fence_acq_rel_sys();
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            __threadfence();
+            fence_acq_rel_sys();
             return true;
         }
         // The clock and the broken flag are read every 256 polls only: the poll stays hot.
@@ -119,7 +122,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
                                              const nvshmemrs_wait_site &site) {
     uint64_t seen = *sig;
     if (seen >= want) {
-        __threadfence();
+        fence_acq_rel_sys();
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
@@ -127,7 +130,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            __threadfence();
+            fence_acq_rel_sys();
             return true;
         }
         if ((spin & 255) == 0) {

@@ -132,16 +132,108 @@ pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
 /// loses to recursive doubling from 1 MiB (14.0 vs 12.8 us).
 pub const LL_MAX_DEFAULT: usize = 512 << 10;
 
-fn ll_max_from_env() -> Result<usize> {
-    match std::env::var(LL_MAX_ENV) {
+/// A size from `var` (65536, 64K, 1M, ...), or `default` when unset or empty.
+fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> Result<usize> {
+    match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => {
             crate::buffer::parse_nvshmem_size(&v).ok_or(Error::InvalidEnv {
-                var: LL_MAX_ENV,
+                var,
                 value: v,
-                expected: "a size in bytes such as 65536, 64K or 0 (off)",
+                expected,
             })
         }
-        _ => Ok(LL_MAX_DEFAULT),
+        _ => Ok(default),
+    }
+}
+
+fn ll_max_from_env() -> Result<usize> {
+    size_from_env(
+        LL_MAX_ENV,
+        LL_MAX_DEFAULT,
+        "a size in bytes such as 65536, 64K or 0 (off)",
+    )
+}
+
+/// Two-shot messages from this many bytes on take the direct protocol (loads and stores over
+/// the peer mappings, no receive slots) where every member is mapped; below, the slot protocol
+/// that also runs across nodes. Default [`DIRECT_MIN_DEFAULT`]; a huge value (`1T`) turns the
+/// direct protocol off.
+pub const DIRECT_MIN_ENV: &str = "NVSH_ALLREDUCE_DIRECT_MIN";
+/// The direct protocol's grid scales with the message, so it wins at every size where it runs.
+pub const DIRECT_MIN_DEFAULT: usize = 0;
+/// Threads per block of the direct two-shot (a multiple of 32, 32 to 1024; default 512).
+pub const DIRECT_THREADS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_THREADS";
+/// Most blocks of the direct two-shot (1 to 256; default 128).
+pub const DIRECT_BLOCKS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCKS";
+/// Bytes of its own chunk each block of the direct two-shot reduces, at least (default 16K: two
+/// 16-byte vectors per thread of 512); the grid is the chunk over this, up to the most blocks.
+pub const DIRECT_BLOCK_BYTES_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCK_BYTES";
+
+/// Largest grid of the direct two-shot (device/allreduce.h).
+const DIRECT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
+
+/// When the direct two-shot runs and with what launch shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirectShape {
+    min_bytes: usize,
+    threads: usize,
+    max_blocks: usize,
+    block_bytes: usize,
+}
+
+impl DirectShape {
+    fn from_env() -> Result<DirectShape> {
+        let shape = DirectShape {
+            min_bytes: size_from_env(
+                DIRECT_MIN_ENV,
+                DIRECT_MIN_DEFAULT,
+                "a size in bytes such as 1M, or 1T to turn the direct protocol off",
+            )?,
+            threads: size_from_env(DIRECT_THREADS_ENV, 512, "a multiple of 32 from 32 to 1024")?,
+            max_blocks: size_from_env(DIRECT_BLOCKS_ENV, 128, "a block count from 1 to 256")?,
+            block_bytes: size_from_env(
+                DIRECT_BLOCK_BYTES_ENV,
+                16 << 10,
+                "a size in bytes of at least 16, such as 16K",
+            )?,
+        };
+        let bad = |var: &'static str, value: usize, expected: &'static str| {
+            Err(Error::InvalidEnv {
+                var,
+                value: value.to_string(),
+                expected,
+            })
+        };
+        if shape.threads % 32 != 0 || !(32..=1024).contains(&shape.threads) {
+            return bad(
+                DIRECT_THREADS_ENV,
+                shape.threads,
+                "a multiple of 32 from 32 to 1024",
+            );
+        }
+        if !(1..=DIRECT_BLOCKS_MAX).contains(&shape.max_blocks) {
+            return bad(
+                DIRECT_BLOCKS_ENV,
+                shape.max_blocks,
+                "a block count from 1 to 256",
+            );
+        }
+        if shape.block_bytes < 16 {
+            return bad(
+                DIRECT_BLOCK_BYTES_ENV,
+                shape.block_bytes,
+                "a size in bytes of at least 16, such as 16K",
+            );
+        }
+        Ok(shape)
+    }
+
+    /// Blocks for a message of `bytes` over `n` members: one per `block_bytes` of a chunk.
+    fn blocks(&self, bytes: usize, n: usize) -> usize {
+        bytes
+            .div_ceil(n.max(1))
+            .div_ceil(self.block_bytes)
+            .clamp(1, self.max_blocks)
     }
 }
 
@@ -164,27 +256,24 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
     }
 }
 
-/// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (2026-11-22; f32 and bf16
-/// alike, so no dtype-specific row yet). Two-shot here means its direct protocol from 1 MiB
-/// where every member is mapped (one node); across nodes it falls back to receive slots.
-/// - 2 PEs: one-shot (low-latency protocol) up to 512 KiB (5.3 us at 4 KiB, 9.7 us at 512 KiB),
-///   recursive doubling from 1 to 4 MiB (12.9 / 17.7 / 25.9 us), two-shot above (40.6 us at
-///   8 MiB, 325 GB/s busbw at 256 MiB; the ring reaches 231).
-/// - 3-4 PEs (measured at 4): one-shot up to 256 KiB (6.4 us at 4 KiB, 13.6 us at 256 KiB),
-///   recursive doubling to 2 MiB (17.5 / 21.6 / 31.1 us), two-shot above (309 GB/s busbw at
-///   256 MiB; the ring reaches 244).
-/// - 5-8 PEs (measured at 8, NVSwitch, NCCL without NVLS): one-shot up to 128 KiB (9.0 us at
-///   4 KiB, 10.7 at 64 KiB, 13.7 at 128 KiB; NCCL 16.3-18.8), recursive doubling to 2 MiB
-///   (22.1 / 24.8 / 31.0 / 44.7 us; NCCL is faster here: 18.9-31.5), two-shot above (303 GB/s
-///   busbw at 256 MiB against NCCL's 348).
+/// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (f32 and bf16 alike, so no
+/// dtype-specific row yet). Two-shot here means its direct protocol where every member is mapped
+/// (one node); across nodes it falls back to receive slots.
+/// - 2 PEs (2026-11-22, session 11): one-shot (low-latency protocol) up to 512 KiB (4.3 us at
+///   4 KiB, 10.1 us at 512 KiB), recursive doubling for 1 and 2 MiB (12.2 / 16.9 us), two-shot
+///   above (23.3 us at 4 MiB, 330 GB/s busbw at 256 MiB).
+/// - 3-4 PEs (measured at 4): one-shot up to 256 KiB (4.8 us at 4 KiB, 10.7 us at 256 KiB),
+///   two-shot above (15.3 us at 512 KiB, 23.4 us at 2 MiB, 312 GB/s busbw at 256 MiB).
+/// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
+///   up to 128 KiB (9.0 us at 4 KiB, 13.7 at 128 KiB), recursive doubling to 2 MiB, two-shot
+///   above (303 GB/s busbw at 256 MiB).
 /// - more: recursive doubling for small messages, the ring for large ones.
 pub const SELECTION: &[SelectionRule] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
     rule(2, 512 << 10, AllreduceAlgo::OneShot),
-    rule(2, 4 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(2, 2 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(2, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 256 << 10, AllreduceAlgo::OneShot),
-    rule(4, 2 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
     rule(8, 128 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
@@ -302,8 +391,9 @@ pub struct Allreduce<'nv> {
     all_mapped: bool,
     /// Low-latency one-shot up to this many bytes (0: never).
     ll_max: usize,
-    /// Arrival counters of the direct two-shot: 2 phases x world x DIRECT_BLOCKS.
+    /// Arrival counters of the direct two-shot: 2 phases x world x DIRECT_BLOCKS_MAX.
     direct_flags: SymmetricBuffer<'nv, u64>,
+    direct_shape: DirectShape,
     /// Where a kernel records a wait past its deadline (or, checked, a header mismatch).
     status: StatusRecord,
     timeout: Duration,
@@ -312,12 +402,6 @@ pub struct Allreduce<'nv> {
     checked: Option<(SymmetricBuffer<'nv, u64>, SymmetricBuffer<'nv, u64>)>,
     calls: u64,
 }
-
-/// Grid of the direct two-shot (device/allreduce.h).
-const DIRECT_BLOCKS: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
-/// Two-shot messages from this size on use the direct protocol where every member is mapped:
-/// below it the per-block handshakes of a 128-block grid cost more than slots do.
-const DIRECT_MIN_BYTES: usize = 1 << 20;
 
 impl Nvshmem {
     /// A workspace over all PEs whose receive slots hold `slot_bytes` each (2 x n_pes of them).
@@ -337,6 +421,7 @@ impl Nvshmem {
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
         let ll_max = ll_max_from_env()?;
+        let direct_shape = DirectShape::from_env()?;
         let checked = checked_from_env()?;
         self.check_peers("allreduce_workspace")?;
         let slot_bytes = slot_bytes.max(4096).next_multiple_of(256);
@@ -355,7 +440,7 @@ impl Nvshmem {
         let scratch = self.alloc::<u8>(2 * world * slot_bytes)?;
         let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
-        let direct_flags = self.alloc_zeroed::<u64>(2 * world * DIRECT_BLOCKS)?;
+        let direct_flags = self.alloc_zeroed::<u64>(2 * world * DIRECT_BLOCKS_MAX)?;
         let header_words = sys::NVSHMEMRS_ALLREDUCE_HEADER_WORDS as usize;
         let checked = if checked {
             Some((
@@ -386,6 +471,7 @@ impl Nvshmem {
             all_mapped,
             ll_max,
             direct_flags,
+            direct_shape,
             status: StatusRecord::new(self.context())?,
             timeout: self.timeout(),
             checked,
@@ -591,7 +677,7 @@ impl<'nv> Allreduce<'nv> {
             && self.all_mapped
             && aligned16
             && self.n as u32 <= sys::NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES
-            && input.num_bytes() >= DIRECT_MIN_BYTES
+            && input.num_bytes() >= self.direct_shape.min_bytes
     }
 
     /// Launches one segment's kernel (with `direct`, the whole message's, as [`Self::direct`]
@@ -614,16 +700,23 @@ impl<'nv> Allreduce<'nv> {
         let low_latency = algo == AllreduceAlgo::OneShot
             && self.all_mapped
             && aligned8
+            && self.n as u32 <= sys::NVSHMEMRS_ALLREDUCE_LL_MAX_PES
             && bytes <= self.ll_max
             && 2 * bytes <= self.slot_bytes;
-        let (code, blocks) = match algo {
+        let (code, blocks, threads) = match algo {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
-            _ if low_latency => (4, parts(bytes, 4 << 10, 32)),
-            _ if direct => (5, DIRECT_BLOCKS),
+            _ if low_latency => (4, parts(bytes, 4 << 10, 32), 512),
+            _ if direct => (
+                5,
+                self.direct_shape.blocks(bytes, n),
+                self.direct_shape.threads,
+            ),
             AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
-                (algo.code(), parts(bytes / n, 32 << 10, 64))
+                (algo.code(), parts(bytes / n, 32 << 10, 64), 512)
             }
-            _ => (algo.code(), parts(bytes, 16 << 10, 32)),
+            // One 16 KiB part per block; up to 128 blocks, since a whole message crosses
+            // each link and 32 SMs cannot fill NVLink with stores.
+            _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
         };
         let args = self.args(rank, &input, &output);
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
@@ -635,7 +728,7 @@ impl<'nv> Allreduce<'nv> {
                 op as i32,
                 args,
                 blocks as i32,
-                512,
+                threads as i32,
                 raw_stream(stream),
             )
         };
@@ -740,10 +833,10 @@ mod tests {
         assert_eq!(pick(2, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(2, 4 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(2, 2 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 4 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 256 << 10), AllreduceAlgo::OneShot);
-        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 128 << 10), AllreduceAlgo::OneShot);
@@ -752,6 +845,52 @@ mod tests {
         assert_eq!(pick(8, 64 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(16, 256 << 20), AllreduceAlgo::Ring);
+    }
+
+    #[test]
+    fn the_direct_shape_comes_from_the_environment_and_scales_with_the_message() {
+        let shape = with_env(&[], DirectShape::from_env).unwrap();
+        assert_eq!(shape.min_bytes, DIRECT_MIN_DEFAULT);
+        assert_eq!(
+            (shape.threads, shape.max_blocks, shape.block_bytes),
+            (512, 128, 16 << 10)
+        );
+        // One block per 16 KiB of a PE's chunk, from 1 to 128.
+        assert_eq!(shape.blocks(4096, 8), 1);
+        assert_eq!(shape.blocks(1 << 20, 8), 8);
+        assert_eq!(shape.blocks(2 << 20, 2), 64);
+        assert_eq!(shape.blocks(8 << 20, 2), 128);
+        assert_eq!(shape.blocks(256 << 20, 8), 128);
+        let tuned = with_env(
+            &[
+                (DIRECT_MIN_ENV, "1M"),
+                (DIRECT_THREADS_ENV, "1024"),
+                (DIRECT_BLOCKS_ENV, "256"),
+                (DIRECT_BLOCK_BYTES_ENV, "16K"),
+            ],
+            DirectShape::from_env,
+        )
+        .unwrap();
+        assert_eq!(
+            tuned,
+            DirectShape {
+                min_bytes: 1 << 20,
+                threads: 1024,
+                max_blocks: 256,
+                block_bytes: 16 << 10
+            }
+        );
+        for (var, value) in [
+            (DIRECT_THREADS_ENV, "100"),
+            (DIRECT_THREADS_ENV, "2048"),
+            (DIRECT_BLOCKS_ENV, "0"),
+            (DIRECT_BLOCKS_ENV, "257"),
+            (DIRECT_BLOCK_BYTES_ENV, "8"),
+            (DIRECT_MIN_ENV, "big"),
+        ] {
+            let err = with_env(&[(var, value)], DirectShape::from_env).unwrap_err();
+            assert!(err.to_string().contains(var), "{var}={value}: {err}");
+        }
     }
 
     #[test]

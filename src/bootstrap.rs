@@ -208,7 +208,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 11] = [
+    const ALL: [&str; 15] = [
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -220,6 +220,10 @@ pub(crate) mod tests {
         "OMPI_COMM_WORLD_LOCAL_RANK",
         crate::allreduce::ALGO_ENV,
         crate::allreduce::LL_MAX_ENV,
+        crate::allreduce::DIRECT_MIN_ENV,
+        crate::allreduce::DIRECT_THREADS_ENV,
+        crate::allreduce::DIRECT_BLOCKS_ENV,
+        crate::allreduce::DIRECT_BLOCK_BYTES_ENV,
     ];
 
     /// Runs `f` with exactly `vars` set among the variables the bootstraps (and the allreduce

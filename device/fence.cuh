@@ -1,0 +1,12 @@
+// Release/acquire fence at system scope, for the handshakes of kernels that store into peers'
+// memory over NVLink and then raise a flag there (or see a flag, then read what came with it).
+// __threadfence_system() is the sequentially consistent fence.sc.sys, stronger than a
+// release/acquire handshake needs.
+#ifndef NVSHMEM_RS_FENCE_CUH
+#define NVSHMEM_RS_FENCE_CUH
+
+static __device__ __forceinline__ void fence_acq_rel_sys() {
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+#endif
