@@ -24,6 +24,11 @@ mkdir -p "$logdir"
 
 passed=0 failed=0 failures=()
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# Only the GPUs the processes will see count: a CUDA_VISIBLE_DEVICES list narrows them.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    visible=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+    [ "$visible" -lt "$gpus" ] && gpus=$visible
+fi
 # run_case NAME COMMAND...: runs it with a time limit, prints its output, counts the outcome.
 run_case() {
     local name=$1
