@@ -127,6 +127,47 @@ __device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint6
 }
 
 
+// block_put_signal to every other member at once: member r gets `bytes` from src(r) at dst
+// (a symmetric address) and 1 added to `flag`. Mapped members take direct stores, then one fence
+// for all of them and their signals in parallel (thread k signals the k-th); the others take
+// NVSHMEM puts with signal. `part(r, &src, &bytes)` names what goes to rank r; dst(r) likewise.
+template <typename Part>
+__device__ void block_put_signal_all(const nvshmemrs_allreduce_args &a, Part part,
+                                     uint64_t *flag) {
+    bool mapped_any = false;
+    for (int k = 1; k < a.n; ++k) {
+        const int r = (a.rank + k) % a.n;
+        char *dst;
+        const char *src;
+        size_t bytes;
+        part(r, &dst, &src, &bytes);
+        char *peer = static_cast<char *>(nvshmem_ptr(dst, a.pes[r]));
+        if (peer != NULL) {
+            block_store(peer, src, bytes);
+            mapped_any = true;
+        } else if (bytes > 0) {
+            nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD,
+                                             a.pes[r]);
+        } else if (threadIdx.x == 0) {
+            nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.pes[r]);
+        }
+    }
+    if (mapped_any) {
+        fence_acq_rel_sys();
+        __syncthreads();
+        for (int k = 1 + threadIdx.x; k < a.n; k += blockDim.x) {
+            const int r = (a.rank + k) % a.n;
+            char *dst;
+            const char *src;
+            size_t bytes;
+            part(r, &dst, &src, &bytes);
+            if (nvshmem_ptr(dst, a.pes[r]) != NULL)
+                nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.pes[r]);
+        }
+    }
+    __syncthreads();
+}
+
 // The timeout of one launch's waits (each wait's deadline starts at its first clock check) and
 // where a miss is recorded.
 struct Waiter {
@@ -305,11 +346,14 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
     size_t b, e;
     part_of<T>(a.count, gridDim.x, blockIdx.x, &b, &e);
     uint64_t *cnt = L.counters(0);
-    for (int k = 1; k < a.n; ++k) {
-        int peer = (a.rank + k) % a.n;
-        block_put_signal(L.slot(a.rank) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
-                         (e - b) * sizeof(T), &cnt[a.rank], a.pes[peer]);
-    }
+    block_put_signal_all(
+        a,
+        [&](int, char **dst, const char **src, size_t *bytes) {
+            *dst = L.slot(a.rank) + b * sizeof(T);
+            *src = reinterpret_cast<const char *>(input + b);
+            *bytes = (e - b) * sizeof(T);
+        },
+        &cnt[a.rank]);
     if (!block_wait_others(w, a, cnt, s.want[0])) return;
     auto src = [&](int r) -> const T * {
         return r == a.rank ? input : reinterpret_cast<const T *>(L.slot(r));
@@ -337,15 +381,17 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
         *c1 = *c0 + chunk < a.count ? *c0 + chunk : a.count;
     };
     uint64_t *scatter = L.counters(0), *gather = L.counters(1);
-    for (int k = 1; k < a.n; ++k) {
-        int peer = (a.rank + k) % a.n;
-        size_t c0, c1, b, e;
-        chunk_range(peer, &c0, &c1);
-        part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
-        block_put_signal(L.slot(a.rank) + b * sizeof(T),
-                         reinterpret_cast<const char *>(input + c0 + b), (e - b) * sizeof(T),
-                         &scatter[a.rank], a.pes[peer]);
-    }
+    block_put_signal_all(
+        a,
+        [&](int peer, char **dst, const char **src, size_t *bytes) {
+            size_t c0, c1, b, e;
+            chunk_range(peer, &c0, &c1);
+            part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
+            *dst = L.slot(a.rank) + b * sizeof(T);
+            *src = reinterpret_cast<const char *>(input + c0 + b);
+            *bytes = (e - b) * sizeof(T);
+        },
+        &scatter[a.rank]);
     if (!block_wait_others(w, a, scatter, s.want[0])) return;
     size_t c0, c1, b, e;
     chunk_range(a.rank, &c0, &c1);
@@ -354,12 +400,14 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
         return r == a.rank ? input + c0 : reinterpret_cast<const T *>(L.slot(r));
     };
     block_reduce<T, OP>(src, a.n, output + c0, b, e, true, a.n);
-    for (int k = 1; k < a.n; ++k) {
-        int peer = (a.rank + k) % a.n;
-        block_put_signal(reinterpret_cast<char *>(output + c0 + b),
-                         reinterpret_cast<const char *>(output + c0 + b), (e - b) * sizeof(T),
-                         &gather[a.rank], a.pes[peer]);
-    }
+    block_put_signal_all(
+        a,
+        [&](int, char **dst, const char **src, size_t *bytes) {
+            *dst = reinterpret_cast<char *>(output + c0 + b);
+            *src = reinterpret_cast<const char *>(output + c0 + b);
+            *bytes = (e - b) * sizeof(T);
+        },
+        &gather[a.rank]);
     if (!block_wait_others(w, a, gather, s.want[1])) return;
     end_step(a, algo, s);
 }

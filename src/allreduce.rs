@@ -126,11 +126,14 @@ pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
 
 /// Largest one-shot payload (bytes) sent with the low-latency protocol (data and flag in the same
 /// line: no fence and no separate signal) when every member is mapped by NVLink/PCIe. `0` turns
-/// it off. Default [`LL_MAX_DEFAULT`].
+/// it off. Default [`LL_MAX_DEFAULT`] for 2 PEs, [`LL_MAX_DEFAULT_WIDE`] for more.
 pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
-/// Measured on two NVLinked H200: the protocol beats NCCL up to 512 KiB (9.5 vs 10.2 us) and
-/// loses to recursive doubling from 1 MiB (14.0 vs 12.8 us).
+/// Measured on two NVLinked H200: the protocol beats NCCL up to 512 KiB (9.8 vs 10.1 us) and
+/// the signal-based one-shot there (10.6 us); it loses to recursive doubling from 1 MiB.
 pub const LL_MAX_DEFAULT: usize = 512 << 10;
+/// From 3 PEs the protocol's doubled bytes cost more sooner: on 4 H200 at 512 KiB it took
+/// 16.6 us, the signal-based one-shot 14.0 us (NCCL 14.2).
+pub const LL_MAX_DEFAULT_WIDE: usize = 256 << 10;
 
 /// A size from `var` (65536, 64K, 1M, ...), or `default` when unset or empty.
 fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> Result<usize> {
@@ -146,10 +149,15 @@ fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> R
     }
 }
 
-fn ll_max_from_env() -> Result<usize> {
+/// The low-latency protocol's limit for a team of `n` PEs.
+fn ll_max_from_env(n: i32) -> Result<usize> {
     size_from_env(
         LL_MAX_ENV,
-        LL_MAX_DEFAULT,
+        if n <= 2 {
+            LL_MAX_DEFAULT
+        } else {
+            LL_MAX_DEFAULT_WIDE
+        },
         "a size in bytes such as 65536, 64K or 0 (off)",
     )
 }
@@ -259,11 +267,12 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 /// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (f32 and bf16 alike, so no
 /// dtype-specific row yet). Two-shot here means its direct protocol where every member is mapped
 /// (one node); across nodes it falls back to receive slots.
-/// - 2 PEs (2026-11-22, session 11): one-shot (low-latency protocol) up to 512 KiB (4.3 us at
-///   4 KiB, 10.1 us at 512 KiB), recursive doubling for 1 and 2 MiB (12.2 / 16.9 us), two-shot
-///   above (23.3 us at 4 MiB, 330 GB/s busbw at 256 MiB).
-/// - 3-4 PEs (measured at 4): one-shot up to 256 KiB (4.8 us at 4 KiB, 10.7 us at 256 KiB),
-///   two-shot above (15.3 us at 512 KiB, 23.4 us at 2 MiB, 312 GB/s busbw at 256 MiB).
+/// - 2 PEs (2026-11-22): one-shot (low-latency protocol) up to 512 KiB (4.3 us at 4 KiB, 9.8 us
+///   at 512 KiB), recursive doubling from 1 to 8 MiB (12.2 / 15.4 / 22.0 / 35.4 us), two-shot
+///   above (61.4 us at 16 MiB, 331 GB/s busbw at 256 MiB).
+/// - 3-4 PEs (measured at 4): one-shot up to 512 KiB (low-latency protocol to 256 KiB: 4.7 us at
+///   4 KiB, 10.4 us at 256 KiB; signal-based 14.0 us at 512 KiB), two-shot above (17.4 us at
+///   1 MiB, 21.7 us at 2 MiB, 312 GB/s busbw at 256 MiB).
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
 ///   up to 128 KiB (9.0 us at 4 KiB, 13.7 at 128 KiB), recursive doubling to 2 MiB, two-shot
 ///   above (303 GB/s busbw at 256 MiB).
@@ -271,9 +280,9 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 pub const SELECTION: &[SelectionRule] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
     rule(2, 512 << 10, AllreduceAlgo::OneShot),
-    rule(2, 2 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(2, 8 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(2, usize::MAX, AllreduceAlgo::TwoShot),
-    rule(4, 256 << 10, AllreduceAlgo::OneShot),
+    rule(4, 512 << 10, AllreduceAlgo::OneShot),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
     rule(8, 128 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
@@ -420,7 +429,6 @@ impl Nvshmem {
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
-        let ll_max = ll_max_from_env()?;
         let direct_shape = DirectShape::from_env()?;
         let checked = checked_from_env()?;
         self.check_peers("allreduce_workspace")?;
@@ -437,6 +445,7 @@ impl Nvshmem {
             }
             None => (0, None),
         };
+        let ll_max = ll_max_from_env(n)?;
         let scratch = self.alloc::<u8>(2 * world * slot_bytes)?;
         let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
@@ -711,11 +720,11 @@ impl<'nv> Allreduce<'nv> {
                 self.direct_shape.blocks(bytes, n),
                 self.direct_shape.threads,
             ),
+            // One 16 KiB part (of a chunk, or of the message) per block, up to 128 blocks:
+            // 32 SMs cannot fill NVLink with stores.
             AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
-                (algo.code(), parts(bytes / n, 32 << 10, 64), 512)
+                (algo.code(), parts(bytes / n, 16 << 10, 128), 512)
             }
-            // One 16 KiB part per block; up to 128 blocks, since a whole message crosses
-            // each link and 32 SMs cannot fill NVLink with stores.
             _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
         };
         let args = self.args(rank, &input, &output);
@@ -833,10 +842,10 @@ mod tests {
         assert_eq!(pick(2, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(2, 2 << 20), AllreduceAlgo::RecursiveDoubling);
-        assert_eq!(pick(2, 4 << 20), AllreduceAlgo::TwoShot);
-        assert_eq!(pick(4, 256 << 10), AllreduceAlgo::OneShot);
-        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 16 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 128 << 10), AllreduceAlgo::OneShot);
@@ -924,16 +933,17 @@ mod tests {
             assert_eq!(algo_from_env().unwrap(), None)
         });
         with_env(&[(LL_MAX_ENV, "0")], || {
-            assert_eq!(ll_max_from_env().unwrap(), 0)
+            assert_eq!(ll_max_from_env(2).unwrap(), 0)
         });
         with_env(&[(LL_MAX_ENV, "256K")], || {
-            assert_eq!(ll_max_from_env().unwrap(), 256 << 10)
+            assert_eq!(ll_max_from_env(8).unwrap(), 256 << 10)
         });
         with_env(&[], || {
-            assert_eq!(ll_max_from_env().unwrap(), LL_MAX_DEFAULT)
+            assert_eq!(ll_max_from_env(2).unwrap(), LL_MAX_DEFAULT);
+            assert_eq!(ll_max_from_env(4).unwrap(), LL_MAX_DEFAULT_WIDE)
         });
         with_env(&[(LL_MAX_ENV, "lots")], || {
-            assert!(ll_max_from_env().is_err())
+            assert!(ll_max_from_env(2).is_err())
         });
         with_env(&[(ALGO_ENV, "fastest")], || {
             let err = algo_from_env().unwrap_err().to_string();
