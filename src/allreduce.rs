@@ -139,7 +139,7 @@ pub const LL_MAX_DEFAULT_WIDE: usize = 256 << 10;
 fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> Result<usize> {
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => {
-            crate::buffer::parse_nvshmem_size(&v).ok_or(Error::InvalidEnv {
+            crate::env_value::parse_size(&v).ok_or(Error::InvalidEnv {
                 var,
                 value: v,
                 expected,
@@ -325,16 +325,12 @@ pub const CHECKED_ENV: &str = "NVSH_CHECKED";
 /// op or algorithm (`NVSH_CHECKED`, default: on in debug builds).
 pub fn checked_from_env() -> Result<bool> {
     match std::env::var(CHECKED_ENV) {
-        Ok(v) => match v.trim() {
-            "" => Ok(cfg!(debug_assertions)),
-            "1" | "on" | "true" | "yes" => Ok(true),
-            "0" | "off" | "false" | "no" => Ok(false),
-            _ => Err(Error::InvalidEnv {
-                var: CHECKED_ENV,
-                value: v,
-                expected: "1 (check every collective call's arguments across PEs) or 0",
-            }),
-        },
+        Ok(v) if v.trim().is_empty() => Ok(cfg!(debug_assertions)),
+        Ok(v) => crate::env_value::parse_bool(&v).ok_or(Error::InvalidEnv {
+            var: CHECKED_ENV,
+            value: v,
+            expected: "1 (check every collective call's arguments across PEs) or 0",
+        }),
         Err(_) => Ok(cfg!(debug_assertions)),
     }
 }
@@ -797,6 +793,13 @@ mod tests {
             assert!(checked_from_env().unwrap())
         });
         with_env(&[(CHECKED_ENV, "0")], || {
+            assert!(!checked_from_env().unwrap())
+        });
+        // NVSHMEM's boolean spellings, any case.
+        with_env(&[(CHECKED_ENV, "Yes")], || {
+            assert!(checked_from_env().unwrap())
+        });
+        with_env(&[(CHECKED_ENV, "off")], || {
             assert!(!checked_from_env().unwrap())
         });
         with_env(&[(CHECKED_ENV, "maybe")], || {

@@ -208,7 +208,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 15] = [
+    const ALL: [&str; 16] = [
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -224,6 +224,7 @@ pub(crate) mod tests {
         crate::allreduce::DIRECT_THREADS_ENV,
         crate::allreduce::DIRECT_BLOCKS_ENV,
         crate::allreduce::DIRECT_BLOCK_BYTES_ENV,
+        crate::allreduce::CHECKED_ENV,
     ];
 
     /// Runs `f` with exactly `vars` set among the variables the bootstraps (and the allreduce

@@ -227,24 +227,8 @@ impl<T: Element> DevicePtrMut<T> for SymView<'_, T> {
 pub(crate) fn initial_heap_bytes() -> usize {
     std::env::var("NVSHMEM_SYMMETRIC_SIZE")
         .ok()
-        .and_then(|v| parse_nvshmem_size(&v))
+        .and_then(|v| crate::env_value::parse_size(&v))
         .unwrap_or(1 << 30)
-}
-
-/// Parses NVSHMEM's size syntax ("1g", "512M", "3.5G", "1073741824").
-pub(crate) fn parse_nvshmem_size(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
-    let number: f64 = v[..split].parse().ok()?;
-    let shift = match v[split..].chars().next().map(|c| c.to_ascii_lowercase()) {
-        None => 0,
-        Some('k') => 10,
-        Some('m') => 20,
-        Some('g') => 30,
-        Some('t') => 40,
-        Some(_) => return None,
-    };
-    (number >= 0.0).then(|| (number * (1u64 << shift) as f64) as usize)
 }
 
 impl<T: Element> Drop for SymmetricBuffer<'_, T> {
@@ -377,21 +361,5 @@ impl<'a, T: Element> SymView<'a, T> {
             }?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_nvshmem_size;
-
-    #[test]
-    fn nvshmem_sizes_parse_like_nvshmem() {
-        assert_eq!(parse_nvshmem_size("1073741824"), Some(1 << 30));
-        assert_eq!(parse_nvshmem_size("1g"), Some(1 << 30));
-        assert_eq!(parse_nvshmem_size("20m"), Some(20 << 20));
-        assert_eq!(parse_nvshmem_size("20kk"), Some(20 << 10));
-        assert_eq!(parse_nvshmem_size(".5m"), Some(1 << 19));
-        assert_eq!(parse_nvshmem_size("3.1M"), Some(3_250_585));
-        assert_eq!(parse_nvshmem_size("x"), None);
     }
 }

@@ -571,22 +571,18 @@ fn check_mpi(mpi: &Mpi) -> Check {
     }
 }
 
-/// NVSHMEM's reading of a boolean variable: `Some(true)` for 1/y/yes/t/true, `Some(false)` for
-/// 0/n/no/f/false (any case), `None` for anything else.
-pub fn env_bool(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "y" | "yes" | "t" | "true" | "on" => Some(true),
-        "0" | "n" | "no" | "f" | "false" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 fn check_nvlink_multicast(report: &Report) -> Check {
     let why = "NVLink multicast (NVLS) must stay off on shared hosts, where it can take the GPUs \
                out of service: export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 (.deps/env.sh \
                sets both)";
-    let nvshmem_off = report.env("NVSHMEM_DISABLE_NVLS").and_then(env_bool) == Some(true);
-    let nccl_on = report.env("NCCL_NVLS_ENABLE").and_then(env_bool) == Some(true);
+    let nvshmem_off = report
+        .env("NVSHMEM_DISABLE_NVLS")
+        .and_then(crate::env_value::parse_bool)
+        == Some(true);
+    let nccl_on = report
+        .env("NCCL_NVLS_ENABLE")
+        .and_then(crate::env_value::parse_bool)
+        == Some(true);
     match report.env("NVSHMEM_DISABLE_NVLS") {
         None => Check::new(
             "nvlink multicast",
@@ -1697,17 +1693,6 @@ mod tests {
         assert_eq!(pcie_level(T::System), PcieLevel::AcrossSockets);
         assert_eq!(PcieLevel::SameSwitch.describe(), "same PCIe switch");
         assert_eq!(PcieLevel::AcrossSockets.describe(), "across CPU sockets");
-    }
-
-    #[test]
-    fn env_bool_reads_like_nvshmem() {
-        for v in ["1", "y", "YES", "true", "T"] {
-            assert_eq!(env_bool(v), Some(true), "{v}");
-        }
-        for v in ["0", "n", "No", "false"] {
-            assert_eq!(env_bool(v), Some(false), "{v}");
-        }
-        assert_eq!(env_bool("maybe"), None);
     }
 
     #[test]

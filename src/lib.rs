@@ -35,6 +35,7 @@ pub mod deadline;
 pub mod device_put;
 pub mod doctor;
 pub mod element;
+mod env_value;
 pub mod error;
 pub mod launcher;
 pub mod leak;
