@@ -11,6 +11,7 @@
 use crate::allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
 use crate::bench_put::{elapsed_ms, median, size_label, sizes};
 use crate::buffer::SymView;
+use crate::element::HostValue;
 use crate::error::{Error, Result};
 use crate::nccl_baseline::{HostExchange, NcclBaseline};
 use crate::ordering::raw_stream;
@@ -438,10 +439,8 @@ pub fn first_mismatch(
 }
 
 /// Element types of the benchmark: ours, NCCL's, and NVSHMEM's reduce for them.
-trait BenchElement: Reducible + NcclType {
+trait BenchElement: Reducible + NcclType + HostValue {
     const BENCH_DTYPE: BenchDtype;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64;
     /// NVSHMEM's host reduce on a stream for `op` and its name; None where NVSHMEM has none.
     ///
     /// # Safety
@@ -474,12 +473,6 @@ macro_rules! nvshmem_reduce_fns {
 
 impl BenchElement for f32 {
     const BENCH_DTYPE: BenchDtype = BenchDtype::F32;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
     unsafe fn nvshmem_reduce(
         op: ReduceOp,
         team: sys::nvshmem_team_t,
@@ -506,12 +499,6 @@ impl BenchElement for f32 {
 
 impl BenchElement for half::bf16 {
     const BENCH_DTYPE: BenchDtype = BenchDtype::Bf16;
-    fn from_f64(v: f64) -> Self {
-        half::bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        half::bf16::to_f64(self)
-    }
     unsafe fn nvshmem_reduce(
         op: ReduceOp,
         team: sys::nvshmem_team_t,

@@ -113,6 +113,42 @@ impl Atomic64 for i64 {
     }
 }
 
+/// Conversion to and from f64 for host-side values: test inputs, references and checks (the
+/// soak and the allreduce bench). `from_f64` is Rust's `as` for integers (truncating,
+/// saturating) and rounds to nearest for floats; `to_f64` is exact up to f64's 53-bit mantissa.
+pub trait HostValue: Element {
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! host_value_as {
+    ($($t:ty),*) => {$(
+        impl HostValue for $t {
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    )*};
+}
+host_value_as!(f32, f64, i32, i64, u32, u64);
+
+macro_rules! host_value_half {
+    ($($t:ty),*) => {$(
+        impl HostValue for $t {
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+        }
+    )*};
+}
+host_value_half!(half::f16, half::bf16);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +159,18 @@ mod tests {
         assert_eq!(Dtype::from_code(Dtype::U64 as u64), Some(Dtype::U64));
         assert_eq!(Dtype::from_code(0), Some(Dtype::F32));
         assert_eq!(Dtype::from_code(99), None);
+    }
+
+    #[test]
+    fn host_values_round_trip_and_round_like_their_types() {
+        assert_eq!(<i32 as HostValue>::from_f64(-2.9), -2);
+        assert_eq!(<u32 as HostValue>::from_f64(-1.0), 0);
+        assert_eq!(HostValue::to_f64(u64::MAX >> 11), (u64::MAX >> 11) as f64);
+        assert_eq!(
+            <half::bf16 as HostValue>::from_f64(1.0 + 1.0 / 256.0).to_f64(),
+            1.0
+        );
+        assert_eq!(<half::f16 as HostValue>::from_f64(0.25).to_f64(), 0.25);
+        assert_eq!(<f32 as HostValue>::from_f64(0.1).to_f64(), 0.1f32 as f64);
     }
 }

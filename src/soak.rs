@@ -11,6 +11,7 @@
 use crate::allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
 use crate::buffer::SymmetricBuffer;
 use crate::channel::Channel;
+use crate::element::HostValue;
 use crate::error::{Error, Result};
 use crate::runtime::Nvshmem;
 use cudarc::driver::CudaSlice;
@@ -136,40 +137,28 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// Element types of the soak: conversion to and from f64 (exact for the values used).
-pub trait SoakValue: Reducible {
+pub trait SoakValue: Reducible + HostValue {
     const SIGNED: bool;
     const FLOAT: bool;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64;
 }
 
-macro_rules! soak_int {
-    ($($t:ty, $signed:expr);*) => {$(
+macro_rules! soak_value {
+    ($($t:ty: $signed:expr, $float:expr);*) => {$(
         impl SoakValue for $t {
             const SIGNED: bool = $signed;
-            const FLOAT: bool = false;
-            fn from_f64(v: f64) -> Self { v as $t }
-            fn to_f64(self) -> f64 { self as f64 }
+            const FLOAT: bool = $float;
         }
     )*};
 }
-soak_int!(i32, true; i64, true; u32, false; u64, false);
-
-macro_rules! soak_float {
-    ($($t:ty: $from:expr, $to:expr);*) => {$(
-        impl SoakValue for $t {
-            const SIGNED: bool = true;
-            const FLOAT: bool = true;
-            fn from_f64(v: f64) -> Self { $from(v) }
-            fn to_f64(self) -> f64 { $to(self) }
-        }
-    )*};
-}
-soak_float!(
-    f32: |v| v as f32, |x| x as f64;
-    f64: |v| v, |x| x;
-    half::f16: half::f16::from_f64, half::f16::to_f64;
-    half::bf16: half::bf16::from_f64, half::bf16::to_f64
+soak_value!(
+    i32: true, false;
+    i64: true, false;
+    u32: false, false;
+    u64: false, false;
+    f32: true, true;
+    f64: true, true;
+    half::f16: true, true;
+    half::bf16: true, true
 );
 
 /// Input value of `pe` at `index` in call `salt`: small integers (1 or 2 for products), so
