@@ -521,6 +521,13 @@ impl<'nv> Allreduce<'nv> {
         self.checked.is_some()
     }
 
+    /// The protocol settings this workspace runs with (from the environment and the team size),
+    /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0, 512
+    /// threads x up to 128 blocks of 16K".
+    pub fn settings(&self) -> String {
+        describe_settings(self.ll_max, &self.direct_shape)
+    }
+
     /// The error a kernel of this workspace recorded (a wait past its deadline: a dead or
     /// out-of-step peer; in checked mode a peer with other arguments), without synchronising.
     /// `Ok` means none so far; work still queued may fail later. After an error the workspace
@@ -753,6 +760,23 @@ impl<'nv> Allreduce<'nv> {
     }
 }
 
+/// [`Allreduce::settings`] for these values.
+fn describe_settings(ll_max: usize, d: &DirectShape) -> String {
+    use crate::bench_put::size_label;
+    let ll = if ll_max == 0 {
+        "low-latency one-shot off".to_string()
+    } else {
+        format!("low-latency one-shot up to {}", size_label(ll_max))
+    };
+    format!(
+        "{ll}; direct two-shot from {}, {} threads x up to {} blocks of {}",
+        size_label(d.min_bytes),
+        d.threads,
+        d.max_blocks,
+        size_label(d.block_bytes)
+    )
+}
+
 /// Refuses an output that overlaps the input without being the same view: the kernels read
 /// parts of the input after other parts of the output were written.
 fn check_overlap<T: Element>(input: &SymView<'_, T>, output: &SymView<'_, T>) -> Result<()> {
@@ -903,6 +927,17 @@ mod tests {
             let err = with_env(&[(var, value)], DirectShape::from_env).unwrap_err();
             assert!(err.to_string().contains(var), "{var}={value}: {err}");
         }
+    }
+
+    #[test]
+    fn settings_read_as_the_bench_header_says() {
+        let shape = with_env(&[], DirectShape::from_env).unwrap();
+        assert_eq!(
+            describe_settings(LL_MAX_DEFAULT, &shape),
+            "low-latency one-shot up to 512K; direct two-shot from 0, 512 threads x up to 128 \
+             blocks of 16K"
+        );
+        assert!(describe_settings(0, &shape).starts_with("low-latency one-shot off; "));
     }
 
     #[test]

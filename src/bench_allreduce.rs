@@ -282,6 +282,8 @@ pub struct AllreduceBenchReport {
     pub reps: usize,
     pub warmup: usize,
     pub slot_bytes: usize,
+    /// Our protocol settings ([`Allreduce::settings`]), when our workspace was created.
+    pub settings: Option<String>,
     /// The loaded NCCL, when the NCCL baseline ran.
     pub nccl_version: Option<String>,
     /// NCCL_NVLS_ENABLE as the job saw it (NVLink multicast changes NCCL's speed).
@@ -610,6 +612,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Allreduc
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = ours.as_ref().map_or(opts.slot_bytes, Allreduce::slot_bytes);
+    let settings = ours.as_ref().ok().map(Allreduce::settings);
     let mut bench = Bench {
         nv,
         opts,
@@ -636,6 +639,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Allreduc
         reps: opts.reps.max(1),
         warmup: opts.warmup.max(1),
         slot_bytes,
+        settings,
         nccl_version,
         nccl_nvls_enable: std::env::var("NCCL_NVLS_ENABLE").ok(),
         candidates: opts.candidates.clone(),
@@ -852,6 +856,9 @@ pub fn render_table(r: &AllreduceBenchReport) -> String {
         nccl,
         size_label(r.slot_bytes)
     );
+    if let Some(settings) = &r.settings {
+        s += &format!("# ours: {settings}\n");
+    }
     s += &format!(
         "# us: median over {} reps of one call (CUDA events around back-to-back calls on one \
          stream, after {} warm-up calls)\n",
@@ -968,13 +975,15 @@ pub fn render_json(r: &AllreduceBenchReport) -> String {
     };
     format!(
         "{{\"n_pes\":{},\"gpu\":{},\"op\":{},\"reps\":{},\"warmup\":{},\"slot_bytes\":{},\
-         \"nccl_version\":{},\"nccl_nvls_enable\":{},\"candidates\":[{}],\"rows\":[{}]}}",
+         \"settings\":{},\"nccl_version\":{},\"nccl_nvls_enable\":{},\"candidates\":[{}],\
+         \"rows\":[{}]}}",
         r.n_pes,
         json_str(&r.gpu),
         json_str(op_name(r.op)),
         r.reps,
         r.warmup,
         r.slot_bytes,
+        json_opt_str(r.settings.as_deref()),
         json_opt_str(r.nccl_version.as_deref()),
         json_opt_str(r.nccl_nvls_enable.as_deref()),
         r.candidates
@@ -1014,6 +1023,7 @@ mod tests {
             reps: 20,
             warmup: 3,
             slot_bytes: 8 << 20,
+            settings: Some("low-latency one-shot up to 512K; direct two-shot from 0".into()),
             nccl_version: Some("2.27.3".into()),
             nccl_nvls_enable: Some("0".into()),
             candidates: Candidate::ALL.to_vec(),
@@ -1200,6 +1210,10 @@ mod tests {
     fn table_has_every_candidate_the_ratio_and_notes() {
         let t = render_table(&report());
         assert!(t.contains("NCCL 2.27.3 (NCCL_NVLS_ENABLE=0)"), "{t}");
+        assert!(
+            t.contains("\n# ours: low-latency one-shot up to 512K; direct two-shot from 0\n"),
+            "{t}"
+        );
         for c in Candidate::ALL {
             assert!(t.contains(&format!(" {} ", c.name())), "{t}");
         }
@@ -1230,6 +1244,10 @@ mod tests {
         let j = render_json(&report());
         assert!(
             j.starts_with("{\"n_pes\":2,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""),
+            "{j}"
+        );
+        assert!(
+            j.contains("\"settings\":\"low-latency one-shot up to 512K; direct two-shot from 0\""),
             "{j}"
         );
         assert!(j.contains("\"ratio_auto_over_nccl\":0.8000"), "{j}");
