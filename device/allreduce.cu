@@ -295,29 +295,37 @@ __device__ Step begin_step(const nvshmemrs_allreduce_state *st, int algo) {
     return s;
 }
 
-// The last block to finish advances the state for the next launch on the stream. Every block
-// has read the state by then: a block can only finish after it started.
+// Called by thread 0 of every block at the end of a launch: the last block to get here applies
+// `update` to the state and advances the step count for the next launch on the stream. Every
+// block has read the state by then: a block can only finish after it started. A lone block is
+// the last one: no atomic round trip. No fence before the count either way: every thread's
+// reads of the state returned before the block's barrier, and the next launch on the stream sees
+// the new state once this one has completed.
+template <typename Update>
+__device__ __forceinline__ void advance_state(nvshmemrs_allreduce_state *st, Update update) {
+    const bool last = gridDim.x == 1 || atomicAdd(&st->done, 1u) == gridDim.x - 1;
+    if (last) {
+        update(st);
+        st->steps += 1;
+        st->done = 0;
+        __threadfence();
+    }
+}
+
+// The end of a step of the slot protocols: advance_state with this step's counter targets.
 // algo < 0: a protocol without counters (low-latency one-shot) only advances the step count.
 __device__ void end_step(const nvshmemrs_allreduce_args &a, int algo, const Step &s) {
-    nvshmemrs_allreduce_state *st = a.state;
     __syncthreads();
     if (threadIdx.x == 0) {
         // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
         // reuse input and output as soon as the kernel is done.
         if (!a.all_mapped) nvshmem_quiet();
-        // A lone block is the last one: no atomic round trip. No fence either way: every
-        // thread's reads of the state returned before the barrier above, and the next launch
-        // on the stream sees the new state once this one has completed.
-        const bool last = gridDim.x == 1 || atomicAdd(&st->done, 1u) == gridDim.x - 1;
-        if (last) {
+        advance_state(a.state, [&](nvshmemrs_allreduce_state *st) {
             if (algo >= 0) {
                 st->expected[algo][0][s.parity] = s.want[0];
                 st->expected[algo][1][s.parity] = s.want[1];
             }
-            st->steps += 1;
-            st->done = 0;
-            __threadfence();
-        }
+        });
     }
 }
 
@@ -775,16 +783,8 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     // Exit: this block's stores have landed everywhere, and its peers are done reading this
     // PE's input, before anyone returns.
     if (!direct_handshake(w, a, done, call, true)) return;
-    if (threadIdx.x == 0) {
-        // As in end_step.
-        const bool last = gridDim.x == 1 || atomicAdd(&a.state->done, 1u) == gridDim.x - 1;
-        if (last) {
-            a.state->direct_calls = call;
-            a.state->steps += 1;
-            a.state->done = 0;
-            __threadfence();
-        }
-    }
+    if (threadIdx.x == 0)
+        advance_state(a.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
 }
 
 // Checked mode's header exchange (see the header). Thread 0 sends; thread t waits for and
