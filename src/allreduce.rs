@@ -149,6 +149,25 @@ fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> R
     }
 }
 
+/// [`size_from_env`] that must also pass `valid`; `expected` describes both.
+fn bounded_size_from_env(
+    var: &'static str,
+    default: usize,
+    expected: &'static str,
+    valid: impl Fn(usize) -> bool,
+) -> Result<usize> {
+    let v = size_from_env(var, default, expected)?;
+    if valid(v) {
+        Ok(v)
+    } else {
+        Err(Error::InvalidEnv {
+            var,
+            value: v.to_string(),
+            expected,
+        })
+    }
+}
+
 /// The low-latency protocol's limit for a team of `n` PEs.
 fn ll_max_from_env(n: i32) -> Result<usize> {
     size_from_env(
@@ -191,49 +210,31 @@ struct DirectShape {
 
 impl DirectShape {
     fn from_env() -> Result<DirectShape> {
-        let shape = DirectShape {
+        Ok(DirectShape {
             min_bytes: size_from_env(
                 DIRECT_MIN_ENV,
                 DIRECT_MIN_DEFAULT,
                 "a size in bytes such as 1M, or 1T to turn the direct protocol off",
             )?,
-            threads: size_from_env(DIRECT_THREADS_ENV, 512, "a multiple of 32 from 32 to 1024")?,
-            max_blocks: size_from_env(DIRECT_BLOCKS_ENV, 128, "a block count from 1 to 256")?,
-            block_bytes: size_from_env(
+            threads: bounded_size_from_env(
+                DIRECT_THREADS_ENV,
+                512,
+                "a multiple of 32 from 32 to 1024",
+                |t| t % 32 == 0 && (32..=1024).contains(&t),
+            )?,
+            max_blocks: bounded_size_from_env(
+                DIRECT_BLOCKS_ENV,
+                128,
+                "a block count from 1 to 256",
+                |b| (1..=DIRECT_BLOCKS_MAX).contains(&b),
+            )?,
+            block_bytes: bounded_size_from_env(
                 DIRECT_BLOCK_BYTES_ENV,
                 16 << 10,
                 "a size in bytes of at least 16, such as 16K",
+                |b| b >= 16,
             )?,
-        };
-        let bad = |var: &'static str, value: usize, expected: &'static str| {
-            Err(Error::InvalidEnv {
-                var,
-                value: value.to_string(),
-                expected,
-            })
-        };
-        if shape.threads % 32 != 0 || !(32..=1024).contains(&shape.threads) {
-            return bad(
-                DIRECT_THREADS_ENV,
-                shape.threads,
-                "a multiple of 32 from 32 to 1024",
-            );
-        }
-        if !(1..=DIRECT_BLOCKS_MAX).contains(&shape.max_blocks) {
-            return bad(
-                DIRECT_BLOCKS_ENV,
-                shape.max_blocks,
-                "a block count from 1 to 256",
-            );
-        }
-        if shape.block_bytes < 16 {
-            return bad(
-                DIRECT_BLOCK_BYTES_ENV,
-                shape.block_bytes,
-                "a size in bytes of at least 16, such as 16K",
-            );
-        }
-        Ok(shape)
+        })
     }
 
     /// Blocks for a message of `bytes` over `n` members: one per `block_bytes` of a chunk.
