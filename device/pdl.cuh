@@ -28,7 +28,11 @@ static cudaError_t launch_pdl(void (*kernel)(Params...), int blocks, int threads
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, args...);
+    cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+    // Returned to the caller: taken off the runtime's last error too, where a later launch
+    // checked with cudaGetLastError would otherwise report it as its own.
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return err;
 }
 
 #endif
