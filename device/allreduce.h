@@ -30,6 +30,15 @@
  *        output; one handshake per block on entry (inputs ready) and on exit (all stores
  *        landed, all reads of this PE's input done). Any grid up to
  *        NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS (the counters are set to the call number).
+ *        6 two-shot, push: as 5, but out of place only and no loads over the links. Block b of
+ *        each PE stores part b of every chunk c into member c's output at chunk position
+ *        `rank` (free until the result arrives there); member c reduces its own chunk from
+ *        its input and those positions, and stores the result into every member's output.
+ *        Handshakes per block: arrive (output free); per round, scattered and reduced
+ *        (positions read, may be overwritten); done. A block's part goes in `rounds` rounds,
+ *        the next round's stores issued before this round's reduce. Chunks are count rounded down to n 16-byte vectors, over
+ *        n; every PE reduces the few elements past them for itself, from the peers' inputs.
+ *        Shares the call number and the arrive/done counters with 5.
  * Every wait has a deadline (timeout_ns after it starts). A wait that misses it records
  * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
  * moves no data again (the host reports the failure as Error::Timeout).
@@ -42,10 +51,16 @@
 #include <stdint.h>
 
 #define NVSHMEMRS_ALLREDUCE_ALGOS 4
+/* Most threads per block of the direct two-shots (their kernels are compiled to fit). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX 512
 /* Largest grid of the direct two-shot: its counters are per (source, block). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 256
 /* Largest team the low-latency one-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_LL_MAX_PES 64
+/* Most rounds of the push two-shot (its per-round counter values are call * this + round). */
+#define NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX 16
+/* Counter phases of the direct two-shots: arrive, done, and push's scattered and reduced. */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_PHASES 4
 /* Largest team the direct two-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
 /* What waited, in the status record (device/deadline.cuh, src/deadline.rs WaitOp). */
@@ -83,8 +98,8 @@ typedef struct nvshmemrs_allreduce_args {
     int world;
     /* Every member is reachable by direct stores: no NVSHMEM put to complete with a quiet. */
     int all_mapped;
-    /* Direct two-shot counters: [phase (arrive, done)][source rank][block], world x
-     * NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
+    /* Direct two-shot counters: [phase (arrive, done, scattered, reduced)][source rank][block],
+     * world x NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
     uint64_t *direct_flags;
     /* Host-mapped struct nvshmemrs_wait_status (device/deadline.cuh): a wait that runs out of
      * time records there what it waited for (index: algo code, seq: the workspace's launch
@@ -92,6 +107,9 @@ typedef struct nvshmemrs_allreduce_args {
     void *wait_status;
     /* How long one wait of a launch may take (from its first clock check, after 256 polls). */
     uint64_t timeout_ns;
+    /* Push two-shot: rounds each block's part is pipelined in (1 to
+     * NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX). */
+    int rounds;
 } nvshmemrs_allreduce_args;
 
 /* A checked-mode header disagreed with a peer's (status code; see src/deadline.rs). */

@@ -188,7 +188,8 @@ fn ll_max_from_env(n: i32) -> Result<usize> {
 pub const DIRECT_MIN_ENV: &str = "NVSH_ALLREDUCE_DIRECT_MIN";
 /// The direct protocol's grid scales with the message, so it wins at every size where it runs.
 pub const DIRECT_MIN_DEFAULT: usize = 0;
-/// Threads per block of the direct two-shot (a multiple of 32, 32 to 1024; default 512).
+/// Threads per block of the direct two-shot (a multiple of 32, 32 to 512; default 512). 1024
+/// would need fewer registers than its kernels use.
 pub const DIRECT_THREADS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_THREADS";
 /// Most blocks of the direct two-shot (1 to 256; default 128).
 pub const DIRECT_BLOCKS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCKS";
@@ -196,31 +197,93 @@ pub const DIRECT_BLOCKS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCKS";
 /// 16-byte vectors per thread of 512); the grid is the chunk over this, up to the most blocks.
 pub const DIRECT_BLOCK_BYTES_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCK_BYTES";
 
+/// Direct two-shot messages from this many bytes on, when the output is not the input, take
+/// the push protocol: only stores cross the links (each PE's chunks go into the peers' outputs,
+/// which hold them until the reduced chunks overwrite them), at the cost of two more handshakes
+/// per block. In place, or below, the pull protocol (loads of the peers' inputs). Default
+/// [`PUSH_MIN_DEFAULT`] for 3 and 4 PEs, off otherwise; `1T` turns it off.
+pub const PUSH_MIN_ENV: &str = "NVSH_ALLREDUCE_PUSH_MIN";
+/// Measured on 4 H200 (f32; NCCL 2.28.9 in the same runs at 312 / 329 / 339 GB/s): push at 64,
+/// 128 and 256 MiB reached 304 / 321 / 333 GB/s busbw against pull's 299 / 307 / 312; at 32 MiB
+/// they were level (291 / 288), below it pull was faster. At 2 PEs pull was faster at every size
+/// (330 against 327 GB/s at 256 MiB), and from 5 PEs push is not measured yet: off there.
+pub const PUSH_MIN_DEFAULT: usize = 64 << 20;
+/// Rounds the push protocol pipelines each block's part in: the next round's stores are issued
+/// before this round's reduce, so the links stay busy meanwhile. `0` (default): one round per
+/// [`PUSH_ROUND_BYTES`] of a block's part, 1 to 16; else that many.
+pub const PUSH_ROUNDS_ENV: &str = "NVSH_ALLREDUCE_PUSH_ROUNDS";
+/// Measured on 4 H200 with parts of 128, 256 and 512 KiB per block (64 / 128 / 256 MiB): 2, 4
+/// and 8 rounds were the best of 1, 2, 4 and 8 (smaller rounds spend more on handshakes).
+pub const PUSH_ROUND_BYTES: usize = 64 << 10;
+/// Most rounds (device/allreduce.h).
+const PUSH_ROUNDS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX as usize;
+
 /// Largest grid of the direct two-shot (device/allreduce.h).
 const DIRECT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
+/// Counter phases of the direct two-shot (device/allreduce.h).
+const DIRECT_PHASES: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_PHASES as usize;
+
+/// How a two-shot call moves its data (device/allreduce.h algo codes 1, 5 and 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// Receive slots, segment by segment: works across nodes.
+    Slots,
+    /// One launch; each PE loads its chunk from every member's input over the mappings.
+    Pull,
+    /// One launch; each PE stores its chunks into the members' outputs (out of place only).
+    Push,
+}
+
+impl Protocol {
+    fn code(self) -> i32 {
+        match self {
+            Protocol::Slots => 1,
+            Protocol::Pull => 5,
+            Protocol::Push => 6,
+        }
+    }
+}
 
 /// When the direct two-shot runs and with what launch shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct DirectShape {
     min_bytes: usize,
+    push_min: usize,
+    push_rounds: usize,
     threads: usize,
     max_blocks: usize,
     block_bytes: usize,
 }
 
 impl DirectShape {
-    fn from_env() -> Result<DirectShape> {
+    /// The shape for a team of `n` PEs (the push protocol's default depends on it).
+    fn from_env(n: i32) -> Result<DirectShape> {
         Ok(DirectShape {
             min_bytes: size_from_env(
                 DIRECT_MIN_ENV,
                 DIRECT_MIN_DEFAULT,
                 "a size in bytes such as 1M, or 1T to turn the direct protocol off",
             )?,
+            push_min: size_from_env(
+                PUSH_MIN_ENV,
+                if (3..=4).contains(&n) {
+                    PUSH_MIN_DEFAULT
+                } else {
+                    PUSH_OFF
+                },
+                "a size in bytes such as 64M, or 1T to turn the push protocol off",
+            )?,
+            push_rounds: bounded_size_from_env(
+                PUSH_ROUNDS_ENV,
+                0,
+                "a round count from 1 to 16, or 0 (one per 64K of a block's part)",
+                |r| r <= PUSH_ROUNDS_MAX,
+            )?,
             threads: bounded_size_from_env(
                 DIRECT_THREADS_ENV,
                 512,
-                "a multiple of 32 from 32 to 1024",
-                |t| t % 32 == 0 && (32..=1024).contains(&t),
+                "a multiple of 32 from 32 to 512",
+                |t| t % 32 == 0 && (32..=512).contains(&t),
             )?,
             max_blocks: bounded_size_from_env(
                 DIRECT_BLOCKS_ENV,
@@ -244,7 +307,18 @@ impl DirectShape {
             .div_ceil(self.block_bytes)
             .clamp(1, self.max_blocks)
     }
+
+    /// Push rounds for a message of `bytes` over `n` members on `blocks` blocks.
+    fn rounds(&self, bytes: usize, n: usize, blocks: usize) -> usize {
+        if self.push_rounds > 0 {
+            return self.push_rounds;
+        }
+        (bytes / n.max(1) / blocks.max(1) / PUSH_ROUND_BYTES).clamp(1, PUSH_ROUNDS_MAX)
+    }
 }
+
+/// The push protocol's threshold when it is off (as `1T`: no message is that large).
+const PUSH_OFF: usize = 1 << 40;
 
 /// One row of the selection table: used when the team has at most `max_pes` PEs, the message at
 /// most `max_bytes` bytes and (if set) the element size is `elem_bytes`. First match wins.
@@ -273,7 +347,8 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 ///   above (61.4 us at 16 MiB, 331 GB/s busbw at 256 MiB).
 /// - 3-4 PEs (measured at 4): one-shot up to 512 KiB (low-latency protocol to 256 KiB: 4.7 us at
 ///   4 KiB, 10.4 us at 256 KiB; signal-based 14.0 us at 512 KiB), two-shot above (17.4 us at
-///   1 MiB, 21.7 us at 2 MiB, 312 GB/s busbw at 256 MiB).
+///   1 MiB, 21.7 us at 2 MiB; out of place it pushes from 64 MiB, 333 GB/s busbw at 256 MiB,
+///   in place 312).
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
 ///   up to 128 KiB (9.0 us at 4 KiB, 13.7 at 128 KiB), recursive doubling to 2 MiB, two-shot
 ///   above (303 GB/s busbw at 256 MiB).
@@ -336,9 +411,15 @@ pub fn checked_from_env() -> Result<bool> {
     }
 }
 
-/// The checked-mode header's `meta` word: what every member must agree on besides the count.
-fn header_meta(dtype: Dtype, op: ReduceOp, algo: AllreduceAlgo) -> u64 {
-    dtype as u64 | (op as u64) << 8 | (algo.code() as u64) << 16
+/// The checked-mode header's `meta` word: what every member must agree on besides the count
+/// (a two-shot's protocol too: members that disagree on it would wait on different counters).
+fn header_meta(dtype: Dtype, op: ReduceOp, algo: AllreduceAlgo, protocol: Protocol) -> u64 {
+    let protocol = match protocol {
+        Protocol::Slots => 0,
+        Protocol::Pull => 1,
+        Protocol::Push => 2,
+    };
+    dtype as u64 | (op as u64) << 8 | (algo.code() as u64) << 16 | protocol << 24
 }
 
 /// Words of a checked-mode header as messages say them: field 0 is the count, field 1 the meta.
@@ -356,7 +437,13 @@ pub(crate) fn describe_header_field(field: u64, value: u64) -> String {
         .into_iter()
         .find(|a| a.code() as u64 == code(16))
         .map_or("an unknown algorithm", AllreduceAlgo::name);
-    format!("{dtype} {op} by {algo}")
+    let protocol = match code(24) {
+        0 => "",
+        1 => " (direct, pull)",
+        2 => " (direct, push)",
+        _ => " (unknown protocol)",
+    };
+    format!("{dtype} {op} by {algo}{protocol}")
 }
 
 /// Types an allreduce can reduce (every [`Element`] but u8).
@@ -397,7 +484,7 @@ pub struct Allreduce<'nv> {
     all_mapped: bool,
     /// Low-latency one-shot up to this many bytes (0: never).
     ll_max: usize,
-    /// Arrival counters of the direct two-shot: 2 phases x world x DIRECT_BLOCKS_MAX.
+    /// Counters of the direct two-shot: DIRECT_PHASES x world x DIRECT_BLOCKS_MAX.
     direct_flags: SymmetricBuffer<'nv, u64>,
     direct_shape: DirectShape,
     /// Where a kernel records a wait past its deadline (or, checked, a header mismatch).
@@ -426,7 +513,6 @@ impl Nvshmem {
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
-        let direct_shape = DirectShape::from_env()?;
         let checked = checked_from_env()?;
         self.check_peers("allreduce_workspace")?;
         let slot_bytes = slot_bytes.max(4096).next_multiple_of(256);
@@ -443,10 +529,11 @@ impl Nvshmem {
             None => (0, None),
         };
         let ll_max = ll_max_from_env(n)?;
+        let direct_shape = DirectShape::from_env(n)?;
         let scratch = self.alloc::<u8>(2 * world * slot_bytes)?;
         let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
         let state = self.alloc_zeroed::<u64>(STATE_WORDS)?;
-        let direct_flags = self.alloc_zeroed::<u64>(2 * world * DIRECT_BLOCKS_MAX)?;
+        let direct_flags = self.alloc_zeroed::<u64>(DIRECT_PHASES * world * DIRECT_BLOCKS_MAX)?;
         let header_words = sys::NVSHMEMRS_ALLREDUCE_HEADER_WORDS as usize;
         let checked = if checked {
             Some((
@@ -595,12 +682,13 @@ impl<'nv> Allreduce<'nv> {
         let count = input.len();
         let elem = std::mem::size_of::<T>();
         self.calls += 1;
+        let protocol = self.protocol(algo, &input, &output);
         if self.checked.is_some() {
-            self.check_header::<T>(op, algo, rank, &input, &output, stream)?;
+            self.check_header::<T>(op, algo, protocol, rank, &input, &output, stream)?;
         }
-        if self.direct(algo, &input, &output) {
+        if protocol != Protocol::Slots {
             // One launch for the whole message: no slots, so no segments.
-            self.step::<T>(algo, true, op, rank, input, output, stream)?;
+            self.step::<T>(algo, Some(protocol), op, rank, input, output, stream)?;
             return Ok(algo);
         }
         let per16 = (16 / elem).max(1);
@@ -617,17 +705,19 @@ impl<'nv> Allreduce<'nv> {
                 input.view(start..start + len)?,
                 output.view(start..start + len)?,
             );
-            self.step::<T>(algo, false, op, rank, seg_in, seg_out, stream)?;
+            self.step::<T>(algo, None, op, rank, seg_in, seg_out, stream)?;
             start += len;
         }
         Ok(algo)
     }
 
     /// Checked mode: the header exchange before the call's first step.
+    #[allow(clippy::too_many_arguments)]
     fn check_header<T: Reducible>(
         &self,
         op: ReduceOp,
         algo: AllreduceAlgo,
+        protocol: Protocol,
         rank: i32,
         input: &SymView<'_, T>,
         output: &SymView<'_, T>,
@@ -643,7 +733,7 @@ impl<'nv> Allreduce<'nv> {
                 headers.as_device_ptr(),
                 flags.as_device_ptr(),
                 self.calls,
-                header_meta(T::DTYPE, op, algo),
+                header_meta(T::DTYPE, op, algo, protocol),
                 raw_stream(stream),
             )
         };
@@ -673,33 +763,46 @@ impl<'nv> Allreduce<'nv> {
             direct_flags: self.direct_flags.as_device_ptr(),
             wait_status: self.status.device_ptr() as *mut std::ffi::c_void,
             timeout_ns: timeout_ns(self.timeout),
+            rounds: 1,
         }
     }
 
-    /// Whether a two-shot call takes the direct protocol (loads and stores over the peer
-    /// mappings, one launch, no slots): every member mapped, 16-byte aligned buffers, large.
-    fn direct<T: Reducible>(
+    /// How a call moves its data: a two-shot takes a direct protocol (one launch over the peer
+    /// mappings, no slots) where every member is mapped, the buffers are 16-byte aligned and
+    /// the message is large enough; push from [`PUSH_MIN_ENV`] when not in place. Everything
+    /// else goes through the receive slots.
+    fn protocol<T: Reducible>(
         &self,
         algo: AllreduceAlgo,
         input: &SymView<'_, T>,
         output: &SymView<'_, T>,
-    ) -> bool {
-        let aligned16 =
-            (input.as_device_ptr() as usize | output.as_device_ptr() as usize) % 16 == 0;
-        algo == AllreduceAlgo::TwoShot
+    ) -> Protocol {
+        let (i, o) = (
+            input.as_device_ptr() as usize,
+            output.as_device_ptr() as usize,
+        );
+        let bytes = input.num_bytes();
+        let direct = algo == AllreduceAlgo::TwoShot
             && self.all_mapped
-            && aligned16
+            && (i | o) % 16 == 0
             && self.n as u32 <= sys::NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES
-            && input.num_bytes() >= self.direct_shape.min_bytes
+            && bytes >= self.direct_shape.min_bytes;
+        if !direct {
+            Protocol::Slots
+        } else if self.n >= 2 && i != o && bytes >= self.direct_shape.push_min {
+            Protocol::Push
+        } else {
+            Protocol::Pull
+        }
     }
 
-    /// Launches one segment's kernel (with `direct`, the whole message's, as [`Self::direct`]
-    /// decided); the kernel reads and advances the device-side state.
+    /// Launches one segment's kernel (with `direct`, the whole message's, by the protocol
+    /// [`Self::protocol`] chose); the kernel reads and advances the device-side state.
     #[allow(clippy::too_many_arguments)]
     fn step<T: Reducible>(
         &mut self,
         algo: AllreduceAlgo,
-        direct: bool,
+        direct: Option<Protocol>,
         op: ReduceOp,
         rank: i32,
         input: SymView<'_, T>,
@@ -719,8 +822,8 @@ impl<'nv> Allreduce<'nv> {
         let (code, blocks, threads) = match algo {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
             _ if low_latency => (4, parts(bytes, 4 << 10, 32), 512),
-            _ if direct => (
-                5,
+            _ if direct.is_some() => (
+                direct.map_or(5, Protocol::code),
                 self.direct_shape.blocks(bytes, n),
                 self.direct_shape.threads,
             ),
@@ -731,7 +834,10 @@ impl<'nv> Allreduce<'nv> {
             }
             _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
         };
-        let args = self.args(rank, &input, &output);
+        let mut args = self.args(rank, &input, &output);
+        if code == Protocol::Push.code() {
+            args.rounds = self.direct_shape.rounds(bytes, n, blocks) as i32;
+        }
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
         // counters, state and PE table; every member launches the same algo and block count.
         let code = unsafe {
@@ -769,8 +875,23 @@ fn describe_settings(ll_max: usize, d: &DirectShape) -> String {
     } else {
         format!("low-latency one-shot up to {}", size_label(ll_max))
     };
+    let rounds = match d.push_rounds {
+        0 => format!(
+            "a round per {} of a block's part",
+            size_label(PUSH_ROUND_BYTES)
+        ),
+        r => format!("{r} rounds"),
+    };
+    let push = if d.push_min >= PUSH_OFF {
+        "no push".to_string()
+    } else {
+        format!(
+            "push from {} out of place, {rounds}",
+            size_label(d.push_min)
+        )
+    };
     format!(
-        "{ll}; direct two-shot from {}, {} threads x up to {} blocks of {}",
+        "{ll}; direct two-shot from {} ({push}), {} threads x up to {} blocks of {}",
         size_label(d.min_bytes),
         d.threads,
         d.max_blocks,
@@ -853,13 +974,30 @@ mod tests {
     #[test]
     fn header_fields_read_back_as_arguments() {
         assert_eq!(describe_header_field(0, 1000), "1000 elements");
-        let meta = header_meta(Dtype::Bf16, ReduceOp::Max, AllreduceAlgo::Ring);
+        let slots = Protocol::Slots;
+        let meta = header_meta(Dtype::Bf16, ReduceOp::Max, AllreduceAlgo::Ring, slots);
         assert_eq!(describe_header_field(1, meta), "bf16 max by ring");
-        let meta = header_meta(Dtype::U64, ReduceOp::Avg, AllreduceAlgo::RecursiveDoubling);
+        let meta = header_meta(
+            Dtype::U64,
+            ReduceOp::Avg,
+            AllreduceAlgo::RecursiveDoubling,
+            slots,
+        );
         assert_eq!(describe_header_field(1, meta), "u64 avg by rd");
         assert_ne!(
-            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::OneShot),
-            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot)
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::OneShot, slots),
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot, slots)
+        );
+        // Members that would take different two-shot protocols disagree in the header.
+        let two = |p| header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot, p);
+        assert_ne!(two(Protocol::Pull), two(Protocol::Push));
+        assert_eq!(
+            describe_header_field(1, two(Protocol::Push)),
+            "f32 sum by twoshot (direct, push)"
+        );
+        assert_eq!(
+            describe_header_field(1, two(Protocol::Pull)),
+            "f32 sum by twoshot (direct, pull)"
         );
     }
 
@@ -886,8 +1024,20 @@ mod tests {
 
     #[test]
     fn the_direct_shape_comes_from_the_environment_and_scales_with_the_message() {
-        let shape = with_env(&[], DirectShape::from_env).unwrap();
+        let shape = with_env(&[], || DirectShape::from_env(8)).unwrap();
         assert_eq!(shape.min_bytes, DIRECT_MIN_DEFAULT);
+        assert_eq!(shape.push_rounds, 0);
+        // Push by default only where it was measured to win: 3 and 4 PEs.
+        for (n, push_min) in [(2, PUSH_OFF), (3, PUSH_MIN_DEFAULT), (4, PUSH_MIN_DEFAULT)] {
+            let s = with_env(&[], || DirectShape::from_env(n)).unwrap();
+            assert_eq!(s.push_min, push_min, "{n} PEs");
+        }
+        assert_eq!(shape.push_min, PUSH_OFF);
+        // A round per 64 KiB of a block's part, 1 to 16.
+        assert_eq!(shape.rounds(16 << 20, 4, 128), 1);
+        assert_eq!(shape.rounds(64 << 20, 4, 128), 2);
+        assert_eq!(shape.rounds(256 << 20, 4, 128), 8);
+        assert_eq!(shape.rounds(1 << 30, 2, 128), 16);
         assert_eq!(
             (shape.threads, shape.max_blocks, shape.block_bytes),
             (512, 128, 16 << 10)
@@ -901,43 +1051,58 @@ mod tests {
         let tuned = with_env(
             &[
                 (DIRECT_MIN_ENV, "1M"),
-                (DIRECT_THREADS_ENV, "1024"),
+                (PUSH_MIN_ENV, "32M"),
+                (PUSH_ROUNDS_ENV, "16"),
+                (DIRECT_THREADS_ENV, "256"),
                 (DIRECT_BLOCKS_ENV, "256"),
                 (DIRECT_BLOCK_BYTES_ENV, "16K"),
             ],
-            DirectShape::from_env,
+            // The variable also turns push on where its default is off.
+            || DirectShape::from_env(2),
         )
         .unwrap();
         assert_eq!(
             tuned,
             DirectShape {
                 min_bytes: 1 << 20,
-                threads: 1024,
+                push_min: 32 << 20,
+                push_rounds: 16,
+                threads: 256,
                 max_blocks: 256,
                 block_bytes: 16 << 10
             }
         );
         for (var, value) in [
             (DIRECT_THREADS_ENV, "100"),
-            (DIRECT_THREADS_ENV, "2048"),
+            (DIRECT_THREADS_ENV, "1024"),
+            (PUSH_ROUNDS_ENV, "17"),
             (DIRECT_BLOCKS_ENV, "0"),
             (DIRECT_BLOCKS_ENV, "257"),
             (DIRECT_BLOCK_BYTES_ENV, "8"),
             (DIRECT_MIN_ENV, "big"),
+            (PUSH_MIN_ENV, "-1"),
         ] {
-            let err = with_env(&[(var, value)], DirectShape::from_env).unwrap_err();
+            let err = with_env(&[(var, value)], || DirectShape::from_env(4)).unwrap_err();
             assert!(err.to_string().contains(var), "{var}={value}: {err}");
         }
     }
 
     #[test]
     fn settings_read_as_the_bench_header_says() {
-        let shape = with_env(&[], DirectShape::from_env).unwrap();
+        let shape = with_env(&[], || DirectShape::from_env(2)).unwrap();
         assert_eq!(
             describe_settings(LL_MAX_DEFAULT, &shape),
-            "low-latency one-shot up to 512K; direct two-shot from 0, 512 threads x up to 128 \
-             blocks of 16K"
+            "low-latency one-shot up to 512K; direct two-shot from 0 (no push), 512 threads x up \
+             to 128 blocks of 16K"
         );
+        let shape = with_env(&[], || DirectShape::from_env(4)).unwrap();
+        assert_eq!(
+            describe_settings(LL_MAX_DEFAULT_WIDE, &shape),
+            "low-latency one-shot up to 256K; direct two-shot from 0 (push from 64M out of \
+             place, a round per 64K of a block's part), 512 threads x up to 128 blocks of 16K"
+        );
+        let fixed = with_env(&[(PUSH_ROUNDS_ENV, "3")], || DirectShape::from_env(4)).unwrap();
+        assert!(describe_settings(0, &fixed).contains("64M out of place, 3 rounds)"));
         assert!(describe_settings(0, &shape).starts_with("low-latency one-shot off; "));
     }
 

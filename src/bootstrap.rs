@@ -208,7 +208,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 16] = [
+    const ALL: [&str; 18] = [
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -221,6 +221,8 @@ pub(crate) mod tests {
         crate::allreduce::ALGO_ENV,
         crate::allreduce::LL_MAX_ENV,
         crate::allreduce::DIRECT_MIN_ENV,
+        crate::allreduce::PUSH_MIN_ENV,
+        crate::allreduce::PUSH_ROUNDS_ENV,
         crate::allreduce::DIRECT_THREADS_ENV,
         crate::allreduce::DIRECT_BLOCKS_ENV,
         crate::allreduce::DIRECT_BLOCK_BYTES_ENV,

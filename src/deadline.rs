@@ -228,6 +228,7 @@ fn allreduce_protocol(code: u64) -> &'static str {
         3 => "recursive doubling",
         4 => "low-latency one-shot",
         5 => "direct two-shot",
+        6 => "push two-shot",
         _ => "unknown",
     }
 }

@@ -319,6 +319,7 @@ fn pe3_on_one_gpu_every_op_and_dtype() {
 fn pe4_on_one_gpu_every_op_and_dtype() {
     let nv = runtime(4);
     every_op_dtype_algorithm(&nv, &[3, 1001]);
+    push_two_shot_every_op_and_dtype(&nv, &[3, 1001, 65_541]);
 }
 
 /// Fewer dtypes, every op and algorithm: 5 and 6 PEs give recursive doubling one and two PEs
@@ -610,6 +611,120 @@ fn pe2_direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
     nv.barrier_all().unwrap();
 }
 
+/// A workspace whose direct two-shot pushes every out-of-place message
+/// (`NVSH_ALLREDUCE_PUSH_MIN=0`) in `rounds` rounds; in-place calls still pull.
+fn push_everywhere_workspace<'nv>(nv: &'nv Nvshmem, rounds: usize) -> nvshmem::Allreduce<'nv> {
+    use nvshmem::allreduce::{PUSH_MIN_ENV, PUSH_ROUNDS_ENV};
+    std::env::set_var(PUSH_MIN_ENV, "0");
+    std::env::set_var(PUSH_ROUNDS_ENV, rounds.to_string());
+    let ar = nv.allreduce_workspace(64 << 10);
+    std::env::remove_var(PUSH_MIN_ENV);
+    std::env::remove_var(PUSH_ROUNDS_ENV);
+    ar.unwrap()
+}
+
+/// The push two-shot on every op and dtype, out of place, with in-place (pull) calls in between
+/// on the same counters. Counts below n 16-byte vectors are all tail; odd counts have one; 3
+/// rounds split parts unevenly (and leave small parts' last rounds empty).
+fn push_two_shot_every_op_and_dtype(nv: &Nvshmem, counts: &[usize]) {
+    let mut ar = push_everywhere_workspace(nv, 3);
+    let t = AllreduceAlgo::TwoShot;
+    for &count in counts {
+        for op in OPS {
+            check::<f32>(nv, &mut ar, count, op, t, false, 101);
+            check::<f64>(nv, &mut ar, count, op, t, false, 102);
+            check::<f16>(nv, &mut ar, count, op, t, false, 103);
+            check::<bf16>(nv, &mut ar, count, op, t, true, 104);
+            check::<bf16>(nv, &mut ar, count, op, t, false, 105);
+            check::<i32>(nv, &mut ar, count, op, t, false, 106);
+            check::<i64>(nv, &mut ar, count, op, t, true, 107);
+            check::<u32>(nv, &mut ar, count, op, t, false, 108);
+            check::<u64>(nv, &mut ar, count, op, t, false, 109);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_push_two_shot_every_op_and_dtype_between_pulls() {
+    let nv = runtime(2);
+    push_two_shot_every_op_and_dtype(&nv, &[1, 7, 13, 1000, 262_147]);
+    // One round (no pipelining) and the most rounds, on a large odd count.
+    for rounds in [1, 16] {
+        let mut ar = push_everywhere_workspace(&nv, rounds);
+        for op in OPS {
+            check::<f32>(
+                &nv,
+                &mut ar,
+                1_048_579,
+                op,
+                AllreduceAlgo::TwoShot,
+                false,
+                100,
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls() {
+    // Out-of-place calls push, in-place calls pull; both set the same arrive/done counters to
+    // the shared call number, so they may follow each other with no barrier or sync, each with
+    // its own grid (and push's per-round counters their own values).
+    let nv = runtime(2);
+    let (me, n) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let mut ar = push_everywhere_workspace(&nv, 16);
+    let stream = nv.stream().clone();
+    let counts = [
+        1000,
+        1 << 20,
+        3,
+        50_000,
+        300_001,
+        1 << 20,
+        17,
+        2_000_000,
+        4096,
+    ];
+    let mut calls = Vec::new();
+    for (k, &count) in counts.iter().enumerate() {
+        let input = nv.alloc::<i32>(count).unwrap();
+        let output = nv.alloc::<i32>(count).unwrap();
+        let data: Vec<i32> = (0..count)
+            .map(|i| i32::gen(me, i, 110 + k, ReduceOp::Sum))
+            .collect();
+        input.copy_from_host(&data).unwrap();
+        calls.push((count, input, output));
+    }
+    nv.barrier_all().unwrap();
+    for (k, (_, input, output)) in calls.iter().enumerate() {
+        if k % 2 == 0 {
+            ar.run(
+                input,
+                output,
+                ReduceOp::Sum,
+                AllreduceAlgo::TwoShot,
+                &stream,
+            )
+        } else {
+            ar.run_in_place(input, ReduceOp::Sum, AllreduceAlgo::TwoShot, &stream)
+        }
+        .unwrap();
+    }
+    ar.sync(&stream).unwrap();
+    for (k, (count, input, output)) in calls.iter().enumerate() {
+        let got = if k % 2 == 0 { output } else { input }.to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want = (0..n).fold(0i32, |a, p| {
+                a.wrapping_add(i32::gen(p, i, 110 + k, ReduceOp::Sum))
+            });
+            assert_eq!(*g, want, "call {k} ({count} elements), element {i}");
+        }
+    }
+    nv.barrier_all().unwrap();
+}
+
 #[test]
 #[ignore = "needs 2 GPUs"]
 fn pe2_two_shot_through_receive_slots() {
@@ -756,6 +871,12 @@ fn pe8_every_op_dtype_algorithm_direct_two_shot_and_teams() {
             52,
         );
     }
+    let push_counts: &[usize] = if nv.shares_gpus() {
+        &[13, 65_537]
+    } else {
+        &[13, 65_537, (1 << 20) + 3]
+    };
+    push_two_shot_every_op_and_dtype(&nv, push_counts);
     if nv.shares_gpus() {
         eprintln!("team reductions not run: they need one GPU per PE");
         return;
