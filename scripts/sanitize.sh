@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs compute-sanitizer (memcheck, then racecheck) on the ring exchange, an allreduce test and a
-# channel test, each as 2 PEs under `nvsh run -n 2`, and ends with one line per run and
+# Runs compute-sanitizer (memcheck, then racecheck) on the ring exchange, two allreduce tests (the
+# second pushes and pulls two-shot messages back to back) and a channel test, each as 2 PEs under
+# `nvsh run -n 2`, and ends with one line per run and
 # "N clean, N with errors". Needs a GPU machine with compute-sanitizer (CUDA toolkit) and the
 # binaries of scripts/build_gpu_bins.sh:
 #   scripts/sanitize.sh [BIN_DIR]          (default .gpu/bin)
@@ -49,6 +50,8 @@ check() {
 
 check ring_exchange "$bin/ring_exchange"
 check allreduce "$bin/test-allreduce" --ignored --exact pe2_mismatched_lengths_are_refused --test-threads=1
+check allreduce_push_pull "$bin/test-allreduce" --ignored --exact \
+    pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls --test-threads=1
 check channel "$bin/test-channel" --ignored --exact pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
 echo
 printf '%s\n' "${lines[@]}"
