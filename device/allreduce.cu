@@ -804,19 +804,12 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
         advance_state(a.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
 }
 
-// Push two-shot (algo 6), see the header: only stores cross NVLink. Chunks are count_even / n
-// elements (count_even: count rounded down to n vectors), so that chunk c of any input fits
-// position r of any output; the few elements past count_even are reduced by every PE for itself
-// from the peers' inputs. Direct-two-shot counters by phase: 0 arrive (this PE's output is
-// free), 1 done (every store landed), and per round k: 2 scattered (the sender's part landed in
-// this PE's output), 3 reduced (the sender has read its positions, which may now take the
-// result), set to call * PUSH_ROUNDS_MAX + k + 1.
-// Rounds pipeline a block's part: round k + 1's stores are issued before round k's reduce, so
-// the links stay busy while the block reads its own memory; one fence covers both.
 // Sources loaded before any is stored or combined in the push two-shot. Its loads are local,
 // so fewer in flight suffice; 8 would need more registers than 512 threads may have.
 constexpr int PUSH_GROUP = 4;
 
+// Sends [b, e) of every other member's chunk c of the input to position `rank` of member c's
+// output (the scatter of the reduce-scatter; stores only).
 template <typename T>
 __device__ __forceinline__ void push_scatter(const nvshmemrs_allreduce_args &a, const T *in,
                                              T *const *dst, size_t chunk, size_t b, size_t e) {
@@ -898,6 +891,15 @@ __device__ __forceinline__ void push_gather(const nvshmemrs_allreduce_args &a, T
     }
 }
 
+// Push two-shot (algo 6), see the header: only stores cross NVLink. Chunks are count_even / n
+// elements (count_even: count rounded down to n vectors), so that chunk c of any input fits
+// position r of any output; the few elements past count_even are reduced by every PE for itself
+// from the peers' inputs. Direct-two-shot counters by phase: 0 arrive (this PE's output is
+// free), 1 done (every store landed), and per round k: 2 scattered (the sender's part landed in
+// this PE's output), 3 reduced (the sender has read its positions, which may now take the
+// result), set to call * PUSH_ROUNDS_MAX + k + 1.
+// Rounds pipeline a block's part: round k + 1's stores are issued before round k's reduce, so
+// the links stay busy while the block reads its own memory; one fence covers both.
 // __launch_bounds__: without it the compiler took more than the 128 registers a thread of 512 may
 // have (up to 162), and 512-thread launches failed.
 template <typename T, int OP>

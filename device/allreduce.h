@@ -36,8 +36,9 @@
  *        its input and those positions, and stores the result into every member's output.
  *        Handshakes per block: arrive (output free); per round, scattered and reduced
  *        (positions read, may be overwritten); done. A block's part goes in `rounds` rounds,
- *        the next round's stores issued before this round's reduce. Chunks are count rounded down to n 16-byte vectors, over
- *        n; every PE reduces the few elements past them for itself, from the peers' inputs.
+ *        the next round's stores issued before this round's reduce. Chunks are count rounded
+ *        down to n 16-byte vectors, over n; every PE reduces the few elements past them for
+ *        itself, from the peers' inputs.
  *        Shares the call number and the arrive/done counters with 5.
  * Every wait has a deadline (timeout_ns after it starts). A wait that misses it records
  * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
