@@ -610,8 +610,8 @@ impl<'nv> Allreduce<'nv> {
     }
 
     /// The protocol settings this workspace runs with (from the environment and the team size),
-    /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0, 512
-    /// threads x up to 128 blocks of 16K".
+    /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0 (no
+    /// push), 512 threads x up to 128 blocks of 16K".
     pub fn settings(&self) -> String {
         describe_settings(self.ll_max, &self.direct_shape)
     }
@@ -688,7 +688,7 @@ impl<'nv> Allreduce<'nv> {
         }
         if protocol != Protocol::Slots {
             // One launch for the whole message: no slots, so no segments.
-            self.step::<T>(algo, Some(protocol), op, rank, input, output, stream)?;
+            self.step::<T>(algo, protocol, op, rank, input, output, stream)?;
             return Ok(algo);
         }
         let per16 = (16 / elem).max(1);
@@ -705,7 +705,7 @@ impl<'nv> Allreduce<'nv> {
                 input.view(start..start + len)?,
                 output.view(start..start + len)?,
             );
-            self.step::<T>(algo, None, op, rank, seg_in, seg_out, stream)?;
+            self.step::<T>(algo, protocol, op, rank, seg_in, seg_out, stream)?;
             start += len;
         }
         Ok(algo)
@@ -796,13 +796,13 @@ impl<'nv> Allreduce<'nv> {
         }
     }
 
-    /// Launches one segment's kernel (with `direct`, the whole message's, by the protocol
-    /// [`Self::protocol`] chose); the kernel reads and advances the device-side state.
+    /// Launches one segment's kernel (with a direct `protocol`, the whole message's), as
+    /// [`Self::protocol`] chose; the kernel reads and advances the device-side state.
     #[allow(clippy::too_many_arguments)]
     fn step<T: Reducible>(
         &mut self,
         algo: AllreduceAlgo,
-        direct: Option<Protocol>,
+        protocol: Protocol,
         op: ReduceOp,
         rank: i32,
         input: SymView<'_, T>,
@@ -819,23 +819,23 @@ impl<'nv> Allreduce<'nv> {
             && self.n as u32 <= sys::NVSHMEMRS_ALLREDUCE_LL_MAX_PES
             && bytes <= self.ll_max
             && 2 * bytes <= self.slot_bytes;
-        let (code, blocks, threads) = match algo {
+        let (code, blocks, threads) = match (algo, protocol) {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
             _ if low_latency => (4, parts(bytes, 4 << 10, 32), 512),
-            _ if direct.is_some() => (
-                direct.map_or(5, Protocol::code),
+            (_, Protocol::Pull | Protocol::Push) => (
+                protocol.code(),
                 self.direct_shape.blocks(bytes, n),
                 self.direct_shape.threads,
             ),
             // One 16 KiB part (of a chunk, or of the message) per block, up to 128 blocks:
             // 32 SMs cannot fill NVLink with stores.
-            AllreduceAlgo::TwoShot | AllreduceAlgo::Ring => {
+            (AllreduceAlgo::TwoShot | AllreduceAlgo::Ring, Protocol::Slots) => {
                 (algo.code(), parts(bytes / n, 16 << 10, 128), 512)
             }
             _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
         };
         let mut args = self.args(rank, &input, &output);
-        if code == Protocol::Push.code() {
+        if protocol == Protocol::Push {
             args.rounds = self.direct_shape.rounds(bytes, n, blocks) as i32;
         }
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
