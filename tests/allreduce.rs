@@ -556,14 +556,16 @@ fn pe2_direct_two_shot_every_op_and_dtype_on_large_odd_counts() {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
-    // Each call's grid follows its size (1 to 128 blocks), so a block's counters skip the calls
-    // too small to use it; calls go back to back with no barrier or sync in between.
-    let nv = runtime(2);
+/// Two-shot sums of i32 at sizes from 3 to 2,000,000 elements (so 1 to 128 blocks), issued
+/// back to back on one stream with no barrier or sync in between, then each checked on this PE;
+/// call k reduces in place if `in_place(k)`, and its inputs use salt `salt + k`.
+fn two_shot_back_to_back(
+    nv: &Nvshmem,
+    ar: &mut nvshmem::Allreduce<'_>,
+    salt: usize,
+    in_place: impl Fn(usize) -> bool,
+) {
     let (me, n) = (nv.my_pe() as usize, nv.n_pes() as usize);
-    let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
     let stream = nv.stream().clone();
     let counts = [
         1000,
@@ -581,34 +583,48 @@ fn pe2_direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
         let input = nv.alloc::<i32>(count).unwrap();
         let output = nv.alloc::<i32>(count).unwrap();
         let data: Vec<i32> = (0..count)
-            .map(|i| i32::gen(me, i, 80 + k, ReduceOp::Sum))
+            .map(|i| i32::gen(me, i, salt + k, ReduceOp::Sum))
             .collect();
         input.copy_from_host(&data).unwrap();
         calls.push((count, input, output));
     }
     nv.barrier_all().unwrap();
-    for (_, input, output) in &calls {
-        ar.run(
-            input,
-            output,
-            ReduceOp::Sum,
-            AllreduceAlgo::TwoShot,
-            &stream,
-        )
+    for (k, (_, input, output)) in calls.iter().enumerate() {
+        if in_place(k) {
+            ar.run_in_place(input, ReduceOp::Sum, AllreduceAlgo::TwoShot, &stream)
+        } else {
+            ar.run(
+                input,
+                output,
+                ReduceOp::Sum,
+                AllreduceAlgo::TwoShot,
+                &stream,
+            )
+        }
         .unwrap();
     }
     ar.sync(&stream).unwrap();
-    for (k, (count, _, output)) in calls.iter().enumerate() {
-        let got = output.to_vec().unwrap();
+    for (k, (count, input, output)) in calls.iter().enumerate() {
+        let got = if in_place(k) { input } else { output }.to_vec().unwrap();
         assert_eq!(got.len(), *count);
         for (i, g) in got.iter().enumerate() {
             let want = (0..n).fold(0i32, |a, p| {
-                a.wrapping_add(i32::gen(p, i, 80 + k, ReduceOp::Sum))
+                a.wrapping_add(i32::gen(p, i, salt + k, ReduceOp::Sum))
             });
             assert_eq!(*g, want, "call {k} ({count} elements), element {i}");
         }
     }
     nv.barrier_all().unwrap();
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
+    // Each call's grid follows its size (1 to 128 blocks), so a block's counters skip the calls
+    // too small to use it; calls go back to back with no barrier or sync in between.
+    let nv = runtime(2);
+    let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
+    two_shot_back_to_back(&nv, &mut ar, 80, |_| false);
 }
 
 /// A workspace whose direct two-shot pushes every out-of-place message
@@ -673,56 +689,8 @@ fn pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls() {
     // the shared call number, so they may follow each other with no barrier or sync, each with
     // its own grid (and push's per-round counters their own values).
     let nv = runtime(2);
-    let (me, n) = (nv.my_pe() as usize, nv.n_pes() as usize);
     let mut ar = push_everywhere_workspace(&nv, 16);
-    let stream = nv.stream().clone();
-    let counts = [
-        1000,
-        1 << 20,
-        3,
-        50_000,
-        300_001,
-        1 << 20,
-        17,
-        2_000_000,
-        4096,
-    ];
-    let mut calls = Vec::new();
-    for (k, &count) in counts.iter().enumerate() {
-        let input = nv.alloc::<i32>(count).unwrap();
-        let output = nv.alloc::<i32>(count).unwrap();
-        let data: Vec<i32> = (0..count)
-            .map(|i| i32::gen(me, i, 110 + k, ReduceOp::Sum))
-            .collect();
-        input.copy_from_host(&data).unwrap();
-        calls.push((count, input, output));
-    }
-    nv.barrier_all().unwrap();
-    for (k, (_, input, output)) in calls.iter().enumerate() {
-        if k % 2 == 0 {
-            ar.run(
-                input,
-                output,
-                ReduceOp::Sum,
-                AllreduceAlgo::TwoShot,
-                &stream,
-            )
-        } else {
-            ar.run_in_place(input, ReduceOp::Sum, AllreduceAlgo::TwoShot, &stream)
-        }
-        .unwrap();
-    }
-    ar.sync(&stream).unwrap();
-    for (k, (count, input, output)) in calls.iter().enumerate() {
-        let got = if k % 2 == 0 { output } else { input }.to_vec().unwrap();
-        for (i, g) in got.iter().enumerate() {
-            let want = (0..n).fold(0i32, |a, p| {
-                a.wrapping_add(i32::gen(p, i, 110 + k, ReduceOp::Sum))
-            });
-            assert_eq!(*g, want, "call {k} ({count} elements), element {i}");
-        }
-    }
-    nv.barrier_all().unwrap();
+    two_shot_back_to_back(&nv, &mut ar, 110, |k| k % 2 == 1);
 }
 
 #[test]
