@@ -693,6 +693,36 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
 // for a group instead of one per peer.
 constexpr int DIRECT_GROUP = 8;
 
+// The finished op over sources 0..n-1 (in that order) of one 16-byte vector, `load(r)` giving
+// source r's; G sources are loaded before any is combined, so their loads are in flight together.
+template <typename T, int OP, int G, typename Load>
+__device__ __forceinline__ uint4 reduce_vec16(int n, Load load) {
+    using A = typename Acc<T>::type;
+    constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+    A acc[V];
+    for (int r0 = 0; r0 < n; r0 += G) {
+        uint4 raw[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+            if (r0 + j < n) raw[j] = load(r0 + j);
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            if (r0 + j >= n) continue;
+            const T *x = reinterpret_cast<const T *>(&raw[j]);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                A val = to_acc<T>(x[k]);
+                acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
+            }
+        }
+    }
+    uint4 res;
+    T *out = reinterpret_cast<T *>(&res);
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = finish<T, OP>(acc[k], n);
+    return res;
+}
+
 // Thread r (r != rank) sets this block's counter on member r to `value`.
 __device__ __forceinline__ void direct_signal(const nvshmemrs_allreduce_args &a,
                                               uint64_t *counters, uint64_t value) {
@@ -762,27 +792,9 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         size_t i = b + v * V;
-        A acc[V];
-        for (int r0 = 0; r0 < a.n; r0 += DIRECT_GROUP) {
-            uint4 raw[DIRECT_GROUP];
-#pragma unroll
-            for (int j = 0; j < DIRECT_GROUP; ++j)
-                if (r0 + j < a.n) raw[j] = __ldcg(reinterpret_cast<const uint4 *>(src[r0 + j] + i));
-#pragma unroll
-            for (int j = 0; j < DIRECT_GROUP; ++j) {
-                if (r0 + j >= a.n) continue;
-                const T *x = reinterpret_cast<const T *>(&raw[j]);
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    A val = to_acc<T>(x[k]);
-                    acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
-                }
-            }
-        }
-        uint4 res;
-        T *out = reinterpret_cast<T *>(&res);
-#pragma unroll
-        for (int k = 0; k < V; ++k) out[k] = finish<T, OP>(acc[k], a.n);
+        const uint4 res = reduce_vec16<T, OP, DIRECT_GROUP>(a.n, [&](int r) {
+            return __ldcg(reinterpret_cast<const uint4 *>(src[r] + i));
+        });
         for (int k = 0, r = a.rank; k < a.n; ++k, ++r) {
             if (r == a.n) r = 0;
             store16(dst[r] + i, res);
@@ -839,37 +851,14 @@ __device__ __forceinline__ void push_scatter(const nvshmemrs_allreduce_args &a, 
 template <typename T, int OP>
 __device__ __forceinline__ void push_reduce(const nvshmemrs_allreduce_args &a, const T *in,
                                             T *out, size_t chunk, size_t b, size_t e) {
-    using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         const size_t off = b + v * V;
-        A acc[V];
-        for (int r0 = 0; r0 < a.n; r0 += PUSH_GROUP) {
-            uint4 raw[PUSH_GROUP];
-#pragma unroll
-            for (int j = 0; j < PUSH_GROUP; ++j) {
-                const int r = r0 + j;
-                if (r < a.n)
-                    raw[j] = r == a.rank
-                                 ? *reinterpret_cast<const uint4 *>(in + a.rank * chunk + off)
-                                 : __ldcg(reinterpret_cast<const uint4 *>(out + r * chunk + off));
-            }
-#pragma unroll
-            for (int j = 0; j < PUSH_GROUP; ++j) {
-                if (r0 + j >= a.n) continue;
-                const T *x = reinterpret_cast<const T *>(&raw[j]);
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    A val = to_acc<T>(x[k]);
-                    acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
-                }
-            }
-        }
-        uint4 res;
-        T *o = reinterpret_cast<T *>(&res);
-#pragma unroll
-        for (int k = 0; k < V; ++k) o[k] = finish<T, OP>(acc[k], a.n);
+        const uint4 res = reduce_vec16<T, OP, PUSH_GROUP>(a.n, [&](int r) {
+            return r == a.rank ? *reinterpret_cast<const uint4 *>(in + a.rank * chunk + off)
+                               : __ldcg(reinterpret_cast<const uint4 *>(out + r * chunk + off));
+        });
         store16(out + a.rank * chunk + off, res);
     }
 }
