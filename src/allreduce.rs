@@ -201,13 +201,17 @@ pub const DIRECT_BLOCK_BYTES_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCK_BYTES";
 /// the push protocol: only stores cross the links (each PE's chunks go into the peers' outputs,
 /// which hold them until the reduced chunks overwrite them), at the cost of two more handshakes
 /// per block. In place, or below, the pull protocol (loads of the peers' inputs). Default
-/// [`PUSH_MIN_DEFAULT`] for 3 and 4 PEs, off otherwise; `1T` turns it off.
+/// [`PUSH_MIN_DEFAULT`] for 3 and 4 PEs, [`PUSH_MIN_DEFAULT_TWO_PES`] for 2, off from 5 (not
+/// measured there yet); `1T` turns it off.
 pub const PUSH_MIN_ENV: &str = "NVSH_ALLREDUCE_PUSH_MIN";
 /// Measured on 4 H200 (f32; NCCL 2.28.9 in the same runs at 312 / 329 / 339 GB/s): push at 64,
 /// 128 and 256 MiB reached 304 / 321 / 333 GB/s busbw against pull's 299 / 307 / 312; at 32 MiB
-/// they were level (291 / 288), below it pull was faster. At 2 PEs pull was faster at every size
-/// (330 against 327 GB/s at 256 MiB), and from 5 PEs push is not measured yet: off there.
+/// they were level (291 / 288), below it pull was faster.
 pub const PUSH_MIN_DEFAULT: usize = 64 << 20;
+/// Measured on 2 H200 (three interleaved runs, f32 and bf16 alike): push took 0.98x pull's time
+/// at 256 MiB (796 against 812 us) and 0.96x at 512 MiB and 1 GiB, but 1.02x at 128 MiB and
+/// 1.07x at 64 MiB.
+pub const PUSH_MIN_DEFAULT_TWO_PES: usize = 256 << 20;
 /// Rounds the push protocol pipelines each block's part in: the next round's stores are issued
 /// before this round's reduce, so the links stay busy meanwhile. `0` (default): one round per
 /// [`PUSH_ROUND_BYTES`] of a block's part, 1 to 16; else that many.
@@ -266,10 +270,10 @@ impl DirectShape {
             )?,
             push_min: size_from_env(
                 PUSH_MIN_ENV,
-                if (3..=4).contains(&n) {
-                    PUSH_MIN_DEFAULT
-                } else {
-                    PUSH_OFF
+                match n {
+                    2 => PUSH_MIN_DEFAULT_TWO_PES,
+                    3..=4 => PUSH_MIN_DEFAULT,
+                    _ => PUSH_OFF,
                 },
                 "a size in bytes such as 64M, or 1T to turn the push protocol off",
             )?,
@@ -344,7 +348,8 @@ const fn rule(max_pes: i32, max_bytes: usize, algo: AllreduceAlgo) -> SelectionR
 /// (one node); across nodes it falls back to receive slots.
 /// - 2 PEs (2026-11-22): one-shot (low-latency protocol) up to 512 KiB (4.3 us at 4 KiB, 9.8 us
 ///   at 512 KiB), recursive doubling from 1 to 8 MiB (12.2 / 15.4 / 22.0 / 35.4 us), two-shot
-///   above (61.4 us at 16 MiB, 331 GB/s busbw at 256 MiB).
+///   above (61.4 us at 16 MiB; out of place it pushes from 256 MiB, 337 GB/s busbw there, in
+///   place 330).
 /// - 3-4 PEs (measured at 4): one-shot up to 512 KiB (low-latency protocol to 256 KiB: 4.7 us at
 ///   4 KiB, 10.4 us at 256 KiB; signal-based 14.0 us at 512 KiB), two-shot above (17.4 us at
 ///   1 MiB, 21.7 us at 2 MiB; out of place it pushes from 64 MiB, 333 GB/s busbw at 256 MiB,
@@ -1027,8 +1032,14 @@ mod tests {
         let shape = with_env(&[], || DirectShape::from_env(8)).unwrap();
         assert_eq!(shape.min_bytes, DIRECT_MIN_DEFAULT);
         assert_eq!(shape.push_rounds, 0);
-        // Push by default only where it was measured to win: 3 and 4 PEs.
-        for (n, push_min) in [(2, PUSH_OFF), (3, PUSH_MIN_DEFAULT), (4, PUSH_MIN_DEFAULT)] {
+        // Push by default only where it was measured to win: 2 to 4 PEs.
+        for (n, push_min) in [
+            (1, PUSH_OFF),
+            (2, PUSH_MIN_DEFAULT_TWO_PES),
+            (3, PUSH_MIN_DEFAULT),
+            (4, PUSH_MIN_DEFAULT),
+            (5, PUSH_OFF),
+        ] {
             let s = with_env(&[], || DirectShape::from_env(n)).unwrap();
             assert_eq!(s.push_min, push_min, "{n} PEs");
         }
@@ -1092,9 +1103,11 @@ mod tests {
         let shape = with_env(&[], || DirectShape::from_env(2)).unwrap();
         assert_eq!(
             describe_settings(LL_MAX_DEFAULT, &shape),
-            "low-latency one-shot up to 512K; direct two-shot from 0 (no push), 512 threads x up \
-             to 128 blocks of 16K"
+            "low-latency one-shot up to 512K; direct two-shot from 0 (push from 256M out of \
+             place, a round per 64K of a block's part), 512 threads x up to 128 blocks of 16K"
         );
+        let shape = with_env(&[], || DirectShape::from_env(8)).unwrap();
+        assert!(describe_settings(LL_MAX_DEFAULT_WIDE, &shape).contains("from 0 (no push),"));
         let shape = with_env(&[], || DirectShape::from_env(4)).unwrap();
         assert_eq!(
             describe_settings(LL_MAX_DEFAULT_WIDE, &shape),
