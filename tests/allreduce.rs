@@ -184,19 +184,31 @@ fn check_members<T: RefElem>(
     }
 }
 
+/// [`check`] out of place for every dtype, the k-th with salt `salt + k`.
+fn check_every_dtype(
+    nv: &Nvshmem,
+    ar: &mut nvshmem::Allreduce<'_>,
+    count: usize,
+    op: ReduceOp,
+    algo: AllreduceAlgo,
+    salt: usize,
+) {
+    check::<f32>(nv, ar, count, op, algo, false, salt);
+    check::<f64>(nv, ar, count, op, algo, false, salt + 1);
+    check::<f16>(nv, ar, count, op, algo, false, salt + 2);
+    check::<bf16>(nv, ar, count, op, algo, false, salt + 3);
+    check::<i32>(nv, ar, count, op, algo, false, salt + 4);
+    check::<i64>(nv, ar, count, op, algo, false, salt + 5);
+    check::<u32>(nv, ar, count, op, algo, false, salt + 6);
+    check::<u64>(nv, ar, count, op, algo, false, salt + 7);
+}
+
 fn every_op_dtype_algorithm(nv: &Nvshmem, counts: &[usize]) {
     let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
     for &count in counts {
         for op in OPS {
             for algo in ALGOS {
-                check::<f32>(nv, &mut ar, count, op, algo, false, 1);
-                check::<f64>(nv, &mut ar, count, op, algo, false, 2);
-                check::<f16>(nv, &mut ar, count, op, algo, false, 3);
-                check::<bf16>(nv, &mut ar, count, op, algo, false, 4);
-                check::<i32>(nv, &mut ar, count, op, algo, false, 5);
-                check::<i64>(nv, &mut ar, count, op, algo, false, 6);
-                check::<u32>(nv, &mut ar, count, op, algo, false, 7);
-                check::<u64>(nv, &mut ar, count, op, algo, false, 8);
+                check_every_dtype(nv, &mut ar, count, op, algo, 1);
             }
         }
     }
@@ -640,22 +652,16 @@ fn push_everywhere_workspace<'nv>(nv: &'nv Nvshmem, rounds: usize) -> nvshmem::A
 }
 
 /// The push two-shot on every op and dtype, out of place, with in-place (pull) calls in between
-/// on the same counters. Counts below n 16-byte vectors are all tail; odd counts have one; 3
+/// (after each op's pushes) on the same counters. Counts below n 16-byte vectors are all tail; odd counts have one; 3
 /// rounds split parts unevenly (and leave small parts' last rounds empty).
 fn push_two_shot_every_op_and_dtype(nv: &Nvshmem, counts: &[usize]) {
     let mut ar = push_everywhere_workspace(nv, 3);
     let t = AllreduceAlgo::TwoShot;
     for &count in counts {
         for op in OPS {
-            check::<f32>(nv, &mut ar, count, op, t, false, 101);
-            check::<f64>(nv, &mut ar, count, op, t, false, 102);
-            check::<f16>(nv, &mut ar, count, op, t, false, 103);
-            check::<bf16>(nv, &mut ar, count, op, t, true, 104);
-            check::<bf16>(nv, &mut ar, count, op, t, false, 105);
-            check::<i32>(nv, &mut ar, count, op, t, false, 106);
-            check::<i64>(nv, &mut ar, count, op, t, true, 107);
-            check::<u32>(nv, &mut ar, count, op, t, false, 108);
-            check::<u64>(nv, &mut ar, count, op, t, false, 109);
+            check_every_dtype(nv, &mut ar, count, op, t, 101);
+            check::<bf16>(nv, &mut ar, count, op, t, true, 109);
+            check::<i64>(nv, &mut ar, count, op, t, true, 110);
         }
     }
 }
