@@ -18,10 +18,10 @@ fi
 
 cargo build --release --workspace --bins
 cp target/release/nvsh target/release/nvsh-gpt "$out/"
-cargo build --release --features mpi --examples
+cargo build --release --workspace --features nvshmem/mpi --examples
 find target/release/examples -maxdepth 1 -type f -executable ! -name '*-*' -exec cp {} "$out/" \;
 # Test executables carry a hash in their names; cargo reports them as JSON.
-cargo test --release --workspace --features nvshmem/mpi --no-run --message-format=json 2>/dev/null |
+cargo test --release --workspace --features nvshmem/mpi --no-run --message-format=json |
     python3 -c '
 import json, sys, shutil, os
 out = sys.argv[1]

@@ -25,30 +25,13 @@
 //! # }
 //! ```
 
-pub mod allreduce;
-pub mod bench_allreduce;
-pub mod bench_put;
 pub mod bootstrap;
-pub mod buffer;
-pub mod channel;
-pub mod deadline;
-pub mod device_put;
-pub mod doctor;
-pub mod element;
-mod env_value;
-pub mod error;
-pub mod launcher;
-pub mod leak;
-#[cfg(feature = "mpi")]
-mod mpi_bootstrap;
-pub mod nccl_baseline;
-mod ordering;
-pub mod result;
-mod rma;
-pub mod runtime;
-pub mod signal;
-pub mod soak;
-mod stream_rma;
+pub mod coll;
+pub mod core;
+pub mod p2p;
+pub mod pipeline;
+pub mod proto;
+pub mod sync;
 pub mod team;
 
 /// Raw bindings (re-export of the `nvshmem-sys` crate).
@@ -56,18 +39,18 @@ pub mod sys {
     pub use nvshmem_sys::*;
 }
 
-pub use allreduce::{Allreduce, AllreduceAlgo, ReduceOp, Reducible};
-pub use bootstrap::Bootstrap;
-pub use buffer::{SymView, SymmetricBuffer};
-pub use channel::{Channel, Received};
-pub use device_put::{Completion, LaunchShape};
-pub use element::{Atomic64, Dtype, Element};
-pub use error::{Error, Result};
-pub use runtime::Nvshmem;
-pub use signal::{Cmp, SignalOp};
-pub use team::Team;
+/// One call each, status codes turned into [`Result`] (the middle layer, as in cudarc).
+pub use crate::core::result;
 
-/// "major.minor.patch" of a version triple.
-pub fn version_string((major, minor, patch): (i32, i32, i32)) -> String {
-    format!("{major}.{minor}.{patch}")
-}
+pub use crate::coll::allreduce::{Allreduce, AllreduceAlgo};
+pub use crate::coll::op::{ReduceOp, Reducible};
+pub use crate::core::buffer::{SymView, SymmetricBuffer};
+pub use crate::core::element::{Atomic64, Dtype, Element};
+pub use crate::core::error::{Error, Result};
+pub use crate::core::runtime::Nvshmem;
+pub use crate::core::version_string;
+pub use crate::p2p::device_put::{Completion, LaunchShape};
+pub use crate::p2p::signal::{Cmp, SignalOp};
+pub use crate::pipeline::channel::{Channel, Received};
+pub use bootstrap::Bootstrap;
+pub use team::Team;

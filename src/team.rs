@@ -1,7 +1,7 @@
 //! Teams: subsets of the PEs with their own numbering (world, node, shared, strided splits).
 
-use crate::error::{Error, Result};
-use crate::runtime::Nvshmem;
+use crate::core::error::{Error, Result};
+use crate::core::runtime::Nvshmem;
 use crate::sys;
 
 /// A team of PEs. Predefined teams live as long as the runtime; split teams are destroyed on

@@ -500,10 +500,10 @@ fn pe2_replays_of_a_captured_cuda_graph_reduce_fresh_data() {
 fn pe2_oneshot_without_the_low_latency_protocol() {
     // Small one-shot messages normally take the low-latency protocol; this covers the
     // signal-based path they take when it is off (and across nodes).
-    std::env::set_var(nvshmem::allreduce::LL_MAX_ENV, "0");
+    std::env::set_var(nvshmem::coll::allreduce::LL_MAX_ENV, "0");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
-    std::env::remove_var(nvshmem::allreduce::LL_MAX_ENV);
+    std::env::remove_var(nvshmem::coll::allreduce::LL_MAX_ENV);
     for count in [1, 7, 1000] {
         for op in OPS {
             check::<f32>(&nv, &mut ar, count, op, AllreduceAlgo::OneShot, false, 51);
@@ -642,7 +642,7 @@ fn pe2_direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
 /// A workspace whose direct two-shot pushes every out-of-place message
 /// (`NVSH_ALLREDUCE_PUSH_MIN=0`) in `rounds` rounds; in-place calls still pull.
 fn push_everywhere_workspace<'nv>(nv: &'nv Nvshmem, rounds: usize) -> nvshmem::Allreduce<'nv> {
-    use nvshmem::allreduce::{PUSH_MIN_ENV, PUSH_ROUNDS_ENV};
+    use nvshmem::coll::allreduce::{PUSH_MIN_ENV, PUSH_ROUNDS_ENV};
     std::env::set_var(PUSH_MIN_ENV, "0");
     std::env::set_var(PUSH_ROUNDS_ENV, rounds.to_string());
     let ar = nv.allreduce_workspace(64 << 10);
@@ -704,10 +704,10 @@ fn pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls() {
 fn pe2_two_shot_through_receive_slots() {
     // Mapped peers take the direct protocol; this covers the slot protocol that two-shot takes
     // across nodes (segmented: 64 KiB slots carry 128 KiB per launch at 2 PEs).
-    std::env::set_var(nvshmem::allreduce::DIRECT_MIN_ENV, "1T");
+    std::env::set_var(nvshmem::coll::allreduce::DIRECT_MIN_ENV, "1T");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
-    std::env::remove_var(nvshmem::allreduce::DIRECT_MIN_ENV);
+    std::env::remove_var(nvshmem::coll::allreduce::DIRECT_MIN_ENV);
     for count in [1, 7, 1000, 100_003] {
         for op in OPS {
             let t = AllreduceAlgo::TwoShot;
@@ -721,7 +721,7 @@ fn pe2_two_shot_through_receive_slots() {
 #[test]
 #[ignore = "needs 2 GPUs"]
 fn pe2_checked_mode_catches_pes_that_disagree_and_the_runtime_goes_on() {
-    std::env::set_var(nvshmem::allreduce::CHECKED_ENV, "1");
+    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();

@@ -11,7 +11,7 @@ mod common;
 use common::runtime;
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use half::bf16;
-use nvshmem::deadline::{FailureKind, WaitOp};
+use nvshmem::sync::status::{FailureKind, WaitOp};
 use nvshmem::{Channel, Element, Error, Nvshmem};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -17,6 +17,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 fn main() -> ExitCode {
+    // The library's warnings show by default; RUST_LOG=info or debug shows more.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train(&args).map(|_| true),

@@ -17,7 +17,7 @@ use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
 use cudarc::driver::{CudaEvent, CudaStream};
-use nvshmem::channel::Channel;
+use nvshmem::pipeline::channel::Channel;
 use nvshmem::{Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SymmetricBuffer, Team};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,48 @@
+//! The benches' shared harness: message sizes, CUDA-event timing and medians; one module per
+//! benchmark.
+
+pub mod allreduce;
+pub mod put;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::CudaStream;
+use nvshmem::{Nvshmem, Result};
+
+/// Median of a non-empty list.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The message sizes measured: powers of two from min to max.
+pub fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut s = min.max(1).next_power_of_two();
+    while s <= max {
+        out.push(s);
+        s *= 2;
+    }
+    out
+}
+
+/// Milliseconds between CUDA events recorded on `stream` before and after `work` enqueues.
+pub fn elapsed_ms(
+    nv: &Nvshmem,
+    stream: &CudaStream,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let start = nv.context().new_event(flags)?;
+    let stop = nv.context().new_event(flags)?;
+    start.record(stream)?;
+    work()?;
+    stop.record(stream)?;
+    stop.synchronize()?;
+    Ok(start.elapsed_ms(&stop)? as f64)
+}

@@ -1,0 +1,430 @@
+//! Device-initiated put benchmark behind `nvsh bench put`: bandwidth from PE 0 to PE 1 per
+//! message size (with the launch shape used) and one-way latency from a p + wait ping-pong.
+//! Every PE runs it (it is collective); PE 0 times with CUDA events and gets the report.
+
+use crate::bench::{elapsed_ms, median, sizes};
+use cudarc::driver::CudaStream;
+use nvshmem::core::env_value::size_label;
+use nvshmem::core::error::{Error, Result};
+use nvshmem::core::result::cuda_check;
+use nvshmem::core::runtime::Nvshmem;
+use nvshmem::core::stream::raw_stream;
+use nvshmem::p2p::device_put::{Completion, LaunchShape};
+use nvshmem::sys;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct PutBenchOptions {
+    /// Smallest message, bytes.
+    pub min_bytes: usize,
+    /// Largest message, bytes (sizes double from min to max).
+    pub max_bytes: usize,
+    /// Timed repetitions per size (the median is reported).
+    pub reps: usize,
+    /// Untimed repetitions first.
+    pub warmup: usize,
+    /// Also time a grid of launch shapes at a few sizes.
+    pub sweep: bool,
+    /// Round trips per latency repetition.
+    pub latency_iters: usize,
+}
+
+impl Default for PutBenchOptions {
+    fn default() -> Self {
+        PutBenchOptions {
+            min_bytes: 4 << 10,
+            max_bytes: 256 << 20,
+            reps: 20,
+            warmup: 3,
+            sweep: false,
+            latency_iters: 1000,
+        }
+    }
+}
+
+/// Bandwidth of one size and shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BandwidthRow {
+    pub bytes: usize,
+    pub shape: LaunchShape,
+    /// Puts per timed repetition.
+    pub iters: usize,
+    /// Median time of one put, microseconds.
+    pub us_per_put: f64,
+    /// Median bandwidth of back-to-back `put_device` calls (one kernel per put), GB/s
+    /// (1e9 bytes per second).
+    pub gbps: f64,
+    pub gbps_min: f64,
+    pub gbps_max: f64,
+    /// Median bandwidth of the same puts issued in a loop inside one kernel (no launch gaps;
+    /// what NVSHMEM's perftests report), GB/s.
+    pub gbps_in_kernel: f64,
+}
+
+/// One-way latency (half a round trip), microseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyResult {
+    pub one_way_us: f64,
+    pub one_way_us_min: f64,
+    pub one_way_us_max: f64,
+    pub iters: usize,
+    pub reps: usize,
+}
+
+/// PE 0's results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutBenchReport {
+    pub n_pes: i32,
+    pub gpu: String,
+    pub rows: Vec<BandwidthRow>,
+    pub sweep: Vec<BandwidthRow>,
+    pub latency: LatencyResult,
+}
+
+/// Puts per timed repetition: back-to-back puts worth 512 MiB (at most 1000), so that the one
+/// quiet that ends a repetition is spread over many puts, as in NVSHMEM's own perftests.
+fn iters_for(bytes: usize) -> usize {
+    ((512usize << 20) / bytes).clamp(1, 1000)
+}
+
+/// Runs the benchmark on every PE (needs at least 2). Returns the report on PE 0, None on the
+/// others.
+pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport>> {
+    if nv.n_pes() < 2 {
+        return Err(Error::NeedsPes {
+            what: "the put benchmark",
+            needed: 2,
+            have: nv.n_pes(),
+            hint: "run it as `nvsh run -n 2 -- nvsh bench put`",
+        });
+    }
+    let me = nv.my_pe();
+    let max = sizes(opts.min_bytes, opts.max_bytes)
+        .last()
+        .copied()
+        .unwrap_or(opts.min_bytes);
+    let src = nv.alloc::<u8>(max)?;
+    let dst = nv.alloc::<u8>(max)?;
+    let flag = nv.alloc_zeroed::<u64>(1)?;
+    let pattern: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
+    src.copy_from_host(&pattern)?;
+    let stream = nv.stream().clone();
+    nv.barrier_all()?;
+
+    let measure = |bytes: usize, shape: LaunchShape| -> Result<Option<BandwidthRow>> {
+        let row = if me == 0 {
+            let (d, s) = (dst.view(..bytes)?, src.view(..bytes)?);
+            let iters = iters_for(bytes);
+            let batch = || -> Result<()> {
+                for _ in 0..iters {
+                    nv.put_device_with(d, s, 1, shape, Completion::AtQuiet, &stream)?;
+                }
+                nv.quiet_on_stream(&stream);
+                Ok(())
+            };
+            for _ in 0..opts.warmup {
+                batch()?;
+            }
+            stream.synchronize()?;
+            let mut gbps = Vec::with_capacity(opts.reps);
+            let mut us = Vec::with_capacity(opts.reps);
+            for _ in 0..opts.reps.max(1) {
+                let ms = elapsed_ms(nv, &stream, batch)?;
+                gbps.push((bytes * iters) as f64 / (ms * 1e-3) / 1e9);
+                us.push(ms * 1e3 / iters as f64);
+            }
+            let in_kernel = || put_loop(d, s, 1, iters, shape, &stream);
+            in_kernel()?;
+            let mut gbps_loop = Vec::with_capacity(opts.reps);
+            for _ in 0..opts.reps.max(1) {
+                let ms = elapsed_ms(nv, &stream, in_kernel)?;
+                gbps_loop.push((bytes * iters) as f64 / (ms * 1e-3) / 1e9);
+            }
+            Some(BandwidthRow {
+                bytes,
+                shape,
+                iters,
+                us_per_put: median(&us),
+                gbps: median(&gbps),
+                gbps_min: gbps.iter().copied().fold(f64::INFINITY, f64::min),
+                gbps_max: gbps.iter().copied().fold(0.0, f64::max),
+                gbps_in_kernel: median(&gbps_loop),
+            })
+        } else {
+            None
+        };
+        nv.barrier_all()?;
+        Ok(row)
+    };
+
+    let mut rows = Vec::new();
+    for bytes in sizes(opts.min_bytes, opts.max_bytes) {
+        rows.extend(measure(bytes, LaunchShape::for_bytes(bytes))?);
+    }
+    // Check the data of the last (largest) put arrived intact on PE 1.
+    if me == 1 {
+        let got = dst.to_vec()?;
+        if got != pattern {
+            let first = got
+                .iter()
+                .zip(&pattern)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Err(Error::DataMismatch {
+                what: format!(
+                    "put benchmark: PE 1 received wrong data (first mismatch at byte {first})"
+                ),
+            });
+        }
+    }
+
+    let mut sweep = Vec::new();
+    if opts.sweep {
+        for bytes in [64usize << 10, 1 << 20, 16 << 20, 256 << 20] {
+            if bytes > max {
+                continue;
+            }
+            for threads in [256u32, 512, 1024] {
+                for blocks in [4u32, 16, 32, 64, 128, 132, 264] {
+                    sweep.extend(measure(bytes, LaunchShape { blocks, threads })?);
+                }
+            }
+        }
+    }
+
+    let latency = measure_latency(nv, &flag, &stream, opts)?;
+    nv.barrier_all()?;
+    if me != 0 {
+        return Ok(None);
+    }
+    Ok(Some(PutBenchReport {
+        n_pes: nv.n_pes(),
+        gpu: nv.context().name()?,
+        rows,
+        sweep,
+        latency: latency.expect("PE 0 measures latency"),
+    }))
+}
+
+/// One kernel putting `src` into `dest` on `pe` `iters` times, then quieting.
+fn put_loop(
+    dest: nvshmem::SymView<'_, u8>,
+    src: nvshmem::SymView<'_, u8>,
+    pe: i32,
+    iters: usize,
+    shape: LaunchShape,
+    stream: &CudaStream,
+) -> Result<()> {
+    // SAFETY: equal-length symmetric ranges (views of the benchmark's buffers), a valid pe.
+    let code = unsafe {
+        sys::nvshmemrs_bench_put_loop(
+            dest.as_device_ptr().cast(),
+            src.as_device_ptr().cast(),
+            dest.len().min(src.len()),
+            pe,
+            iters as i32,
+            shape.blocks as i32,
+            shape.threads as i32,
+            raw_stream(stream),
+        )
+    };
+    cuda_check(code, "put-loop kernel launch")
+}
+
+fn pingpong(
+    flag: &nvshmem::SymmetricBuffer<'_, u64>,
+    peer: i32,
+    iters: usize,
+    base: u64,
+    initiator: bool,
+    stream: &CudaStream,
+) -> Result<()> {
+    // SAFETY: a one-element symmetric u64 and a valid peer; the kernel only touches the flag.
+    let code = unsafe {
+        sys::nvshmemrs_bench_pingpong(
+            flag.as_device_ptr(),
+            peer,
+            iters as i32,
+            base,
+            initiator as i32,
+            raw_stream(stream),
+        )
+    };
+    cuda_check(code, "ping-pong kernel launch")
+}
+
+fn measure_latency(
+    nv: &Nvshmem,
+    flag: &nvshmem::SymmetricBuffer<'_, u64>,
+    stream: &CudaStream,
+    opts: &PutBenchOptions,
+) -> Result<Option<LatencyResult>> {
+    let me = nv.my_pe();
+    let iters = opts.latency_iters.max(1);
+    let reps = opts.reps.max(1);
+    let mut one_way = Vec::with_capacity(reps);
+    // Values only grow (base advances each round), so the flag never needs a reset.
+    for round in 0..(opts.warmup + reps) {
+        let base = (round * iters) as u64;
+        nv.barrier_all()?;
+        match me {
+            0 => {
+                let ms = elapsed_ms(nv, stream, || pingpong(flag, 1, iters, base, true, stream))?;
+                if round >= opts.warmup {
+                    one_way.push(ms * 1e3 / (2 * iters) as f64);
+                }
+            }
+            1 => {
+                pingpong(flag, 0, iters, base, false, stream)?;
+                stream.synchronize()?;
+            }
+            _ => {}
+        }
+    }
+    if me != 0 {
+        return Ok(None);
+    }
+    Ok(Some(LatencyResult {
+        one_way_us: median(&one_way),
+        one_way_us_min: one_way.iter().copied().fold(f64::INFINITY, f64::min),
+        one_way_us_max: one_way.iter().copied().fold(0.0, f64::max),
+        iters,
+        reps,
+    }))
+}
+
+/// The report as a table.
+pub fn render_table(r: &PutBenchReport) -> String {
+    let mut s = format!(
+        "# device-initiated put, PE 0 -> PE 1, {} PEs, {}; median of timed repetitions\n",
+        r.n_pes, r.gpu
+    );
+    s += "# per call: back-to-back put_device calls, one kernel each (min..max over reps);\n\
+          # in kernel: the same puts looped inside one kernel, as NVSHMEM's perftests measure\n";
+    s += &format!(
+        "{:>8} {:>9} {:>6} {:>10} {:>14} {:>15} {:>16}\n",
+        "bytes", "shape", "iters", "us/put", "per-call GB/s", "min..max", "in-kernel GB/s"
+    );
+    let row = |b: &BandwidthRow| {
+        format!(
+            "{:>8} {:>9} {:>6} {:>10.2} {:>14.1} {:>15} {:>16.1}\n",
+            size_label(b.bytes),
+            b.shape.to_string(),
+            b.iters,
+            b.us_per_put,
+            b.gbps,
+            format!("{:.1}..{:.1}", b.gbps_min, b.gbps_max),
+            b.gbps_in_kernel
+        )
+    };
+    for b in &r.rows {
+        s += &row(b);
+    }
+    if !r.sweep.is_empty() {
+        s += "# launch-shape sweep (blocks x threads)\n";
+        for b in &r.sweep {
+            s += &row(b);
+        }
+    }
+    s += &format!(
+        "one-way latency (nvshmem_uint64_p + wait ping-pong, {} round trips x {} reps): \
+         median {:.2} us (min {:.2}, max {:.2})\n",
+        r.latency.iters,
+        r.latency.reps,
+        r.latency.one_way_us,
+        r.latency.one_way_us_min,
+        r.latency.one_way_us_max
+    );
+    s
+}
+
+/// The report as JSON.
+pub fn render_json(r: &PutBenchReport) -> String {
+    let row = |b: &BandwidthRow| {
+        format!(
+            "{{\"bytes\":{},\"blocks\":{},\"threads\":{},\"iters\":{},\"us_per_put\":{:.3},\
+             \"gbps\":{:.3},\"gbps_min\":{:.3},\"gbps_max\":{:.3}}}",
+            b.bytes,
+            b.shape.blocks,
+            b.shape.threads,
+            b.iters,
+            b.us_per_put,
+            b.gbps,
+            b.gbps_min,
+            b.gbps_max
+        )
+    };
+    let list = |rows: &[BandwidthRow]| rows.iter().map(row).collect::<Vec<_>>().join(",");
+    format!(
+        "{{\"n_pes\":{},\"gpu\":{:?},\"bandwidth\":[{}],\"sweep\":[{}],\
+         \"latency\":{{\"one_way_us\":{:.3},\"one_way_us_min\":{:.3},\"one_way_us_max\":{:.3},\
+         \"iters\":{},\"reps\":{}}}}}",
+        r.n_pes,
+        r.gpu,
+        list(&r.rows),
+        list(&r.sweep),
+        r.latency.one_way_us,
+        r.latency.one_way_us_min,
+        r.latency.one_way_us_max,
+        r.latency.iters,
+        r.latency.reps
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn sizes_double_from_min_to_max() {
+        assert_eq!(sizes(4 << 10, 32 << 10), vec![4096, 8192, 16384, 32768]);
+        assert_eq!(sizes(4 << 10, 256 << 20).len(), 17);
+    }
+
+    #[test]
+    fn labels_and_json_are_well_formed() {
+        assert_eq!(size_label(4096), "4K");
+        assert_eq!(size_label(256 << 20), "256M");
+        let row = BandwidthRow {
+            bytes: 16 << 20,
+            shape: LaunchShape {
+                blocks: 32,
+                threads: 1024,
+            },
+            iters: 2,
+            us_per_put: 45.0,
+            gbps: 372.0,
+            gbps_min: 360.0,
+            gbps_max: 380.0,
+            gbps_in_kernel: 371.0,
+        };
+        let r = PutBenchReport {
+            n_pes: 2,
+            gpu: "NVIDIA H200".into(),
+            rows: vec![row],
+            sweep: vec![],
+            latency: LatencyResult {
+                one_way_us: 1.2,
+                one_way_us_min: 1.1,
+                one_way_us_max: 1.4,
+                iters: 1000,
+                reps: 20,
+            },
+        };
+        let j = render_json(&r);
+        assert!(j.starts_with("{\"n_pes\":2,\"gpu\":\"NVIDIA H200\""), "{j}");
+        assert!(j.contains("\"blocks\":32,\"threads\":1024"), "{j}");
+        assert_eq!(j.matches('{').count(), j.matches('}').count());
+        let t = render_table(&r);
+        assert!(
+            t.contains("16M") && t.contains("32x1024") && t.contains("372.0"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,7 @@
+//! The subcommands: argument parsing and printing around the library crate's tools.
+
+pub mod bench;
+pub mod doctor;
+pub mod info;
+pub mod run;
+pub mod soak;

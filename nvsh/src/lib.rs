@@ -1,0 +1,10 @@
+//! The `nvsh` tool's code, kept out of the runtime library: the launcher (`nvsh run`), the node
+//! check (`nvsh doctor`), the benches with their shared harness and NCCL baseline, and the soak.
+//! The binary (`src/main.rs`) parses arguments and prints; this crate does the work, so tests and
+//! examples can call it.
+
+pub mod bench;
+pub mod doctor;
+pub mod launcher;
+pub mod nccl_baseline;
+pub mod soak;

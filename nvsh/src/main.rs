@@ -1,0 +1,51 @@
+//! `nvsh`: the project's command-line tool.
+
+mod cli;
+
+use cli::{bench, doctor, info, run, soak};
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "nvsh", version, about = "NVSHMEM runtime tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Initialise one PE and print the NVSHMEM version and PE count (a link and driver check).
+    Info,
+    /// Start N local processes of a program as the PEs of one NVSHMEM job.
+    Run(run::RunArgs),
+    /// Benchmarks (run as a job: `nvsh run -n 2 -- nvsh bench put`).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Check this node: GPUs, driver, peer access and links, NVSHMEM versions, MPI, environment.
+    Doctor(doctor::DoctorArgs),
+    /// Long checked run of mixed allreduces and channel transfers (run as a job:
+    /// `nvsh run -n 2 -- nvsh soak --seconds 600`); with --die-pe, fault injection.
+    Soak(soak::SoakArgs),
+}
+
+fn main() -> ExitCode {
+    // The library's warnings show by default; RUST_LOG=info or debug shows more.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Info => info::run().map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(args),
+        Command::Doctor(args) => doctor::run(args),
+        Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
+        Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nvsh: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

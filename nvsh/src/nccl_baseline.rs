@@ -1,0 +1,325 @@
+//! NCCL as the allreduce benchmark's baseline: one communicator over the job's PEs, in the same
+//! process, on the same GPUs and stream as NVSHMEM, bootstrapped through NVSHMEM itself (PE 0's
+//! NCCL unique id travels through symmetric memory), so no MPI or second launcher is needed.
+//!
+//! NCCL comes through cudarc's `nccl` module, which loads libnccl at run time: builds need no
+//! NCCL, and a missing library is an error here, never a panic.
+
+use cudarc::driver::CudaStream;
+use cudarc::nccl::{result as nccl_result, safe as nccl, sys as nccl_sys, NcclType};
+use nvshmem::coll::op::{ReduceOp, Reducible};
+use nvshmem::core::buffer::{SymView, SymmetricBuffer};
+use nvshmem::core::error::{Error, Result};
+use nvshmem::core::runtime::Nvshmem;
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Bytes of an NCCL unique id (`ncclUniqueId`).
+const NCCL_ID_BYTES: usize = 128;
+
+/// An NCCL communicator over every PE of the job, rank = PE number.
+pub struct NcclBaseline<'nv> {
+    comm: nccl::Comm,
+    version: i32,
+    /// The communicator uses the runtime's device and must go before NVSHMEM is finalised.
+    _nv: PhantomData<&'nv Nvshmem>,
+}
+
+impl std::fmt::Debug for NcclBaseline<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclBaseline")
+            .field("rank", &self.comm.rank())
+            .field("world_size", &self.comm.world_size())
+            .field("version", &self.version_string())
+            .finish()
+    }
+}
+
+impl<'nv> NcclBaseline<'nv> {
+    /// Creates the communicator on every PE (collective: call it on every PE at the same
+    /// point). Its calls are issued on `stream`. Every PE first learns whether every other PE
+    /// has NCCL, so all of them return the same error when one lacks it (none hangs).
+    pub fn new(nv: &'nv Nvshmem, stream: &Arc<CudaStream>) -> Result<NcclBaseline<'nv>> {
+        let me = nv.my_pe();
+        // Mine: [status, id...]; status 1 = NCCL usable here (and, on PE 0, an id was made).
+        let mut mine = vec![0u8; 1 + NCCL_ID_BYTES];
+        let local = library_status().and_then(|()| {
+            if me != 0 {
+                return Ok(());
+            }
+            let id = nccl::Id::new().map_err(|e| nccl_message("ncclGetUniqueId", &e))?;
+            for (dst, &src) in mine[1..].iter_mut().zip(id.internal()) {
+                *dst = src as u8;
+            }
+            Ok(())
+        });
+        mine[0] = local.is_ok() as u8;
+        let exchange = HostExchange::new(nv, mine.len())?;
+        let all = exchange.all_gather(&mine)?;
+        let failed: Vec<i32> = (0..nv.n_pes())
+            .filter(|&pe| all[pe as usize][0] != 1)
+            .collect();
+        if !failed.is_empty() {
+            let message = match local {
+                Err(reason) => format!("NCCL: {reason}"),
+                Ok(()) => format!("NCCL: unusable on PE(s) {failed:?}"),
+            };
+            return Err(Error::Driver { message });
+        }
+        let mut internal = [0 as std::ffi::c_char; NCCL_ID_BYTES];
+        for (dst, &src) in internal.iter_mut().zip(&all[0][1..]) {
+            *dst = src as std::ffi::c_char;
+        }
+        let comm = nccl::Comm::from_rank(
+            stream.clone(),
+            me as usize,
+            nv.n_pes() as usize,
+            nccl::Id::uninit(internal),
+        )
+        .map_err(|e| nccl_error("ncclCommInitRank", &e))?;
+        let version =
+            nccl_result::get_nccl_version().map_err(|e| nccl_error("ncclGetVersion", &e))?;
+        Ok(NcclBaseline {
+            comm,
+            version,
+            _nv: PhantomData,
+        })
+    }
+
+    /// `output = op(input of every PE)` through `ncclAllReduce`, on the communicator's stream.
+    /// Collective, like [`nvshmem::Allreduce::run`]; the symmetric buffers are used directly.
+    pub fn all_reduce<'a, 'b, T: Reducible + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (input, mut output) = (input.into(), output.into());
+        if input.len() != output.len() {
+            return Err(Error::LengthMismatch {
+                what: "NCCL allreduce",
+                dest: output.len(),
+                src: input.len(),
+            });
+        }
+        self.comm
+            .all_reduce(&input, &mut output, &nccl_op(op))
+            .map_err(|e| nccl_error("ncclAllReduce", &e))?;
+        Ok(())
+    }
+
+    /// This PE's rank in the communicator (its PE number).
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Ranks in the communicator (the PE count).
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// The stream the communicator's calls are issued on.
+    pub fn stream(&self) -> Arc<CudaStream> {
+        self.comm.stream()
+    }
+
+    /// The loaded NCCL's version, "major.minor.patch".
+    pub fn version_string(&self) -> String {
+        nccl_version_string(self.version)
+    }
+}
+
+/// NCCL's reduction for ours (same semantics: Avg is the sum divided by the rank count).
+fn nccl_op(op: ReduceOp) -> nccl::ReduceOp {
+    match op {
+        ReduceOp::Sum => nccl::ReduceOp::Sum,
+        ReduceOp::Prod => nccl::ReduceOp::Prod,
+        ReduceOp::Min => nccl::ReduceOp::Min,
+        ReduceOp::Max => nccl::ReduceOp::Max,
+        ReduceOp::Avg => nccl::ReduceOp::Avg,
+    }
+}
+
+/// "2.27.3" from NCCL_VERSION_CODE (major*10000 + minor*100 + patch since 2.9, major*1000 +
+/// minor*100 + patch before).
+pub fn nccl_version_string(code: i32) -> String {
+    let (major, rest) = if code >= 20900 {
+        (code / 10000, code % 10000)
+    } else {
+        (code / 1000, code % 1000)
+    };
+    format!("{major}.{}.{}", rest / 100, rest % 100)
+}
+
+/// Whether cudarc can load NCCL here, with what to do when it cannot.
+pub fn library_status() -> std::result::Result<(), String> {
+    // SAFETY: only tries to load the library; cudarc panics on first use when it is missing.
+    if unsafe { nccl_sys::is_culib_present() } {
+        return Ok(());
+    }
+    // cudarc 0.19 looks for libnccl.so and libnccl.so.<CUDA major>, never NCCL's soname
+    // libnccl.so.2, which is all that the libnccl2 package and the nvidia-nccl wheels install.
+    Err(match loaded_path("libnccl.so.2") {
+        Some(path) => format!(
+            "{path} is installed but cudarc loads NCCL as libnccl.so: make a link named \
+             libnccl.so to it in a directory on LD_LIBRARY_PATH"
+        ),
+        None => "libnccl.so.2 not found on the loader's path: install NCCL (the libnccl2 \
+                 package, or the nvidia-nccl-cu13 wheel, whose lib folder is under `python3 -c \
+                 'import nvidia.nccl as m; print(m.__path__[0])'`), add a link named libnccl.so \
+                 to its libnccl.so.2 and put that folder on LD_LIBRARY_PATH"
+            .into(),
+    })
+}
+
+/// The file a library name loads from, if the dynamic loader finds it.
+fn loaded_path(soname: &str) -> Option<String> {
+    let name = std::ffi::CString::new(soname).ok()?;
+    // SAFETY: dlopen/dlsym/dladdr/dlclose on a handle this function owns; the strings dladdr
+    // returns are copied before dlclose.
+    unsafe {
+        let handle = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            return None;
+        }
+        let symbol = libc::dlsym(handle, c"ncclGetVersion".as_ptr());
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let path = if !symbol.is_null()
+            && libc::dladdr(symbol, &mut info) != 0
+            && !info.dli_fname.is_null()
+        {
+            CStr::from_ptr(info.dli_fname)
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            soname.to_string()
+        };
+        libc::dlclose(handle);
+        Some(path)
+    }
+}
+
+fn nccl_message(call: &str, e: &nccl_result::NcclError) -> String {
+    // SAFETY: an NcclError only comes from a call into the loaded library; ncclGetErrorString
+    // returns a static string.
+    let text = unsafe {
+        let p = nccl_sys::ncclGetErrorString(e.0);
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    format!("{call} failed: {:?} ({text})", e.0)
+}
+
+fn nccl_error(call: &str, e: &nccl_result::NcclError) -> Error {
+    Error::Driver {
+        message: format!("NCCL: {}", nccl_message(call, e)),
+    }
+}
+
+/// Small host-side all-gathers through symmetric memory: each PE writes its bytes into its own
+/// slot, and after a barrier every PE fetches every PE's slot with a blocking get. Used where
+/// the PEs must agree (an NCCL id, whether a call failed anywhere, an iteration count).
+pub(crate) struct HostExchange<'nv> {
+    nv: &'nv Nvshmem,
+    /// A stream of its own: waiting for its copies must not wait for the caller's work (which
+    /// may be a kernel waiting for a PE that never launched its part).
+    stream: Arc<CudaStream>,
+    mine: SymmetricBuffer<'nv, u8>,
+    all: SymmetricBuffer<'nv, u8>,
+    width: usize,
+}
+
+impl<'nv> HostExchange<'nv> {
+    /// Room for `width` bytes from each PE. Collective.
+    pub(crate) fn new(nv: &'nv Nvshmem, width: usize) -> Result<Self> {
+        let width = width.max(1);
+        Ok(HostExchange {
+            nv,
+            stream: nv.context().new_stream()?,
+            mine: nv.alloc::<u8>(width)?,
+            all: nv.alloc::<u8>(width * nv.n_pes() as usize)?,
+            width,
+        })
+    }
+
+    /// Every PE's bytes (each `width` long, `mine` zero-padded), indexed by PE. Collective.
+    pub(crate) fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if mine.len() > self.width {
+            return Err(Error::HostLengthMismatch {
+                what: "host exchange",
+                host: mine.len(),
+                device: self.width,
+            });
+        }
+        let mut padded = mine.to_vec();
+        padded.resize(self.width, 0);
+        let mut slot = self.mine.as_view();
+        self.stream.memcpy_htod(&padded, &mut slot)?;
+        // Landed before any peer reads it.
+        self.stream.synchronize()?;
+        self.nv.barrier_all()?;
+        let w = self.width;
+        for pe in 0..self.nv.n_pes() {
+            let at = pe as usize * w;
+            self.nv.get(self.all.view(at..at + w)?, &self.mine, pe)?;
+        }
+        let bytes = self.all.to_vec()?;
+        // Nobody may overwrite its slot for the next exchange before everyone has read it.
+        self.nv.barrier_all()?;
+        Ok(bytes.chunks(w).map(<[u8]>::to_vec).collect())
+    }
+
+    /// The PEs whose `ok` was false (the same list on every PE). Collective.
+    pub(crate) fn failed_pes(&self, ok: bool) -> Result<Vec<i32>> {
+        Ok(self
+            .all_gather(&[ok as u8])?
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b[0] != 1)
+            .map(|(pe, _)| pe as i32)
+            .collect())
+    }
+
+    /// PE 0's `value` on every PE. Collective.
+    pub(crate) fn broadcast_from_pe0(&self, value: u64) -> Result<u64> {
+        let all = self.all_gather(&value.to_le_bytes())?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&all[0][..8]);
+        Ok(u64::from_le_bytes(word))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_codes_of_old_and_new_nccl() {
+        assert_eq!(nccl_version_string(22703), "2.27.3");
+        assert_eq!(nccl_version_string(21003), "2.10.3");
+        assert_eq!(nccl_version_string(2804), "2.8.4");
+    }
+
+    #[test]
+    fn bench_types_are_nccl_types() {
+        assert_eq!(f32::as_nccl_type(), nccl_sys::ncclDataType_t::ncclFloat32);
+        assert_eq!(
+            half::bf16::as_nccl_type(),
+            nccl_sys::ncclDataType_t::ncclBfloat16
+        );
+    }
+
+    #[test]
+    fn missing_nccl_is_an_error_not_a_panic() {
+        // Either outcome is fine; what matters is that asking never panics.
+        match library_status() {
+            Ok(()) => eprintln!("NCCL is loadable here"),
+            Err(why) => assert!(why.contains("libnccl.so"), "{why}"),
+        }
+        assert!(loaded_path("libdefinitely-not-a-library.so.7").is_none());
+    }
+}

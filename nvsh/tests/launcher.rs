@@ -1,0 +1,731 @@
+//! `nvsh run` and the launcher library, with `sh` scripts as the PEs (no GPU needed): the
+//! environment contract, output forwarding, failure propagation, signal forwarding, GPU
+//! selection and the errors before launch.
+
+mod common;
+
+use common::nvsh_path;
+use nvsh::launcher::{self, LaunchError, LaunchSpec, OnFailure, RankStatus, Stop};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// `nvsh run ARGS` with piped output.
+fn nvsh_run(args: &[&str]) -> Command {
+    let mut cmd = Command::new(nvsh_path());
+    cmd.arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+struct Finished {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Finished {
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    /// The stdout lines of one rank, prefix removed, in order.
+    fn rank_stdout(&self, rank: usize) -> Vec<String> {
+        let prefix = format!("[{rank}] ");
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    }
+}
+
+/// Reads a pipe to its end on a thread, so that the child never blocks on a full pipe.
+fn collect(pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        BufReader::new(pipe).read_to_string(&mut text).unwrap();
+        text
+    })
+}
+
+/// Runs the command to its end, failing the test (and killing the launcher) if it takes longer
+/// than `limit`, so that a hanging launcher fails instead of stalling the suite.
+fn finish(mut cmd: Command, limit: Duration) -> Finished {
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("start nvsh");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let status = wait_with_limit(&mut child, limit);
+    let elapsed = start.elapsed();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert!(
+        !stderr.contains("panicked"),
+        "nvsh must not panic; stderr:\n{stderr}"
+    );
+    Finished {
+        code: status.code(),
+        stdout,
+        stderr,
+        elapsed,
+    }
+}
+
+fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nvsh did not finish within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_ok(args: &[&str]) -> Finished {
+    let done = finish(nvsh_run(args), Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "stderr:\n{}", done.stderr);
+    done
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "nvsh-launcher-{}-{name}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn pid(&self, name: &str) -> i32 {
+        let text = std::fs::read_to_string(self.0.join(name))
+            .unwrap_or_else(|e| panic!("pid file {name}: {e}"));
+        text.trim().parse().unwrap()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Shell code that writes this shell's pid to DIR/NAME atomically (write, then rename).
+fn write_pid(dir: &str, name: &str) -> String {
+    format!("echo $$ > {dir}/{name}.tmp && mv {dir}/{name}.tmp {dir}/{name}")
+}
+
+/// Shell code that waits (up to about 10 s) until the files exist.
+fn wait_for_files(dir: &str, names: &[&str]) -> String {
+    let tests: Vec<String> = names.iter().map(|n| format!("[ -f {dir}/{n} ]")).collect();
+    format!(
+        "i=0; until {} || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done",
+        tests.join(" && ")
+    )
+}
+
+/// The process's state letter from /proc (R, S, Z, ...), or None when it does not exist.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the parenthesised command name.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// True when no process with this pid exists (a zombie still exists: nobody waited for it).
+fn is_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    !alive && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn each_rank_gets_the_contract_environment_and_one_shared_unique_id() {
+    let script = "echo rank=$NVSH_RANK local=$NVSH_LOCAL_RANK size=$NVSH_WORLD_SIZE \
+                  lsize=$NVSH_LOCAL_WORLD_SIZE idlen=${#NVSH_UNIQUE_ID}; echo id=$NVSH_UNIQUE_ID";
+    let done = run_ok(&["-n", "3", "--", "sh", "-c", script]);
+    let mut ids = Vec::new();
+    for rank in 0..3 {
+        let lines = done.rank_stdout(rank);
+        assert_eq!(lines.len(), 2, "rank {rank}: {lines:?}");
+        assert_eq!(
+            lines[0],
+            format!("rank={rank} local={rank} size=3 lsize=3 idlen=256")
+        );
+        ids.push(lines[1].strip_prefix("id=").unwrap().to_string());
+    }
+    assert_eq!(
+        done.stdout.lines().count(),
+        6,
+        "nothing else on stdout:\n{}",
+        done.stdout
+    );
+    assert!(
+        ids.iter().all(|id| *id == ids[0]),
+        "one ID for the job: {ids:?}"
+    );
+    let bytes = nvshmem::bootstrap::decode_hex(&ids[0]).expect("hex");
+    assert_eq!(bytes.len(), nvshmem::bootstrap::UNIQUE_ID_BYTES);
+    assert!(bytes.iter().any(|&b| b != 0), "a real ID is not all zeros");
+
+    let again = run_ok(&["-n", "1", "--", "sh", "-c", "echo $NVSH_UNIQUE_ID"]);
+    assert_ne!(
+        again.rank_stdout(0),
+        vec![ids[0].clone()],
+        "every job gets a fresh ID"
+    );
+}
+
+#[test]
+fn output_is_prefixed_with_the_rank_on_both_streams() {
+    let script = r#"printf 'out1\nout2\n'; printf 'err1\nerr2\n' >&2;
+                    printf 'err-tail' >&2; printf 'out-tail'"#;
+    let done = run_ok(&["-n", "2", "--", "sh", "-c", script]);
+    for rank in 0..2 {
+        assert_eq!(done.rank_stdout(rank), ["out1", "out2", "out-tail"]);
+    }
+    assert!(
+        done.stdout.ends_with('\n'),
+        "a last line without newline is completed"
+    );
+    let mut stdout = Finished::lines(&done.stdout);
+    stdout.sort();
+    assert_eq!(
+        stdout,
+        [
+            "[0] out-tail",
+            "[0] out1",
+            "[0] out2",
+            "[1] out-tail",
+            "[1] out1",
+            "[1] out2"
+        ]
+    );
+    let mut stderr = Finished::lines(&done.stderr);
+    stderr.sort();
+    assert_eq!(
+        stderr,
+        [
+            "[0] err-tail",
+            "[0] err1",
+            "[0] err2",
+            "[1] err-tail",
+            "[1] err1",
+            "[1] err2"
+        ],
+        "stderr lines go to stderr, and nothing else is printed on success"
+    );
+}
+
+#[test]
+fn lines_of_different_ranks_never_mix() {
+    // Long lines written one at a time by four ranks at once: a launcher that wrote lines in
+    // pieces would interleave them.
+    let payload = "x".repeat(300);
+    let script = format!(
+        "i=0; while [ $i -lt 300 ]; do echo \"$NVSH_RANK:$i:{payload}\"; \
+         echo \"$NVSH_RANK:$i:{payload}\" >&2; i=$((i+1)); done"
+    );
+    let done = run_ok(&["-n", "4", "--", "sh", "-c", &script]);
+    for (name, text) in [("stdout", &done.stdout), ("stderr", &done.stderr)] {
+        let mut next = [0usize; 4];
+        for line in text.lines() {
+            let (prefix, rest) = line.split_once(' ').expect("prefixed line");
+            let rank: usize = prefix
+                .strip_prefix('[')
+                .and_then(|p| p.strip_suffix(']'))
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: bad prefix in {line:?}"));
+            assert_eq!(
+                rest,
+                format!("{rank}:{}:{payload}", next[rank]),
+                "{name}: line of rank {rank} mixed or out of order"
+            );
+            next[rank] += 1;
+        }
+        assert_eq!(next, [300; 4], "{name}: every line arrived");
+    }
+}
+
+#[test]
+fn first_failure_stops_the_others_and_sets_the_exit_code() {
+    let dir = TempDir::new("fail");
+    let d = dir.path();
+    // Rank 1 fails once the others are up. Rank 0 is the sleeping process itself; rank 2 is a
+    // shell with a child, which must stop too.
+    let script = format!(
+        "case $NVSH_RANK in \
+           0) {p0}; exec sleep 30;; \
+           1) {wait}; echo failing; exit 3;; \
+           2) sleep 30 & echo $! > {d}/bg.tmp && mv {d}/bg.tmp {d}/bg; {p2}; wait;; \
+         esac",
+        p0 = write_pid(d, "0"),
+        p2 = write_pid(d, "2"),
+        wait = wait_for_files(d, &["0", "2", "bg"]),
+    );
+    let done = finish(
+        nvsh_run(&["-n", "3", "--", "sh", "-c", &script]),
+        Duration::from_secs(25),
+    );
+    assert_eq!(done.code, Some(3), "stderr:\n{}", done.stderr);
+    assert!(
+        done.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        done.elapsed
+    );
+    assert_eq!(done.rank_stdout(1), ["failing"]);
+    assert!(
+        done.stderr
+            .contains("nvsh run: rank 1 exited with code 3; stopping the other 2 process(es)"),
+        "stderr:\n{}",
+        done.stderr
+    );
+    for rank in ["0", "2"] {
+        let pid = dir.pid(rank);
+        assert!(
+            is_gone(pid),
+            "rank {rank} (pid {pid}) still exists: {:?}",
+            proc_state(pid)
+        );
+    }
+    // The background sleep is not the launcher's child: once stopped, init reaps it, or it
+    // stays a zombie where init does not reap.
+    let bg = dir.pid("bg");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !matches!(proc_state(bg), None | Some('Z')) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        matches!(proc_state(bg), None | Some('Z')),
+        "rank 2's child is still running"
+    );
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_gives_128_plus_the_signal() {
+    let script = "if [ $NVSH_RANK = 0 ]; then kill -9 $$; fi; exec sleep 30";
+    let done = finish(
+        nvsh_run(&["-n", "2", "--", "sh", "-c", script]),
+        Duration::from_secs(25),
+    );
+    assert_eq!(done.code, Some(137), "stderr:\n{}", done.stderr);
+    assert!(
+        done.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        done.elapsed
+    );
+    assert!(
+        done.stderr.contains(
+            "nvsh run: rank 0 was killed by signal 9 (SIGKILL); stopping the other 1 process(es)"
+        ),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
+    let dir = TempDir::new("grace");
+    let d = dir.path();
+    let script = format!(
+        "if [ $NVSH_RANK = 0 ]; then trap '' TERM; {p0}; while :; do sleep 0.1; done; \
+         else {wait}; exit 4; fi",
+        p0 = write_pid(d, "0"),
+        wait = wait_for_files(d, &["0"]),
+    );
+    let done = finish(
+        nvsh_run(&["-n", "2", "--grace-secs", "0.5", "--", "sh", "-c", &script]),
+        Duration::from_secs(25),
+    );
+    assert_eq!(
+        done.code,
+        Some(4),
+        "the first failure decides: {}",
+        done.stderr
+    );
+    assert!(
+        done.elapsed >= Duration::from_millis(500) && done.elapsed < Duration::from_secs(5),
+        "took {:?}",
+        done.elapsed
+    );
+    assert!(
+        done.stderr
+            .contains("rank(s) 0 still running 0.5 s after the stop signal; killed (SIGKILL)"),
+        "stderr:\n{}",
+        done.stderr
+    );
+    assert!(is_gone(dir.pid("0")));
+}
+
+/// Starts two ranks that report `ready` and then wait for `signal`, sends it to the launcher
+/// (a second time when `twice`), and returns what the launcher did.
+fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
+    let handler = if twice {
+        // Ignore the first signal, so that only the second one (SIGKILL) ends the rank.
+        "trap 'echo got-it' ".to_string() + trap
+    } else {
+        format!("trap 'echo got-it; exit 0' {trap}")
+    };
+    let script = format!("{handler}; echo ready; while :; do sleep 0.1; done");
+    let start = Instant::now();
+    let mut child = nvsh_run(&["-n", "2", "--grace-secs", "30", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("start nvsh");
+    let err = collect(child.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(lines.contains(&"[0] ready".to_string()) && lines.contains(&"[1] ready".to_string())) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("ranks did not start: {lines:?}");
+            }
+        }
+    }
+    let pid = child.id() as i32;
+    // SAFETY: the launcher is our child and not yet waited for.
+    unsafe { libc::kill(pid, signal) };
+    if twice {
+        // Let the first signal arrive and be forwarded before the second.
+        while lines.iter().filter(|l| l.ends_with("got-it")).count() < 2 {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, signal) };
+    }
+    let status = wait_with_limit(&mut child, Duration::from_secs(10));
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    Finished {
+        code: status.code(),
+        stdout: lines.join("\n"),
+        stderr: err.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+fn assert_forwarded(signal: i32, trap: &str, name: &str) {
+    let done = signal_the_launcher(signal, trap, false);
+    for rank in 0..2 {
+        assert_eq!(
+            done.rank_stdout(rank),
+            ["ready", "got-it"],
+            "rank {rank} got {name}; stdout:\n{}",
+            done.stdout
+        );
+    }
+    assert_eq!(done.code, Some(128 + signal), "stderr:\n{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains(&format!("received {name}; forwarded it to 2 process(es)")),
+        "stderr:\n{}",
+        done.stderr
+    );
+    assert!(done.elapsed < Duration::from_secs(10));
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_every_rank() {
+    assert_forwarded(libc::SIGTERM, "TERM", "SIGTERM");
+}
+
+#[test]
+fn sigint_to_the_launcher_reaches_every_rank() {
+    assert_forwarded(libc::SIGINT, "INT", "SIGINT");
+}
+
+#[test]
+fn a_second_signal_kills_without_waiting_for_the_grace_period() {
+    // The ranks survive the first SIGTERM; the grace period is 30 s.
+    let done = signal_the_launcher(libc::SIGTERM, "TERM", true);
+    assert_eq!(done.code, Some(128 + libc::SIGTERM), "{}", done.stderr);
+    assert!(
+        done.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        done.elapsed
+    );
+    assert!(
+        done.stderr
+            .contains("received SIGTERM while stopping; killed rank(s) 0, 1 (SIGKILL)"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn gpus_sets_cuda_visible_devices_for_every_rank() {
+    let mut cmd = nvsh_run(&[
+        "-n",
+        "3",
+        "--gpus",
+        "0,1",
+        "--",
+        "sh",
+        "-c",
+        "echo cvd=$CUDA_VISIBLE_DEVICES",
+    ]);
+    cmd.env("CUDA_VISIBLE_DEVICES", "7");
+    let done = finish(cmd, Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    for rank in 0..3 {
+        assert_eq!(done.rank_stdout(rank), ["cvd=0,1"]);
+    }
+    assert!(
+        done.stderr.contains("3 processes on 2 GPU(s)"),
+        "a note when PEs share GPUs; stderr:\n{}",
+        done.stderr
+    );
+
+    let one_each = run_ok(&[
+        "-n",
+        "2",
+        "--gpus",
+        "3, 1",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    assert_eq!(one_each.rank_stdout(1), ["3,1"]);
+    assert_eq!(one_each.stderr, "", "no note when every PE has a GPU");
+}
+
+#[test]
+fn launcher_environment_reaches_every_rank() {
+    let mut cmd = nvsh_run(&[
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo $NVSH_TEST_PASSTHROUGH $NVSHMEM_DISABLE_NVLS ${CUDA_VISIBLE_DEVICES-unset}",
+    ]);
+    cmd.env("NVSH_TEST_PASSTHROUGH", "hello")
+        .env("NVSHMEM_DISABLE_NVLS", "1")
+        .env("CUDA_VISIBLE_DEVICES", "5");
+    let done = finish(cmd, Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    for rank in 0..2 {
+        assert_eq!(
+            done.rank_stdout(rank),
+            ["hello 1 5"],
+            "without --gpus CUDA_VISIBLE_DEVICES passes through too"
+        );
+    }
+}
+
+/// Runs `nvsh run ARGS -- sh -c 'touch DIR/started'` and checks that it failed before starting
+/// anything, with a one-line message containing every string in `expect`.
+fn assert_rejected(args: &[&str], expect: &[&str]) {
+    let dir = TempDir::new("reject");
+    let touch = format!("touch {}/started", dir.path());
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--", "sh", "-c", &touch]);
+    let done = finish(nvsh_run(&all), Duration::from_secs(20));
+    assert_eq!(done.code, Some(2), "{args:?}: stderr:\n{}", done.stderr);
+    assert!(
+        !dir.0.join("started").exists(),
+        "{args:?}: nothing may start"
+    );
+    assert_eq!(done.stdout, "");
+    for s in expect {
+        assert!(
+            done.stderr.contains(s),
+            "{args:?}: expected {s:?} in stderr:\n{}",
+            done.stderr
+        );
+    }
+}
+
+#[test]
+fn bad_gpu_lists_are_rejected_before_launch() {
+    assert_rejected(
+        &["-n", "2", "--gpus", "a,b"],
+        &["nvsh run: error: --gpus \"a,b\" is not valid", "`a`"],
+    );
+    assert_rejected(&["-n", "2", "--gpus", "0,,1"], &["empty entry"]);
+    assert_rejected(&["-n", "2", "--gpus=-1"], &["`-1` is not a GPU index"]);
+    assert_rejected(&["-n", "2", "--gpus", "0,0"], &["GPU 0 is listed twice"]);
+    assert_rejected(&["-n", "2", "--gpus", ""], &["the list is empty"]);
+}
+
+#[test]
+fn zero_processes_is_an_error() {
+    assert_rejected(&["-n", "0"], &["at least 1"]);
+}
+
+#[test]
+fn a_missing_program_is_named_with_a_hint() {
+    let done = finish(
+        nvsh_run(&["-n", "2", "--", "nvsh-no-such-program", "arg"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(done.code, Some(2));
+    assert_eq!(
+        done.stderr.trim_end(),
+        "nvsh run: error: program `nvsh-no-such-program` not found in any directory on PATH; \
+         check its name and PATH, or give its path (e.g. ./nvsh-no-such-program)"
+    );
+
+    let by_path = finish(
+        nvsh_run(&["-n", "1", "--", "./no/such/program"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(by_path.code, Some(2));
+    assert!(
+        by_path.stderr.contains("`./no/such/program` not found"),
+        "{}",
+        by_path.stderr
+    );
+}
+
+#[test]
+fn library_reports_the_first_failure_and_waits_for_every_rank() {
+    let dir = TempDir::new("lib");
+    let d = dir.path();
+    let script = format!(
+        "if [ $NVSH_RANK = 1 ]; then {wait}; exit 3; fi; \
+         echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; exec sleep 30",
+        wait = wait_for_files(d, &["0", "2"]),
+    );
+    let spec = LaunchSpec {
+        grace: Duration::from_secs(2),
+        forward_signals: false,
+        ..LaunchSpec::new(3, "sh").args(["-c", &script])
+    };
+    let start = Instant::now();
+    let outcome = launcher::launch(&spec).expect("launch");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(outcome.exit_code, 3);
+    assert_eq!(outcome.failed_rank(), Some(1));
+    assert_eq!(
+        outcome.stop,
+        Some(Stop::Failed {
+            rank: 1,
+            status: RankStatus::Exited(3)
+        })
+    );
+    let terminated = RankStatus::Signaled {
+        signal: libc::SIGTERM,
+        core_dumped: false,
+    };
+    assert_eq!(
+        outcome.statuses,
+        [terminated, RankStatus::Exited(3), terminated]
+    );
+    // These are this process's children: a zombie here means launch() did not wait for it.
+    for rank in ["0", "2"] {
+        let pid = dir.pid(rank);
+        assert_eq!(
+            proc_state(pid),
+            None,
+            "rank {rank} (pid {pid}) was not reaped"
+        );
+    }
+}
+
+#[test]
+fn library_success_and_spec_errors() {
+    let ok = launcher::launch(&LaunchSpec {
+        forward_signals: false,
+        ..LaunchSpec::new(2, "true")
+    })
+    .expect("launch");
+    assert_eq!(ok.exit_code, 0);
+    assert_eq!(ok.stop, None);
+    assert_eq!(ok.statuses, [RankStatus::Exited(0); 2]);
+
+    let err = launcher::launch(&LaunchSpec::new(0, "true")).unwrap_err();
+    assert!(matches!(err, LaunchError::NoProcesses), "{err:?}");
+    let err = launcher::launch(&LaunchSpec {
+        gpus: Some(vec![]),
+        ..LaunchSpec::new(1, "true")
+    })
+    .unwrap_err();
+    assert!(matches!(err, LaunchError::InvalidGpus { .. }), "{err:?}");
+    let missing = "nvsh-no-such-program";
+    let err = launcher::launch(&LaunchSpec::new(1, missing)).unwrap_err();
+    assert!(
+        matches!(&err, LaunchError::ProgramNotFound { program } if program == missing),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn on_failure_wait_lets_the_others_end_on_their_own_then_kills_stragglers() {
+    // Rank 1 fails at once; rank 0 ends by itself 1 s later (as a PE whose waits time out
+    // would), rank 2 never ends and is killed when the wait runs out.
+    let dir = TempDir::new("wait");
+    let d = dir.path();
+    let script = format!(
+        "echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; \
+         if [ $NVSH_RANK = 1 ]; then exit 3; fi; \
+         if [ $NVSH_RANK = 0 ]; then sleep 1; echo survivor-ended; exit 4; fi; exec sleep 30"
+    );
+    let spec = LaunchSpec {
+        grace: Duration::from_secs(1),
+        forward_signals: false,
+        on_failure: OnFailure::Wait(Duration::from_secs(3)),
+        ..LaunchSpec::new(3, "sh").args(["-c", &script])
+    };
+    let start = Instant::now();
+    let outcome = launcher::launch(&spec).expect("launch");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(outcome.exit_code, 3);
+    assert_eq!(outcome.failed_rank(), Some(1));
+    let killed = RankStatus::Signaled {
+        signal: libc::SIGKILL,
+        core_dumped: false,
+    };
+    assert_eq!(
+        outcome.statuses,
+        [RankStatus::Exited(4), RankStatus::Exited(3), killed]
+    );
+    for rank in ["0", "1", "2"] {
+        let pid = dir.pid(rank);
+        assert_eq!(
+            proc_state(pid),
+            None,
+            "rank {rank} (pid {pid}) was not reaped"
+        );
+    }
+}

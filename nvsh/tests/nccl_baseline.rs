@@ -1,0 +1,67 @@
+//! The allreduce benchmark's NCCL baseline: a communicator bootstrapped through NVSHMEM, and
+//! NCCL's results on symmetric buffers checked on every PE against the host reference.
+//! Run by scripts/gpu_test.sh under `nvsh run -n 2` (tests named pe2_*).
+
+mod common;
+
+use common::runtime;
+use cudarc::nccl::NcclType;
+use nvsh::nccl_baseline::{self, NcclBaseline};
+use nvshmem::{Nvshmem, ReduceOp, Reducible};
+
+/// Runs NCCL's `op` over PE inputs (pe + 1) * (1 + i % 4) and compares every element of this
+/// PE's output with `expected(i)`.
+fn check<T: Reducible + NcclType>(
+    nv: &Nvshmem,
+    nccl: &NcclBaseline<'_>,
+    op: ReduceOp,
+    convert: impl Fn(f32) -> T,
+    expected: impl Fn(usize) -> f32,
+) {
+    let me = nv.my_pe();
+    // Odd length: no size NCCL might special-case.
+    let len = (1 << 20) + 3;
+    let input = nv.alloc::<T>(len).unwrap();
+    let output = nv.alloc::<T>(len).unwrap();
+    let host: Vec<T> = (0..len)
+        .map(|i| convert(((me + 1) as usize * (1 + i % 4)) as f32))
+        .collect();
+    input.copy_from_host(&host).unwrap();
+    output.zero().unwrap();
+    nv.context().synchronize().unwrap();
+    nv.barrier_all().unwrap();
+    nccl.all_reduce(&input, &output, op).unwrap();
+    nccl.stream().synchronize().unwrap();
+    let got = output.to_vec().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, convert(expected(i)), "PE {me}, {op:?}, element {i}");
+    }
+    nv.barrier_all().unwrap();
+}
+
+#[test]
+#[ignore = "needs 2 GPUs"]
+fn pe2_nccl_allreduce_matches_the_host_reference() {
+    // Decided the same way on both PEs (one machine), so both skip or neither does.
+    if let Err(why) = nccl_baseline::library_status() {
+        eprintln!("skipped: NCCL is not loadable here: {why}");
+        return;
+    }
+    let nv = runtime(2);
+    let nccl = NcclBaseline::new(&nv, nv.stream()).expect("NCCL communicator");
+    assert_eq!(
+        (nccl.rank(), nccl.world_size()),
+        (nv.my_pe() as usize, 2),
+        "NCCL {}",
+        nccl.version_string()
+    );
+    let m = |i: usize| (1 + i % 4) as f32;
+    // 2 PEs: sum = 3m, max = 2m, exact in f32 and bf16.
+    check(&nv, &nccl, ReduceOp::Sum, |v| v, |i| 3.0 * m(i));
+    check(&nv, &nccl, ReduceOp::Sum, half::bf16::from_f32, |i| {
+        3.0 * m(i)
+    });
+    check(&nv, &nccl, ReduceOp::Max, half::bf16::from_f32, |i| {
+        2.0 * m(i)
+    });
+}

@@ -1,0 +1,989 @@
+//! Allreduce over symmetric memory, built from device-initiated puts and signals (kernels in
+//! `device/coll/`). Works where peers are only reachable through NVSHMEM (other nodes);
+//! direct NVLink stores are a checked fast path inside the kernels.
+//!
+//! An [`Allreduce`] owns a workspace on the symmetric heap (allocated collectively) and a
+//! sequence counter: signals carry ever-growing values, so calls can be issued back to back on a
+//! stream with no barrier in between.
+
+use crate::coll::op::{ReduceOp, Reducible};
+use crate::coll::select::{rule, select, SelectionRule};
+use crate::core::buffer::{SymView, SymmetricBuffer};
+use crate::core::element::{Dtype, Element};
+use crate::core::error::{Error, Result};
+use crate::core::result::cuda_check;
+use crate::core::runtime::Nvshmem;
+use crate::core::stream::raw_stream;
+use crate::proto::{CollectiveText, Workspace};
+use crate::sync::status::WaitFailure;
+use crate::sys;
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+use std::time::Duration;
+
+/// The algorithm; `Auto` picks one from [`SELECTION`] by message size, dtype and PE count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllreduceAlgo {
+    Auto,
+    /// Every PE pushes its whole input to every peer, each reduces locally (small messages).
+    OneShot,
+    /// Reduce-scatter by puts, then all-gather by puts (medium and large messages).
+    TwoShot,
+    /// Reduce-scatter and all-gather around a ring, neighbour to neighbour: bandwidth-optimal as
+    /// the PE count grows (each link carries 2(n-1)/n of the message).
+    Ring,
+    /// log2(n) pairwise exchanges of the whole message (latency-optimal for small messages at
+    /// larger PE counts); PE counts that are not powers of two fold the extra PEs in first.
+    RecursiveDoubling,
+}
+
+impl AllreduceAlgo {
+    /// Every concrete algorithm (not `Auto`).
+    pub const ALL: [AllreduceAlgo; 4] = [
+        AllreduceAlgo::OneShot,
+        AllreduceAlgo::TwoShot,
+        AllreduceAlgo::Ring,
+        AllreduceAlgo::RecursiveDoubling,
+    ];
+
+    /// The short name used by `NVSH_ALLREDUCE_ALGO`, the bench and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreduceAlgo::Auto => "auto",
+            AllreduceAlgo::OneShot => "oneshot",
+            AllreduceAlgo::TwoShot => "twoshot",
+            AllreduceAlgo::Ring => "ring",
+            AllreduceAlgo::RecursiveDoubling => "rd",
+        }
+    }
+
+    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot").
+    pub fn parse(s: &str) -> Option<AllreduceAlgo> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => AllreduceAlgo::Auto,
+            "oneshot" | "one-shot" => AllreduceAlgo::OneShot,
+            "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
+            "ring" => AllreduceAlgo::Ring,
+            "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
+            _ => return None,
+        })
+    }
+
+    /// Code of the algorithm in device/allreduce.h.
+    fn code(self) -> i32 {
+        match self {
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => 0,
+            AllreduceAlgo::TwoShot => 1,
+            AllreduceAlgo::Ring => 2,
+            AllreduceAlgo::RecursiveDoubling => 3,
+        }
+    }
+
+    /// One and recursive doubling carry a whole segment per slot, the others a chunk of it.
+    fn whole_segment_per_slot(self) -> bool {
+        matches!(
+            self,
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot | AllreduceAlgo::RecursiveDoubling
+        )
+    }
+}
+
+/// The environment variable that replaces `Auto` for every call of a process (an explicit
+/// algorithm passed to [`Allreduce::run`] still wins).
+pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
+
+/// Largest one-shot payload (bytes) sent with the low-latency protocol (data and flag in the same
+/// line: no fence and no separate signal) when every member is mapped by NVLink/PCIe. `0` turns
+/// it off. Default [`LL_MAX_DEFAULT`] for 2 PEs, [`LL_MAX_DEFAULT_WIDE`] for more.
+pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
+/// Measured on two NVLinked H200: the protocol beats NCCL up to 512 KiB (9.8 vs 10.1 us) and
+/// the signal-based one-shot there (10.6 us); it loses to recursive doubling from 1 MiB.
+pub const LL_MAX_DEFAULT: usize = 512 << 10;
+/// From 3 PEs the protocol's doubled bytes cost more sooner: on 4 H200 at 512 KiB it took
+/// 16.6 us, the signal-based one-shot 14.0 us (NCCL 14.2).
+pub const LL_MAX_DEFAULT_WIDE: usize = 256 << 10;
+
+/// A size from `var` (65536, 64K, 1M, ...), or `default` when unset or empty.
+fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> Result<usize> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => {
+            crate::core::env_value::parse_size(&v).ok_or(Error::InvalidEnv {
+                var,
+                value: v,
+                expected,
+            })
+        }
+        _ => Ok(default),
+    }
+}
+
+/// [`size_from_env`] that must also pass `valid`; `expected` describes both.
+fn bounded_size_from_env(
+    var: &'static str,
+    default: usize,
+    expected: &'static str,
+    valid: impl Fn(usize) -> bool,
+) -> Result<usize> {
+    let v = size_from_env(var, default, expected)?;
+    if valid(v) {
+        Ok(v)
+    } else {
+        Err(Error::InvalidEnv {
+            var,
+            value: v.to_string(),
+            expected,
+        })
+    }
+}
+
+/// The low-latency protocol's limit for a team of `n` PEs.
+fn ll_max_from_env(n: i32) -> Result<usize> {
+    size_from_env(
+        LL_MAX_ENV,
+        if n <= 2 {
+            LL_MAX_DEFAULT
+        } else {
+            LL_MAX_DEFAULT_WIDE
+        },
+        "a size in bytes such as 65536, 64K or 0 (off)",
+    )
+}
+
+/// Two-shot messages from this many bytes on take the direct protocol (loads and stores over
+/// the peer mappings, no receive slots) where every member is mapped; below, the slot protocol
+/// that also runs across nodes. Default [`DIRECT_MIN_DEFAULT`]; a huge value (`1T`) turns the
+/// direct protocol off.
+pub const DIRECT_MIN_ENV: &str = "NVSH_ALLREDUCE_DIRECT_MIN";
+/// The direct protocol's grid scales with the message, so it wins at every size where it runs.
+pub const DIRECT_MIN_DEFAULT: usize = 0;
+/// Threads per block of the direct two-shot (a multiple of 32, 32 to 512; default 512). 1024
+/// would need fewer registers than its kernels use.
+pub const DIRECT_THREADS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_THREADS";
+/// Most blocks of the direct two-shot (1 to 256; default 128).
+pub const DIRECT_BLOCKS_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCKS";
+/// Bytes of its own chunk each block of the direct two-shot reduces, at least (default 16K: two
+/// 16-byte vectors per thread of 512); the grid is the chunk over this, up to the most blocks.
+pub const DIRECT_BLOCK_BYTES_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCK_BYTES";
+
+/// Direct two-shot messages from this many bytes on, when the output is not the input, take
+/// the push protocol: only stores cross the links (each PE's chunks go into the peers' outputs,
+/// which hold them until the reduced chunks overwrite them), at the cost of two more handshakes
+/// per block. In place, or below, the pull protocol (loads of the peers' inputs). Default
+/// [`PUSH_MIN_DEFAULT`] for 3 and 4 PEs, [`PUSH_MIN_DEFAULT_TWO_PES`] for 2, off from 5 (not
+/// measured there yet); `1T` turns it off.
+pub const PUSH_MIN_ENV: &str = "NVSH_ALLREDUCE_PUSH_MIN";
+/// Measured on 4 H200 (f32; NCCL 2.28.9 in the same runs at 312 / 329 / 339 GB/s): push at 64,
+/// 128 and 256 MiB reached 304 / 321 / 333 GB/s busbw against pull's 299 / 307 / 312; at 32 MiB
+/// they were level (291 / 288), below it pull was faster.
+pub const PUSH_MIN_DEFAULT: usize = 64 << 20;
+/// Measured on 2 H200 (three interleaved runs, f32 and bf16 alike): push took 0.98x pull's time
+/// at 256 MiB (796 against 812 us) and 0.96x at 512 MiB and 1 GiB, but 1.02x at 128 MiB and
+/// 1.07x at 64 MiB.
+pub const PUSH_MIN_DEFAULT_TWO_PES: usize = 256 << 20;
+/// Rounds the push protocol pipelines each block's part in: the next round's stores are issued
+/// before this round's reduce, so the links stay busy meanwhile. `0` (default): one round per
+/// [`PUSH_ROUND_BYTES`] of a block's part, 1 to 16; else that many.
+pub const PUSH_ROUNDS_ENV: &str = "NVSH_ALLREDUCE_PUSH_ROUNDS";
+/// Measured on 4 H200 with parts of 128, 256 and 512 KiB per block (64 / 128 / 256 MiB): 2, 4
+/// and 8 rounds were the best of 1, 2, 4 and 8 (smaller rounds spend more on handshakes).
+pub const PUSH_ROUND_BYTES: usize = 64 << 10;
+/// Most rounds (device/allreduce.h).
+const PUSH_ROUNDS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX as usize;
+
+/// Largest grid of the direct two-shot (device/allreduce.h).
+const DIRECT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
+/// Counter phases of the direct two-shot (device/allreduce.h).
+const DIRECT_PHASES: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_PHASES as usize;
+
+/// How a two-shot call moves its data (device/allreduce.h algo codes 1, 5 and 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// Receive slots, segment by segment: works across nodes.
+    Slots,
+    /// One launch; each PE loads its chunk from every member's input over the mappings.
+    Pull,
+    /// One launch; each PE stores its chunks into the members' outputs (out of place only).
+    Push,
+}
+
+impl Protocol {
+    fn code(self) -> i32 {
+        match self {
+            Protocol::Slots => 1,
+            Protocol::Pull => 5,
+            Protocol::Push => 6,
+        }
+    }
+}
+
+/// When the direct two-shot runs and with what launch shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirectShape {
+    min_bytes: usize,
+    push_min: usize,
+    push_rounds: usize,
+    threads: usize,
+    max_blocks: usize,
+    block_bytes: usize,
+}
+
+impl DirectShape {
+    /// The shape for a team of `n` PEs (the push protocol's default depends on it).
+    fn from_env(n: i32) -> Result<DirectShape> {
+        Ok(DirectShape {
+            min_bytes: size_from_env(
+                DIRECT_MIN_ENV,
+                DIRECT_MIN_DEFAULT,
+                "a size in bytes such as 1M, or 1T to turn the direct protocol off",
+            )?,
+            push_min: size_from_env(
+                PUSH_MIN_ENV,
+                match n {
+                    2 => PUSH_MIN_DEFAULT_TWO_PES,
+                    3..=4 => PUSH_MIN_DEFAULT,
+                    _ => PUSH_OFF,
+                },
+                "a size in bytes such as 64M, or 1T to turn the push protocol off",
+            )?,
+            push_rounds: bounded_size_from_env(
+                PUSH_ROUNDS_ENV,
+                0,
+                "a round count from 1 to 16, or 0 (one per 64K of a block's part)",
+                |r| r <= PUSH_ROUNDS_MAX,
+            )?,
+            threads: bounded_size_from_env(
+                DIRECT_THREADS_ENV,
+                512,
+                "a multiple of 32 from 32 to 512",
+                |t| t % 32 == 0 && (32..=512).contains(&t),
+            )?,
+            max_blocks: bounded_size_from_env(
+                DIRECT_BLOCKS_ENV,
+                128,
+                "a block count from 1 to 256",
+                |b| (1..=DIRECT_BLOCKS_MAX).contains(&b),
+            )?,
+            block_bytes: bounded_size_from_env(
+                DIRECT_BLOCK_BYTES_ENV,
+                16 << 10,
+                "a size in bytes of at least 16, such as 16K",
+                |b| b >= 16,
+            )?,
+        })
+    }
+
+    /// Blocks for a message of `bytes` over `n` members: one per `block_bytes` of a chunk.
+    fn blocks(&self, bytes: usize, n: usize) -> usize {
+        bytes
+            .div_ceil(n.max(1))
+            .div_ceil(self.block_bytes)
+            .clamp(1, self.max_blocks)
+    }
+
+    /// Push rounds for a message of `bytes` over `n` members on `blocks` blocks.
+    fn rounds(&self, bytes: usize, n: usize, blocks: usize) -> usize {
+        if self.push_rounds > 0 {
+            return self.push_rounds;
+        }
+        (bytes / n.max(1) / blocks.max(1) / PUSH_ROUND_BYTES).clamp(1, PUSH_ROUNDS_MAX)
+    }
+}
+
+/// The push protocol's threshold when it is off (as `1T`: no message is that large).
+const PUSH_OFF: usize = 1 << 40;
+
+/// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (f32 and bf16 alike, so no
+/// dtype-specific row yet). Two-shot here means its direct protocol where every member is mapped
+/// (one node); across nodes it falls back to receive slots.
+/// - 2 PEs (2026-11-22): one-shot (low-latency protocol) up to 512 KiB (4.3 us at 4 KiB, 9.8 us
+///   at 512 KiB), recursive doubling from 1 to 8 MiB (12.2 / 15.4 / 22.0 / 35.4 us), two-shot
+///   above (61.4 us at 16 MiB; out of place it pushes from 256 MiB, 337 GB/s busbw there, in
+///   place 330).
+/// - 3-4 PEs (measured at 4): one-shot up to 512 KiB (low-latency protocol to 256 KiB: 4.7 us at
+///   4 KiB, 10.4 us at 256 KiB; signal-based 14.0 us at 512 KiB), two-shot above (17.4 us at
+///   1 MiB, 21.7 us at 2 MiB; out of place it pushes from 64 MiB, 333 GB/s busbw at 256 MiB,
+///   in place 312).
+/// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
+///   up to 128 KiB (9.0 us at 4 KiB, 13.7 at 128 KiB), recursive doubling to 2 MiB, two-shot
+///   above (303 GB/s busbw at 256 MiB).
+/// - more: recursive doubling for small messages, the ring for large ones.
+pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
+    rule(1, usize::MAX, AllreduceAlgo::OneShot),
+    rule(2, 512 << 10, AllreduceAlgo::OneShot),
+    rule(2, 8 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(2, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(4, 512 << 10, AllreduceAlgo::OneShot),
+    rule(4, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(8, 128 << 10, AllreduceAlgo::OneShot),
+    rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(8, usize::MAX, AllreduceAlgo::TwoShot),
+    rule(i32::MAX, 64 << 10, AllreduceAlgo::RecursiveDoubling),
+    rule(i32::MAX, usize::MAX, AllreduceAlgo::Ring),
+];
+
+/// `NVSH_ALLREDUCE_ALGO` if set (empty means unset).
+fn algo_from_env() -> Result<Option<AllreduceAlgo>> {
+    match std::env::var(ALGO_ENV) {
+        Ok(v) if !v.trim().is_empty() => {
+            AllreduceAlgo::parse(&v).map(Some).ok_or(Error::InvalidEnv {
+                var: ALGO_ENV,
+                value: v,
+                expected: "auto, oneshot, twoshot, ring or rd",
+            })
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The checked-mode header's `meta` word: what every member must agree on besides the count
+/// (a two-shot's protocol too: members that disagree on it would wait on different counters).
+fn header_meta(dtype: Dtype, op: ReduceOp, algo: AllreduceAlgo, protocol: Protocol) -> u64 {
+    let protocol = match protocol {
+        Protocol::Slots => 0,
+        Protocol::Pull => 1,
+        Protocol::Push => 2,
+    };
+    dtype as u64 | (op as u64) << 8 | (algo.code() as u64) << 16 | protocol << 24
+}
+
+/// A checked-mode header's meta word in words ("bf16 max by ring (direct, push)").
+fn describe_meta(value: u64) -> String {
+    let code = |shift: u32| (value >> shift) & 0xff;
+    let dtype = Dtype::from_code(code(0)).map_or("an unknown type", Dtype::name);
+    let op = ReduceOp::ALL
+        .into_iter()
+        .find(|&o| o as u64 == code(8))
+        .map_or("an unknown op", ReduceOp::name);
+    let algo = AllreduceAlgo::ALL
+        .into_iter()
+        .find(|a| a.code() as u64 == code(16))
+        .map_or("an unknown algorithm", AllreduceAlgo::name);
+    let protocol = match code(24) {
+        0 => "",
+        1 => " (direct, pull)",
+        2 => " (direct, push)",
+        _ => " (unknown protocol)",
+    };
+    format!("{dtype} {op} by {algo}{protocol}")
+}
+
+/// Name of an allreduce kernel's algo code (device/allreduce.h) in messages.
+fn protocol_name(code: u64) -> &'static str {
+    match code {
+        0 => "one-shot",
+        1 => "two-shot",
+        2 => "ring",
+        3 => "recursive doubling",
+        4 => "low-latency one-shot",
+        5 => "direct two-shot",
+        6 => "push two-shot",
+        _ => "unknown",
+    }
+}
+
+/// What allreduce says about itself in errors.
+static TEXT: CollectiveText = CollectiveText {
+    type_name: "Allreduce",
+    call: "allreduce",
+    algorithm: protocol_name,
+    meta: describe_meta,
+};
+
+/// Words of `nvshmemrs_allreduce_state` (device/allreduce.h).
+const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
+
+/// An allreduce over the world or a team. Create it on every PE at the same point (the
+/// allocation is collective over the world), then call [`Allreduce::run`] on every member with
+/// the same lengths, op and algorithm, in the same order. The sequence state lives on the
+/// device, so calls may be issued back to back with no barrier and captured in a CUDA graph.
+pub struct Allreduce<'nv> {
+    /// First field: its Drop waits for queued kernels before anything below is freed.
+    ws: Workspace<'nv>,
+    /// Receive slots: 2 parities x world slots of `slot_bytes`.
+    scratch: SymmetricBuffer<'nv, u8>,
+    /// Arrival counters: algos x 2 phases x 2 parities x world words, only ever growing.
+    flags: SymmetricBuffer<'nv, u64>,
+    /// Counters of the direct two-shot: DIRECT_PHASES x world x DIRECT_BLOCKS_MAX.
+    direct_flags: SymmetricBuffer<'nv, u64>,
+    slot_bytes: usize,
+    /// What `Auto` resolves to when NVSH_ALLREDUCE_ALGO is set.
+    env_algo: Option<AllreduceAlgo>,
+    /// Low-latency one-shot up to this many bytes (0: never).
+    ll_max: usize,
+    direct_shape: DirectShape,
+}
+
+/// Receive-slot bytes as allocated: at least 4 KiB, a multiple of 256, and 2 x world of them
+/// must fit in memory (None past usize).
+fn slot_layout(slot_bytes: usize, world: usize) -> Option<(usize, usize)> {
+    let slot = slot_bytes.max(4096).checked_next_multiple_of(256)?;
+    let total = slot.checked_mul(world)?.checked_mul(2)?;
+    Some((slot, total))
+}
+
+impl Nvshmem {
+    /// A workspace over all PEs whose receive slots hold `slot_bytes` each (2 x n_pes of them).
+    /// Larger messages are reduced in segments of that size. Collective.
+    pub fn allreduce_workspace(&self, slot_bytes: usize) -> Result<Allreduce<'_>> {
+        self.allreduce_workspace_for(Some(&self.team_world()), slot_bytes)
+    }
+
+    /// A workspace over `team`. Collective over the WORLD (symmetric allocation): every PE calls
+    /// it at the same point with the same `slot_bytes`, each passing its own team of the same
+    /// split, or None if it is in none of them (it then only takes part in the allocation; runs
+    /// on it return [`Error::NotInTeam`]).
+    pub fn allreduce_workspace_for(
+        &self,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+    ) -> Result<Allreduce<'_>> {
+        let env_algo = algo_from_env()?;
+        let world = self.n_pes() as usize;
+        let (slot_bytes, scratch_bytes) =
+            slot_layout(slot_bytes, world).ok_or(Error::SizeOverflow {
+                what: "allreduce receive slots",
+                detail: format!("2 x {world} PEs x {slot_bytes} bytes"),
+            })?;
+        let ws = Workspace::new(self, team, &TEXT, STATE_WORDS)?;
+        let ll_max = ll_max_from_env(ws.n_pes())?;
+        let direct_shape = DirectShape::from_env(ws.n_pes())?;
+        let scratch = self.alloc::<u8>(scratch_bytes)?;
+        let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
+        let direct_flags = self.alloc_zeroed::<u64>(DIRECT_PHASES * world * DIRECT_BLOCKS_MAX)?;
+        ws.ready()?;
+        Ok(Allreduce {
+            ws,
+            scratch,
+            flags,
+            direct_flags,
+            slot_bytes,
+            env_algo,
+            ll_max,
+            direct_shape,
+        })
+    }
+}
+
+impl<'nv> Team<'nv> {
+    /// [`Nvshmem::allreduce_workspace_for`] this team (collective over the world).
+    pub fn allreduce_workspace(&self, slot_bytes: usize) -> Result<Allreduce<'nv>> {
+        self.runtime()
+            .allreduce_workspace_for(Some(self), slot_bytes)
+    }
+}
+
+impl<'nv> Allreduce<'nv> {
+    /// Bytes of one receive slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// PEs taking part (the team size).
+    pub fn n_pes(&self) -> i32 {
+        self.ws.n_pes()
+    }
+
+    /// How long the waits of one kernel may take before it gives up ([`Error::Timeout`]).
+    /// Starts as [`Nvshmem::timeout`] (`NVSH_TIMEOUT_MS`, default 60 s).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.ws.set_timeout(timeout);
+    }
+
+    /// The current timeout.
+    pub fn timeout(&self) -> Duration {
+        self.ws.timeout()
+    }
+
+    /// Whether calls exchange a header to catch PEs that disagree on their arguments
+    /// ([`crate::proto::checked::CHECKED_ENV`]).
+    pub fn is_checked(&self) -> bool {
+        self.ws.is_checked()
+    }
+
+    /// The protocol settings this workspace runs with (from the environment and the team size),
+    /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0 (no
+    /// push), 512 threads x up to 128 blocks of 16K".
+    pub fn settings(&self) -> String {
+        describe_settings(self.ll_max, &self.direct_shape)
+    }
+
+    /// The error a kernel of this workspace recorded (a wait past its deadline: a dead or
+    /// out-of-step peer; in checked mode a peer with other arguments), without synchronising.
+    /// `Ok` means none so far; work still queued may fail later. After an error the workspace
+    /// is broken: later calls move nothing and return the same error.
+    pub fn check(&self) -> Result<()> {
+        self.ws.check()
+    }
+
+    /// Synchronises `stream` (bounded: every wait has a deadline), then [`Allreduce::check`].
+    pub fn sync(&self, stream: &CudaStream) -> Result<()> {
+        self.ws.sync(stream)
+    }
+
+    /// The first failure recorded, in detail.
+    pub fn failure(&self) -> Option<WaitFailure> {
+        self.ws.failure()
+    }
+
+    /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
+    /// else the [`SELECTION`] table.
+    pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
+        match self.env_algo {
+            Some(a) if a != AllreduceAlgo::Auto => a,
+            _ => select(SELECTION, self.ws.n_pes(), bytes, dtype).unwrap_or(AllreduceAlgo::Ring),
+        }
+    }
+
+    /// `output = op(input of every PE)`, element-wise, in stream order. `input` and `output`
+    /// are symmetric, of equal length (at least 1), and either the same view (in place) or not
+    /// overlapping. Returns the algorithm used.
+    ///
+    /// Every wait of the kernels has a deadline ([`Allreduce::set_timeout`]); a failure shows in
+    /// [`Allreduce::check`] / [`Allreduce::sync`], and a call on a workspace that already failed
+    /// returns that error at once.
+    pub fn run<'a, 'b, T: Reducible>(
+        &mut self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        op: ReduceOp,
+        algo: AllreduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        let (input, output) = (input.into(), output.into());
+        if input.len() != output.len() {
+            return Err(Error::LengthMismatch {
+                what: "allreduce",
+                dest: output.len(),
+                src: input.len(),
+            });
+        }
+        self.ws.rank()?;
+        if input.is_empty() {
+            return Err(Error::EmptyCollective { what: "allreduce" });
+        }
+        check_overlap(&input, &output)?;
+        let rank = self.ws.begin_call()?;
+        let algo = match algo {
+            AllreduceAlgo::Auto => self.choose(input.num_bytes(), T::DTYPE),
+            a => a,
+        };
+        let count = input.len();
+        let elem = std::mem::size_of::<T>();
+        let protocol = self.protocol(algo, &input, &output);
+        self.ws.exchange_header(
+            self.args(rank, &input, &output),
+            header_meta(T::DTYPE, op, algo, protocol),
+            stream,
+        )?;
+        if protocol != Protocol::Slots {
+            // One launch for the whole message: no slots, so no segments.
+            self.step::<T>(algo, protocol, op, rank, input, output, stream)?;
+            return Ok(algo);
+        }
+        let per16 = (16 / elem).max(1);
+        let slot_elems = self.slot_bytes / elem / per16 * per16;
+        let segment = if algo.whole_segment_per_slot() {
+            slot_elems
+        } else {
+            slot_elems * self.ws.n_pes() as usize
+        };
+        let mut start = 0;
+        while start < count {
+            let len = segment.min(count - start);
+            let (seg_in, seg_out) = (
+                input.view(start..start + len)?,
+                output.view(start..start + len)?,
+            );
+            self.step::<T>(algo, protocol, op, rank, seg_in, seg_out, stream)?;
+            start += len;
+        }
+        Ok(algo)
+    }
+
+    /// The kernel arguments for `input` -> `output` on this PE.
+    fn args<T: Reducible>(
+        &self,
+        rank: i32,
+        input: &SymView<'_, T>,
+        output: &SymView<'_, T>,
+    ) -> sys::nvshmemrs_allreduce_args {
+        sys::nvshmemrs_allreduce_args {
+            input: input.as_device_ptr().cast(),
+            output: output.as_device_ptr().cast(),
+            count: input.len(),
+            scratch: self.scratch.as_device_ptr().cast(),
+            slot_bytes: self.slot_bytes,
+            flags: self.flags.as_device_ptr(),
+            state: self.ws.state_ptr().cast(),
+            pes: self.ws.pes_ptr(),
+            n: self.ws.n_pes(),
+            rank,
+            world: self.ws.runtime().n_pes(),
+            all_mapped: self.ws.all_mapped() as i32,
+            direct_flags: self.direct_flags.as_device_ptr(),
+            wait_status: self.ws.status_ptr(),
+            timeout_ns: self.ws.timeout_ns(),
+            rounds: 1,
+        }
+    }
+
+    /// How a call moves its data: a two-shot takes a direct protocol (one launch over the peer
+    /// mappings, no slots) where every member is mapped, the buffers are 16-byte aligned and
+    /// the message is large enough; push from [`PUSH_MIN_ENV`] when not in place. Everything
+    /// else goes through the receive slots.
+    fn protocol<T: Reducible>(
+        &self,
+        algo: AllreduceAlgo,
+        input: &SymView<'_, T>,
+        output: &SymView<'_, T>,
+    ) -> Protocol {
+        let (i, o) = (
+            input.as_device_ptr() as usize,
+            output.as_device_ptr() as usize,
+        );
+        let bytes = input.num_bytes();
+        let direct = algo == AllreduceAlgo::TwoShot
+            && self.ws.all_mapped()
+            && (i | o) % 16 == 0
+            && self.ws.n_pes() as u32 <= sys::NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES
+            && bytes >= self.direct_shape.min_bytes;
+        if !direct {
+            Protocol::Slots
+        } else if self.ws.n_pes() >= 2 && i != o && bytes >= self.direct_shape.push_min {
+            Protocol::Push
+        } else {
+            Protocol::Pull
+        }
+    }
+
+    /// Launches one segment's kernel (with a direct `protocol`, the whole message's), as
+    /// [`Self::protocol`] chose; the kernel reads and advances the device-side state.
+    #[allow(clippy::too_many_arguments)]
+    fn step<T: Reducible>(
+        &mut self,
+        algo: AllreduceAlgo,
+        protocol: Protocol,
+        op: ReduceOp,
+        rank: i32,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let n = self.ws.n_pes() as usize;
+        let bytes = input.num_bytes();
+        let parts = |bytes: usize, unit: usize, max: usize| bytes.div_ceil(unit).clamp(1, max);
+        let aligned8 = (input.as_device_ptr() as usize | output.as_device_ptr() as usize) % 8 == 0;
+        let low_latency = algo == AllreduceAlgo::OneShot
+            && self.ws.all_mapped()
+            && aligned8
+            && self.ws.n_pes() as u32 <= sys::NVSHMEMRS_ALLREDUCE_LL_MAX_PES
+            && bytes <= self.ll_max
+            && 2 * bytes <= self.slot_bytes;
+        let (code, blocks, threads) = match (algo, protocol) {
+            // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
+            _ if low_latency => (4, parts(bytes, 4 << 10, 32), 512),
+            (_, Protocol::Pull | Protocol::Push) => (
+                protocol.code(),
+                self.direct_shape.blocks(bytes, n),
+                self.direct_shape.threads,
+            ),
+            // One 16 KiB part (of a chunk, or of the message) per block, up to 128 blocks:
+            // 32 SMs cannot fill NVLink with stores.
+            (AllreduceAlgo::TwoShot | AllreduceAlgo::Ring, Protocol::Slots) => {
+                (algo.code(), parts(bytes / n, 16 << 10, 128), 512)
+            }
+            _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
+        };
+        let mut args = self.args(rank, &input, &output);
+        if protocol == Protocol::Push {
+            args.rounds = self.direct_shape.rounds(bytes, n, blocks) as i32;
+        }
+        // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
+        // counters, state and PE table; every member launches the same algo and block count.
+        let code = unsafe {
+            sys::nvshmemrs_allreduce(
+                code,
+                T::DTYPE as i32,
+                op as i32,
+                args,
+                blocks as i32,
+                threads as i32,
+                raw_stream(stream),
+            )
+        };
+        cuda_check(code, "allreduce kernel launch")
+    }
+
+    /// [`Allreduce::run`] with the result written over `buffer`.
+    pub fn run_in_place<'a, T: Reducible>(
+        &mut self,
+        buffer: impl Into<SymView<'a, T>>,
+        op: ReduceOp,
+        algo: AllreduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        let buffer = buffer.into();
+        self.run(buffer, buffer, op, algo, stream)
+    }
+}
+
+/// [`Allreduce::settings`] for these values.
+fn describe_settings(ll_max: usize, d: &DirectShape) -> String {
+    use crate::core::env_value::size_label;
+    let ll = if ll_max == 0 {
+        "low-latency one-shot off".to_string()
+    } else {
+        format!("low-latency one-shot up to {}", size_label(ll_max))
+    };
+    let rounds = match d.push_rounds {
+        0 => format!(
+            "a round per {} of a block's part",
+            size_label(PUSH_ROUND_BYTES)
+        ),
+        r => format!("{r} rounds"),
+    };
+    let push = if d.push_min >= PUSH_OFF {
+        "no push".to_string()
+    } else {
+        format!(
+            "push from {} out of place, {rounds}",
+            size_label(d.push_min)
+        )
+    };
+    format!(
+        "{ll}; direct two-shot from {} ({push}), {} threads x up to {} blocks of {}",
+        size_label(d.min_bytes),
+        d.threads,
+        d.max_blocks,
+        size_label(d.block_bytes)
+    )
+}
+
+/// Refuses an output that overlaps the input without being the same view: the kernels read
+/// parts of the input after other parts of the output were written.
+fn check_overlap<T: Element>(input: &SymView<'_, T>, output: &SymView<'_, T>) -> Result<()> {
+    let range = |v: &SymView<'_, T>| {
+        let start = v.as_device_ptr() as usize;
+        start..start + v.num_bytes()
+    };
+    overlap_check("allreduce", range(input), range(output))
+}
+
+/// In place (the same range) or disjoint, else [`Error::Overlap`].
+pub(crate) fn overlap_check(
+    what: &'static str,
+    i: std::ops::Range<usize>,
+    o: std::ops::Range<usize>,
+) -> Result<()> {
+    if i == o || i.end <= o.start || o.end <= i.start {
+        return Ok(());
+    }
+    Err(Error::Overlap {
+        what,
+        input: (i.start, i.end),
+        output: (o.start, o.end),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::tests::with_env;
+
+    #[test]
+    fn outputs_overlapping_the_input_are_refused_unless_in_place() {
+        assert!(overlap_check("allreduce", 0..64, 0..64).is_ok());
+        assert!(overlap_check("allreduce", 0..64, 64..128).is_ok());
+        assert!(overlap_check("allreduce", 64..128, 0..64).is_ok());
+        for (i, o) in [
+            (0..64, 32..96),
+            (32..96, 0..64),
+            (0..64, 0..32),
+            (0..64, 16..48),
+        ] {
+            let err = overlap_check("allreduce", i.clone(), o.clone()).unwrap_err();
+            assert!(matches!(err, Error::Overlap { .. }), "{i:?} {o:?}: {err:?}");
+            assert!(err.to_string().contains("in place"), "{err}");
+        }
+    }
+
+    #[test]
+    fn header_fields_read_back_as_arguments() {
+        assert_eq!(TEXT.header_field(0, 1000), "1000 elements");
+        let slots = Protocol::Slots;
+        let meta = header_meta(Dtype::Bf16, ReduceOp::Max, AllreduceAlgo::Ring, slots);
+        assert_eq!(TEXT.header_field(1, meta), "bf16 max by ring");
+        let meta = header_meta(
+            Dtype::U64,
+            ReduceOp::Avg,
+            AllreduceAlgo::RecursiveDoubling,
+            slots,
+        );
+        assert_eq!(TEXT.header_field(1, meta), "u64 avg by rd");
+        assert_ne!(
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::OneShot, slots),
+            header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot, slots)
+        );
+        // Members that would take different two-shot protocols disagree in the header.
+        let two = |p| header_meta(Dtype::F32, ReduceOp::Sum, AllreduceAlgo::TwoShot, p);
+        assert_ne!(two(Protocol::Pull), two(Protocol::Push));
+        assert_eq!(
+            TEXT.header_field(1, two(Protocol::Push)),
+            "f32 sum by twoshot (direct, push)"
+        );
+        assert_eq!(
+            TEXT.header_field(1, two(Protocol::Pull)),
+            "f32 sum by twoshot (direct, pull)"
+        );
+    }
+
+    #[test]
+    fn the_table_picks_by_pe_count_and_size() {
+        let pick = |n, bytes| select(SELECTION, n, bytes, Dtype::F32).unwrap();
+        assert_eq!(pick(1, 1 << 30), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 4096), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 512 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 8 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(2, 16 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
+        assert_eq!(pick(8, 128 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(8, 256 << 10), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(8, 1 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(8, 64 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(16, 4096), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(16, 256 << 20), AllreduceAlgo::Ring);
+    }
+
+    #[test]
+    fn the_direct_shape_comes_from_the_environment_and_scales_with_the_message() {
+        let shape = with_env(&[], || DirectShape::from_env(8)).unwrap();
+        assert_eq!(shape.min_bytes, DIRECT_MIN_DEFAULT);
+        assert_eq!(shape.push_rounds, 0);
+        // Push by default only where it was measured to win: 2 to 4 PEs.
+        for (n, push_min) in [
+            (1, PUSH_OFF),
+            (2, PUSH_MIN_DEFAULT_TWO_PES),
+            (3, PUSH_MIN_DEFAULT),
+            (4, PUSH_MIN_DEFAULT),
+            (5, PUSH_OFF),
+        ] {
+            let s = with_env(&[], || DirectShape::from_env(n)).unwrap();
+            assert_eq!(s.push_min, push_min, "{n} PEs");
+        }
+        assert_eq!(shape.push_min, PUSH_OFF);
+        // A round per 64 KiB of a block's part, 1 to 16.
+        assert_eq!(shape.rounds(16 << 20, 4, 128), 1);
+        assert_eq!(shape.rounds(64 << 20, 4, 128), 2);
+        assert_eq!(shape.rounds(256 << 20, 4, 128), 8);
+        assert_eq!(shape.rounds(1 << 30, 2, 128), 16);
+        assert_eq!(
+            (shape.threads, shape.max_blocks, shape.block_bytes),
+            (512, 128, 16 << 10)
+        );
+        // One block per 16 KiB of a PE's chunk, from 1 to 128.
+        assert_eq!(shape.blocks(4096, 8), 1);
+        assert_eq!(shape.blocks(1 << 20, 8), 8);
+        assert_eq!(shape.blocks(2 << 20, 2), 64);
+        assert_eq!(shape.blocks(8 << 20, 2), 128);
+        assert_eq!(shape.blocks(256 << 20, 8), 128);
+        let tuned = with_env(
+            &[
+                (DIRECT_MIN_ENV, "1M"),
+                (PUSH_MIN_ENV, "32M"),
+                (PUSH_ROUNDS_ENV, "16"),
+                (DIRECT_THREADS_ENV, "256"),
+                (DIRECT_BLOCKS_ENV, "256"),
+                (DIRECT_BLOCK_BYTES_ENV, "16K"),
+            ],
+            // The variable also turns push on where its default is off.
+            || DirectShape::from_env(2),
+        )
+        .unwrap();
+        assert_eq!(
+            tuned,
+            DirectShape {
+                min_bytes: 1 << 20,
+                push_min: 32 << 20,
+                push_rounds: 16,
+                threads: 256,
+                max_blocks: 256,
+                block_bytes: 16 << 10
+            }
+        );
+        for (var, value) in [
+            (DIRECT_THREADS_ENV, "100"),
+            (DIRECT_THREADS_ENV, "1024"),
+            (PUSH_ROUNDS_ENV, "17"),
+            (DIRECT_BLOCKS_ENV, "0"),
+            (DIRECT_BLOCKS_ENV, "257"),
+            (DIRECT_BLOCK_BYTES_ENV, "8"),
+            (DIRECT_MIN_ENV, "big"),
+            (PUSH_MIN_ENV, "-1"),
+        ] {
+            let err = with_env(&[(var, value)], || DirectShape::from_env(4)).unwrap_err();
+            assert!(err.to_string().contains(var), "{var}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn settings_read_as_the_bench_header_says() {
+        let shape = with_env(&[], || DirectShape::from_env(2)).unwrap();
+        assert_eq!(
+            describe_settings(LL_MAX_DEFAULT, &shape),
+            "low-latency one-shot up to 512K; direct two-shot from 0 (push from 256M out of \
+             place, a round per 64K of a block's part), 512 threads x up to 128 blocks of 16K"
+        );
+        let shape = with_env(&[], || DirectShape::from_env(8)).unwrap();
+        assert!(describe_settings(LL_MAX_DEFAULT_WIDE, &shape).contains("from 0 (no push),"));
+        let shape = with_env(&[], || DirectShape::from_env(4)).unwrap();
+        assert_eq!(
+            describe_settings(LL_MAX_DEFAULT_WIDE, &shape),
+            "low-latency one-shot up to 256K; direct two-shot from 0 (push from 64M out of \
+             place, a round per 64K of a block's part), 512 threads x up to 128 blocks of 16K"
+        );
+        let fixed = with_env(&[(PUSH_ROUNDS_ENV, "3")], || DirectShape::from_env(4)).unwrap();
+        assert!(describe_settings(0, &fixed).contains("64M out of place, 3 rounds)"));
+        assert!(describe_settings(0, &shape).starts_with("low-latency one-shot off; "));
+    }
+
+    #[test]
+    fn names_round_trip_and_the_env_override_is_checked() {
+        for a in AllreduceAlgo::ALL.into_iter().chain([AllreduceAlgo::Auto]) {
+            assert_eq!(AllreduceAlgo::parse(a.name()), Some(a));
+        }
+        assert_eq!(
+            AllreduceAlgo::parse("Recursive-Doubling"),
+            Some(AllreduceAlgo::RecursiveDoubling)
+        );
+        with_env(&[(ALGO_ENV, "ring")], || {
+            assert_eq!(algo_from_env().unwrap(), Some(AllreduceAlgo::Ring));
+        });
+        with_env(&[(ALGO_ENV, "")], || {
+            assert_eq!(algo_from_env().unwrap(), None)
+        });
+        with_env(&[(LL_MAX_ENV, "0")], || {
+            assert_eq!(ll_max_from_env(2).unwrap(), 0)
+        });
+        with_env(&[(LL_MAX_ENV, "256K")], || {
+            assert_eq!(ll_max_from_env(8).unwrap(), 256 << 10)
+        });
+        with_env(&[], || {
+            assert_eq!(ll_max_from_env(2).unwrap(), LL_MAX_DEFAULT);
+            assert_eq!(ll_max_from_env(4).unwrap(), LL_MAX_DEFAULT_WIDE)
+        });
+        with_env(&[(LL_MAX_ENV, "lots")], || {
+            assert!(ll_max_from_env(2).is_err())
+        });
+        with_env(&[(ALGO_ENV, "fastest")], || {
+            let err = algo_from_env().unwrap_err().to_string();
+            assert!(
+                err.contains("NVSH_ALLREDUCE_ALGO") && err.contains("ring"),
+                "{err}"
+            );
+        });
+    }
+}

@@ -1,0 +1,49 @@
+//! Reductions: the op and the element types the reduction kernels take.
+
+use crate::core::element::Element;
+
+/// The reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ReduceOp {
+    Sum = 0,
+    Prod = 1,
+    Min = 2,
+    Max = 3,
+    /// Sum divided by the PE count. For integer types the division truncates toward zero
+    /// (as Rust's `/`), after summing in the type itself (wrapping on overflow).
+    Avg = 4,
+}
+
+impl ReduceOp {
+    /// Every op, in code order.
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+
+    /// "sum", "prod", "min", "max" or "avg".
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+/// Types the reduction kernels take (every [`Element`] but u8).
+pub trait Reducible: Element {}
+impl Reducible for f32 {}
+impl Reducible for f64 {}
+impl Reducible for half::f16 {}
+impl Reducible for half::bf16 {}
+impl Reducible for i32 {}
+impl Reducible for i64 {}
+impl Reducible for u32 {}
+impl Reducible for u64 {}

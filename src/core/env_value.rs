@@ -1,0 +1,68 @@
+//! Environment values read the way NVSHMEM reads its own, so that `NVSH_*` variables accept what
+//! `NVSHMEM_*` variables do: sizes with an optional k/m/g/t suffix, booleans as 1/y/yes/t/true/on
+//! or 0/n/no/f/false/off in any case.
+//! [`size_label`] writes sizes back the same way.
+
+/// NVSHMEM's size syntax ("1g", "512M", "3.5G", "1073741824"); `None` if it is not one.
+pub fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let number: f64 = v[..split].parse().ok()?;
+    let shift = match v[split..].chars().next().map(|c| c.to_ascii_lowercase()) {
+        None => 0,
+        Some('k') => 10,
+        Some('m') => 20,
+        Some('g') => 30,
+        Some('t') => 40,
+        Some(_) => return None,
+    };
+    (number >= 0.0).then(|| (number * (1u64 << shift) as f64) as usize)
+}
+
+/// Human-readable size: 4K, 16M...
+pub fn size_label(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => format!("{b}"),
+    }
+}
+
+/// NVSHMEM's reading of a boolean: `Some(true)` for 1/y/yes/t/true/on, `Some(false)` for
+/// 0/n/no/f/false/off (any case), `None` for anything else.
+pub fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "y" | "yes" | "t" | "true" | "on" => Some(true),
+        "0" | "n" | "no" | "f" | "false" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_nvshmem() {
+        assert_eq!(parse_size("1073741824"), Some(1 << 30));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("20m"), Some(20 << 20));
+        assert_eq!(parse_size("20kk"), Some(20 << 10));
+        assert_eq!(parse_size(".5m"), Some(1 << 19));
+        assert_eq!(parse_size("3.1M"), Some(3_250_585));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn booleans_parse_like_nvshmem() {
+        for v in ["1", "y", "YES", "true", "T", " on "] {
+            assert_eq!(parse_bool(v), Some(true), "{v}");
+        }
+        for v in ["0", "n", "No", "false", "OFF"] {
+            assert_eq!(parse_bool(v), Some(false), "{v}");
+        }
+        assert_eq!(parse_bool("maybe"), None);
+        assert_eq!(parse_bool(""), None);
+    }
+}

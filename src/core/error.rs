@@ -1,0 +1,254 @@
+//! The runtime's error type. Every message says what went wrong and what to do about it.
+
+/// Errors returned by the runtime. Nothing in this crate aborts the process.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CUDA driver (libcuda.so.1) is missing or too old for the CUDA runtime in this binary.
+    #[error(
+        "no CUDA driver found ({detail}); install the NVIDIA driver (CUDA 12 or 13) or run on a \
+         GPU node (see INSTALL.md, troubleshooting)"
+    )]
+    NoCudaDriver { detail: String },
+
+    /// A driver is present but no CUDA device is visible to this process.
+    #[error("no CUDA device found ({detail}); check nvidia-smi and CUDA_VISIBLE_DEVICES")]
+    NoCudaDevice { detail: String },
+
+    /// A CUDA runtime call failed.
+    #[error("CUDA call {call} failed: {name} ({message})")]
+    Cuda {
+        call: &'static str,
+        code: i32,
+        name: String,
+        message: String,
+    },
+
+    /// NVSHMEM is already initialised in this process; use the existing handle.
+    #[error("NVSHMEM is already initialised in this process; use the existing Nvshmem handle")]
+    AlreadyInitialized,
+
+    /// nvshmemi_init_thread returned a non-zero status.
+    #[error(
+        "NVSHMEM initialisation failed (status {status}); run with NVSHMEM_DEBUG=INFO for \
+         NVSHMEM's own reason and see INSTALL.md, troubleshooting (on one node without \
+         InfiniBand set NVSHMEM_REMOTE_TRANSPORT=none)"
+    )]
+    InitFailed { status: i32 },
+
+    /// A device kernel saw other NVSHMEM state than the host (wrong device link or version).
+    #[error(
+        "the device saw (pe, n_pes, value) = {seen:?}, the host expected {expected:?}: NVSHMEM's \
+         device state is not initialised for this binary (host and device library versions \
+         differ, or device code was linked in a second module; see INSTALL.md)"
+    )]
+    DeviceStateMismatch {
+        expected: (i32, i32, i32),
+        seen: (i32, i32, i32),
+    },
+
+    /// A CUDA driver API call (through cudarc) failed.
+    #[error("CUDA driver call failed: {message}")]
+    Driver { message: String },
+
+    /// A PE number outside the job (or team).
+    #[error("PE {pe} is out of range: this job has {n_pes} PE(s), numbered 0..{n_pes}")]
+    InvalidPe { pe: i32, n_pes: i32 },
+
+    /// A range that does not fit in the buffer.
+    #[error(
+        "range {start}..{end} is outside a symmetric buffer of {len} {elem} elements; \
+         take a view that fits (buffer.view(a..b))"
+    )]
+    OutOfBounds {
+        start: usize,
+        end: usize,
+        len: usize,
+        elem: &'static str,
+    },
+
+    /// Source and destination of a transfer differ in length.
+    #[error(
+        "{what}: destination holds {dest} elements but source holds {src}; \
+         make both views the same length"
+    )]
+    LengthMismatch {
+        what: &'static str,
+        dest: usize,
+        src: usize,
+    },
+
+    /// A host slice of the wrong length for a copy.
+    #[error("{what}: the host slice has {host} elements, the symmetric view {device}")]
+    HostLengthMismatch {
+        what: &'static str,
+        host: usize,
+        device: usize,
+    },
+
+    /// Symmetric allocations of zero elements are refused (nvshmem_malloc is collective).
+    #[error("a symmetric allocation of 0 elements was requested; ask for at least 1")]
+    ZeroLength,
+
+    /// The symmetric heap could not satisfy an allocation.
+    #[error(
+        "symmetric allocation of {bytes} bytes failed ({free} bytes of device memory free): the \
+         symmetric heap is exhausted or the PEs asked for different sizes; free buffers, raise \
+         NVSHMEM_SYMMETRIC_SIZE (default 1G, e.g. NVSHMEM_SYMMETRIC_SIZE=8G) and allocate the \
+         same sizes in the same order on every PE"
+    )]
+    AllocFailed { bytes: usize, free: usize },
+
+    /// An alignment that is not a power of two.
+    #[error("alignment {align} is not a power of two")]
+    InvalidAlignment { align: usize },
+
+    /// A wait did not finish in time.
+    #[error("timed out after {waited_ms} ms waiting for {what}; is the peer PE alive?")]
+    Timeout { what: String, waited_ms: u128 },
+
+    /// The chosen bootstrap cannot run in this build or environment.
+    #[error("bootstrap unavailable: {reason}")]
+    BootstrapUnavailable { reason: String },
+
+    /// NVSHMEM came up with another PE count than the launcher announced.
+    #[error(
+        "NVSHMEM reports {got} PE(s) but the launcher started {expected}: bootstrap mismatch \
+         (see INSTALL.md, 'every PE reports 1 PE')"
+    )]
+    PeCountMismatch { expected: i32, got: i32 },
+
+    /// A team could not be created.
+    #[error("team split failed (status {status}): {why}")]
+    TeamSplit { status: i32, why: String },
+
+    /// A team operation was called on a PE that is not a member of the team.
+    #[error(
+        "{what}: this PE is not a member of the team it was created for; call it only on members"
+    )]
+    NotInTeam { what: &'static str },
+
+    /// MPI failed.
+    #[error("MPI: {message}")]
+    Mpi { message: String },
+
+    /// An operation needs more PEs than the job has.
+    #[error("{what} needs at least {needed} PEs, this job has {have}; {hint}")]
+    NeedsPes {
+        what: &'static str,
+        needed: i32,
+        have: i32,
+        hint: &'static str,
+    },
+
+    /// A file could not be read or written.
+    #[error("{what}: {message}")]
+    Io { what: String, message: String },
+
+    /// Data received did not match what was sent.
+    #[error("data check failed: {what}")]
+    DataMismatch { what: String },
+
+    /// An environment variable the runtime reads has a value it cannot use.
+    #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
+    InvalidEnv {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+
+    /// A channel call with arguments it cannot take (src/channel.rs).
+    #[error("channel: {what}; {hint}")]
+    Channel { what: String, hint: &'static str },
+
+    /// A channel message had another length than the receive asked for (checked on the GPU).
+    #[error(
+        "channel: message {seq} from PE {peer} holds {sent} elements but the receive on PE {pe} \
+         asked for {expected}; it was dropped, not copied: send and receive the same lengths in \
+         the same order"
+    )]
+    MessageLength {
+        pe: i32,
+        peer: i32,
+        seq: u64,
+        sent: u64,
+        expected: u64,
+    },
+
+    /// An earlier wait timed out: a peer is dead or out of step, and this call would wait for it.
+    #[error(
+        "{what} refused: the runtime gave up on its peers after an earlier failure ({cause}); \
+         collective calls, symmetric frees and finalize are skipped from now on. End this \
+         process and restart the job"
+    )]
+    PeerFailed { what: &'static str, cause: String },
+
+    /// A size computed from the caller's arguments does not fit in memory addresses.
+    #[error("{what}: {detail} bytes is more than this machine can address; ask for less")]
+    SizeOverflow { what: &'static str, detail: String },
+
+    /// A collective call over zero elements.
+    #[error("{what} of 0 elements: pass at least one element (every member the same count)")]
+    EmptyCollective { what: &'static str },
+
+    /// Input and output overlap without being the same range.
+    #[error(
+        "{what}: the output {output:#x?} overlaps the input {input:#x?} without being the same \
+         range; pass the same view for in place, or disjoint buffers"
+    )]
+    Overlap {
+        what: &'static str,
+        input: (usize, usize),
+        output: (usize, usize),
+    },
+
+    /// Two PEs called the same collective with different arguments (checked mode).
+    #[error(
+        "{what}: PE {pe} called it with {mine} but PE {peer} with {theirs} (call {call} on this \
+         workspace); every member must pass the same count, type, op and algorithm, in the same \
+         order. Nothing was reduced; the workspace is broken now"
+    )]
+    CollectiveMismatch {
+        what: &'static str,
+        pe: i32,
+        peer: i32,
+        call: u64,
+        mine: String,
+        theirs: String,
+    },
+
+    /// The NVSHMEM host library loaded at run time is not the version this binary was built
+    /// with.
+    #[error(
+        "NVSHMEM host library {loaded} was loaded but this binary was built against {compiled}; \
+         make LD_LIBRARY_PATH find libnvshmem_host.so.3 of version {compiled} (or rebuild \
+         against {loaded}; see INSTALL.md)"
+    )]
+    LibraryVersion { compiled: String, loaded: String },
+
+    /// The GPU is older than the runtime supports.
+    #[error(
+        "GPU {device} ({name}) has compute capability {major}.{minor}; this runtime needs 8.0 or \
+         newer (A100, H100, H200): run on such a GPU or pick one with CUDA_VISIBLE_DEVICES"
+    )]
+    ComputeCapability {
+        device: i32,
+        name: String,
+        major: i32,
+        minor: i32,
+    },
+
+    /// The unique-ID bootstrap could not be prepared.
+    #[error("NVSHMEM {call} failed with status {status}")]
+    Bootstrap { call: &'static str, status: i32 },
+}
+
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        Error::Driver {
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Result with the runtime's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

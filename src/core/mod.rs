@@ -1,0 +1,20 @@
+//! The runtime core: init and the handle, symmetric buffers, element types, errors, the raw
+//! call layer, environment values, leak tracking and streams.
+
+pub mod buffer;
+pub mod element;
+pub mod env_value;
+pub mod error;
+pub mod leak;
+pub mod result;
+pub mod runtime;
+pub mod stream;
+
+/// Lowest compute capability the device code is built for (sm_80, INSTALL.md requirements);
+/// `nvsh doctor` checks it and `Nvshmem::init` refuses GPUs below it.
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+
+/// "major.minor.patch" of a version triple.
+pub fn version_string((major, minor, patch): (i32, i32, i32)) -> String {
+    format!("{major}.{minor}.{patch}")
+}

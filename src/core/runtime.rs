@@ -1,0 +1,565 @@
+//! The `Nvshmem` runtime handle: initialises NVSHMEM once per process through one of the
+//! bootstraps of [`crate::bootstrap`], and finalises it exactly once on Drop.
+
+use crate::bootstrap::{self, Bootstrap, LauncherEnv};
+use crate::core::buffer::{Alloc, SymmetricBuffer};
+use crate::core::element::Element;
+use crate::core::error::{Error, Result};
+use crate::core::leak::{self, LiveBuffer};
+use crate::core::result::{self, CudaInfo};
+use crate::core::MIN_COMPUTE_CAPABILITY;
+use crate::sync::deadline;
+use crate::sync::status::StatusRecord;
+use crate::sys;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Set while a handle exists; NVSHMEM supports one init per process.
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Where this process sits in the job, decided before NVSHMEM init.
+struct Placement {
+    rank: i32,
+    n_pes: i32,
+    local_rank: i32,
+    unique_id: Option<Vec<u8>>,
+    #[cfg(feature = "mpi")]
+    mpi: Option<crate::bootstrap::mpi::MpiGuard>,
+}
+
+/// An initialised NVSHMEM runtime. Dropping it finalises NVSHMEM (and MPI, if it started it).
+///
+/// Symmetric buffers borrow the handle, so none can be used after finalize. The handle stays on
+/// the thread that created it (NVSHMEM is initialised with thread support "serialized" and the
+/// CUDA context is bound to that thread).
+pub struct Nvshmem {
+    my_pe: i32,
+    n_pes: i32,
+    local_rank: i32,
+    device: i32,
+    cuda: CudaInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Device word the atomic kernels return their old value through.
+    atomic_scratch: CudaSlice<u64>,
+    /// Deadline of the runtime's own waits (barriers, stream signal waits), and the default of
+    /// channels and allreduce workspaces created later.
+    timeout: Cell<Duration>,
+    /// State of the barrier and stream-wait kernels (device/barrier.h).
+    pub(crate) waits: Waits,
+    /// Set once a wait anywhere in the runtime timed out: a peer is dead or lost step. Collective
+    /// calls are refused from then on and finalize is skipped (it would wait for the peer).
+    peer_failure: RefCell<Option<String>>,
+    finalized: bool,
+    #[cfg(feature = "mpi")]
+    _mpi: Option<crate::bootstrap::mpi::MpiGuard>,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// Device state of the runtime's barrier and stream signal waits (device/barrier.h).
+pub(crate) struct Waits {
+    /// Symmetric arrival counters, one per PE (allocated at init, released with the heap).
+    pub arrivals: *mut u64,
+    /// [barriers completed, broken] (owned here; kernels get `state_ptr`).
+    pub _state: CudaSlice<u64>,
+    pub state_ptr: u64,
+    pub status: StatusRecord,
+}
+
+impl std::fmt::Debug for Nvshmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nvshmem")
+            .field("my_pe", &self.my_pe)
+            .field("n_pes", &self.n_pes)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl Nvshmem {
+    /// Initialises NVSHMEM with the bootstrap chosen by `NVSH_BOOTSTRAP` (default: automatic:
+    /// launcher environment, then MPI environment, else a single PE).
+    pub fn init() -> Result<Nvshmem> {
+        Self::init_with(Bootstrap::from_env()?)
+    }
+
+    /// Initialises this process as the only PE.
+    pub fn init_single_pe() -> Result<Nvshmem> {
+        Self::init_with(Bootstrap::Single)
+    }
+
+    /// Initialises NVSHMEM with the given bootstrap. Selects the CUDA device for the local rank
+    /// before init. Fails with a typed error (never aborts) when there is no driver or device,
+    /// when NVSHMEM is already initialised, or when NVSHMEM's own init fails.
+    pub fn init_with(bootstrap: Bootstrap) -> Result<Nvshmem> {
+        let cuda = result::cuda_probe()?;
+        if INITIALIZED.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyInitialized);
+        }
+        Self::init_inner(bootstrap, cuda).inspect_err(|_| {
+            INITIALIZED.store(false, Ordering::SeqCst);
+        })
+    }
+
+    fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo) -> Result<Nvshmem> {
+        // Before anything is started: a bad NVSH_TIMEOUT_MS fails here, on every PE alike.
+        let timeout = deadline::default_timeout()?;
+        check_library_version(result::compiled_version(), result::host_library_version())?;
+        let placement = place(bootstrap)?;
+        // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
+        let device = placement.local_rank % cuda.device_count;
+        check_compute_capability(device)?;
+        result::cuda_set_device(device)?;
+        let id = match &placement.unique_id {
+            Some(bytes) => bootstrap::unique_id_from_bytes(bytes)?,
+            None => result::get_unique_id()?,
+        };
+        result::init_with_unique_id(placement.rank, placement.n_pes, &id)?;
+        let (my_pe, n_pes) = (result::my_pe(), result::n_pes());
+        let ctx = CudaContext::new(device as usize).and_then(|ctx| {
+            ctx.bind_to_thread()?;
+            Ok(ctx)
+        });
+        let ctx = match ctx {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                // SAFETY: init succeeded above; nothing else uses NVSHMEM yet.
+                unsafe { result::finalize() };
+                return Err(e.into());
+            }
+        };
+        let stream = ctx.new_stream()?;
+        let atomic_scratch = stream.alloc_zeros::<u64>(1)?;
+        // Collective, like every symmetric allocation: all PEs are here, just initialised. Not
+        // in the leak registry: it lives as long as the heap.
+        // SAFETY: NVSHMEM is initialised; returns null on failure.
+        let arrivals = unsafe { sys::nvshmem_calloc(n_pes.max(1) as usize, 8) }.cast::<u64>();
+        if arrivals.is_null() {
+            // SAFETY: init succeeded above.
+            unsafe { result::finalize() };
+            return Err(Error::AllocFailed {
+                bytes: 8 * n_pes.max(1) as usize,
+                free: 0,
+            });
+        }
+        let state = stream.alloc_zeros::<u64>(2)?;
+        let state_ptr = {
+            use cudarc::driver::DevicePtr;
+            state.device_ptr(&stream).0
+        };
+        let waits = Waits {
+            arrivals,
+            _state: state,
+            state_ptr,
+            status: StatusRecord::new(&ctx)?,
+        };
+        let nv = Nvshmem {
+            my_pe,
+            n_pes,
+            local_rank: placement.local_rank,
+            device,
+            cuda,
+            ctx,
+            stream,
+            atomic_scratch,
+            timeout: Cell::new(timeout),
+            waits,
+            peer_failure: RefCell::new(None),
+            finalized: false,
+            #[cfg(feature = "mpi")]
+            _mpi: placement.mpi,
+            _not_send: PhantomData,
+        };
+        if n_pes != placement.n_pes || my_pe != placement.rank {
+            // Dropping `nv` finalises.
+            return Err(Error::PeCountMismatch {
+                expected: placement.n_pes,
+                got: n_pes,
+            });
+        }
+        Ok(nv)
+    }
+
+    /// This PE's number, 0 ..= n_pes - 1.
+    pub fn my_pe(&self) -> i32 {
+        self.my_pe
+    }
+
+    /// Number of PEs in the job.
+    pub fn n_pes(&self) -> i32 {
+        self.n_pes
+    }
+
+    /// Rank among the PEs of this node (chose the GPU).
+    pub fn local_rank(&self) -> i32 {
+        self.local_rank
+    }
+
+    /// The CUDA device this PE runs on.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// Driver and runtime versions found at init.
+    pub fn cuda_info(&self) -> CudaInfo {
+        self.cuda
+    }
+
+    /// The cudarc context of this PE's device (its primary context, shared with NVSHMEM).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// A stream of this runtime's own, used by the blocking calls; also handy for users.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub(crate) fn atomic_scratch(&self) -> &CudaSlice<u64> {
+        &self.atomic_scratch
+    }
+
+    /// Several PEs of this node share a GPU (NVSHMEM's "limited MPG" mode: puts and signals
+    /// work; team splits and NVSHMEM's own collectives do not).
+    pub fn shares_gpus(&self) -> bool {
+        self.team_node().n_pes() > self.cuda_info().device_count
+    }
+
+    /// How long the runtime's waits may take (barriers, stream signal waits) before they fail
+    /// with [`Error::Timeout`]; channels and allreduce workspaces created afterwards start with
+    /// it too. From `NVSH_TIMEOUT_MS` at init (default 60 s).
+    pub fn timeout(&self) -> Duration {
+        self.timeout.get()
+    }
+
+    /// Sets [`Nvshmem::timeout`] (at least 1 ns is used).
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
+    }
+
+    /// What made the runtime give up on its peers (the first wait that timed out), if anything
+    /// did. Once set, collective calls return [`Error::PeerFailed`], symmetric buffers are not
+    /// freed and finalize is skipped: each would wait for the failed peer.
+    pub fn peer_failure(&self) -> Option<String> {
+        self.peer_failure.borrow().clone()
+    }
+
+    /// Records `err` as the peer failure if it is a timeout (the first one wins) and returns it.
+    pub(crate) fn note(&self, err: Error) -> Error {
+        if matches!(err, Error::Timeout { .. }) && self.peer_failure.borrow().is_none() {
+            *self.peer_failure.borrow_mut() = Some(err.to_string());
+        }
+        err
+    }
+
+    /// Passes `r` through, recording a timeout in it as the peer failure.
+    pub(crate) fn noted<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| self.note(e))
+    }
+
+    /// `Err(PeerFailed)` once a peer failure was recorded.
+    pub(crate) fn check_peers(&self, what: &'static str) -> Result<()> {
+        match self.peer_failure.borrow().as_ref() {
+            None => Ok(()),
+            Some(cause) => Err(Error::PeerFailed {
+                what,
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    /// Before a call of NVSHMEM that is collective over all PEs and waits inside without a
+    /// deadline (malloc, free, finalize): a barrier with one, so that a dead peer costs a
+    /// timeout there instead of a hang in NVSHMEM.
+    pub(crate) fn enter_collective(&self, what: &'static str) -> Result<()> {
+        self.check_peers(what)?;
+        self.barrier_all()
+    }
+
+    /// Errors unless `pe` is a PE of this job.
+    pub fn check_pe(&self, pe: i32) -> Result<()> {
+        if (0..self.n_pes).contains(&pe) {
+            Ok(())
+        } else {
+            Err(Error::InvalidPe {
+                pe,
+                n_pes: self.n_pes,
+            })
+        }
+    }
+
+    /// Allocates `len` elements on every PE's symmetric heap (collective: every PE must call it
+    /// with the same length, in the same order). Contents are undefined.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Uninit)
+    }
+
+    /// Like [`Nvshmem::alloc`], zero-filled (nvshmem_calloc).
+    pub fn alloc_zeroed<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Zeroed)
+    }
+
+    /// Like [`Nvshmem::alloc`], aligned to `align` bytes (a power of two; nvshmem_align).
+    pub fn alloc_aligned<T: Element>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Aligned(align))
+    }
+
+    /// Runs one device thread that uses NVSHMEM's device API (my_pe, n_pes, a put to itself) and
+    /// checks what it saw. Fails when the device state was not initialised for this binary's
+    /// device-linked module.
+    pub fn device_self_check(&self) -> Result<()> {
+        let (pe, n, value) = result::device_self_check()?;
+        let expected = (self.my_pe, self.n_pes, 1000 + self.my_pe);
+        if (pe, n, value) == expected {
+            Ok(())
+        } else {
+            Err(Error::DeviceStateMismatch {
+                expected,
+                seen: (pe, n, value),
+            })
+        }
+    }
+
+    /// Finalises now and returns the symmetric buffers that were still alive (leaked with
+    /// `mem::forget`); NVSHMEM releases them with the heap, so they are not freed again.
+    pub fn finalize(mut self) -> Vec<LiveBuffer> {
+        self.finalize_once()
+    }
+
+    fn finalize_once(&mut self) -> Vec<LiveBuffer> {
+        if self.finalized {
+            return Vec::new();
+        }
+        self.finalized = true;
+        // Device work may still touch symmetric memory: let it finish before the heap goes
+        // (bounded: every wait of the runtime's kernels has a deadline).
+        let _ = self.ctx.synchronize();
+        let leaked = leak::take_all();
+        // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it would
+        // never return. The process keeps the heap until it exits.
+        match self.enter_collective("finalize") {
+            Ok(()) => {}
+            Err(Error::PeerFailed { .. }) => {
+                // The cause was reported where it happened: say it short.
+                log::warn!(
+                    "PE {}: NVSHMEM finalize skipped after a peer failure (a \
+                     timeout, reported where it happened); the GPU memory is released when the \
+                     process exits",
+                    self.my_pe
+                );
+                return leaked;
+            }
+            Err(e) => {
+                log::warn!("PE {}: NVSHMEM finalize skipped: {e}", self.my_pe);
+                return leaked;
+            }
+        }
+        // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
+        // used afterwards (they borrow the handle).
+        unsafe { result::finalize() };
+        INITIALIZED.store(false, Ordering::SeqCst);
+        leaked
+    }
+}
+
+impl Drop for Nvshmem {
+    fn drop(&mut self) {
+        let leaked = self.finalize_once();
+        if !leaked.is_empty() {
+            let bytes: usize = leaked.iter().map(|b| b.bytes).sum();
+            log::warn!(
+                "PE {}: {} symmetric buffer(s), {bytes} bytes, still alive at \
+                 finalize (not freed twice; NVSHMEM releases them with the heap): {}",
+                self.my_pe,
+                leaked.len(),
+                leaked
+                    .iter()
+                    .map(|b| format!("{}[{}] at {:#x}", b.elem, b.len, b.address))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+}
+
+/// Refuses GPUs below [`MIN_COMPUTE_CAPABILITY`] before NVSHMEM touches them.
+fn check_compute_capability(device: i32) -> Result<()> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::result::init()?;
+    let dev = cudarc::driver::result::device::get(device)?;
+    // SAFETY: a device handle just obtained; plain attribute queries.
+    let (major, minor) = unsafe {
+        (
+            cudarc::driver::result::device::get_attribute(
+                dev,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )?,
+            cudarc::driver::result::device::get_attribute(
+                dev,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )?,
+        )
+    };
+    compute_capability_supported(device, (major, minor), || {
+        cudarc::driver::result::device::get_name(dev).unwrap_or_else(|_| "unknown".into())
+    })
+}
+
+/// The check behind [`check_compute_capability`], without a GPU.
+fn compute_capability_supported(
+    device: i32,
+    (major, minor): (i32, i32),
+    name: impl FnOnce() -> String,
+) -> Result<()> {
+    if (major, minor) >= MIN_COMPUTE_CAPABILITY {
+        return Ok(());
+    }
+    Err(Error::ComputeCapability {
+        device,
+        name: name(),
+        major,
+        minor,
+    })
+}
+
+/// Refuses to run with an NVSHMEM host library of another version than the headers and device
+/// library the binary was built with: their device state layouts differ.
+fn check_library_version(compiled: (i32, i32, i32), loaded: (i32, i32, i32)) -> Result<()> {
+    if compiled == loaded {
+        return Ok(());
+    }
+    Err(Error::LibraryVersion {
+        compiled: crate::core::version_string(compiled),
+        loaded: crate::core::version_string(loaded),
+    })
+}
+
+/// Decides rank, size, local rank and where the unique ID comes from.
+fn place(bootstrap: Bootstrap) -> Result<Placement> {
+    let from_launcher = |env: LauncherEnv| Placement {
+        rank: env.rank,
+        n_pes: env.world_size,
+        local_rank: env.local_rank,
+        unique_id: Some(env.unique_id),
+        #[cfg(feature = "mpi")]
+        mpi: None,
+    };
+    let single = || Placement {
+        rank: 0,
+        n_pes: 1,
+        local_rank: 0,
+        unique_id: None,
+        #[cfg(feature = "mpi")]
+        mpi: None,
+    };
+    match bootstrap {
+        Bootstrap::Single => Ok(single()),
+        Bootstrap::Launcher => bootstrap::launcher_env()?
+            .map(from_launcher)
+            .ok_or_else(|| Error::BootstrapUnavailable {
+                reason: "the launcher bootstrap was chosen but NVSH_RANK is not set: start the \
+                         program with `nvsh run -n N -- prog`"
+                    .into(),
+            }),
+        Bootstrap::Mpi => place_mpi(),
+        Bootstrap::Auto => {
+            if let Some(env) = bootstrap::launcher_env()? {
+                return Ok(from_launcher(env));
+            }
+            match bootstrap::mpi_env() {
+                Some((_, size, _)) if size > 1 => place_mpi(),
+                _ => Ok(single()),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn place_mpi() -> Result<Placement> {
+    let (guard, rank, size, local_rank, id) = crate::bootstrap::mpi::exchange_unique_id()?;
+    Ok(Placement {
+        rank,
+        n_pes: size,
+        local_rank,
+        unique_id: Some(id),
+        mpi: Some(guard),
+    })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn place_mpi() -> Result<Placement> {
+    let size = bootstrap::mpi_env().map(|(_, s, _)| s).unwrap_or(0);
+    Err(Error::BootstrapUnavailable {
+        reason: format!(
+            "started by an MPI launcher ({size} processes) but this program was built without \
+             the `mpi` feature, so every process would be a separate 1-PE job; rebuild with \
+             `--features mpi`, or start it with `nvsh run -n N`"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_without_gpu_returns_error_and_can_be_retried() {
+        if std::path::Path::new("/dev/nvidiactl").exists() {
+            log::warn!("skipped: this machine has an NVIDIA driver");
+            return;
+        }
+        for _ in 0..2 {
+            let err = Nvshmem::init_single_pe().unwrap_err();
+            assert!(err.to_string().contains("no CUDA"), "{err}");
+        }
+        assert!(!INITIALIZED.load(Ordering::SeqCst));
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    #[test]
+    fn mpi_launch_without_the_mpi_feature_is_refused_not_split_into_single_pes() {
+        use crate::bootstrap::tests::with_env;
+        let vars = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
+        let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
+        assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[test]
+    fn gpus_below_compute_capability_8_are_refused() {
+        assert!(compute_capability_supported(0, (8, 0), || "A100".into()).is_ok());
+        assert!(compute_capability_supported(0, (9, 0), || "H200".into()).is_ok());
+        let err = compute_capability_supported(1, (7, 0), || "Tesla V100".into()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("7.0") && text.contains("8.0") && text.contains("Tesla V100"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn another_nvshmem_library_version_is_refused_by_name() {
+        assert!(check_library_version((3, 4, 5), (3, 4, 5)).is_ok());
+        let err = check_library_version((3, 4, 5), (3, 3, 9)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::LibraryVersion { .. }), "{err:?}");
+        assert!(
+            text.contains("3.4.5") && text.contains("3.3.9") && text.contains("LD_LIBRARY_PATH"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn launcher_bootstrap_without_launcher_variables_says_how_to_start() {
+        use crate::bootstrap::tests::with_env;
+        let err = with_env(&[], || place(Bootstrap::Launcher).err()).expect("an error");
+        assert!(err.to_string().contains("nvsh run -n N"), "{err}");
+    }
+}

@@ -1,0 +1,3 @@
+//! Pipeline-parallel transfers: point-to-point channels with credits.
+
+pub mod channel;

@@ -1,0 +1,342 @@
+//! The state every collective embeds: its members (a PE table over a team), whether every member
+//! is mapped for direct loads and stores, device-resident sequence state, the status record its
+//! kernels write failures into, the timeout of their waits, and checked mode's header buffers.
+//!
+//! Allocation is collective over the WORLD (the symmetric heap must stay in step on every PE),
+//! so PEs outside the team allocate too; they only refuse to run ([`Error::NotInTeam`]).
+
+use crate::core::buffer::SymmetricBuffer;
+use crate::core::error::{Error, Result};
+use crate::core::runtime::Nvshmem;
+use crate::core::stream::raw_stream;
+use crate::proto::checked::checked_from_env;
+use crate::sync::deadline::timeout_ns;
+use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
+use crate::sys;
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+use std::time::Duration;
+
+/// What a collective built on a [`Workspace`] says about itself in errors.
+#[derive(Debug)]
+pub struct CollectiveText {
+    /// The type users hold, as in "Allreduce::set_timeout".
+    pub type_name: &'static str,
+    /// The call as messages name it: "allreduce".
+    pub call: &'static str,
+    /// Name of a device algorithm code (the status record's index on a timeout).
+    pub algorithm: fn(u64) -> &'static str,
+    /// A checked-mode header's meta word in words ("bf16 max by ring").
+    pub meta: fn(u64) -> String,
+}
+
+impl CollectiveText {
+    /// Words of a checked-mode header as messages say them: field 0 is the count, field 1 the
+    /// meta word.
+    pub fn header_field(&self, field: u64, value: u64) -> String {
+        if field == 0 {
+            format!("{value} elements")
+        } else {
+            (self.meta)(value)
+        }
+    }
+}
+
+impl FailureText for CollectiveText {
+    fn error(&self, f: &WaitFailure, me: i32) -> Error {
+        let peer = f.peer;
+        match f.kind {
+            FailureKind::Mismatch => Error::CollectiveMismatch {
+                what: self.call,
+                pe: me,
+                peer,
+                call: f.seq,
+                mine: self.header_field(f.index, f.want),
+                theirs: self.header_field(f.index, f.seen),
+            },
+            _ => Error::Timeout {
+                what: format!(
+                    "PE {peer}'s part of {call} call {} on PE {me} ({} protocol): signal word \
+                     {:#x} is {}, needs {}. PE {peer} is dead or did not make the same {call} \
+                     calls on this workspace in the same order. The workspace is broken now \
+                     (later calls move nothing); a longer wait: NVSH_TIMEOUT_MS or \
+                     {}::set_timeout",
+                    f.seq + 1,
+                    (self.algorithm)(f.index),
+                    f.signal,
+                    f.seen,
+                    f.want,
+                    self.type_name,
+                    call = self.call,
+                ),
+                waited_ms: f.waited.as_millis(),
+            },
+        }
+    }
+}
+
+/// Checked mode's symmetric buffers: every member's header (world x HEADER_WORDS words) and
+/// the signal each header put raises (world words).
+struct Headers<'nv> {
+    words: SymmetricBuffer<'nv, u64>,
+    flags: SymmetricBuffer<'nv, u64>,
+}
+
+/// The shared part of a collective: see the module documentation.
+pub struct Workspace<'nv> {
+    nv: &'nv Nvshmem,
+    text: &'static CollectiveText,
+    /// World PE of each team rank (-1 past the team).
+    pes: SymmetricBuffer<'nv, i32>,
+    n: i32,
+    rank: Option<i32>,
+    /// Every member is reachable by direct stores (nvshmem_ptr non-null).
+    all_mapped: bool,
+    /// Device-resident sequence state of the collective's kernels (zeroed at creation).
+    state: SymmetricBuffer<'nv, u64>,
+    headers: Option<Headers<'nv>>,
+    /// Calls made so far (checked mode numbers its headers with it).
+    calls: u64,
+    timeout: Duration,
+    /// Declared last: dropped after the buffers above, whose kernels write it.
+    status: StatusRecord,
+}
+
+impl<'nv> Workspace<'nv> {
+    /// The workspace of a collective over `team` (None on PEs in no team of the split), with
+    /// `state_words` words of zeroed device state. Collective over the world, like every
+    /// symmetric allocation. The caller allocates its own buffers next, then calls
+    /// [`Workspace::ready`] before the first kernel.
+    pub fn new(
+        nv: &'nv Nvshmem,
+        team: Option<&Team<'_>>,
+        text: &'static CollectiveText,
+        state_words: usize,
+    ) -> Result<Workspace<'nv>> {
+        let checked = checked_from_env()?;
+        nv.check_peers(text.call)?;
+        let world = nv.n_pes() as usize;
+        let mut pes = vec![-1i32; world];
+        let (n, rank) = match team {
+            Some(t) => {
+                let world_team = nv.team_world();
+                for (r, pe) in pes.iter_mut().enumerate().take(t.n_pes() as usize) {
+                    *pe = t.translate_pe(r as i32, &world_team)?.unwrap_or(-1);
+                }
+                (t.n_pes(), Some(t.my_pe()).filter(|&r| r >= 0))
+            }
+            None => (0, None),
+        };
+        let state = nv.alloc_zeroed::<u64>(state_words.max(1))?;
+        let header_words = sys::NVSHMEMRS_ALLREDUCE_HEADER_WORDS as usize;
+        let headers = if checked {
+            Some(Headers {
+                words: nv.alloc_zeroed::<u64>(world * header_words)?,
+                flags: nv.alloc_zeroed::<u64>(world)?,
+            })
+        } else {
+            None
+        };
+        let pes_buf = nv.alloc::<i32>(world)?;
+        pes_buf.copy_from_host(&pes)?;
+        // The mapping probe: nvshmem_ptr answers alike for every address of the heap.
+        let mut all_mapped = true;
+        for &pe in pes.iter().take(n as usize) {
+            all_mapped &= pe == nv.my_pe() || pes_buf.peer_ptr(pe)?.is_some();
+        }
+        Ok(Workspace {
+            nv,
+            text,
+            pes: pes_buf,
+            n,
+            rank,
+            all_mapped,
+            state,
+            headers,
+            calls: 0,
+            timeout: nv.timeout(),
+            status: StatusRecord::new(nv.context())?,
+        })
+    }
+
+    /// Ends creation: every PE's zeroed counters and state are in place before any peer
+    /// signals them. Collective.
+    pub fn ready(&self) -> Result<()> {
+        self.nv.barrier_all()
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &'nv Nvshmem {
+        self.nv
+    }
+
+    /// Members (the team size).
+    pub fn n_pes(&self) -> i32 {
+        self.n
+    }
+
+    /// This PE's rank among the members, or [`Error::NotInTeam`].
+    pub fn rank(&self) -> Result<i32> {
+        self.rank.ok_or(Error::NotInTeam {
+            what: self.text.call,
+        })
+    }
+
+    /// Whether every member is reachable by direct loads and stores.
+    pub fn all_mapped(&self) -> bool {
+        self.all_mapped
+    }
+
+    /// Device address of the world PE table (team rank -> world PE).
+    pub fn pes_ptr(&self) -> *const i32 {
+        self.pes.as_device_ptr()
+    }
+
+    /// Device address of the sequence state.
+    pub fn state_ptr(&self) -> *mut u64 {
+        self.state.as_device_ptr()
+    }
+
+    /// Device address of the status record, as kernels take it.
+    pub fn status_ptr(&self) -> *mut std::ffi::c_void {
+        self.status.device_ptr() as *mut std::ffi::c_void
+    }
+
+    /// The timeout of one wait, as kernels take it.
+    pub fn timeout_ns(&self) -> u64 {
+        timeout_ns(self.timeout)
+    }
+
+    /// How long the waits of one kernel may take before it gives up ([`Error::Timeout`]).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// The current timeout (starts as [`Nvshmem::timeout`]).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether calls exchange a header ([`crate::proto::checked::CHECKED_ENV`]).
+    pub fn is_checked(&self) -> bool {
+        self.headers.is_some()
+    }
+
+    /// Starts the next call: refuses a PE outside the team and a workspace that already
+    /// failed, and numbers the call. Returns this PE's rank.
+    pub fn begin_call(&mut self) -> Result<i32> {
+        let rank = self.rank()?;
+        self.check()?;
+        self.calls += 1;
+        Ok(rank)
+    }
+
+    /// Checked mode: enqueues the header exchange of this call before its first kernel (a
+    /// no-op when checked mode is off). `args` carries the members and status record.
+    pub fn exchange_header(
+        &self,
+        args: sys::nvshmemrs_allreduce_args,
+        meta: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let Some(h) = &self.headers else {
+            return Ok(());
+        };
+        // SAFETY: the workspace's own header buffers and state; every member calls this for
+        // every call in checked mode (all PEs read NVSH_CHECKED alike).
+        let code = unsafe {
+            sys::nvshmemrs_allreduce_check_header(
+                args,
+                h.words.as_device_ptr(),
+                h.flags.as_device_ptr(),
+                self.calls,
+                meta,
+                raw_stream(stream),
+            )
+        };
+        crate::core::result::cuda_check(code, "header check launch")
+    }
+
+    /// The error a kernel of this workspace recorded (a wait past its deadline: a dead or
+    /// out-of-step peer; in checked mode a peer with other arguments), without synchronising.
+    /// `Ok` means none so far; work still queued may fail later. After an error the workspace
+    /// is broken: later calls move nothing and return the same error.
+    pub fn check(&self) -> Result<()> {
+        self.nv.noted(self.status.check(self.nv.my_pe(), self.text))
+    }
+
+    /// Synchronises `stream` (bounded: every wait has a deadline), then [`Workspace::check`].
+    pub fn sync(&self, stream: &CudaStream) -> Result<()> {
+        stream.synchronize()?;
+        self.check()
+    }
+
+    /// The first failure recorded, in detail.
+    pub fn failure(&self) -> Option<WaitFailure> {
+        self.status.failure()
+    }
+}
+
+impl Drop for Workspace<'_> {
+    /// Kernels of this collective may still be queued on any stream: they finish (their waits
+    /// are bounded) before the state, the PE table, the status record or the owner's buffers are
+    /// freed. A collective declares its workspace as its first field, so this runs before any of
+    /// its own buffers go.
+    fn drop(&mut self) {
+        let _ = self.nv.context().bind_to_thread();
+        let _ = self.nv.context().synchronize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: CollectiveText = CollectiveText {
+        type_name: "Gather",
+        call: "gather",
+        algorithm: |code| if code == 5 { "direct" } else { "unknown" },
+        meta: |meta| format!("meta {meta}"),
+    };
+
+    #[test]
+    fn failures_name_the_peer_the_call_and_the_protocol() {
+        let f = WaitFailure {
+            kind: FailureKind::Timeout,
+            op: crate::sync::status::WaitOp::Allreduce,
+            peer: 3,
+            signal: 0x1000,
+            index: 5,
+            seq: 41,
+            want: 384,
+            seen: 320,
+            waited: Duration::from_millis(250),
+        };
+        let text = TEXT.error(&f, 0).to_string();
+        assert!(
+            text.contains("PE 3's part of gather call 42 on PE 0")
+                && text.contains("(direct protocol)")
+                && text.contains("Gather::set_timeout"),
+            "{text}"
+        );
+        let mismatch = WaitFailure {
+            kind: FailureKind::Mismatch,
+            index: 1,
+            want: 7,
+            seen: 9,
+            ..f.clone()
+        };
+        match TEXT.error(&mismatch, 1) {
+            Error::CollectiveMismatch {
+                what, mine, theirs, ..
+            } => {
+                assert_eq!(
+                    (what, mine.as_str(), theirs.as_str()),
+                    ("gather", "meta 7", "meta 9")
+                )
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(TEXT.header_field(0, 1000), "1000 elements");
+    }
+}
