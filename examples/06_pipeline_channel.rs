@@ -2,8 +2,8 @@
 //! receives and passes them on, the last PE sends each back to PE 0 on a backward channel, and
 //! PE 0 checks that every micro-batch came back unchanged. Prints the time per micro-batch.
 //!
-//!     nvsh run -n 2 -- target/release/examples/pipeline_channel [ELEMS] [MICRO_BATCHES]
-//!     target/release/examples/pipeline_channel                  (one PE: it sends to itself)
+//!     nvsh run -n 2 -- target/release/examples/06_pipeline_channel [ELEMS] [MICRO_BATCHES]
+//!     target/release/examples/06_pipeline_channel                  (one PE: it sends to itself)
 //!
 //! Exit status: 0 on PASS, 1 on FAIL, 2 when the runtime or a channel failed.
 
@@ -12,11 +12,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>());
     let elems = args.next().unwrap_or(Ok(1 << 18));
     let batches = args.next().unwrap_or(Ok(64));
     let (Ok(elems @ 1..), Ok(batches @ 1..)) = (elems, batches) else {
-        eprintln!("usage: pipeline_channel [ELEMS >= 1] [MICRO_BATCHES >= 1]");
+        eprintln!("usage: 06_pipeline_channel [ELEMS >= 1] [MICRO_BATCHES >= 1]");
         return ExitCode::from(2);
     };
     match run(elems, batches) {
