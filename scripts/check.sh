@@ -14,8 +14,17 @@ for tool in cargo rustfmt cargo-clippy; do
 done
 
 scripts/setup_env.sh "$@"
+# The env file is in the prefix the set-up just used: --prefix DIR if given, else .deps.
+prefix=.deps
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --prefix) prefix=${2:-}; shift ;;
+    --prefix=*) prefix=${1#*=} ;;
+    esac
+    shift
+done
 # shellcheck source=/dev/null
-source .deps/env.sh
+source "$prefix/env.sh"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings

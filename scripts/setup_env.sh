@@ -6,14 +6,19 @@
 #
 # - Debian/Ubuntu packages: a C++ compiler, libclang (bindgen), Open MPI headers and runtime,
 #   pip (only to download wheels). Skipped when already installed, or with --no-apt.
-# - From PyPI wheels, into a project-local prefix (default .deps/, ignored by git): the CUDA
-#   compiler, headers and runtime pieces, and NVSHMEM. Skipped when already unpacked.
+# - From PyPI wheels, into a project-local prefix (default .deps/, ignored by git), under a
+#   directory per CPU type (x86_64, aarch64: one checkout can serve both): the CUDA compiler,
+#   headers and runtime pieces, and NVSHMEM. Each wheel is checked against its pinned sha256;
+#   a damaged one is removed. Skipped when already unpacked.
 # - --system uses a CUDA and NVSHMEM already installed (CUDA_HOME / nvcc on PATH, NVSHMEM_HOME).
-# - Writes <prefix>/env.sh: NVSHMEM_HOME, CUDA_HOME, PATH, LD_LIBRARY_PATH and the single-node
-#   transport settings of INSTALL.md (left out with --multi-node).
+# - Writes <prefix>/<cpu>/env.sh and <prefix>/env.sh (readable by all; on another CPU type it
+#   sources that type's file): NVSHMEM_HOME, CUDA_HOME, PATH, LD_LIBRARY_PATH and the
+#   single-node transport settings of INSTALL.md (left out with --multi-node).
 #
 # Idempotent and non-interactive; a second run only checks and takes seconds.
 set -euo pipefail
+# A glob that matches nothing is empty, not itself (the wheel look-up below).
+shopt -s nullglob
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -27,13 +32,43 @@ CUDA12_CCCL=12.9.27
 CUDA12_RUNTIME=12.9.79
 NVSHMEM_VERSION=3.4.5
 
+# sha256 of every pinned wheel, x86_64 and aarch64, from PyPI. NVSH_SETUP_WHEEL_HASHES names a
+# file of the same "wheel-file sha256" lines to use instead (a mirror, the script's tests).
+WHEEL_SHA256='
+nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f
+nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03
+nvidia_cuda_crt-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003
+nvidia_cuda_crt-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4
+nvidia_nvvm-13.0.88-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0
+nvidia_nvvm-13.0.88-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl c4376a291d72d22a315d9d2f69bdae8f8cd83a627f75bad395cee49a0fe65dc1
+nvidia_cuda_cccl-13.0.85-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl 6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c
+nvidia_cuda_cccl-13.0.85-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649
+nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55
+nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548
+nvidia_nvshmem_cu13-3.4.5-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl 6dc2a197f38e5d0376ad52cd1a2a3617d3cdc150fd5966f4aee9bcebb1d68fe9
+nvidia_nvshmem_cu13-3.4.5-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 290f0a2ee94c9f3687a02502f3b9299a9f9fe826e6d0287ee18482e78d495b80
+nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl 5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0
+nvidia_cuda_nvcc_cu12-12.9.86-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl 44e1eca4d08926193a558d2434b1bf83d57b4d5743e0c431c0c83d51da1df62b
+nvidia_cuda_cccl_cu12-12.9.27-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl d7898b38aa68beaa234d48f0868273702342a196d6e2e9d0ef058dca2390ebea
+nvidia_cuda_cccl_cu12-12.9.27-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 37869e17ce2e1ecec6eddf1927cca0f8c34e64fd848d40453df559091e2d7117
+nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl 83469a846206f2a733db0c42e223589ab62fd2fabac4432d2f8802de4bded0a4
+nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3
+nvidia_nvshmem_cu12-3.4.5-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl 0b48363fc6964dede448029434c6abed6c5e37f823cb43c3bcde7ecfc0457e15
+nvidia_nvshmem_cu12-3.4.5-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 042f2500f24c021db8a06c5eec2539027d57460e1c1a762055a6554f72c369bd
+'
+if [ -n "${NVSH_SETUP_WHEEL_HASHES:-}" ]; then
+    WHEEL_SHA256=$(cat "$NVSH_SETUP_WHEEL_HASHES")
+fi
+export WHEEL_SHA256
+ARCH=$(uname -m)
+
 CUDA_MAJOR=13
 SYSTEM=0
 APT=1
 SINGLE_NODE=1
 PREFIX="$ROOT/.deps"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 die() {
     echo "setup_env.sh: error: $*" >&2
     exit 1
@@ -88,7 +123,10 @@ install_packages() {
     local sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         command -v sudo >/dev/null || die "need root to install ${missing[*]}: rerun as root, or install them and pass --no-apt"
-        sudo=(sudo)
+        # Never wait on a password prompt (batch jobs, CI): -n fails at once instead.
+        sudo -n true 2>/dev/null ||
+            die "installing ${missing[*]} needs root and sudo wants a password: rerun as root or after 'sudo -v', or install them yourself and pass --no-apt"
+        sudo=(sudo -n)
     fi
     say "packages: installing ${missing[*]}"
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -114,6 +152,45 @@ for wheel in sys.argv[2:]:
 PY
 }
 
+# Exit status 0 when the wheel is complete and, if pinned, has its pinned sha256 (else says
+# why on stderr, unless "quiet").
+check_wheel() { # file [quiet]
+    python3 - "$1" "${2:-}" <<'PY'
+import hashlib, os, sys, zipfile
+path, quiet = sys.argv[1], sys.argv[2] == "quiet"
+name = os.path.basename(path)
+pins = dict(l.split() for l in os.environ["WHEEL_SHA256"].splitlines() if len(l.split()) == 2)
+def fail(why):
+    if not quiet:
+        print(f"setup_env.sh: error: {name}: {why}", file=sys.stderr)
+    sys.exit(1)
+digest = hashlib.sha256()
+with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
+want = pins.get(name)
+if want is not None and digest.hexdigest() != want:
+    fail(f"sha256 is {digest.hexdigest()}, not the pinned {want} (cut-off or altered download)")
+try:
+    with zipfile.ZipFile(path) as z:
+        bad = z.testzip()
+except (zipfile.BadZipFile, OSError) as e:
+    fail(f"not a complete wheel ({e})")
+if bad is not None:
+    fail(f"damaged member {bad}")
+if want is None and not quiet:
+    print(f"setup_env.sh: warning: {name} has no pinned sha256; checked only that it is complete",
+          file=sys.stderr)
+PY
+}
+
+# The cached wheel of "name==version" for this CPU, or nothing.
+cached_wheel() { # cache spec
+    local name=${2%%==*} version=${2#*==}
+    local found=("$1/${name//-/_}-${version}-"*"_$ARCH.whl")
+    [ ${#found[@]} -eq 0 ] || echo "${found[0]}"
+}
+
 fetch_wheels() { # dest spec...
     local dest=$1
     shift
@@ -122,17 +199,28 @@ fetch_wheels() { # dest spec...
         say "wheels: $(basename "$dest") already unpacked"
         return
     fi
-    local cache="$PREFIX/wheels"
+    local cache="$PREFIX/$ARCH/wheels"
     mkdir -p "$cache"
+    local spec f
+    # pip keeps a file it finds in --dest, even one that an interrupted run left cut off.
+    for spec in "$@"; do
+        f=$(cached_wheel "$cache" "$spec")
+        if [ -n "$f" ] && ! check_wheel "$f" quiet; then
+            say "wheels: removing damaged $(basename "$f") to download it again"
+            rm -f "$f"
+        fi
+    done
     say "wheels: downloading $*"
     python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "$@" ||
         die "pip could not download $* (network, or no such version on PyPI?)"
     local files=()
     for spec in "$@"; do
-        local name=${spec%%==*} version=${spec#*==}
-        local f
-        f=$(ls "$cache/${name//-/_}-${version}-"*.whl 2>/dev/null | head -n 1)
-        [ -n "$f" ] || die "downloaded wheel for $spec not found in $cache"
+        f=$(cached_wheel "$cache" "$spec")
+        [ -n "$f" ] || die "no $ARCH wheel of $spec in $cache after pip download: PyPI may have none for this CPU type ($ARCH); use --system with a CUDA and NVSHMEM installed here"
+        check_wheel "$f" || {
+            rm -f "$f"
+            die "removed $f; rerun to download it again (if it fails again, the file on PyPI is not the pinned one)"
+        }
         files+=("$f")
     done
     rm -rf "$dest"
@@ -166,24 +254,39 @@ install_cuda12() { # dest
         cp -r "$src/cuda_nvcc/nvvm" "$tk/nvvm"
         touch "$tk/.assembled"
     fi
-    install_cuda13 "$PREFIX/cuda13-compiler"
+    install_cuda13 "$PREFIX/$ARCH/cuda13-compiler"
 }
 
 # ---------------------------------------------------------------- env file
+# The value single-quoted for sh: paths may hold spaces, $ or quotes.
+sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+
+# Replaces the file only when its content changes (build.rs reruns nvcc when its timestamp
+# moves); readable by everyone, so that group members can source it.
+install_file() { # tmp dest
+    chmod 0644 "$1"
+    if cmp -s "$1" "$2"; then
+        rm -f "$1"
+        say "env file: $2 unchanged"
+    else
+        mv "$1" "$2"
+        say "env file: wrote $2"
+    fi
+}
+
 write_env_file() { # nvshmem_home cuda_home cuda_version(e.g. 13000) [nvcc]
     local nvshmem_home=$1 cuda_home=$2 cuda_version=$3 nvcc=${4:-}
-    local tmp
-    tmp=$(mktemp)
+    local tmp body
+    body=$(mktemp)
     {
-        echo "# Written by scripts/setup_env.sh ($MODE). Source it: . .deps/env.sh"
-        echo "export NVSHMEM_HOME=\"$nvshmem_home\""
-        echo "export CUDA_HOME=\"$cuda_home\""
+        echo "export NVSHMEM_HOME=$(sq "$nvshmem_home")"
+        echo "export CUDA_HOME=$(sq "$cuda_home")"
         echo "# CUDA API version the cudarc crate binds (the runtime linked into binaries)."
         echo "export CUDARC_CUDA_VERSION=$cuda_version"
         if [ -n "$nvcc" ]; then
             echo "# PyPI has no CUDA 12 nvcc: CUDA 13.0's compiler builds against the CUDA 12 runtime."
-            echo "export NVSHMEM_RS_NVCC=\"$nvcc\""
-            echo "export PATH=\"$(dirname "$nvcc"):\$PATH\""
+            echo "export NVSHMEM_RS_NVCC=$(sq "$nvcc")"
+            echo "export PATH=$(sq "$(dirname "$nvcc")")\":\$PATH\""
         else
             echo "export PATH=\"\$CUDA_HOME/bin:\$PATH\""
         fi
@@ -195,15 +298,33 @@ write_env_file() { # nvshmem_home cuda_home cuda_version(e.g. 13000) [nvcc]
             echo "# For multi-node runs rerun setup_env.sh with --multi-node."
             echo "export NVSHMEM_REMOTE_TRANSPORT=none"
         fi
+    } >"$body"
+    mkdir -p "$PREFIX/$ARCH"
+    tmp=$(mktemp)
+    {
+        echo "# Written by scripts/setup_env.sh ($MODE) for $ARCH. Source it: . $(sq "$PREFIX/env.sh")"
+        cat "$body"
     } >"$tmp"
-    # Rewrite only on change: build.rs reruns nvcc when this file's timestamp moves.
-    if cmp -s "$tmp" "$PREFIX/env.sh"; then
-        rm -f "$tmp"
-        say "env file: $PREFIX/env.sh unchanged"
-    else
-        mv "$tmp" "$PREFIX/env.sh"
-        say "env file: wrote $PREFIX/env.sh"
-    fi
+    install_file "$tmp" "$PREFIX/$ARCH/env.sh"
+    # The top-level file: this CPU type's settings (what build.rs reads), and on a machine of
+    # another type sharing the checkout, that type's own file instead.
+    tmp=$(mktemp)
+    {
+        echo "# Written by scripts/setup_env.sh ($MODE) on $ARCH. Source it: . $(sq "$PREFIX/env.sh")"
+        echo "# Other CPU types sharing this prefix source their own $(sq "$PREFIX")/<cpu>/env.sh."
+        echo "if [ \"\$(uname -m)\" != $(sq "$ARCH") ]; then"
+        echo "    if [ -r $(sq "$PREFIX")/\"\$(uname -m)\"/env.sh ]; then"
+        echo "        . $(sq "$PREFIX")/\"\$(uname -m)\"/env.sh"
+        echo "    else"
+        echo "        echo \"env.sh: set up for $ARCH only; run scripts/setup_env.sh on this \$(uname -m) machine\" >&2"
+        echo "        false"
+        echo "    fi"
+        echo "    return \$? 2>/dev/null || exit \$?"
+        echo "fi"
+        cat "$body"
+    } >"$tmp"
+    rm -f "$body"
+    install_file "$tmp" "$PREFIX/env.sh"
 }
 
 # ---------------------------------------------------------------- main
@@ -230,15 +351,17 @@ if [ "$SYSTEM" = 1 ]; then
     say "using the installed CUDA at $cuda_home and NVSHMEM at $nvshmem_home"
 else
     MODE="--cuda $CUDA_MAJOR --nvshmem $NVSHMEM_VERSION"
-    nvshmem_dir="$PREFIX/nvshmem-$NVSHMEM_VERSION-cu$CUDA_MAJOR"
+    # Per CPU type: an NFS checkout may serve x86_64 and aarch64 (GH200) nodes.
+    tree="$PREFIX/$ARCH"
+    nvshmem_dir="$tree/nvshmem-$NVSHMEM_VERSION-cu$CUDA_MAJOR"
     fetch_wheels "$nvshmem_dir" "nvidia-nvshmem-cu$CUDA_MAJOR==$NVSHMEM_VERSION"
     if [ "$CUDA_MAJOR" = 13 ]; then
-        install_cuda13 "$PREFIX/cuda-$CUDA13_NVCC"
-        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA13_NVCC/nvidia/cu13" 13000
+        install_cuda13 "$tree/cuda-$CUDA13_NVCC"
+        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$tree/cuda-$CUDA13_NVCC/nvidia/cu13" 13000
     else
-        install_cuda12 "$PREFIX/cuda-$CUDA12_RUNTIME"
-        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$PREFIX/cuda-$CUDA12_RUNTIME/toolkit" 12090 \
-            "$PREFIX/cuda13-compiler/nvidia/cu13/bin/nvcc"
+        install_cuda12 "$tree/cuda-$CUDA12_RUNTIME"
+        write_env_file "$nvshmem_dir/nvidia/nvshmem" "$tree/cuda-$CUDA12_RUNTIME/toolkit" 12090 \
+            "$tree/cuda13-compiler/nvidia/cu13/bin/nvcc"
     fi
     say "CUDA $CUDA_MAJOR toolchain and NVSHMEM $NVSHMEM_VERSION in $PREFIX"
 fi

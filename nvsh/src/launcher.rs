@@ -9,7 +9,15 @@
 //! Each process runs in its own process group. Stop signals go to the whole group, so helper
 //! processes that a PE started (a shell's children, say) stop with it, and a Ctrl-C at the
 //! terminal reaches the PEs once, through the launcher, instead of twice. Because a background
-//! process group cannot read the terminal, the processes get an empty stdin.
+//! process group cannot read the terminal, the processes get an empty stdin. When a process
+//! exits, what is left in its group is killed: a crashed PE's helpers would otherwise keep
+//! running (and keep a GPU).
+//!
+//! Nothing outlives the launcher: a watchdog process (forked before the ranks) kills every
+//! rank's process group if the launcher dies without stopping them (SIGKILL, the OOM killer),
+//! which also covers a PE under a wrapper (compute-sanitizer, nsys, a script), where
+//! PR_SET_PDEATHSIG reaches only the wrapper. With [`LaunchSpec::subreaper`], processes that left
+//! their group (daemons) are adopted by the launcher and killed when the job ends.
 //!
 //! Output is forwarded line by line with the rank in front (`[R] line`). Each line is written
 //! whole under the stream's lock, so lines of different ranks never mix.
@@ -24,7 +32,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -39,9 +49,11 @@ pub const ENV_CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// background process keeps open.
 const REPORT_DELAY: Duration = Duration::from_millis(200);
 
-/// How long to wait for output after every process has exited. Output can only still be open
-/// when a process left a background child holding its pipe; the job is over, so do not wait on
-/// it for long.
+/// How long output may stay open but silent after every process has exited, before the
+/// launcher stops waiting for it. Only time with nothing read and nothing being written counts:
+/// forwarding that waits on a slow stdout (`| less`, a stalled tee) goes on to the end of file.
+/// Output can only stay open this long when a process that escaped both its group and the
+/// subreaper holds a pipe.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
 
 /// Upper bound on sleeping between checks; SIGCHLD and closed pipes wake the loop earlier.
@@ -67,9 +79,15 @@ pub struct LaunchSpec {
     /// Variables set for every process on top of the launcher's environment (the launcher
     /// contract's variables win over these).
     pub extra_env: Vec<(OsString, OsString)>,
-    /// Forward SIGINT and SIGTERM received by this process to the processes. Off for callers
-    /// that handle signals themselves (see [`launch`] for what turning it on costs).
+    /// Forward SIGINT, SIGTERM, SIGHUP and SIGQUIT received by this process to the processes.
+    /// Off for callers that handle signals themselves (see [`launch`] for what turning it on
+    /// costs).
     pub forward_signals: bool,
+    /// Make this process a child subreaper (PR_SET_CHILD_SUBREAPER), so that processes the
+    /// ranks start and orphan are adopted by it and killed when the job ends. Only for a
+    /// process that has no children of its own besides the ranks (the `nvsh run` command):
+    /// every other child of this process is taken for such an orphan.
+    pub subreaper: bool,
     /// What the others get when one process fails.
     pub on_failure: OnFailure,
 }
@@ -96,6 +114,7 @@ impl LaunchSpec {
             grace: DEFAULT_GRACE,
             extra_env: Vec::new(),
             forward_signals: true,
+            subreaper: false,
             on_failure: OnFailure::Stop,
         }
     }
@@ -170,7 +189,7 @@ impl fmt::Display for RankStatus {
 pub enum Stop {
     /// This rank failed first.
     Failed { rank: usize, status: RankStatus },
-    /// The launcher received this signal (SIGINT or SIGTERM) and forwarded it.
+    /// The launcher received this signal (SIGINT, SIGTERM, SIGHUP or SIGQUIT) and forwarded it.
     Interrupted { signal: i32 },
 }
 
@@ -209,6 +228,30 @@ pub enum LaunchError {
     InvalidGpus { list: String, reason: String },
 
     #[error(
+        "--gpus {requested} names GPU {index}, but CUDA_VISIBLE_DEVICES={visible} {what}; \
+         --gpus counts within that list, from 0 (or unset CUDA_VISIBLE_DEVICES to use the \
+         machine's numbering)"
+    )]
+    GpuNotVisible {
+        requested: String,
+        index: u32,
+        visible: String,
+        what: String,
+    },
+
+    #[error(
+        "nvsh run was started by {launcher} as one of {size} processes ({size_var}={size}), so \
+         each of them would start its own separate job; nvsh run starts all PEs of one node \
+         itself: start it once (srun -n 1 on one node, or outside srun), or start the program \
+         with srun or mpirun directly, built with the `mpi` feature"
+    )]
+    UnderAnotherLauncher {
+        launcher: &'static str,
+        size_var: &'static str,
+        size: i32,
+    },
+
+    #[error(
         "program `{program}` not found in any directory on PATH; check its name and PATH, or \
          give its path (e.g. ./{program})"
     )]
@@ -227,10 +270,13 @@ pub enum LaunchError {
     UniqueId(#[from] Error),
 
     #[error(
-        "could not install the handlers that forward SIGINT and SIGTERM to the processes: \
-         {0}"
+        "could not install the handlers that forward SIGINT, SIGTERM, SIGHUP and SIGQUIT to \
+         the processes: {0}"
     )]
     Signals(#[source] io::Error),
+
+    #[error("could not start the watchdog that stops the processes if nvsh dies: {0}")]
+    Watchdog(#[source] io::Error),
 
     #[error(
         "could not start rank {rank} (`{program}`): {source}; the ranks already started were \
@@ -282,6 +328,45 @@ pub fn parse_gpus(list: &str) -> Result<Vec<u32>, LaunchError> {
     Ok(gpus)
 }
 
+/// The `CUDA_VISIBLE_DEVICES` value for `--gpus`: indices into the inherited list when there is
+/// one (Slurm, or whoever started the launcher, may have given this job GPUs 4 and 5; `--gpus
+/// 0` then means GPU 4), else the indices themselves.
+fn visible_gpus(gpus: &[u32], inherited: Option<&OsStr>) -> Result<String, LaunchError> {
+    let requested = || {
+        gpus.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let Some(inherited) = inherited else {
+        return Ok(requested());
+    };
+    let visible = inherited.to_string_lossy();
+    // CUDA reads the list up to its first empty entry.
+    let entries: Vec<&str> = visible
+        .split(',')
+        .map(str::trim)
+        .take_while(|e| !e.is_empty())
+        .collect();
+    let mut chosen = Vec::with_capacity(gpus.len());
+    for &index in gpus {
+        let Some(entry) = entries.get(index as usize) else {
+            return Err(LaunchError::GpuNotVisible {
+                requested: requested(),
+                index,
+                visible: visible.to_string(),
+                what: if entries.is_empty() {
+                    "makes no GPU visible".into()
+                } else {
+                    format!("leaves this job {} GPU(s)", entries.len())
+                },
+            });
+        };
+        chosen.push(*entry);
+    }
+    Ok(chosen.join(","))
+}
+
 /// Runs the job: starts `spec.n` processes with the launcher environment, forwards their
 /// output with rank prefixes, waits for all of them and says how the job ended.
 ///
@@ -289,14 +374,33 @@ pub fn parse_gpus(list: &str) -> Result<Vec<u32>, LaunchError> {
 /// SIGTERM and, after `spec.grace`, SIGKILL; one line on stderr names the rank and its status.
 /// Every process is waited for before this returns, whatever happens.
 ///
-/// With `spec.forward_signals`, SIGINT and SIGTERM received by this process are forwarded to
-/// the processes (a second one kills them at once), and this process keeps handling them after
-/// `launch` returns: signal-hook cannot restore their default action. Meant for launcher
-/// processes, which exit soon after.
+/// With `spec.forward_signals`, SIGINT, SIGTERM, SIGHUP and SIGQUIT received by this process are
+/// forwarded to the processes (a second one kills them at once), and this process keeps
+/// handling them after `launch` returns: signal-hook cannot restore their default action. Meant
+/// for launcher processes, which exit soon after (re-raising the signal with
+/// `signal_hook::low_level::emulate_default_handler`, as `nvsh run` does).
+///
+/// Refuses to start when this process is one of several started by srun or mpirun: each of
+/// them would start a separate job.
 pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
     if spec.n == 0 {
         return Err(LaunchError::NoProcesses);
     }
+    if let Some(step) = bootstrap::step_env().filter(|s| s.size > 1) {
+        return Err(LaunchError::UnderAnotherLauncher {
+            launcher: step.launcher,
+            size_var: step.size_var,
+            size: step.size,
+        });
+    }
+    let inherited = |name: &str| {
+        spec.extra_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(name))
+    };
     let gpu_list = match &spec.gpus {
         Some(gpus) if gpus.is_empty() => {
             return Err(LaunchError::InvalidGpus {
@@ -304,21 +408,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
                 reason: "the list is empty".into(),
             })
         }
-        Some(gpus) => Some(
-            gpus.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        Some(gpus) => Some(visible_gpus(
+            gpus,
+            inherited(ENV_CUDA_VISIBLE_DEVICES).as_deref(),
+        )?),
         None => None,
     };
-    let path_var = spec
-        .extra_env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var_os("PATH"));
+    let path_var = inherited("PATH");
     let executable = resolve_program(&spec.program, path_var.as_deref())?;
     let unique_id = bootstrap::encode_hex(&bootstrap::unique_id_bytes(
         &nvshmem::core::result::get_unique_id()?,
@@ -326,6 +422,21 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
 
     let (tx, rx) = mpsc::channel();
     let signals = SignalThread::start(spec.forward_signals, tx.clone())?;
+    let watchdog = match Watchdog::start(spec.n) {
+        Ok(w) => w,
+        Err(e) => {
+            signals.stop();
+            return Err(LaunchError::Watchdog(e));
+        }
+    };
+    if spec.subreaper {
+        become_subreaper();
+    }
+    let reaper = Reaper {
+        adopt: spec.subreaper,
+        watchdog: watchdog.pid,
+    };
+    let activity = Arc::new(Activity::default());
 
     let mut ranks: Vec<Rank> = Vec::with_capacity(spec.n);
     for rank in 0..spec.n {
@@ -338,6 +449,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
             .env(bootstrap::ENV_WORLD_SIZE, spec.n.to_string())
             .env(bootstrap::ENV_LOCAL_WORLD_SIZE, spec.n.to_string())
             .env(bootstrap::ENV_UNIQUE_ID, &unique_id)
+            // Explicit, so that a leftover NVSH_BOOTSTRAP=single cannot make every rank a
+            // separate 1-PE job.
+            .env(bootstrap::ENV_BOOTSTRAP, "launcher")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -346,10 +460,15 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
             cmd.env(ENV_CUDA_VISIBLE_DEVICES, list);
         }
         die_with_parent(&mut cmd);
-        match Rank::spawn(rank, &mut cmd, &tx) {
-            Ok(r) => ranks.push(r),
+        match Rank::spawn(rank, &mut cmd, &tx, &activity) {
+            Ok(r) => {
+                watchdog.guard(r.pid);
+                ranks.push(r);
+            }
             Err(source) => {
-                kill_and_reap(&mut ranks);
+                kill_and_reap(&mut ranks, &watchdog);
+                reaper.kill_adopted(&ranks);
+                watchdog.stop();
                 signals.stop();
                 return Err(LaunchError::Spawn {
                     rank,
@@ -361,11 +480,22 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
     }
     drop(tx);
 
-    let result = supervise(&mut ranks, &rx, spec.grace, spec.on_failure);
+    let result = supervise(
+        &mut ranks,
+        &rx,
+        spec.grace,
+        spec.on_failure,
+        &watchdog,
+        &reaper,
+    );
     if result.is_err() {
-        kill_and_reap(&mut ranks);
+        kill_and_reap(&mut ranks, &watchdog);
     }
-    drain_output(&mut ranks, &rx);
+    // The job is over: orphans that left their rank's group go now, so that they neither keep
+    // a GPU nor hold the output open.
+    reaper.kill_adopted(&ranks);
+    watchdog.stop();
+    drain_output(&mut ranks, &rx, &activity);
     signals.stop();
     let stop = result?;
     let statuses: Vec<RankStatus> = ranks
@@ -431,17 +561,205 @@ fn resolve_program(program: &OsStr, path_var: Option<&OsStr>) -> Result<PathBuf,
 
 /// Asks Linux to SIGKILL the process if the launcher dies without stopping it (SIGKILL, OOM
 /// killer), so that no orphaned PE keeps a GPU. Linux watches the spawning thread, not the
-/// process; [`launch`] holds that thread until every process has exited.
+/// process; [`launch`] holds that thread until every process has exited. (The watchdog covers
+/// the rest of the process's group.)
 #[cfg(target_os = "linux")]
 fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: getpid is always safe.
+    let launcher = unsafe { libc::getpid() };
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // A launcher that died between fork and prctl sent no signal: check by hand.
+            if libc::getppid() != launcher {
+                libc::_exit(127);
+            }
             Ok(())
         });
+    }
+}
+
+/// Makes this process the one that orphans of its descendants are reparented to.
+#[cfg(target_os = "linux")]
+fn become_subreaper() {
+    // SAFETY: a plain prctl on this process. Failure (very old kernels) only loses the adoption
+    // of daemons; the watchdog and the group kills still work.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "nvsh run: warning: could not become a subreaper ({}); processes that leave their \
+             rank's process group may outlive the job",
+            io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_subreaper() {}
+
+/// Children of this process other than the ranks and the watchdog: orphans it adopted as a
+/// subreaper.
+struct Reaper {
+    adopt: bool,
+    watchdog: i32,
+}
+
+impl Reaper {
+    /// This process's children, from /proc (each entry's parent pid).
+    fn children() -> Vec<i32> {
+        // SAFETY: getpid is always safe.
+        let me = unsafe { libc::getpid() };
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    return false;
+                };
+                // "pid (comm) state ppid ...": the command name may hold spaces and parens.
+                let mut rest = stat
+                    .rsplit_once(')')
+                    .map(|(_, r)| r)
+                    .unwrap_or("")
+                    .split(' ');
+                rest.nth(2).and_then(|p| p.parse::<i32>().ok()) == Some(me)
+            })
+            .collect()
+    }
+
+    fn adopted(&self, ranks: &[Rank]) -> Vec<i32> {
+        if !self.adopt {
+            return Vec::new();
+        }
+        Self::children()
+            .into_iter()
+            .filter(|&pid| pid != self.watchdog && !ranks.iter().any(|r| r.pid == pid))
+            .collect()
+    }
+
+    /// Reaps adopted orphans that have exited, so that they do not stay zombies.
+    fn reap_adopted(&self, ranks: &[Rank]) {
+        for pid in self.adopted(ranks) {
+            // SAFETY: pid is this process's child and no Child handle owns it.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+    }
+
+    /// Kills and reaps every adopted orphan, including those that their own dying parents hand
+    /// over meanwhile (bounded: a fork bomb cannot keep the launcher here).
+    fn kill_adopted(&self, ranks: &[Rank]) {
+        for _ in 0..100 {
+            let adopted = self.adopted(ranks);
+            if adopted.is_empty() {
+                return;
+            }
+            for &pid in &adopted {
+                // SAFETY: pid is this process's unreaped child, so it cannot be reused.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+            }
+        }
+    }
+}
+
+/// A forked copy of the launcher that SIGKILLs the ranks' process groups when the launcher dies
+/// without having stopped them. It learns the groups through a pipe: a positive number guards a
+/// group, a negative one forgets it (the rank was reaped, so its ID may be reused), 0 ends the
+/// watch. End of file without 0 means the launcher is gone.
+struct Watchdog {
+    pid: i32,
+    pipe: std::fs::File,
+}
+
+impl Watchdog {
+    fn start(n: usize) -> io::Result<Watchdog> {
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Allocated before fork: the child of a multi-threaded process must not allocate.
+        let mut groups: Vec<i32> = Vec::with_capacity(n);
+        // SAFETY: the child runs only async-signal-safe calls (read, kill, signal, _exit) and
+        // writes within `groups`' capacity; it never returns into Rust code of the parent.
+        match unsafe { libc::fork() } {
+            -1 => {
+                let e = io::Error::last_os_error();
+                // SAFETY: both descriptors are ours.
+                unsafe {
+                    libc::close(fds[0]);
+                    libc::close(fds[1]);
+                }
+                Err(e)
+            }
+            0 => unsafe {
+                libc::close(fds[1]);
+                // Signals meant for the launcher (a Ctrl-C reaches its whole process group)
+                // must not end the watch; the launcher forwards them.
+                for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                    libc::signal(signal, libc::SIG_IGN);
+                }
+                loop {
+                    let mut buf = [0u8; 4];
+                    let mut got = 0;
+                    while got < 4 {
+                        let r = libc::read(fds[0], buf.as_mut_ptr().add(got).cast(), 4 - got);
+                        if r > 0 {
+                            got += r as usize;
+                        } else if r == 0 || *libc::__errno_location() != libc::EINTR {
+                            break;
+                        }
+                    }
+                    if got < 4 {
+                        for &g in &groups {
+                            libc::kill(-g, libc::SIGKILL);
+                        }
+                        libc::_exit(0);
+                    }
+                    match i32::from_ne_bytes(buf) {
+                        0 => libc::_exit(0),
+                        g if g > 0 && groups.len() < groups.capacity() => groups.push(g),
+                        g if g < 0 => groups.retain(|&x| x != -g),
+                        _ => {}
+                    }
+                }
+            },
+            pid => {
+                // SAFETY: the read end belongs to the watchdog now; the write end is ours.
+                unsafe { libc::close(fds[0]) };
+                use std::os::fd::FromRawFd;
+                // SAFETY: fds[1] is an open descriptor owned by nothing else.
+                let pipe = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+                Ok(Watchdog { pid, pipe })
+            }
+        }
+    }
+
+    fn send(&self, value: i32) {
+        // Four bytes are written atomically to a pipe. A failure means the watchdog is gone;
+        // there is nothing better to do than go on.
+        let _ = (&self.pipe).write_all(&value.to_ne_bytes());
+    }
+
+    fn guard(&self, group: i32) {
+        self.send(group);
+    }
+
+    fn forget(&self, group: i32) {
+        self.send(-group);
+    }
+
+    /// Ends the watch (every rank is reaped) and reaps the watchdog.
+    fn stop(self) {
+        self.send(0);
+        drop(self.pipe);
+        // SAFETY: the watchdog is this process's child, not yet reaped.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
     }
 }
 
@@ -465,7 +783,12 @@ struct Rank {
 }
 
 impl Rank {
-    fn spawn(rank: usize, cmd: &mut Command, events: &Sender<Event>) -> io::Result<Rank> {
+    fn spawn(
+        rank: usize,
+        cmd: &mut Command,
+        events: &Sender<Event>,
+        activity: &Arc<Activity>,
+    ) -> io::Result<Rank> {
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
         let mut readers = Vec::with_capacity(2);
@@ -476,10 +799,11 @@ impl Rank {
             (Stream::Stderr, Box::new(stderr)),
         ] {
             let events = events.clone();
+            let activity = Arc::clone(activity);
             let spawned = thread::Builder::new()
                 .name(format!("nvsh-rank{rank}-{stream:?}"))
                 .spawn(move || {
-                    forward_lines(rank, pipe, stream);
+                    forward_lines(rank, pipe, stream, &activity);
                     let _ = events.send(Event::OutputClosed(rank));
                 });
             match spawned {
@@ -527,19 +851,57 @@ fn signal_running(ranks: &[Rank], signal: i32) -> Vec<usize> {
     signalled
 }
 
+/// Whether the process has exited, leaving it unreaped (a zombie).
+fn has_exited(pid: i32) -> io::Result<bool> {
+    loop {
+        // SAFETY: siginfo_t is plain data; waitid fills it in.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: plain syscall on our own child; WNOWAIT leaves it unreaped.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            // SAFETY: waitid succeeded; si_pid is 0 when the child has not exited.
+            return Ok(unsafe { info.si_pid() } != 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reaps a rank that has exited: first kills what is left in its process group (a crashed
+/// PE's helpers), which is safe only while the unreaped rank keeps the group's ID from being
+/// reused.
+fn reap_rank(r: &mut Rank, watchdog: &Watchdog) -> io::Result<()> {
+    // SAFETY: plain syscall; the group's leader is unreaped, so the ID is still this group's.
+    unsafe { libc::kill(-r.pid, libc::SIGKILL) };
+    watchdog.forget(r.pid);
+    let status = r.child.wait()?;
+    r.status = Some(RankStatus::from_exit_status(status));
+    Ok(())
+}
+
 /// Collects the status of every rank that exited since the last call.
-fn reap(ranks: &mut [Rank]) -> Result<Vec<usize>, LaunchError> {
+fn reap(ranks: &mut [Rank], watchdog: &Watchdog) -> Result<Vec<usize>, LaunchError> {
     let mut exited = Vec::new();
     for (rank, r) in ranks.iter_mut().enumerate() {
         if !r.running() {
             continue;
         }
-        match r.child.try_wait() {
-            Ok(Some(status)) => {
-                r.status = Some(RankStatus::from_exit_status(status));
-                exited.push(rank);
-            }
-            Ok(None) => {}
+        let reaped = has_exited(r.pid).and_then(|done| match done {
+            true => reap_rank(r, watchdog).map(|()| true),
+            false => Ok(false),
+        });
+        match reaped {
+            Ok(true) => exited.push(rank),
+            Ok(false) => {}
             Err(source) => return Err(LaunchError::Wait { rank, source }),
         }
     }
@@ -547,12 +909,10 @@ fn reap(ranks: &mut [Rank]) -> Result<Vec<usize>, LaunchError> {
 }
 
 /// Last resort when the launcher cannot go on: SIGKILL everything still running and wait.
-fn kill_and_reap(ranks: &mut [Rank]) {
+fn kill_and_reap(ranks: &mut [Rank], watchdog: &Watchdog) {
     for r in ranks.iter_mut().filter(|r| r.running()) {
         signal_group(r.pid, libc::SIGKILL);
-        if let Ok(status) = r.child.wait() {
-            r.status = Some(RankStatus::from_exit_status(status));
-        }
+        let _ = reap_rank(r, watchdog);
     }
 }
 
@@ -571,6 +931,8 @@ fn supervise(
     events: &Receiver<Event>,
     grace: Duration,
     on_failure: OnFailure,
+    watchdog: &Watchdog,
+    reaper: &Reaper,
 ) -> Result<Option<Stop>, LaunchError> {
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
@@ -597,7 +959,7 @@ fn supervise(
         for event in pending {
             match event {
                 Event::OutputClosed(rank) => ranks[rank].open_streams -= 1,
-                Event::Signal(libc::SIGCHLD) => {}
+                Event::Signal(libc::SIGCHLD) => reaper.reap_adopted(ranks),
                 Event::Signal(signal) if stop.is_none() => {
                     let signalled = signal_running(ranks, signal);
                     eprintln!(
@@ -623,7 +985,7 @@ fn supervise(
             }
         }
 
-        for rank in reap(ranks)? {
+        for rank in reap(ranks, watchdog)? {
             let status = ranks[rank].status.expect("just reaped");
             if status.success() || stop.is_some() {
                 continue;
@@ -680,16 +1042,34 @@ fn supervise(
     }
 }
 
-/// Waits a little for the last output after every rank has exited, then lets go of readers
-/// still blocked on a pipe that some background process keeps open.
-fn drain_output(ranks: &mut [Rank], events: &Receiver<Event>) {
-    let deadline = Instant::now() + OUTPUT_DRAIN;
+/// What the output forwarders are doing, so that the drain can tell a slow stdout (keep
+/// waiting) from a pipe that a stray process holds open without writing (give up).
+#[derive(Default)]
+struct Activity {
+    /// Forwarders now writing a line to the launcher's stdout or stderr.
+    writing: AtomicUsize,
+    /// Counts reads that returned data.
+    reads: AtomicU64,
+}
+
+/// Forwards the output left after every rank has exited, to its end. Lets go of readers only
+/// when their pipes stay open with nothing read and nothing being written for [`OUTPUT_DRAIN`]
+/// (a process that escaped the kills holds them), or when a signal says to stop now.
+fn drain_output(ranks: &mut [Rank], events: &Receiver<Event>, activity: &Activity) {
+    let mut reads = activity.reads.load(Ordering::Relaxed);
+    let mut idle_since = Instant::now();
     while ranks.iter().any(|r| r.open_streams > 0) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match events.recv_timeout(left) {
+        match events.recv_timeout(POLL) {
             Ok(Event::OutputClosed(rank)) => ranks[rank].open_streams -= 1,
-            Ok(Event::Signal(_)) => {}
-            Err(_) => break,
+            Ok(Event::Signal(libc::SIGCHLD)) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Event::Signal(_)) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+        let now_reads = activity.reads.load(Ordering::Relaxed);
+        if now_reads != reads || activity.writing.load(Ordering::Relaxed) > 0 {
+            reads = now_reads;
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() >= OUTPUT_DRAIN {
+            break;
         }
     }
     for (rank, r) in ranks.iter_mut().enumerate() {
@@ -713,7 +1093,7 @@ enum Stream {
 }
 
 /// Copies `pipe` to the launcher's stream, one whole prefixed line per write.
-fn forward_lines(rank: usize, pipe: Box<dyn Read + Send>, stream: Stream) {
+fn forward_lines(rank: usize, pipe: Box<dyn Read + Send>, stream: Stream, activity: &Activity) {
     let prefix = format!("[{rank}] ");
     let mut reader = BufReader::with_capacity(64 * 1024, pipe);
     let mut line = Vec::new();
@@ -723,7 +1103,10 @@ fn forward_lines(rank: usize, pipe: Box<dyn Read + Send>, stream: Stream) {
     loop {
         let chunk = match reader.fill_buf() {
             Ok([]) => break,
-            Ok(chunk) => chunk,
+            Ok(chunk) => {
+                activity.reads.fetch_add(1, Ordering::Relaxed);
+                chunk
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
@@ -734,16 +1117,23 @@ fn forward_lines(rank: usize, pipe: Box<dyn Read + Send>, stream: Stream) {
         line.extend_from_slice(&chunk[..take]);
         reader.consume(take);
         if complete || line.len() >= MAX_LINE {
-            sink_ok = sink_ok && write_line(&prefix, &line, stream).is_ok();
+            sink_ok = sink_ok && write_line(&prefix, &line, stream, activity).is_ok();
             line.clear();
         }
     }
     if !line.is_empty() && sink_ok {
-        let _ = write_line(&prefix, &line, stream);
+        let _ = write_line(&prefix, &line, stream, activity);
     }
 }
 
-fn write_line(prefix: &str, line: &[u8], stream: Stream) -> io::Result<()> {
+fn write_line(prefix: &str, line: &[u8], stream: Stream, activity: &Activity) -> io::Result<()> {
+    activity.writing.fetch_add(1, Ordering::Relaxed);
+    let written = write_line_to(prefix, line, stream);
+    activity.writing.fetch_sub(1, Ordering::Relaxed);
+    written
+}
+
+fn write_line_to(prefix: &str, line: &[u8], stream: Stream) -> io::Result<()> {
     let mut buf = Vec::with_capacity(prefix.len() + line.len() + 1);
     buf.extend_from_slice(prefix.as_bytes());
     buf.extend_from_slice(line);
@@ -764,7 +1154,8 @@ fn write_line(prefix: &str, line: &[u8], stream: Stream) -> io::Result<()> {
     }
 }
 
-/// Delivers SIGINT and SIGTERM (when forwarding) and SIGCHLD to the supervising loop.
+/// Delivers SIGINT, SIGTERM, SIGHUP and SIGQUIT (when forwarding) and SIGCHLD to the
+/// supervising loop.
 struct SignalThread {
     handle: signal_hook::iterator::Handle,
     thread: JoinHandle<()>,
@@ -772,10 +1163,10 @@ struct SignalThread {
 
 impl SignalThread {
     fn start(forward: bool, events: Sender<Event>) -> Result<SignalThread, LaunchError> {
-        use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+        use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
         let mut wanted = vec![SIGCHLD];
         if forward {
-            wanted.extend([SIGINT, SIGTERM]);
+            wanted.extend([SIGINT, SIGTERM, SIGHUP, SIGQUIT]);
         }
         let mut signals =
             signal_hook::iterator::Signals::new(&wanted).map_err(LaunchError::Signals)?;

@@ -7,6 +7,7 @@ mod common;
 use common::nvsh_path;
 use nvsh::launcher::{self, LaunchError, LaunchSpec, OnFailure, RankStatus, Stop};
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +28,8 @@ fn nvsh_run(args: &[&str]) -> Command {
 
 struct Finished {
     code: Option<i32>,
+    /// The signal that ended the launcher, if one did.
+    signal: Option<i32>,
     stdout: String,
     stderr: String,
     elapsed: Duration,
@@ -72,6 +75,7 @@ fn finish(mut cmd: Command, limit: Duration) -> Finished {
     );
     Finished {
         code: status.code(),
+        signal: status.signal(),
         stdout,
         stderr,
         elapsed,
@@ -433,6 +437,7 @@ fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
     lines.extend(rx.try_iter());
     Finished {
         code: status.code(),
+        signal: status.signal(),
         stdout: lines.join("\n"),
         stderr: err.join().unwrap(),
         elapsed: start.elapsed(),
@@ -449,7 +454,14 @@ fn assert_forwarded(signal: i32, trap: &str, name: &str) {
             done.stdout
         );
     }
-    assert_eq!(done.code, Some(128 + signal), "stderr:\n{}", done.stderr);
+    // Killed by the same signal, as the shell expects of an interrupted command: a loop over
+    // `nvsh run` stops at Ctrl-C instead of going on with the next job.
+    assert_eq!(
+        (done.code, done.signal),
+        (None, Some(signal)),
+        "stderr:\n{}",
+        done.stderr
+    );
     assert!(
         done.stderr
             .contains(&format!("received {name}; forwarded it to 2 process(es)")),
@@ -470,10 +482,42 @@ fn sigint_to_the_launcher_reaches_every_rank() {
 }
 
 #[test]
+fn sighup_to_the_launcher_reaches_every_rank() {
+    assert_forwarded(libc::SIGHUP, "HUP", "SIGHUP");
+}
+
+#[test]
+fn sigquit_to_the_launcher_reaches_every_rank() {
+    // SIGQUIT is forwarded like the others, but the launcher exits 128 + 3 instead of dumping
+    // its own core.
+    let done = signal_the_launcher(libc::SIGQUIT, "QUIT", false);
+    for rank in 0..2 {
+        assert_eq!(
+            done.rank_stdout(rank),
+            ["ready", "got-it"],
+            "{}",
+            done.stdout
+        );
+    }
+    assert_eq!(
+        done.code,
+        Some(128 + libc::SIGQUIT),
+        "stderr:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr
+            .contains("received SIGQUIT; forwarded it to 2 process(es)"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
 fn a_second_signal_kills_without_waiting_for_the_grace_period() {
     // The ranks survive the first SIGTERM; the grace period is 30 s.
     let done = signal_the_launcher(libc::SIGTERM, "TERM", true);
-    assert_eq!(done.code, Some(128 + libc::SIGTERM), "{}", done.stderr);
+    assert_eq!(done.signal, Some(libc::SIGTERM), "{}", done.stderr);
     assert!(
         done.elapsed < Duration::from_secs(10),
         "took {:?}",
@@ -499,7 +543,7 @@ fn gpus_sets_cuda_visible_devices_for_every_rank() {
         "-c",
         "echo cvd=$CUDA_VISIBLE_DEVICES",
     ]);
-    cmd.env("CUDA_VISIBLE_DEVICES", "7");
+    cmd.env_remove("CUDA_VISIBLE_DEVICES");
     let done = finish(cmd, Duration::from_secs(20));
     assert_eq!(done.code, Some(0), "{}", done.stderr);
     for rank in 0..3 {
@@ -511,7 +555,7 @@ fn gpus_sets_cuda_visible_devices_for_every_rank() {
         done.stderr
     );
 
-    let one_each = run_ok(&[
+    let mut one_each = nvsh_run(&[
         "-n",
         "2",
         "--gpus",
@@ -521,6 +565,9 @@ fn gpus_sets_cuda_visible_devices_for_every_rank() {
         "-c",
         "echo $CUDA_VISIBLE_DEVICES",
     ]);
+    one_each.env_remove("CUDA_VISIBLE_DEVICES");
+    let one_each = finish(one_each, Duration::from_secs(20));
+    assert_eq!(one_each.code, Some(0), "{}", one_each.stderr);
     assert_eq!(one_each.rank_stdout(1), ["3,1"]);
     assert_eq!(one_each.stderr, "", "no note when every PE has a GPU");
 }
@@ -552,11 +599,18 @@ fn launcher_environment_reaches_every_rank() {
 /// Runs `nvsh run ARGS -- sh -c 'touch DIR/started'` and checks that it failed before starting
 /// anything, with a one-line message containing every string in `expect`.
 fn assert_rejected(args: &[&str], expect: &[&str]) {
+    assert_rejected_with_env(args, &[], expect)
+}
+
+/// [`assert_rejected`] with these variables set for the launcher.
+fn assert_rejected_with_env(args: &[&str], env: &[(&str, &str)], expect: &[&str]) {
     let dir = TempDir::new("reject");
     let touch = format!("touch {}/started", dir.path());
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--", "sh", "-c", &touch]);
-    let done = finish(nvsh_run(&all), Duration::from_secs(20));
+    let mut cmd = nvsh_run(&all);
+    cmd.envs(env.iter().copied());
+    let done = finish(cmd, Duration::from_secs(20));
     assert_eq!(done.code, Some(2), "{args:?}: stderr:\n{}", done.stderr);
     assert!(
         !dir.0.join("started").exists(),
@@ -728,4 +782,259 @@ fn on_failure_wait_lets_the_others_end_on_their_own_then_kills_stragglers() {
             "rank {rank} (pid {pid}) was not reaped"
         );
     }
+}
+
+#[test]
+fn the_launcher_sets_its_own_bootstrap_over_a_leftover_one() {
+    // A leftover NVSH_BOOTSTRAP=single would make each rank a separate 1-PE job on GPU 0.
+    let mut cmd = nvsh_run(&["-n", "2", "--", "sh", "-c", "echo $NVSH_BOOTSTRAP"]);
+    cmd.env("NVSH_BOOTSTRAP", "single");
+    let done = finish(cmd, Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    for rank in 0..2 {
+        assert_eq!(done.rank_stdout(rank), ["launcher"]);
+    }
+}
+
+#[test]
+fn gpus_index_into_an_inherited_cuda_visible_devices() {
+    // Slurm or a colleague gave this job GPUs 4 and 5: --gpus 0 means the first of those.
+    let mut cmd = nvsh_run(&[
+        "-n",
+        "2",
+        "--gpus",
+        "1,0",
+        "--",
+        "sh",
+        "-c",
+        "echo $CUDA_VISIBLE_DEVICES",
+    ]);
+    cmd.env("CUDA_VISIBLE_DEVICES", "4,GPU-5e0c");
+    let done = finish(cmd, Duration::from_secs(20));
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert_eq!(done.rank_stdout(0), ["GPU-5e0c,4"]);
+    assert_eq!(done.rank_stdout(1), ["GPU-5e0c,4"]);
+
+    assert_rejected_with_env(
+        &["-n", "1", "--gpus", "0,2"],
+        &[("CUDA_VISIBLE_DEVICES", "4,5")],
+        &[
+            "--gpus 0,2",
+            "GPU 2",
+            "CUDA_VISIBLE_DEVICES=4,5",
+            "2 GPU(s)",
+        ],
+    );
+    assert_rejected_with_env(
+        &["-n", "1", "--gpus", "0"],
+        &[("CUDA_VISIBLE_DEVICES", "")],
+        &["CUDA_VISIBLE_DEVICES=", "no GPU"],
+    );
+}
+
+#[test]
+fn nvsh_run_inside_a_multi_process_srun_or_mpirun_step_is_refused() {
+    // `srun -N2 nvsh run -n 4` would make two unrelated 4-PE jobs.
+    assert_rejected_with_env(
+        &["-n", "4"],
+        &[("SLURM_STEP_NUM_TASKS", "2"), ("SLURM_PROCID", "1")],
+        &["srun", "2 processes", "SLURM_STEP_NUM_TASKS=2", "srun -n 1"],
+    );
+    assert_rejected_with_env(
+        &["-n", "2"],
+        &[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "0")],
+        &["mpirun (Open MPI)"],
+    );
+    // One task (`srun -n 1 nvsh run -n 2`), or only an sbatch script's variables: fine.
+    for env in [
+        [("SLURM_STEP_NUM_TASKS", "1"), ("SLURM_PROCID", "0")],
+        [("SLURM_NTASKS", "8"), ("SLURM_PROCID", "0")],
+    ] {
+        let mut cmd = nvsh_run(&["-n", "2", "--", "true"]);
+        cmd.envs(env);
+        let done = finish(cmd, Duration::from_secs(20));
+        assert_eq!(done.code, Some(0), "{env:?}: {}", done.stderr);
+    }
+}
+
+/// Waits (up to about 5 s) until the process is gone or a zombie.
+fn ends_soon(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if matches!(proc_state(pid), None | Some('Z')) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_to_the_launcher_leaves_no_wrapped_pe_running() {
+    // Each PE runs under a wrapper that does not exec (as compute-sanitizer, nsys or a script
+    // do): the PE is the launcher's grandchild, which PR_SET_PDEATHSIG does not cover.
+    let dir = TempDir::new("sigkill");
+    let d = dir.path();
+    let pe = format!("{}; exec sleep 30", write_pid(d, "pe$NVSH_RANK"));
+    let wrapper = format!("sh -c '{pe}'; echo wrapper-done");
+    let mut child = nvsh_run(&["-n", "2", "--", "sh", "-c", &wrapper])
+        .spawn()
+        .expect("start nvsh");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(dir.0.join("pe0").exists() && dir.0.join("pe1").exists()) {
+        assert!(Instant::now() < deadline, "the PEs did not start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let pes = [dir.pid("pe0"), dir.pid("pe1")];
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let survivors: Vec<i32> = pes.into_iter().filter(|&p| !ends_soon(p)).collect();
+    for &pid in &survivors {
+        // SAFETY: clean up after a failed check; the pid was a PE of this test.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(
+        survivors.is_empty(),
+        "PEs {survivors:?} outlived the SIGKILLed launcher"
+    );
+    let (_, _) = (out.join().unwrap(), err.join().unwrap());
+}
+
+#[test]
+fn helpers_of_a_rank_that_failed_are_stopped_with_it() {
+    // The rank crashes, leaving a helper in its process group and a daemon that left the group
+    // (setsid): neither may outlive the job.
+    let dir = TempDir::new("helpers");
+    let d = dir.path();
+    let script = format!(
+        "sleep 30 >/dev/null 2>&1 & echo $! > {d}/helper; \
+         setsid sh -c '{daemon}; exec sleep 30' >/dev/null 2>&1 </dev/null & \
+         {wait}; kill -9 $$",
+        daemon = write_pid(d, "daemon"),
+        wait = wait_for_files(d, &["helper", "daemon"]),
+    );
+    let done = finish(
+        nvsh_run(&["-n", "1", "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(done.code, Some(137), "{}", done.stderr);
+    let (helper, daemon) = (dir.pid("helper"), dir.pid("daemon"));
+    let helper_ended = ends_soon(helper);
+    let daemon_ended = ends_soon(daemon);
+    for pid in [helper, daemon] {
+        // SAFETY: clean up after a failed check; the pids were started by this test's rank.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(
+        helper_ended,
+        "the failed rank's helper (pid {helper}) is still running"
+    );
+    assert!(
+        daemon_ended,
+        "the failed rank's daemon (pid {daemon}) is still running"
+    );
+}
+
+#[test]
+fn output_is_not_lost_when_the_launchers_stdout_is_slow() {
+    // Each rank writes less than a pipe holds and exits at once; the launcher's stdout is a
+    // pipe that nobody reads for 3 s (`| less`, a stalled tee), so forwarding blocks on writing
+    // well past any drain deadline.
+    let line = "y".repeat(99);
+    let script = format!("i=0; while [ $i -lt 400 ]; do echo {line}; i=$((i+1)); done");
+    let mut cmd = nvsh_run(&["-n", "4", "--", "sh", "-c", &script]);
+    let mut child = cmd.spawn().expect("start nvsh");
+    let err = collect(child.stderr.take().unwrap());
+    let stdout = child.stdout.take().unwrap();
+    thread::sleep(Duration::from_secs(3));
+    let out = collect(stdout);
+    let status = wait_with_limit(&mut child, Duration::from_secs(20));
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    for rank in 0..4 {
+        let prefix = format!("[{rank}] ");
+        let n = stdout.lines().filter(|l| l.starts_with(&prefix)).count();
+        assert_eq!(n, 400, "rank {rank}: lines lost; stderr:\n{stderr}");
+    }
+}
+
+/// `mpirun -n 2 nvsh soak` with `rank1_env` (shell code) run first on rank 1, run to its end
+/// (limit 120 s: a hang fails the test instead of stalling the suite).
+fn mpirun_soak_with_rank1(rank1_env: &str) -> Finished {
+    let nvsh = nvsh_path();
+    let script = format!(
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then {rank1_env}; fi; exec {} soak --seconds 2",
+        nvsh.display()
+    );
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "-n", "2", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    finish(cmd, Duration::from_secs(120))
+}
+
+#[test]
+#[ignore = "GPU machine: needs 2 GPUs, Open MPI's mpirun on PATH and nvsh built with --features mpi"]
+fn gpu_mpi_a_rank_failing_after_the_id_exchange_aborts_the_job_instead_of_hanging() {
+    // Rank 1's NVSHMEM init fails (a symmetric heap no GPU holds) while rank 0 waits in
+    // NVSHMEM's bootstrap, which has no timeout: rank 1 must MPI_Abort, not MPI_Finalize.
+    let done = mpirun_soak_with_rank1("export NVSHMEM_SYMMETRIC_SIZE=100T");
+    assert_ne!(done.code, Some(0), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("aborting the MPI job (MPI_Abort)"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+#[ignore = "GPU machine: needs 2 GPUs (the PEs initialise NVSHMEM under compute-sanitizer)"]
+fn gpu_sigkill_to_the_launcher_leaves_no_pe_under_compute_sanitizer() {
+    let dir = TempDir::new("gpu-sigkill");
+    let d = dir.path();
+    // The PE (nvsh soak) runs under compute-sanitizer, which does not exec it.
+    let script = format!(
+        "echo $$ > {d}/w$NVSH_RANK; exec compute-sanitizer --tool memcheck {} soak --seconds 600",
+        nvsh_path().display()
+    );
+    let mut child = nvsh_run(&["-n", "2", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("start nvsh");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    // Let the PEs get to their GPUs.
+    thread::sleep(Duration::from_secs(20));
+    let wrappers = [dir.pid("w0"), dir.pid("w1")];
+    let pes: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let pgid = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .split(' ')
+                .nth(3);
+            wrappers.iter().any(|w| pgid == Some(&w.to_string()))
+        })
+        .collect();
+    assert!(pes.len() > 2, "the sanitized PEs did not start: {pes:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let survivors: Vec<i32> = pes.into_iter().filter(|&p| !ends_soon(p)).collect();
+    for &pid in &survivors {
+        // SAFETY: clean up after a failed check; the pid was in a PE's group.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(
+        survivors.is_empty(),
+        "{survivors:?} outlived the SIGKILLed launcher"
+    );
+    let (_, _) = (out.join().unwrap(), err.join().unwrap());
 }

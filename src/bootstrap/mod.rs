@@ -50,7 +50,19 @@ impl Bootstrap {
             None | Some("") | Some("auto") => Ok(Bootstrap::Auto),
             Some("launcher") => Ok(Bootstrap::Launcher),
             Some("mpi") => Ok(Bootstrap::Mpi),
-            Some("single") => Ok(Bootstrap::Single),
+            Some("single") => match step_env() {
+                // A leftover NVSH_BOOTSTRAP=single would make every process of the job a
+                // separate PE 0 of 1, all on GPU 0.
+                Some(step) if step.size > 1 => Err(Error::BootstrapUnavailable {
+                    reason: format!(
+                        "{ENV_BOOTSTRAP}=single, but {} started this process as one of {} \
+                         ({}={}), so each would run alone as PE 0 of 1; unset {ENV_BOOTSTRAP} \
+                         (or set it to mpi)",
+                        step.launcher, step.size, step.size_var, step.size
+                    ),
+                }),
+                _ => Ok(Bootstrap::Single),
+            },
             Some(other) => Err(Error::InvalidEnv {
                 var: ENV_BOOTSTRAP,
                 value: other.to_string(),
@@ -129,28 +141,102 @@ pub fn launcher_env() -> Result<Option<LauncherEnv>> {
     }))
 }
 
-/// Rank, size and local rank that common MPI launchers put in the environment, if any
-/// (Open MPI, MPICH/Hydra and Slurm's PMI).
-pub fn mpi_env() -> Option<(i32, i32, i32)> {
-    let pick = |names: &[&str]| {
-        names
-            .iter()
-            .find_map(|n| env::var(n).ok()?.trim().parse::<i32>().ok())
-    };
-    let rank = pick(&[
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-    ])?;
-    let size = pick(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"])?;
-    let local = pick(&[
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID",
-        "SLURM_LOCALID",
-    ])
-    .unwrap_or(rank);
-    Some((rank, size, local))
+/// What a launcher that started this process as one of a job's processes announced in the
+/// environment: `mpirun`, `srun` or `torchrun` (not `nvsh run`, see [`launcher_env`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepEnv {
+    /// The launcher, for messages: "mpirun (Open MPI)", "srun", ...
+    pub launcher: &'static str,
+    /// The variable that announced the size, for messages.
+    pub size_var: &'static str,
+    pub rank: i32,
+    pub size: i32,
+    pub local_rank: i32,
+}
+
+/// What a job step's launcher announced, if this process was started by one (Open MPI's
+/// mpirun, a PMI launcher such as MPICH's or Intel MPI's, Slurm's srun, torchrun).
+///
+/// Only variables that a launcher sets for the processes it starts count. `SLURM_PROCID` and
+/// `SLURM_NTASKS` alone do not: they are also set in the batch script of `sbatch -n 8`, where a
+/// plain `./prog` is one process. A variable that is not an integer counts as absent.
+pub fn step_env() -> Option<StepEnv> {
+    let int = |name: &str| env::var(name).ok()?.trim().parse::<i32>().ok();
+    // (launcher, size variable, rank variable, local rank variables)
+    const LAUNCHERS: [(&str, &str, &str, &[&str]); 4] = [
+        (
+            "mpirun (Open MPI)",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_RANK",
+            &["OMPI_COMM_WORLD_LOCAL_RANK"],
+        ),
+        (
+            "a PMI launcher (MPICH, Intel MPI, srun --mpi=pmi2)",
+            "PMI_SIZE",
+            "PMI_RANK",
+            &["MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"],
+        ),
+        (
+            "srun",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_PROCID",
+            &["SLURM_LOCALID"],
+        ),
+        ("torchrun", "WORLD_SIZE", "RANK", &["LOCAL_RANK"]),
+    ];
+    LAUNCHERS
+        .iter()
+        .find_map(|&(launcher, size_var, rank_var, local_vars)| {
+            let size = int(size_var)?;
+            let rank = int(rank_var)?;
+            let local_rank = local_vars.iter().find_map(|v| int(v)).unwrap_or(rank);
+            Some(StepEnv {
+                launcher,
+                size_var,
+                rank,
+                size,
+                local_rank,
+            })
+        })
+}
+
+impl StepEnv {
+    /// Refuses launchers whose processes cannot agree on a unique ID without `nvsh run`'s
+    /// environment: torchrun's rendezvous is not MPI, so each process would be a 1-PE job.
+    pub fn check_mpi_capable(&self) -> Result<()> {
+        if self.launcher != "torchrun" {
+            return Ok(());
+        }
+        Err(Error::BootstrapUnavailable {
+            reason: format!(
+                "started by torchrun as rank {} of {} (WORLD_SIZE), but NVSHMEM cannot be \
+                 bootstrapped from torchrun's rendezvous, so every process would be a separate \
+                 1-PE job; start it with `nvsh run -n {} -- prog`, or with mpirun/srun and a \
+                 build with the `mpi` feature",
+                self.rank, self.size, self.size
+            ),
+        })
+    }
+
+    /// Compares the number of processes a bootstrap found with the launcher's announcement.
+    /// They differ when the processes did not join one job: an MPI library without Slurm's PMI
+    /// under srun, or a program built against another MPI than the mpirun that started it. Each
+    /// process then sees a world of 1.
+    pub fn check_size(&self, bootstrap: &str, got: i32) -> Result<()> {
+        if got == self.size {
+            return Ok(());
+        }
+        Err(Error::BootstrapUnavailable {
+            reason: format!(
+                "{bootstrap} found {got} process(es) but {} started {} ({}={}): the processes \
+                 did not join one job. Under srun the program's MPI must support Slurm's PMI \
+                 (try srun --mpi=pmix or --mpi=pmi2), and under mpirun the program must be \
+                 built against that mpirun's MPI (check `mpirun --version` and the MPI the \
+                 build found)",
+                self.launcher, self.size, self.size_var, self.size
+            ),
+        })
+    }
 }
 
 /// Lower-case hex of `bytes`.
@@ -211,7 +297,7 @@ pub(crate) mod tests {
     /// Serialises the tests that change the process environment.
     pub(crate) static ENV_LOCK: Mutex<()> = Mutex::new(());
 
-    const ALL: [&str; 18] = [
+    const ALL: &[&str] = &[
         ENV_RANK,
         ENV_LOCAL_RANK,
         ENV_WORLD_SIZE,
@@ -221,6 +307,18 @@ pub(crate) mod tests {
         "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_RANK",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMI_LOCAL_RANK",
+        "PMIX_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_LOCALID",
+        "SLURM_STEP_NUM_TASKS",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
         crate::coll::allreduce::ALGO_ENV,
         crate::coll::allreduce::LL_MAX_ENV,
         crate::coll::allreduce::DIRECT_MIN_ENV,
@@ -341,18 +439,90 @@ pub(crate) mod tests {
         );
     }
 
+    fn step(vars: &[(&str, &str)]) -> Option<(&'static str, i32, i32, i32)> {
+        with_env(vars, step_env).map(|s| (s.launcher, s.rank, s.size, s.local_rank))
+    }
+
     #[test]
     fn open_mpi_variables_are_recognised() {
-        let got = with_env(
-            &[
-                ("OMPI_COMM_WORLD_RANK", "3"),
-                ("OMPI_COMM_WORLD_SIZE", "4"),
-                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
-            ],
-            mpi_env,
+        let got = step(&[
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ]);
+        assert_eq!(got, Some(("mpirun (Open MPI)", 3, 4, 1)));
+        assert_eq!(step(&[]), None);
+    }
+
+    #[test]
+    fn an_sbatch_script_is_not_a_launch_but_an_srun_step_is() {
+        // What the batch script of `sbatch -n 8` has: a plain ./prog there is one process.
+        let batch = [
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "0"),
+        ];
+        assert_eq!(step(&batch), None);
+        let mut srun = batch.to_vec();
+        srun.extend([("SLURM_STEP_NUM_TASKS", "8"), ("SLURM_PROCID", "5")]);
+        srun[2] = ("SLURM_LOCALID", "1");
+        assert_eq!(step(&srun), Some(("srun", 5, 8, 1)));
+    }
+
+    #[test]
+    fn torchrun_variables_are_recognised_and_refused() {
+        let vars = [("RANK", "2"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "0")];
+        let got = with_env(&vars, step_env).expect("torchrun's variables");
+        assert_eq!(
+            (got.launcher, got.rank, got.size, got.local_rank),
+            ("torchrun", 2, 4, 0)
         );
-        assert_eq!(got, Some((3, 4, 1)));
-        assert_eq!(with_env(&[], mpi_env), None);
+        let err = got.check_mpi_capable().unwrap_err().to_string();
+        assert!(
+            err.contains("torchrun") && err.contains("nvsh run -n 4"),
+            "{err}"
+        );
+        let pmi = with_env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")], step_env).unwrap();
+        assert!(pmi.check_mpi_capable().is_ok());
+    }
+
+    #[test]
+    fn a_world_of_another_size_than_announced_is_refused() {
+        let vars = [("SLURM_STEP_NUM_TASKS", "4"), ("SLURM_PROCID", "1")];
+        let srun = with_env(&vars, step_env).unwrap();
+        assert!(srun.check_size("MPI", 4).is_ok());
+        let err = srun.check_size("MPI", 1).unwrap_err().to_string();
+        assert!(
+            err.contains("MPI found 1 process(es) but srun started 4 (SLURM_STEP_NUM_TASKS=4)")
+                && err.contains("--mpi=pmix"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_leftover_single_bootstrap_under_a_multi_process_launch_is_refused() {
+        let vars = [
+            (ENV_BOOTSTRAP, "single"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+        ];
+        let err = with_env(&vars, Bootstrap::from_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("NVSH_BOOTSTRAP=single") && err.contains("one of 4"),
+            "{err}"
+        );
+        // One process, or no launcher at all: single is fine.
+        let one = [
+            (ENV_BOOTSTRAP, "single"),
+            ("OMPI_COMM_WORLD_SIZE", "1"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+        ];
+        assert_eq!(
+            with_env(&one, Bootstrap::from_env).unwrap(),
+            Bootstrap::Single
+        );
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! MPI bootstrap (feature `mpi`): rank 0 takes an NVSHMEM unique ID and broadcasts it over
 //! MPI_COMM_WORLD; every rank then initialises NVSHMEM with it. The node-local rank (which picks
 //! the GPU) comes from a shared-memory split of the world communicator.
+//!
+//! NVSHMEM's unique-ID bootstrap waits for every PE with no timeout, and MPI_Finalize waits for
+//! every rank. So a rank must never leave the others behind: before init the ranks agree that
+//! each is ready ([`MpiGuard::all_ready`]), and an error after that ends the whole MPI job
+//! ([`MpiGuard::abort`]) instead of returning.
 
 use crate::bootstrap::{unique_id_bytes, UNIQUE_ID_BYTES};
 use crate::core::error::{Error, Result};
@@ -23,6 +28,10 @@ pub(crate) fn exchange_unique_id() -> Result<(MpiGuard, i32, i32, i32, Vec<u8>)>
     }
     let world = mpi::topology::SimpleCommunicator::world();
     let (rank, size) = (world.rank(), world.size());
+    // Every rank sees the same sizes, so all return here alike (and finalise together).
+    if let Some(step) = crate::bootstrap::step_env() {
+        step.check_size("MPI", size)?;
+    }
     let local_rank = world.split_shared(rank).rank();
 
     // Status first, so that the other ranks do not wait for an ID that will never come.
@@ -55,4 +64,37 @@ pub(crate) fn exchange_unique_id() -> Result<(MpiGuard, i32, i32, i32, Vec<u8>)>
         local_rank,
         id,
     ))
+}
+
+impl MpiGuard {
+    /// Tells every rank whether this one is ready for NVSHMEM init, and returns this rank's
+    /// error, or an error when another rank failed: then every rank returns an error and can
+    /// finalise MPI. Collective: every rank must call it.
+    pub(crate) fn all_ready<T>(&self, local: Result<T>) -> Result<T> {
+        let world = mpi::topology::SimpleCommunicator::world();
+        let failed = i32::from(local.is_err());
+        let mut total = 0i32;
+        world.all_reduce_into(&failed, &mut total, mpi::collective::SystemOperation::sum());
+        match local {
+            Ok(_) if total > 0 => Err(Error::Mpi {
+                message: format!(
+                    "{total} other rank(s) failed before NVSHMEM init (each printed its error); \
+                     this rank stops too"
+                ),
+            }),
+            local => local,
+        }
+    }
+
+    /// Ends the MPI job after an error past [`MpiGuard::all_ready`]: the other ranks may wait
+    /// inside NVSHMEM's init for this one, and mpirun ends them only on MPI_Abort.
+    pub(crate) fn abort(&self, err: &Error) -> ! {
+        let world = mpi::topology::SimpleCommunicator::world();
+        log::error!(
+            "rank {}: {err}; aborting the MPI job (MPI_Abort), because the other ranks may be \
+             waiting for this one inside NVSHMEM's init",
+            world.rank()
+        );
+        world.abort(1)
+    }
 }

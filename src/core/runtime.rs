@@ -109,16 +109,45 @@ impl Nvshmem {
         // Before anything is started: a bad NVSH_TIMEOUT_MS fails here, on every PE alike.
         let timeout = deadline::default_timeout()?;
         check_library_version(result::compiled_version(), result::host_library_version())?;
-        let placement = place(bootstrap)?;
+        #[allow(unused_mut)]
+        let mut placement = place(bootstrap)?;
         // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
         let device = placement.local_rank % cuda.device_count;
-        check_compute_capability(device)?;
-        result::cuda_set_device(device)?;
-        let id = match &placement.unique_id {
-            Some(bytes) => bootstrap::unique_id_from_bytes(bytes)?,
-            None => result::get_unique_id()?,
+        let prepared = check_compute_capability(device)
+            .and_then(|()| result::cuda_set_device(device))
+            .and_then(|()| match &placement.unique_id {
+                Some(bytes) => bootstrap::unique_id_from_bytes(bytes),
+                None => result::get_unique_id(),
+            });
+        // NVSHMEM's init waits for every PE with no timeout: under MPI all ranks first agree
+        // that each is ready, so that one rank's failure fails them all instead of hanging.
+        let id = placement.all_ready(prepared)?;
+        #[cfg(feature = "mpi")]
+        let mpi = placement.mpi.take();
+        let started = Self::start(placement, device, cuda, &id, timeout);
+        // Past the agreement an error cannot be shared: the others may already wait inside
+        // NVSHMEM's init, and MPI_Finalize would wait for them. End the whole MPI job.
+        #[cfg(feature = "mpi")]
+        let started = match (started, mpi) {
+            (Err(e), Some(mpi)) => mpi.abort(&e),
+            (Ok(mut nv), mpi) => {
+                nv._mpi = mpi;
+                Ok(nv)
+            }
+            (Err(e), None) => Err(e),
         };
-        result::init_with_unique_id(placement.rank, placement.n_pes, &id)?;
+        started
+    }
+
+    /// NVSHMEM init and the runtime's own state, once every PE is ready.
+    fn start(
+        placement: Placement,
+        device: i32,
+        cuda: CudaInfo,
+        id: &sys::nvshmemx_uniqueid_t,
+        timeout: Duration,
+    ) -> Result<Nvshmem> {
+        result::init_with_unique_id(placement.rank, placement.n_pes, id)?;
         let (my_pe, n_pes) = (result::my_pe(), result::n_pes());
         let ctx = CudaContext::new(device as usize).and_then(|ctx| {
             ctx.bind_to_thread()?;
@@ -442,6 +471,18 @@ fn check_library_version(compiled: (i32, i32, i32), loaded: (i32, i32, i32)) -> 
     })
 }
 
+impl Placement {
+    /// Under MPI, whether every rank is ready: this rank's error, or one saying that another
+    /// rank failed. Every rank must call it. Elsewhere `local` itself.
+    fn all_ready<T>(&self, local: Result<T>) -> Result<T> {
+        #[cfg(feature = "mpi")]
+        if let Some(mpi) = &self.mpi {
+            return mpi.all_ready(local);
+        }
+        local
+    }
+}
+
 /// Decides rank, size, local rank and where the unique ID comes from.
 fn place(bootstrap: Bootstrap) -> Result<Placement> {
     let from_launcher = |env: LauncherEnv| Placement {
@@ -474,8 +515,11 @@ fn place(bootstrap: Bootstrap) -> Result<Placement> {
             if let Some(env) = bootstrap::launcher_env()? {
                 return Ok(from_launcher(env));
             }
-            match bootstrap::mpi_env() {
-                Some((_, size, _)) if size > 1 => place_mpi(),
+            match bootstrap::step_env() {
+                Some(step) if step.size > 1 => {
+                    step.check_mpi_capable()?;
+                    place_mpi()
+                }
                 _ => Ok(single()),
             }
         }
@@ -496,10 +540,11 @@ fn place_mpi() -> Result<Placement> {
 
 #[cfg(not(feature = "mpi"))]
 fn place_mpi() -> Result<Placement> {
-    let size = bootstrap::mpi_env().map(|(_, s, _)| s).unwrap_or(0);
+    let (launcher, size) =
+        bootstrap::step_env().map_or(("an MPI launcher", 0), |s| (s.launcher, s.size));
     Err(Error::BootstrapUnavailable {
         reason: format!(
-            "started by an MPI launcher ({size} processes) but this program was built without \
+            "started by {launcher} ({size} processes) but this program was built without \
              the `mpi` feature, so every process would be a separate 1-PE job; rebuild with \
              `--features mpi`, or start it with `nvsh run -n N`"
         ),
@@ -530,6 +575,32 @@ mod tests {
         let vars = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
         let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
         assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    #[test]
+    fn a_plain_run_inside_an_sbatch_script_is_one_pe() {
+        use crate::bootstrap::tests::with_env;
+        // `sbatch -n 8` sets these for the batch script itself; no launcher started ./prog.
+        let vars = [
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "0"),
+        ];
+        let placed = with_env(&vars, || place(Bootstrap::Auto)).map(|p| (p.rank, p.n_pes));
+        assert_eq!(placed.ok(), Some((0, 1)));
+        // Inside an srun step of 8 it is one of 8: refused without the `mpi` feature.
+        let step = [("SLURM_STEP_NUM_TASKS", "8"), ("SLURM_PROCID", "3")];
+        let err = with_env(&step, || place(Bootstrap::Auto).err()).expect("an error");
+        assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[test]
+    fn torchrun_is_refused_not_split_into_single_pes() {
+        use crate::bootstrap::tests::with_env;
+        let vars = [("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1")];
+        let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
+        assert!(err.to_string().contains("torchrun"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `nvsh run -n N [--gpus LIST] -- prog args`: CLI glue over [`nvsh::launcher`].
 
-use nvsh::launcher::{self, LaunchError, LaunchSpec, OnFailure};
+use nvsh::launcher::{self, LaunchError, LaunchSpec, OnFailure, Stop};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -76,11 +76,24 @@ fn launch(args: RunArgs) -> Result<ExitCode, LaunchError> {
     };
     let spec = LaunchSpec {
         on_failure,
+        // This process has no other children: orphans of the ranks are the job's.
+        subreaper: true,
         gpus,
         grace: args.grace_secs.unwrap_or(launcher::DEFAULT_GRACE),
         ..LaunchSpec::new(args.n, program).args(command)
     };
     let outcome = launcher::launch(&spec)?;
+    if let Some(Stop::Interrupted { signal }) = outcome.stop {
+        // End by the same signal, so that the shell sees an interrupted command (a loop over
+        // `nvsh run` stops at Ctrl-C). Not for SIGQUIT, whose default action would dump this
+        // process's core: 128 + 3 says the same.
+        if signal != libc::SIGQUIT {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            let _ = signal_hook::low_level::emulate_default_handler(signal);
+        }
+    }
     Ok(ExitCode::from(outcome.exit_code))
 }
 
