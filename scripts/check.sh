@@ -27,5 +27,7 @@ done
 source "$prefix/env.sh"
 
 cargo fmt --all -- --check
+# The set-up and check scripts themselves, with stubs (no network, root or GPU).
+bash scripts/tests/setup_scripts_test.sh
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo test --workspace
