@@ -1,7 +1,8 @@
-//! The benches' shared harness: message sizes, CUDA-event timing and medians; one module per
-//! benchmark.
+//! The benches: message sizes, CUDA-event timing and medians here; the collective benches'
+//! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark.
 
 pub mod allreduce;
+pub mod harness;
 pub mod put;
 
 use cudarc::driver::sys::CUevent_flags;

@@ -1,7 +1,14 @@
 //! Device-initiated put benchmark behind `nvsh bench put`: bandwidth from PE 0 to PE 1 per
 //! message size (with the launch shape used) and one-way latency from a p + wait ping-pong.
 //! Every PE runs it (it is collective); PE 0 times with CUDA events and gets the report.
+//!
+//! Checking: all puts of one size and launch shape write the same destination from the same
+//! source, so PE 1 checks the destination once after that size's timed loops (per-call and in
+//! kernel), against a source pattern hashed with a salt of its own per size and shape, into a
+//! destination zeroed before the loops: a size whose puts wrote nothing, or wrote only part,
+//! fails.
 
+use crate::bench::harness::{pattern_hash, salt};
 use crate::bench::{elapsed_ms, median, sizes};
 use cudarc::driver::CudaStream;
 use nvshmem::core::env_value::size_label;
@@ -106,12 +113,21 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     let src = nv.alloc::<u8>(max)?;
     let dst = nv.alloc::<u8>(max)?;
     let flag = nv.alloc_zeroed::<u64>(1)?;
-    let pattern: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
-    src.copy_from_host(&pattern)?;
     let stream = nv.stream().clone();
     nv.barrier_all()?;
 
-    let measure = |bytes: usize, shape: LaunchShape| -> Result<Option<BandwidthRow>> {
+    // `salt` differs per call of this closure, so data left by an earlier size or shape fails.
+    let measure = |bytes: usize, shape: LaunchShape, salt: u64| -> Result<Option<BandwidthRow>> {
+        match me {
+            0 => src
+                .view(..bytes)?
+                .copy_from_host(&put_pattern(bytes, salt))?,
+            1 => dst.view(..bytes)?.zero()?,
+            _ => {}
+        }
+        // Synchronous copies from pageable memory may return before the data lands.
+        nv.context().synchronize()?;
+        nv.barrier_all()?;
         let row = if me == 0 {
             let (d, s) = (dst.view(..bytes)?, src.view(..bytes)?);
             let iters = iters_for(bytes);
@@ -153,29 +169,21 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
         } else {
             None
         };
+        // PE 0's loops ended with a quiet: the data is complete on PE 1 after the barrier.
         nv.barrier_all()?;
+        if me == 1 {
+            check_put(&dst.view(..bytes)?.to_vec()?, bytes, shape, salt)?;
+        }
         Ok(row)
     };
 
     let mut rows = Vec::new();
     for bytes in sizes(opts.min_bytes, opts.max_bytes) {
-        rows.extend(measure(bytes, LaunchShape::for_bytes(bytes))?);
-    }
-    // Check the data of the last (largest) put arrived intact on PE 1.
-    if me == 1 {
-        let got = dst.to_vec()?;
-        if got != pattern {
-            let first = got
-                .iter()
-                .zip(&pattern)
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
-            return Err(Error::DataMismatch {
-                what: format!(
-                    "put benchmark: PE 1 received wrong data (first mismatch at byte {first})"
-                ),
-            });
-        }
+        rows.extend(measure(
+            bytes,
+            LaunchShape::for_bytes(bytes),
+            salt(bytes, 0),
+        )?);
     }
 
     let mut sweep = Vec::new();
@@ -184,9 +192,12 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
             if bytes > max {
                 continue;
             }
+            let mut k = 0;
             for threads in [256u32, 512, 1024] {
                 for blocks in [4u32, 16, 32, 64, 128, 132, 264] {
-                    sweep.extend(measure(bytes, LaunchShape { blocks, threads })?);
+                    k += 1;
+                    let shape = LaunchShape { blocks, threads };
+                    sweep.extend(measure(bytes, shape, salt(bytes, k))?);
                 }
             }
         }
@@ -204,6 +215,32 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
         sweep,
         latency: latency.expect("PE 0 measures latency"),
     }))
+}
+
+/// The source bytes of a put of `bytes` with `salt`: a hash of (byte / 8, salt), eight bytes
+/// per hash, so no short period.
+fn put_pattern(bytes: usize, salt: u64) -> Vec<u8> {
+    (0..bytes.div_ceil(8))
+        .flat_map(|w| pattern_hash(0, w, salt).to_le_bytes())
+        .take(bytes)
+        .collect()
+}
+
+/// PE 1's check of what the puts of one size and shape left in its destination.
+fn check_put(got: &[u8], bytes: usize, shape: LaunchShape, salt: u64) -> Result<()> {
+    let want = put_pattern(bytes, salt);
+    match got.iter().zip(&want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(at) => Err(Error::DataMismatch {
+            what: format!(
+                "put benchmark: PE 1 received wrong data for {} puts with shape {shape} (first \
+                 mismatch at byte {at}: {} instead of {})",
+                size_label(bytes),
+                got[at],
+                want[at]
+            ),
+        }),
+    }
 }
 
 /// One kernel putting `src` into `dest` on `pe` `iters` times, then quieting.
@@ -300,7 +337,10 @@ pub fn render_table(r: &PutBenchReport) -> String {
         r.n_pes, r.gpu
     );
     s += "# per call: back-to-back put_device calls, one kernel each (min..max over reps);\n\
-          # in kernel: the same puts looped inside one kernel, as NVSHMEM's perftests measure\n";
+          # in kernel: the same puts looped inside one kernel, as NVSHMEM's perftests measure\n\
+          # checked: after each size's (and sweep shape's) timed loops, PE 1 compares the whole \
+          destination with the source, a pattern salted per size and shape, zeroed before the \
+          loops\n";
     s += &format!(
         "{:>8} {:>9} {:>6} {:>10} {:>14} {:>15} {:>16}\n",
         "bytes", "shape", "iters", "us/put", "per-call GB/s", "min..max", "in-kernel GB/s"
@@ -385,6 +425,24 @@ mod tests {
     fn sizes_double_from_min_to_max() {
         assert_eq!(sizes(4 << 10, 32 << 10), vec![4096, 8192, 16384, 32768]);
         assert_eq!(sizes(4 << 10, 256 << 20).len(), 17);
+    }
+
+    #[test]
+    fn put_data_is_checked_per_size_and_salt() {
+        let shape = LaunchShape::for_bytes(4096);
+        let data = put_pattern(4096, salt(4096, 0));
+        assert!(check_put(&data, 4096, shape, salt(4096, 0)).is_ok());
+        // Data of another size or shape (another salt) is wrong, and so is an untouched buffer.
+        let err = check_put(&data, 4096, shape, salt(4096, 1)).unwrap_err();
+        assert!(err.to_string().contains("4K puts"), "{err}");
+        assert!(check_put(&vec![0; 4096], 4096, shape, salt(4096, 0)).is_err());
+        let prefix = put_pattern(8192, salt(8192, 0));
+        assert!(check_put(&prefix[..4096], 4096, shape, salt(4096, 0)).is_err());
+        // Not periodic: no shift up to 2048 bytes maps the pattern onto itself.
+        for p in 1..=2048 {
+            assert!((0..4096 - p).any(|i| data[i] != data[i + p]), "period {p}");
+        }
+        assert_eq!(put_pattern(13, 1).len(), 13);
     }
 
     #[test]

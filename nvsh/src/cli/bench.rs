@@ -2,6 +2,7 @@
 
 use clap::{Args, Subcommand};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
+use nvsh::bench::harness;
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvshmem::{Error, Nvshmem, ReduceOp, Result};
 
@@ -50,10 +51,10 @@ pub struct AllreduceArgs {
     /// Reduction: sum, prod, min, max or avg.
     #[arg(long, default_value = "sum", value_parser = allreduce::parse_op)]
     op: ReduceOp,
-    /// Timed repetitions per size and candidate (the median is reported).
+    /// Timed groups per size and candidate (the median is reported); every call is checked.
     #[arg(long, default_value_t = 20)]
     reps: usize,
-    /// Untimed calls before the repetitions.
+    /// Untimed calls before the groups.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// What to time, comma-separated: oneshot, twoshot, ring, rd, auto, nccl, nvshmem.
@@ -155,12 +156,13 @@ fn allreduce(args: AllreduceArgs) -> Result<()> {
     let nv = Nvshmem::init()?;
     if let Some(report) = allreduce::run(&nv, &args.options())? {
         let text = if args.json {
-            allreduce::render_json(&report) + "\n"
+            harness::render_json(&report) + "\n"
         } else {
-            allreduce::render_table(&report)
+            harness::render_table(&report)
         };
         emit(&text, args.out.as_deref())?;
-        // Printed first, so the table shows which results were wrong.
+        // Printed first, so the table shows which results were wrong or missing; then the
+        // exit status says so.
         report.verify()?;
     }
     Ok(())

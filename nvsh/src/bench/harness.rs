@@ -1,0 +1,895 @@
+//! The collective benches' shared harness. A collective supplies its candidates (how to call
+//! each), its input and expected-value functions and its bus-bandwidth factor ([`Collective`]);
+//! this module sizes, times, checks and reports.
+//!
+//! Checking: every timed call writes its own output buffer. Per message size there are `slots`
+//! input/output buffer pairs; input buffer k holds a pattern hashed from (PE, element, salt k),
+//! so consecutive calls reduce different data. Calls are timed in groups of at most `slots`
+//! calls, call k of a group reading input k and writing output k; the outputs are filled with
+//! NaN before the group and compared with the exact host reference after it, outside the timed
+//! events. So no timed call goes unchecked, a call that writes nothing or writes stale data
+//! (peer data of an earlier call) is caught, and the reported time is the median over groups.
+
+use crate::bench::{elapsed_ms, median};
+use crate::nccl_baseline::HostExchange;
+use cudarc::driver::CudaStream;
+use cudarc::nccl::NcclType;
+use nvshmem::coll::op::{ReduceOp, Reducible};
+use nvshmem::core::buffer::{SymView, SymmetricBuffer};
+use nvshmem::core::element::HostValue;
+use nvshmem::core::env_value::size_label;
+use nvshmem::core::error::{Error, Result};
+use nvshmem::core::runtime::Nvshmem;
+use std::sync::Arc;
+
+/// Bytes each PE contributes to one host exchange: a flag, the wrong-output count and the
+/// first mismatch (rep, call, element, got, expected).
+const EXCHANGE_BYTES: usize = 64;
+
+/// Work one timed group should hold at least, microseconds.
+const MIN_GROUP_US: f64 = 1000.0;
+/// Calls per timed group: at least this many...
+const MIN_ITERS: usize = 20;
+/// ...and at most this many.
+pub const MAX_ITERS: usize = 1000;
+/// Output (and input) buffer pairs per size: at least this many, so that data of the last
+/// three calls never equals the current call's...
+pub const MIN_SLOTS: usize = 4;
+/// ...and as many more as fit in this many bytes of outputs (and as many of inputs).
+pub const SLOT_BUDGET_BYTES: usize = 256 << 20;
+
+/// Element types the benches run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BenchDtype {
+    F32,
+    Bf16,
+}
+
+impl BenchDtype {
+    pub const ALL: [BenchDtype; 2] = [BenchDtype::F32, BenchDtype::Bf16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchDtype::F32 => "f32",
+            BenchDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// "f32" (or "float32", "float") and "bf16" (or "bfloat16").
+    pub fn parse(s: &str) -> std::result::Result<BenchDtype, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "float32" | "float" => Ok(BenchDtype::F32),
+            "bf16" | "bfloat16" => Ok(BenchDtype::Bf16),
+            other => Err(format!(
+                "'{other}' is not a benchmark dtype: use f32 or bf16"
+            )),
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            BenchDtype::F32 => 4,
+            BenchDtype::Bf16 => 2,
+        }
+    }
+
+    /// Every integer up to this is exact in the type (2^significand bits).
+    pub fn exact_integer_limit(self) -> f64 {
+        match self {
+            BenchDtype::F32 => (1u64 << 24) as f64,
+            BenchDtype::Bf16 => 256.0,
+        }
+    }
+
+    /// Relative rounding error of one operation (half an ulp at 1).
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            BenchDtype::F32 => 2f64.powi(-24),
+            BenchDtype::Bf16 => 2f64.powi(-8),
+        }
+    }
+}
+
+/// Element types of the benches: ours, NCCL's, and host conversion.
+pub trait BenchElement: Reducible + NcclType + HostValue {
+    const BENCH_DTYPE: BenchDtype;
+}
+
+impl BenchElement for f32 {
+    const BENCH_DTYPE: BenchDtype = BenchDtype::F32;
+}
+
+impl BenchElement for half::bf16 {
+    const BENCH_DTYPE: BenchDtype = BenchDtype::Bf16;
+}
+
+/// A well-mixed 64-bit hash of (pe, element, salt): splitmix64 at position `i` of a stream
+/// seeded by (pe, salt), so the pattern has no short period along the elements.
+pub fn pattern_hash(pe: i32, i: usize, salt: u64) -> u64 {
+    let seed = salt
+        .wrapping_mul(0xd605_bbb5_8c8a_bbb5)
+        .wrapping_add((pe as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+    let mut z = seed.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Largest magnitude of [`quarter_value`].
+pub const QUARTER_MAX: f64 = 8.0;
+
+/// A quarter-integer in [-8, 8] from a hash: 65 values, each exact in f32 and bf16, and any sum
+/// of up to 8 of them (at most 256 quarters in magnitude) exact in bf16 too.
+pub fn quarter_value(h: u64) -> f64 {
+    ((h >> 32) % 65) as f64 / 4.0 - QUARTER_MAX
+}
+
+/// One of -2, -1, -1/2, 1/2, 1, 2 from a hash: products of up to 126 of them are exact powers
+/// of two (with a sign) in f32 and bf16.
+pub fn power_of_two_value(h: u64) -> f64 {
+    let magnitude = [0.5, 1.0, 2.0][((h >> 32) % 3) as usize];
+    if (h >> 40) & 1 == 1 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// Salt of input buffer `slot` at message size `bytes`: different per buffer and per size.
+pub fn salt(bytes: usize, slot: usize) -> u64 {
+    (bytes as u64)
+        .wrapping_mul(1_000_003)
+        .wrapping_add(slot as u64)
+}
+
+/// Input/output buffer pairs at a message size: [`SLOT_BUDGET_BYTES`] worth, at least
+/// [`MIN_SLOTS`], at most [`MAX_ITERS`] (no group has more calls).
+pub fn slots_for(bytes: usize) -> usize {
+    (SLOT_BUDGET_BYTES / bytes.max(1)).clamp(MIN_SLOTS, MAX_ITERS)
+}
+
+/// Calls per timed group from an estimate of one call: enough for MIN_GROUP_US of work, at
+/// least MIN_ITERS, at most MAX_ITERS; the caller caps it at the size's slots.
+pub fn iters_for(us_per_call: f64) -> usize {
+    if us_per_call.is_nan() || us_per_call <= 0.0 {
+        return MAX_ITERS;
+    }
+    let n = (MIN_GROUP_US / us_per_call).ceil().min(MAX_ITERS as f64) as usize;
+    n.clamp(MIN_ITERS, MAX_ITERS)
+}
+
+/// Bytes / time in GB/s (1e9 bytes per second).
+pub fn algbw_gbps(bytes: usize, us: f64) -> f64 {
+    bytes as f64 / (us * 1e-6) / 1e9
+}
+
+/// Ours over theirs: below 1 means ours takes less time.
+pub fn time_ratio(ours_us: f64, theirs_us: f64) -> f64 {
+    ours_us / theirs_us
+}
+
+/// What a collective bench supplies: its candidates, its data and its bus-bandwidth factor.
+/// Every function must give the same answer on every PE (the harness runs them collectively).
+pub trait Collective<T: BenchElement> {
+    type Candidate: Copy;
+
+    /// The candidate's name in the report.
+    fn name(&self, c: Self::Candidate) -> &'static str;
+
+    /// Why `c` cannot run in this job (the same on every PE), or Ok when it can.
+    fn available(&self, c: Self::Candidate) -> std::result::Result<(), String>;
+
+    /// One call of `c` from `input` into `output` on `stream`; a note for the report (what an
+    /// automatic choice picked), if any.
+    fn call(
+        &mut self,
+        c: Self::Candidate,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<Option<&'static str>>;
+
+    /// Input elements per PE for a message of `count` elements.
+    fn input_len(&self, count: usize, _n_pes: i32) -> usize {
+        count
+    }
+
+    /// Output elements per PE for a message of `count` elements.
+    fn output_len(&self, count: usize, _n_pes: i32) -> usize {
+        count
+    }
+
+    /// Element `i` of PE `pe`'s input with salt `salt`.
+    fn input_value(&self, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+
+    /// The exact value of element `i` of PE `pe`'s output when every PE's input used `salt`.
+    fn expected_value(&self, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+
+    /// How far a correct output may be from the expected value (0 where every step is exact).
+    fn tolerance(&self, dtype: BenchDtype, n_pes: i32, expected: f64) -> f64;
+
+    /// busbw / algbw at `n_pes` (nccl-tests' definitions).
+    fn busbw_factor(&self, n_pes: i32) -> f64;
+}
+
+/// One candidate at one size, timed and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// Calls per timed group.
+    pub iters: usize,
+    /// Median time of one call over the groups, microseconds.
+    pub us: f64,
+    /// Bytes / time, GB/s (1e9 bytes per second).
+    pub algbw: f64,
+    /// algbw times the collective's bus factor.
+    pub busbw: f64,
+    /// Timed calls checked on each PE.
+    pub checked: u64,
+    /// Outputs found wrong, summed over PEs.
+    pub wrong: u64,
+    /// Each PE's first wrong output, when there was one.
+    pub wrong_detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Timed(Timing),
+    /// Not run, and why (the same on every PE).
+    Unavailable(String),
+}
+
+/// One size and dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub bytes: usize,
+    /// Elements per PE's input.
+    pub count: usize,
+    pub dtype: BenchDtype,
+    /// By candidate name, in the report's candidate order.
+    pub results: Vec<(&'static str, Outcome)>,
+    /// The collective's note for this row (allreduce: what auto picked).
+    pub note: Option<&'static str>,
+}
+
+impl Row {
+    pub fn outcome(&self, c: &str) -> Option<&Outcome> {
+        self.results.iter().find(|(k, _)| *k == c).map(|(_, o)| o)
+    }
+
+    /// The timing of `c` if it ran and every checked output was right.
+    pub fn timing(&self, c: &str) -> Option<&Timing> {
+        match self.outcome(c) {
+            Some(Outcome::Timed(t)) if t.wrong == 0 => Some(t),
+            _ => None,
+        }
+    }
+
+    /// `ours`'s time over `theirs`'s, where both ran correctly.
+    pub fn ratio(&self, ours: &str, theirs: &str) -> Option<f64> {
+        Some(time_ratio(self.timing(ours)?.us, self.timing(theirs)?.us))
+    }
+}
+
+/// PE 0's results of one collective bench.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// "allreduce".
+    pub collective: &'static str,
+    pub n_pes: i32,
+    pub gpu: String,
+    /// The reduction, for reductions.
+    pub op: Option<ReduceOp>,
+    pub reps: usize,
+    pub warmup: usize,
+    /// Lines of the collective's own (ours' settings, NCCL's version), printed after "# ".
+    pub header: Vec<String>,
+    /// Extra top-level JSON fields: name and rendered JSON value.
+    pub json_fields: Vec<(&'static str, String)>,
+    pub candidates: Vec<&'static str>,
+    /// (ours, baseline) for the ratio column.
+    pub ratio: Option<(&'static str, &'static str)>,
+    /// Heading and JSON key of the row note column (allreduce: "auto=", "auto_algo").
+    pub note_column: Option<(&'static str, &'static str)>,
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// "candidate dtype size: detail" for each candidate with wrong outputs.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for row in &self.rows {
+            for (c, o) in &row.results {
+                if let Outcome::Timed(t) = o {
+                    if t.wrong > 0 {
+                        out.push(format!(
+                            "{c} {} {}: {} wrong output(s) of {} calls x {} PEs; {}",
+                            row.dtype.name(),
+                            size_label(row.bytes),
+                            t.wrong,
+                            t.checked,
+                            self.n_pes,
+                            t.wrong_detail.as_deref().unwrap_or("")
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// "candidate: why" for each requested candidate that did not run (once per reason).
+    pub fn not_run(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for row in &self.rows {
+            for (c, o) in &row.results {
+                if let Outcome::Unavailable(why) = o {
+                    let line = format!("{c}: {why}");
+                    if !out.contains(&line) {
+                        out.push(line);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// An error when any output was wrong or any requested candidate could not run.
+    pub fn verify(&self) -> Result<()> {
+        let failures = self.failures();
+        if !failures.is_empty() {
+            return Err(Error::DataMismatch {
+                what: format!(
+                    "{} benchmark: {} candidate(s) with wrong results: {}",
+                    self.collective,
+                    failures.len(),
+                    failures.join("; ")
+                ),
+            });
+        }
+        let not_run = self.not_run();
+        if !not_run.is_empty() {
+            return Err(Error::Io {
+                what: format!("{} benchmark", self.collective),
+                message: format!(
+                    "requested candidate(s) could not run: {} (leave them out with --algos)",
+                    not_run.join("; ")
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a run shares between dtypes, sizes and candidates.
+pub struct Harness<'nv> {
+    pub nv: &'nv Nvshmem,
+    pub stream: Arc<CudaStream>,
+    pub(crate) exchange: HostExchange<'nv>,
+    /// Timed groups per size and candidate.
+    pub reps: usize,
+    /// Untimed calls before them.
+    pub warmup: usize,
+}
+
+impl<'nv> Harness<'nv> {
+    /// Collective.
+    pub fn new(nv: &'nv Nvshmem, reps: usize, warmup: usize) -> Result<Self> {
+        Ok(Harness {
+            nv,
+            stream: nv.stream().clone(),
+            exchange: HostExchange::new(nv, EXCHANGE_BYTES)?,
+            reps: reps.max(1),
+            warmup: warmup.max(1),
+        })
+    }
+
+    /// Agrees on a step's result across PEs: Ok(Some(value)) when it worked everywhere,
+    /// Ok(None) with `why` when it failed everywhere, an error when only some PEs failed (they
+    /// can no longer run the same sequence of calls).
+    pub fn agree<V>(&self, what: &str, step: Result<V>) -> Result<std::result::Result<V, String>> {
+        let failed = self.exchange.failed_pes(step.is_ok())?;
+        match step {
+            Err(e) if failed.len() == self.nv.n_pes() as usize => Ok(Err(e.to_string())),
+            Err(e) => Err(e),
+            Ok(_) if !failed.is_empty() => Err(failed_elsewhere(what, &failed)),
+            Ok(v) => Ok(Ok(v)),
+        }
+    }
+
+    /// Times and checks every candidate at every size in `sizes` (bytes) for element type `T`,
+    /// appending one row per size. Collective.
+    pub fn run_dtype<T: BenchElement, C: Collective<T>>(
+        &self,
+        coll: &mut C,
+        candidates: &[C::Candidate],
+        sizes: &[usize],
+        rows: &mut Vec<Row>,
+    ) -> Result<()> {
+        let (nv, n) = (self.nv, self.nv.n_pes());
+        let elem = std::mem::size_of::<T>();
+        let list: Vec<usize> = sizes
+            .iter()
+            .copied()
+            .filter(|bytes| bytes % elem == 0)
+            .collect();
+        // One pool of each kind for the whole dtype; each size takes a prefix as its slots.
+        let pool = |len: &dyn Fn(usize) -> usize| {
+            list.iter()
+                .map(|&b| slots_for(b) * len(b / elem))
+                .max()
+                .unwrap_or(0)
+        };
+        let in_pool = pool(&|c| coll.input_len(c, n));
+        let out_pool = pool(&|c| coll.output_len(c, n));
+        if in_pool == 0 || out_pool == 0 {
+            return Ok(());
+        }
+        let inputs = nv.alloc::<T>(in_pool)?;
+        let outputs = nv.alloc::<T>(out_pool)?;
+        for bytes in list {
+            let slots = Slots::new(coll, &inputs, &outputs, bytes / elem, slots_for(bytes), nv)?;
+            let mut row = Row {
+                bytes,
+                count: bytes / elem,
+                dtype: T::BENCH_DTYPE,
+                results: Vec::new(),
+                note: None,
+            };
+            for &c in candidates {
+                let outcome = self.measure(coll, c, &slots, &mut row.note)?;
+                row.results.push((coll.name(c), outcome));
+            }
+            rows.push(row);
+        }
+        Ok(())
+    }
+
+    /// Times one candidate at one size in checked groups. Collective.
+    fn measure<T: BenchElement, C: Collective<T>>(
+        &self,
+        coll: &mut C,
+        c: C::Candidate,
+        slots: &Slots<'_, T>,
+        note: &mut Option<&'static str>,
+    ) -> Result<Outcome> {
+        let (nv, stream, n) = (self.nv, &*self.stream, self.nv.n_pes());
+        if let Err(why) = coll.available(c) {
+            return Ok(Outcome::Unavailable(why));
+        }
+        // A first call tells whether the candidate runs at all; the PEs agree before anyone
+        // waits on the GPU, since a PE whose call launched may be waiting for the others.
+        nv.barrier_all()?;
+        let probe = coll.call(c, slots.input(0)?, slots.output(0)?, stream);
+        match self.agree(coll.name(c), probe)? {
+            Err(why) => return Ok(Outcome::Unavailable(why)),
+            Ok(Some(picked)) => *note = Some(picked),
+            Ok(None) => {}
+        }
+        stream.synchronize()?;
+
+        // Warm-up, timed to size the groups; PE 0's estimate is everyone's.
+        nv.barrier_all()?;
+        let ms = elapsed_ms(nv, stream, || {
+            for k in 0..self.warmup {
+                let k = k % slots.n_slots;
+                coll.call(c, slots.input(k)?, slots.output(k)?, stream)?;
+            }
+            Ok(())
+        })?;
+        let iters = iters_for(ms * 1e3 / self.warmup as f64);
+        let iters = self.exchange.broadcast_from_pe0(iters as u64)? as usize;
+        let group = iters.min(slots.n_slots);
+
+        let mut us = Vec::with_capacity(self.reps);
+        let mut wrong = 0u64;
+        let mut first: Option<Mismatch> = None;
+        let mut host = vec![T::default(); group * slots.out_len];
+        for rep in 0..self.reps {
+            // NaN in every output, so a call that writes nothing (or only part) is caught.
+            slots.poison(group)?;
+            nv.context().synchronize()?;
+            // Every group starts together, so skew between PEs is not timed.
+            nv.barrier_all()?;
+            let ms = elapsed_ms(nv, stream, || {
+                for k in 0..group {
+                    coll.call(c, slots.input(k)?, slots.output(k)?, stream)?;
+                }
+                Ok(())
+            })?;
+            us.push(ms * 1e3 / group as f64);
+            slots
+                .outputs
+                .view(..group * slots.out_len)?
+                .copy_to_host(&mut host)?;
+            for (k, got) in host.chunks(slots.out_len).enumerate() {
+                if let Some((i, got, expected)) = slots.first_mismatch(coll, k, got) {
+                    wrong += 1;
+                    first.get_or_insert(Mismatch {
+                        rep,
+                        call: k,
+                        element: i,
+                        got,
+                        expected,
+                    });
+                }
+            }
+        }
+        let (wrong, wrong_detail) = self.gather_wrong(wrong, first)?;
+        let us = median(&us);
+        let algbw = algbw_gbps(slots.count * std::mem::size_of::<T>(), us);
+        Ok(Outcome::Timed(Timing {
+            iters: group,
+            us,
+            algbw,
+            busbw: algbw * coll.busbw_factor(n),
+            checked: (group * self.reps) as u64,
+            wrong,
+            wrong_detail,
+        }))
+    }
+
+    /// Every PE's wrong-output count and first mismatch: the total and a description.
+    fn gather_wrong(&self, wrong: u64, first: Option<Mismatch>) -> Result<(u64, Option<String>)> {
+        let mut mine = wrong.to_le_bytes().to_vec();
+        if let Some(m) = first {
+            mine.extend((m.rep as u32).to_le_bytes());
+            mine.extend((m.call as u32).to_le_bytes());
+            mine.extend((m.element as u64).to_le_bytes());
+            mine.extend(m.got.to_le_bytes());
+            mine.extend(m.expected.to_le_bytes());
+        }
+        let all = self.exchange.all_gather(&mine)?;
+        let word = |m: &[u8], at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&m[at..at + 8]);
+            w
+        };
+        let half = |m: &[u8], at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&m[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        let mut total = 0u64;
+        let mut details = Vec::new();
+        for (pe, m) in all.iter().enumerate() {
+            let count = u64::from_le_bytes(word(m, 0));
+            total += count;
+            if count > 0 {
+                details.push(format!(
+                    "PE {pe}: {count} wrong, first in group {} call {} element {} = {} \
+                     (expected {})",
+                    half(m, 8),
+                    half(m, 12),
+                    u64::from_le_bytes(word(m, 16)),
+                    f64::from_le_bytes(word(m, 24)),
+                    f64::from_le_bytes(word(m, 32))
+                ));
+            }
+        }
+        Ok((total, (!details.is_empty()).then(|| details.join(", "))))
+    }
+}
+
+/// A wrong output element on this PE.
+#[derive(Debug, Clone, Copy)]
+struct Mismatch {
+    rep: usize,
+    call: usize,
+    element: usize,
+    got: f64,
+    expected: f64,
+}
+
+/// One size's input/output buffer pairs, inputs written, expected outputs on the host.
+struct Slots<'p, T: BenchElement> {
+    inputs: SymView<'p, T>,
+    outputs: SymView<'p, T>,
+    /// Buffer pairs.
+    n_slots: usize,
+    /// Elements per message.
+    count: usize,
+    in_len: usize,
+    out_len: usize,
+    /// Slot k's expected output on this PE, slot after slot.
+    expected: Vec<T>,
+    n_pes: i32,
+}
+
+impl<'p, T: BenchElement> Slots<'p, T> {
+    /// Writes every slot's input on this PE and computes its expected outputs. Collective.
+    fn new<C: Collective<T>>(
+        coll: &C,
+        inputs: &'p SymmetricBuffer<'_, T>,
+        outputs: &'p SymmetricBuffer<'_, T>,
+        count: usize,
+        n_slots: usize,
+        nv: &Nvshmem,
+    ) -> Result<Self> {
+        let (me, n) = (nv.my_pe(), nv.n_pes());
+        let bytes = count * std::mem::size_of::<T>();
+        let (in_len, out_len) = (coll.input_len(count, n), coll.output_len(count, n));
+        let mut host = Vec::with_capacity(n_slots * in_len);
+        let mut expected = Vec::with_capacity(n_slots * out_len);
+        for k in 0..n_slots {
+            let s = salt(bytes, k);
+            host.extend((0..in_len).map(|i| T::from_f64(coll.input_value(me, i, s, n))));
+            expected.extend((0..out_len).map(|i| T::from_f64(coll.expected_value(me, i, s, n))));
+        }
+        let inputs = inputs.view(..n_slots * in_len)?;
+        inputs.copy_from_host(&host)?;
+        // A synchronous copy from pageable memory may return before the data lands.
+        nv.context().synchronize()?;
+        // Nobody reads a peer's inputs before the peer wrote them.
+        nv.barrier_all()?;
+        Ok(Slots {
+            inputs,
+            outputs: outputs.view(..n_slots * out_len)?,
+            n_slots,
+            count,
+            in_len,
+            out_len,
+            expected,
+            n_pes: n,
+        })
+    }
+
+    fn input(&self, k: usize) -> Result<SymView<'p, T>> {
+        self.inputs.view(k * self.in_len..(k + 1) * self.in_len)
+    }
+
+    fn output(&self, k: usize) -> Result<SymView<'p, T>> {
+        self.outputs.view(k * self.out_len..(k + 1) * self.out_len)
+    }
+
+    /// Fills the first `group` outputs with all-ones bytes (NaN in f32 and bf16).
+    fn poison(&self, group: usize) -> Result<()> {
+        let first = self.outputs.view(..group * self.out_len)?;
+        if first.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: a valid device range of num_bytes bytes on this PE.
+        unsafe {
+            cudarc::driver::result::memset_d8_sync(
+                first.as_device_ptr() as cudarc::driver::sys::CUdeviceptr,
+                0xff,
+                first.num_bytes(),
+            )
+        }?;
+        Ok(())
+    }
+
+    /// The first element of slot `k`'s output `got` outside the tolerance: (index, got,
+    /// expected). NaN is always wrong.
+    fn first_mismatch<C: Collective<T>>(
+        &self,
+        coll: &C,
+        k: usize,
+        got: &[T],
+    ) -> Option<(usize, f64, f64)> {
+        let expected = &self.expected[k * self.out_len..(k + 1) * self.out_len];
+        // Equal bytes are equal values, and comparing bytes runs near memory speed; only an
+        // output that differs is compared element by element (which accepts avg's rounding).
+        if as_bytes(got) == as_bytes(expected) {
+            return None;
+        }
+        got.iter()
+            .zip(expected)
+            .enumerate()
+            .find_map(|(i, (&g, &e))| {
+                let (g, e) = (g.to_f64(), e.to_f64());
+                let ok = g == e || (g - e).abs() <= coll.tolerance(T::BENCH_DTYPE, self.n_pes, e);
+                (!ok).then_some((i, g, e))
+            })
+    }
+}
+
+/// The bytes of a slice of symmetric-memory elements.
+fn as_bytes<T: BenchElement>(v: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain old data without padding; the length is the slice's.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// The error for a step that worked here but failed on other PEs: the job cannot go on
+/// together (this PE's stream may wait on them forever).
+pub fn failed_elsewhere(what: &str, failed: &[i32]) -> Error {
+    Error::Io {
+        what: format!("benchmark, {what}"),
+        message: format!(
+            "failed on PE(s) {failed:?} but not on this one; stopping, since the PEs can no \
+             longer run the same sequence of calls"
+        ),
+    }
+}
+
+/// What the table and README say is checked.
+pub const CHECKED_WORDING: &str = "# checked: every timed call writes its own output buffer \
+(one per call of a group, filled with NaN before it) from inputs hashed from (PE, element, \
+salt), the salt different for every call of a group; after each group, outside the timed \
+events, every PE compares every output with the exact host reference; #wrong counts wrong \
+outputs summed over PEs";
+
+/// Width of one candidate's group of columns.
+const GROUP: usize = 32;
+
+/// The report as a table: one row per size and dtype, time / algbw / busbw / #wrong per
+/// candidate, then the ratio and the row note.
+pub fn render_table(r: &Report) -> String {
+    let op = r.op.map_or("none", ReduceOp::name);
+    let mut s = format!(
+        "# {} ({op}) on {} PE(s), {}\n",
+        r.collective, r.n_pes, r.gpu
+    );
+    for line in &r.header {
+        s += &format!("# {line}\n");
+    }
+    s += &format!(
+        "# time: us per call, median over {} timed groups of back-to-back calls on one stream \
+         (CUDA events around each group; `calls` per group in the JSON), after {} warm-up \
+         calls\n",
+        r.reps, r.warmup
+    );
+    s += "# algbw = bytes / time, busbw = algbw * bus factor, GB/s (1e9 B/s)";
+    if let Some((ours, theirs)) = r.ratio {
+        s += &format!("; {ours}/{theirs} = {ours}'s time over {theirs}'s (< 1: ours is faster)");
+    }
+    s += "\n";
+    s += CHECKED_WORDING;
+    s += "\n";
+    s += &format!("{:>8} {:>11} {:>5} {:>5}", "", "", "", "");
+    for c in &r.candidates {
+        s += &format!(" {:-^GROUP$}", format!(" {c} "));
+    }
+    s += "\n";
+    s += &format!("{:>8} {:>11} {:>5} {:>5}", "size", "count", "type", "redop");
+    for _ in &r.candidates {
+        s += &format!(
+            " {:>9} {:>7} {:>7} {:>6}",
+            "time", "algbw", "busbw", "#wrong"
+        );
+    }
+    let ratio_head = r.ratio.map(|(a, b)| format!("{a}/{b}"));
+    if let Some(h) = &ratio_head {
+        s += &format!(" {h:>9}");
+    }
+    if let Some((head, _)) = r.note_column {
+        s += &format!(" {head:>7}");
+    }
+    s += "\n";
+    let mut notes: Vec<String> = Vec::new();
+    for row in &r.rows {
+        s += &format!(
+            "{:>8} {:>11} {:>5} {op:>5}",
+            size_label(row.bytes),
+            row.count,
+            row.dtype.name()
+        );
+        for &c in &r.candidates {
+            s += &match row.outcome(c) {
+                Some(Outcome::Timed(t)) => format!(
+                    " {:>9.2} {:>7.1} {:>7.1} {:>6}",
+                    t.us, t.algbw, t.busbw, t.wrong
+                ),
+                Some(Outcome::Unavailable(why)) => {
+                    let note = format!("# {c}: n/a ({why})");
+                    if !notes.contains(&note) {
+                        notes.push(note);
+                    }
+                    format!(" {:>9} {:>7} {:>7} {:>6}", "n/a", "-", "-", "-")
+                }
+                None => format!(" {:>9} {:>7} {:>7} {:>6}", "-", "-", "-", "-"),
+            };
+        }
+        if let Some((ours, theirs)) = r.ratio {
+            let ratio = row
+                .ratio(ours, theirs)
+                .map_or("-".to_string(), |x| format!("{x:.2}"));
+            s += &format!(" {ratio:>9}");
+        }
+        if r.note_column.is_some() {
+            s += &format!(" {:>7}", row.note.unwrap_or("-"));
+        }
+        s += "\n";
+    }
+    for note in notes {
+        s += &note;
+        s += "\n";
+    }
+    let failures = r.failures();
+    if failures.is_empty() {
+        s += "# every timed call of every candidate that ran was checked: none wrong\n";
+    } else {
+        for f in failures {
+            s += &format!("# WRONG RESULT: {f}\n");
+        }
+    }
+    s
+}
+
+/// A JSON string literal.
+pub fn json_str(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for ch in v.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON string or null.
+pub fn json_opt_str(v: Option<&str>) -> String {
+    v.map_or("null".to_string(), json_str)
+}
+
+/// The report as JSON.
+pub fn render_json(r: &Report) -> String {
+    let outcome = |o: &Outcome| match o {
+        Outcome::Timed(t) => format!(
+            "{{\"us\":{:.3},\"algbw\":{:.3},\"busbw\":{:.3},\"calls\":{},\"checked\":{},\
+             \"wrong\":{},\"wrong_detail\":{}}}",
+            t.us,
+            t.algbw,
+            t.busbw,
+            t.iters,
+            t.checked,
+            t.wrong,
+            json_opt_str(t.wrong_detail.as_deref())
+        ),
+        Outcome::Unavailable(why) => format!("{{\"na\":{}}}", json_str(why)),
+    };
+    let row = |row: &Row| {
+        let results = row
+            .results
+            .iter()
+            .map(|(c, o)| format!("{}:{}", json_str(c), outcome(o)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut extra = String::new();
+        if let Some((_, key)) = r.note_column {
+            extra += &format!("\"{key}\":{},", json_opt_str(row.note));
+        }
+        if let Some((ours, theirs)) = r.ratio {
+            extra += &format!(
+                "\"ratio_{ours}_over_{theirs}\":{},",
+                row.ratio(ours, theirs)
+                    .map_or("null".to_string(), |x| format!("{x:.4}"))
+            );
+        }
+        format!(
+            "{{\"bytes\":{},\"count\":{},\"dtype\":{},{extra}\"results\":{{{results}}}}}",
+            row.bytes,
+            row.count,
+            json_str(row.dtype.name()),
+        )
+    };
+    let fields: String = r
+        .json_fields
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":{v},"))
+        .collect();
+    format!(
+        "{{\"collective\":{},\"n_pes\":{},\"gpu\":{},\"op\":{},\"reps\":{},\"warmup\":{},\
+         {fields}\"candidates\":[{}],\"rows\":[{}]}}",
+        json_str(r.collective),
+        r.n_pes,
+        json_str(&r.gpu),
+        json_opt_str(r.op.map(ReduceOp::name)),
+        r.reps,
+        r.warmup,
+        r.candidates
+            .iter()
+            .map(|c| json_str(c))
+            .collect::<Vec<_>>()
+            .join(","),
+        r.rows.iter().map(row).collect::<Vec<_>>().join(",")
+    )
+}
