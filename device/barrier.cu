@@ -21,10 +21,18 @@ __device__ nvshmemrs_wait_site site_of(uint64_t *state, void *status, uint32_t o
 }
 
 // One block; thread t signals and waits for PEs t, t + blockDim.x, ...
+// state[0] counts the barriers taken on this PE. Each kernel takes its number with an atomic
+// increment as it starts (not read at start and written at the end): two barriers running at
+// once on two streams would otherwise both take the same number while adding two arrivals on
+// every peer, and every later barrier would pass one round early.
 __global__ void barrier_kernel(nvshmemrs_barrier_args a) {
     if (__syncthreads_or(threadIdx.x == 0 && *(volatile uint64_t *)&a.state[1] != 0)) return;
     const int me = nvshmem_my_pe(), n = nvshmem_n_pes();
-    const uint64_t epoch = a.state[0] + 1;
+    __shared__ uint64_t taken;
+    if (threadIdx.x == 0)
+        taken = atomicAdd(reinterpret_cast<unsigned long long *>(&a.state[0]), 1ULL) + 1;
+    __syncthreads();
+    const uint64_t epoch = taken;
     const uint64_t deadline = nvshmemrs_deadline_after(a.timeout_ns);
     if (a.quiet && threadIdx.x == 0) nvshmem_quiet();
     __syncthreads();
@@ -37,9 +45,6 @@ __global__ void barrier_kernel(nvshmemrs_barrier_args a) {
                                deadline, site_of(a.state, a.wait_status, NVSHMEMRS_OP_BARRIER, q,
                                                  (uint64_t)q, epoch));
     }
-    __threadfence();
-    if (__syncthreads_or(!ok)) return;
-    if (threadIdx.x == 0) a.state[0] = epoch;
 }
 
 __device__ bool holds(int cmp, uint64_t v, uint64_t value) {

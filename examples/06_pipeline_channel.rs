@@ -40,8 +40,8 @@ fn run(elems: usize, batches: usize) -> nvshmem::Result<bool> {
     let (me, n) = (nv.my_pe(), nv.n_pes());
     let (prev, next, last) = ((me + n - 1) % n, (me + 1) % n, n - 1);
     // Collective: every PE makes both channels, in the same order.
-    let mut fwd = Channel::<f32>::new(&nv, 2, elems)?;
-    let mut bwd = Channel::<f32>::new(&nv, 2, elems)?;
+    let fwd = Channel::<f32>::new(&nv, 2, elems)?;
+    let bwd = Channel::<f32>::new(&nv, 2, elems)?;
     let stream = nv.stream().clone();
     // PE 0 receives the returning micro-batches on a stream of its own, so that its sends do
     // not wait for the round trip.

@@ -25,6 +25,8 @@
 //! # }
 //! ```
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod bootstrap;
 pub mod coll;
 pub mod core;

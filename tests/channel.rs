@@ -182,8 +182,8 @@ fn pe2_forward_and_backward_channels_at_once_like_a_pipeline() {
     let me = nv.my_pe();
     let count = 600;
     let plan = Plan::new(count, &[1, 17, 4099, 256, 3, 70_001]);
-    let mut fwd = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
-    let mut bwd = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
+    let fwd = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
+    let bwd = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
     let stream = nv.stream().clone();
     if me == 0 {
         let back_stream = nv.context().new_stream().unwrap();
@@ -243,7 +243,7 @@ fn pe2_a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
     let me = nv.my_pe();
     let count = 200;
     let plan = Plan::new(count, &[1000, 999, 4096, 7]);
-    let mut ch = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
+    let ch = Channel::<f32>::new(&nv, 2, plan.max_len()).unwrap();
     let stream = nv.stream().clone();
     let src = upload(&stream, &plan.expected::<f32>());
     let mut dst = poisoned::<f32>(&stream, plan.total);
@@ -298,9 +298,9 @@ fn pe2_three_channels_used_interleaved() {
         Plan::new(count(1), &[7, 2048, 1]),
         Plan::new(count(2), &[5, 1, 999]),
     ];
-    let mut a = Channel::<f32>::new(&nv, 2, plans[0].max_len()).unwrap();
-    let mut b = Channel::<bf16>::new(&nv, 3, plans[1].max_len()).unwrap();
-    let mut c = Channel::<i32>::new(&nv, 1, plans[2].max_len()).unwrap();
+    let a = Channel::<f32>::new(&nv, 2, plans[0].max_len()).unwrap();
+    let b = Channel::<bf16>::new(&nv, 3, plans[1].max_len()).unwrap();
+    let c = Channel::<i32>::new(&nv, 1, plans[2].max_len()).unwrap();
     let a_src = upload(&stream, &plans[0].expected::<f32>());
     let b_src = upload(&stream, &plans[1].expected::<bf16>());
     let c_src = upload(&stream, &plans[2].expected::<i32>());
@@ -434,7 +434,7 @@ fn pe2_a_length_mismatch_is_a_typed_error_and_copies_nothing() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
-    let mut ch = Channel::<f32>::new(&nv, 2, 64).unwrap();
+    let ch = Channel::<f32>::new(&nv, 2, 64).unwrap();
     if me == 0 {
         let src = upload(
             &stream,
@@ -472,7 +472,7 @@ fn pe2_receiving_from_a_second_peer_is_refused() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
-    let mut ch = Channel::<i32>::new(&nv, 2, 8).unwrap();
+    let ch = Channel::<i32>::new(&nv, 2, 8).unwrap();
     let mut buf = poisoned::<i32>(&stream, 8);
     if me == 1 {
         let src = upload(&stream, &(0..8).map(|j| i32::gen(0, j)).collect::<Vec<_>>());
@@ -508,7 +508,7 @@ fn pe1_bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
     // Channels start with the runtime's timeout (NVSH_TIMEOUT_MS, read and checked at init).
     let default = nv.timeout();
     nv.set_timeout(Duration::from_millis(2500));
-    let mut ch = Channel::<f32>::new(&nv, 2, 10).unwrap();
+    let ch = Channel::<f32>::new(&nv, 2, 10).unwrap();
     nv.set_timeout(default);
     assert_eq!(ch.timeout(), Duration::from_millis(2500));
     assert_eq!((ch.slots(), ch.max_elems()), (2, 10));
@@ -598,8 +598,8 @@ fn pe1_a_pe_sends_to_itself_copying_and_in_place() {
 fn pe1_unreleased_messages_are_refused_before_they_deadlock() {
     let nv = runtime(1);
     let stream = nv.stream().clone();
-    let mut ch = Channel::<i32>::new(&nv, 2, 4).unwrap();
-    let mut other = Channel::<i32>::new(&nv, 2, 4).unwrap();
+    let ch = Channel::<i32>::new(&nv, 2, 4).unwrap();
+    let other = Channel::<i32>::new(&nv, 2, 4).unwrap();
     let src = upload(&stream, &[1, 2, 3, 4]);
     for _ in 0..2 {
         ch.send(&stream, 0, &src, 4).unwrap();

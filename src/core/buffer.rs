@@ -6,11 +6,26 @@
 //!
 //! nvshmem_malloc and nvshmem_free are collective: every PE must allocate and free the same
 //! sizes in the same order.
+//!
+//! # GPU work queued on a buffer
+//!
+//! Calls that take a view (`put_device`, the `*_on_stream` calls, [`crate::Allreduce::run`],
+//! [`crate::Channel::send`]) only enqueue work: the view's borrow ends when they return, while
+//! the GPU may still read or write the buffer. So dropping a [`SymmetricBuffer`] first
+//! synchronises the runtime's CUDA context (every stream of the device, the caller's included),
+//! and only then frees it: the free cannot hand the range to a new allocation while queued work
+//! still uses it. A drop therefore waits for all work queued on the device (bounded: the
+//! runtime's own waits have deadlines; the caller's kernels are the caller's).
+//!
+//! Host copies ([`SymView::copy_from_host`], [`SymView::copy_to_host`], [`SymView::zero`]) run on
+//! the runtime's stream ([`Nvshmem::stream`]) and synchronise it before they return: the data
+//! is on the GPU (or the host) when they return, also from pageable host memory, so work
+//! enqueued afterwards on any stream sees it.
 
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::leak::{self, LiveBuffer};
-use crate::core::runtime::Nvshmem;
+use crate::core::runtime::{Nvshmem, Vote};
 use crate::sys;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
@@ -66,18 +81,32 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
-        // nvshmem_malloc waits for every PE inside, without a deadline.
-        nv.enter_collective("symmetric allocation")?;
         let elem = std::mem::size_of::<T>();
-        let bytes = len.checked_mul(elem).ok_or(Error::AllocFailed {
-            bytes: usize::MAX,
-            free: 0,
+        let bytes = len.checked_mul(elem).ok_or_else(|| Error::SizeOverflow {
+            what: "symmetric allocation",
+            detail: format!("{len} x {elem}"),
         })?;
+        if let Alloc::Aligned(align) = how {
+            if !align.is_power_of_two() {
+                return Err(Error::InvalidAlignment { align });
+            }
+        }
+        // The free memory of this PE's GPU, not of whatever device the thread has bound since.
+        nv.bind()?;
         // NVSHMEM does not survive a request its heap cannot grow to (it faults in its own
-        // barrier and exits), so refuse what cannot fit before it is asked.
+        // barrier and exits), so refuse what cannot fit before it is asked. Every PE learns
+        // every other's decision before any enters nvshmem_malloc, which waits for all of them
+        // without a deadline: a refusal on one PE is a refusal on all.
         let (free, _total) = cudarc::driver::result::mem_get_info()?;
-        if bytes > free.saturating_add(initial_heap_bytes()) {
-            return Err(Error::AllocFailed { bytes, free });
+        let fits = bytes <= free.saturating_add(initial_heap_bytes());
+        if let Some((pe, free)) =
+            nv.agree_collective("symmetric allocation", Vote::alloc(fits, free))?
+        {
+            return Err(Error::AllocRefused {
+                bytes,
+                pe,
+                free: free as usize,
+            });
         }
         // SAFETY: NVSHMEM is initialised while `nv` lives; these return null on failure.
         let raw = unsafe {
@@ -85,9 +114,6 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
                 Alloc::Uninit => sys::nvshmem_malloc(bytes),
                 Alloc::Zeroed => sys::nvshmem_calloc(len, elem),
                 Alloc::Aligned(align) => {
-                    if !align.is_power_of_two() {
-                        return Err(Error::InvalidAlignment { align });
-                    }
                     sys::nvshmem_align(align.max(std::mem::align_of::<T>()), bytes)
                 }
             }
@@ -134,7 +160,8 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
 
     /// A one-element view (signals, atomics).
     pub fn at(&self, index: usize) -> Result<SymView<'_, T>> {
-        self.as_view().view(index..index + 1)
+        // Inclusive: `index + 1` would overflow for usize::MAX (an error, not a panic).
+        self.as_view().view(index..=index)
     }
 
     /// The runtime this buffer belongs to.
@@ -147,22 +174,25 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         self.ptr.as_ptr()
     }
 
-    /// Copies `src` from host memory into this buffer on this PE (synchronous).
+    /// Copies `src` from host memory into this buffer on this PE, on the runtime's stream; returns
+    /// when the data is on the GPU.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
         self.as_view().copy_from_host(src)
     }
 
-    /// Copies this buffer on this PE into `dst` (synchronous).
+    /// Copies this buffer on this PE into `dst`, on the runtime's stream (after the work queued
+    /// there); returns when the data is in `dst`.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.as_view().copy_to_host(dst)
     }
 
-    /// This buffer on this PE as a Vec (synchronous).
+    /// This buffer on this PE as a Vec, as [`SymmetricBuffer::copy_to_host`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.as_view().to_vec()
     }
 
-    /// Sets every byte of this buffer on this PE to zero (synchronous).
+    /// Sets every byte of this buffer on this PE to zero, on the runtime's stream; returns when
+    /// it is done (so a barrier after it orders it before peers' puts).
     pub fn zero(&self) -> Result<()> {
         self.as_view().zero()
     }
@@ -235,9 +265,23 @@ impl<T: Element> Drop for SymmetricBuffer<'_, T> {
     fn drop(&mut self) {
         // Only free what the registry still holds: finalize may have taken it already.
         if leak::forget(self.ptr.as_ptr() as usize) {
+            // Queued work on any stream may still use the range (module documentation): let it
+            // finish before the range can be handed out again.
+            // A PE that cannot synchronise votes no: then no PE frees (heaps stay in step).
+            let vote = match self.nv.context().synchronize() {
+                Ok(()) => Vote::Yes,
+                Err(e) => {
+                    log::warn!(
+                        "PE {}: synchronising before a symmetric free failed ({e}); the buffer \
+                         is not freed on any PE (NVSHMEM releases it with the heap)",
+                        self.nv.my_pe()
+                    );
+                    Vote::No(0)
+                }
+            };
             // nvshmem_free waits for every PE inside, without a deadline: after a peer failure
             // (or when this barrier finds one) the memory stays with the heap instead.
-            if self.nv.enter_collective("symmetric free").is_err() {
+            if self.nv.enter_collective("symmetric free", vote).is_err() {
                 return;
             }
             // SAFETY: allocated by nvshmem_malloc/calloc/align and not freed yet.
@@ -308,11 +352,18 @@ impl<'a, T: Element> SymView<'a, T> {
         })
     }
 
+    /// Makes the runtime's context current on this thread (the caller may have bound another).
+    fn bind(&self) -> Result<()> {
+        self.stream.context().bind_to_thread()?;
+        Ok(())
+    }
+
     fn device_address(&self) -> cudarc::driver::sys::CUdeviceptr {
         self.ptr.as_ptr() as cudarc::driver::sys::CUdeviceptr
     }
 
-    /// Copies `src` from host memory into this range on this PE (synchronous).
+    /// Copies `src` from host memory into this range on this PE, on the runtime's stream; returns
+    /// when the data is on the GPU (pageable memory too), so later work on any stream sees it.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
         if src.len() != self.len {
             return Err(Error::HostLengthMismatch {
@@ -322,14 +373,23 @@ impl<'a, T: Element> SymView<'a, T> {
             });
         }
         if self.len > 0 {
-            // SAFETY: the range is valid device memory of len elements; the runtime made the
-            // device's context current on this thread.
-            unsafe { cudarc::driver::result::memcpy_htod_sync(self.device_address(), src) }?;
+            self.bind()?;
+            // SAFETY: the range is valid device memory of len elements on the context just
+            // bound; `src` stays borrowed until the stream is synchronised below.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    self.device_address(),
+                    src,
+                    self.stream.cu_stream(),
+                )
+            }?;
+            self.stream.synchronize()?;
         }
         Ok(())
     }
 
-    /// Copies this range on this PE into `dst` (synchronous).
+    /// Copies this range on this PE into `dst`, on the runtime's stream (after the work queued
+    /// there); returns when the data is in `dst`.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         if dst.len() != self.len {
             return Err(Error::HostLengthMismatch {
@@ -339,26 +399,42 @@ impl<'a, T: Element> SymView<'a, T> {
             });
         }
         if self.len > 0 {
-            // SAFETY: as in copy_from_host.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, self.device_address()) }?;
+            self.bind()?;
+            // SAFETY: as in copy_from_host; `dst` stays borrowed until the synchronise below.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    dst,
+                    self.device_address(),
+                    self.stream.cu_stream(),
+                )
+            }?;
+            self.stream.synchronize()?;
         }
         Ok(())
     }
 
-    /// This range on this PE as a Vec (synchronous).
+    /// This range on this PE as a Vec, as [`SymView::copy_to_host`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut v = vec![T::default(); self.len];
         self.copy_to_host(&mut v)?;
         Ok(v)
     }
 
-    /// Sets every byte of this range on this PE to zero (synchronous).
+    /// Sets every byte of this range on this PE to zero, on the runtime's stream; returns when it
+    /// is done.
     pub fn zero(&self) -> Result<()> {
         if self.len > 0 {
-            // SAFETY: valid device range of num_bytes bytes.
+            self.bind()?;
+            // SAFETY: valid device range of num_bytes bytes on the context just bound.
             unsafe {
-                cudarc::driver::result::memset_d8_sync(self.device_address(), 0, self.num_bytes())
+                cudarc::driver::result::memset_d8_async(
+                    self.device_address(),
+                    0,
+                    self.num_bytes(),
+                    self.stream.cu_stream(),
+                )
             }?;
+            self.stream.synchronize()?;
         }
         Ok(())
     }

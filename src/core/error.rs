@@ -46,9 +46,23 @@ pub enum Error {
         seen: (i32, i32, i32),
     },
 
-    /// A CUDA driver API call (through cudarc) failed.
+    /// A CUDA driver API call (through cudarc) failed; the driver's error is the source.
+    #[error("CUDA driver call failed: {source}")]
+    DriverCall {
+        #[from]
+        source: cudarc::driver::DriverError,
+    },
+
+    /// A CUDA-level failure known only as text (no driver error code to keep).
     #[error("CUDA driver call failed: {message}")]
     Driver { message: String },
+
+    /// NVSHMEM came up with a lower thread level than the runtime asked for.
+    #[error(
+        "NVSHMEM provided thread level {provided}, the runtime needs {requested} (SERIALIZED): \
+         this NVSHMEM build or its bootstrap does not support it; see INSTALL.md"
+    )]
+    ThreadLevel { requested: i32, provided: i32 },
 
     /// A PE number outside the job (or team).
     #[error("PE {pe} is out of range: this job has {n_pes} PE(s), numbered 0..{n_pes}")]
@@ -97,6 +111,49 @@ pub enum Error {
          same sizes in the same order on every PE"
     )]
     AllocFailed { bytes: usize, free: usize },
+
+    /// A PE refused a symmetric allocation (too little device memory), so none made it.
+    #[error(
+        "symmetric allocation of {bytes} bytes refused on every PE: PE {pe} has {free} bytes of \
+         device memory free and the heap could not grow to it; free buffers or ask for less \
+         (NVSHMEM_SYMMETRIC_SIZE sets the initial heap, INSTALL.md)"
+    )]
+    AllocRefused { bytes: usize, pe: i32, free: usize },
+
+    /// A PE refused a collective call (it could not take part), so no PE made it.
+    #[error("{what} skipped on every PE: PE {pe} could not take part (its log says why)")]
+    CollectiveRefused { what: &'static str, pe: i32 },
+
+    /// The PEs were not in the same collective call.
+    #[error(
+        "{what}: PE {peer} was at another collective call than this PE (its vote is from another \
+         round): the PEs called allocations, frees and barriers in different orders. End this \
+         process and restart the job"
+    )]
+    CollectiveOutOfStep { what: &'static str, peer: i32 },
+
+    /// NVSHMEM was initialised and finalised already in this process.
+    #[error(
+        "NVSHMEM comes up once per process and this process's runtime has ended{}: keep one \
+         Nvshmem handle for the whole run (or start a new process)",
+        if *abandoned { " (its finalize was skipped after a peer failure)" } else { "" }
+    )]
+    InitAfterFinalize { abandoned: bool },
+
+    /// The GPU is of an architecture the binary carries no device code for.
+    #[error(
+        "GPU {device} ({name}) is sm_{major}{minor}, but this binary carries device code for \
+         {built} only (code for sm_XY runs on GPUs of major X, minor Y or more): rebuild with \
+         NVSHMEM_RS_CUDA_ARCHS naming {major}{minor} (INSTALL.md) or pick another GPU with \
+         CUDA_VISIBLE_DEVICES"
+    )]
+    UnsupportedArchitecture {
+        device: i32,
+        name: String,
+        major: i32,
+        minor: i32,
+        built: String,
+    },
 
     /// An alignment that is not a power of two.
     #[error("alignment {align} is not a power of two")]
@@ -242,13 +299,19 @@ pub enum Error {
     Bootstrap { call: &'static str, status: i32 },
 }
 
-impl From<cudarc::driver::DriverError> for Error {
-    fn from(e: cudarc::driver::DriverError) -> Self {
-        Error::Driver {
-            message: e.to_string(),
-        }
-    }
-}
-
 /// Result with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_errors_are_kept_as_the_source() {
+        use cudarc::driver::{sys::CUresult, DriverError};
+        let err: Error = DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY).into();
+        let source = std::error::Error::source(&err).expect("the driver error as source");
+        let driver = source.downcast_ref::<DriverError>().expect("a DriverError");
+        assert_eq!(driver.0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+}

@@ -1,5 +1,19 @@
 //! Thin layer over [`crate::sys`]: each function makes one raw call and turns its status into a
 //! [`Result`]. No state, no ownership; the RAII types build on these.
+//!
+//! Calls with preconditions the types cannot check are `unsafe` here; the safe surface is the
+//! RAII layer ([`crate::Nvshmem`]). A second init from safe code does not compile:
+//!
+//! ```compile_fail,E0133
+//! let id = nvshmem::result::get_unique_id().unwrap();
+//! nvshmem::result::init_with_unique_id(0, 1, &id).unwrap();
+//! ```
+//!
+//! nor does the device self check, which allocates symmetric memory collectively:
+//!
+//! ```compile_fail,E0133
+//! let _ = nvshmem::result::device_self_check();
+//! ```
 
 use crate::core::error::{Error, Result};
 use crate::sys;
@@ -107,10 +121,16 @@ pub fn cuda_set_device(device: i32) -> Result<()> {
 }
 
 /// What a device kernel saw through NVSHMEM's device API: (my_pe, n_pes, value it put to itself,
-/// which is 1000 + my_pe when the device state is right). Needs an initialised runtime.
-pub fn device_self_check() -> Result<(i32, i32, i32)> {
+/// which is 1000 + my_pe when the device state is right). The safe form is
+/// [`crate::Nvshmem::device_self_check`].
+///
+/// # Safety
+/// NVSHMEM must be initialised, and the call made on the thread that holds the
+/// [`crate::Nvshmem`] handle (NVSHMEM runs THREAD_SERIALIZED): it allocates and frees symmetric
+/// memory, which is collective, so every PE must make the call at the same point.
+pub unsafe fn device_self_check() -> Result<(i32, i32, i32)> {
     let (mut pe, mut n, mut value) = (-1, -1, -1);
-    // SAFETY: out-pointers are valid; callers hold an initialised runtime.
+    // SAFETY: out-pointers are valid; the caller holds an initialised runtime (see # Safety).
     let code = unsafe { sys::nvshmemrs_device_self_check(&mut pe, &mut n, &mut value) };
     cuda_check(code, "nvshmemrs_device_self_check")?;
     Ok((pe, n, value))
@@ -147,8 +167,34 @@ pub fn get_unique_id() -> Result<sys::nvshmemx_uniqueid_t> {
     Ok(unsafe { id.assume_init() })
 }
 
-/// Initialises NVSHMEM through the unique-ID bootstrap as PE `rank` of `n_pes`.
-pub fn init_with_unique_id(rank: i32, n_pes: i32, id: &sys::nvshmemx_uniqueid_t) -> Result<()> {
+/// NVSHMEM's thread levels (nvshmem_constants.h): the runtime asks for SERIALIZED.
+pub(crate) const THREAD_SERIALIZED: i32 = 2;
+
+/// Refuses a thread level below what the runtime asked for: NVSHMEM would then assume calls come
+/// from one thread only (or the main thread), which the runtime does not promise.
+pub(crate) fn check_thread_level(provided: i32) -> Result<()> {
+    if provided >= THREAD_SERIALIZED {
+        return Ok(());
+    }
+    Err(Error::ThreadLevel {
+        requested: THREAD_SERIALIZED,
+        provided,
+    })
+}
+
+/// Initialises NVSHMEM through the unique-ID bootstrap as PE `rank` of `n_pes`, with thread level
+/// SERIALIZED (refused with [`Error::ThreadLevel`] if NVSHMEM provides less). The safe way in is
+/// [`crate::Nvshmem::init`].
+///
+/// # Safety
+/// NVSHMEM must not be initialised in this process (it supports one init; a second one
+/// re-initialises a live runtime under the handle that owns it), and the CUDA device NVSHMEM
+/// should bind to must be current on this thread.
+pub unsafe fn init_with_unique_id(
+    rank: i32,
+    n_pes: i32,
+    id: &sys::nvshmemx_uniqueid_t,
+) -> Result<()> {
     let mut attr = MaybeUninit::<sys::nvshmemx_init_attr_t>::zeroed();
     // SAFETY: attr is a valid out-pointer; id outlives the init call.
     unsafe {
@@ -168,6 +214,11 @@ pub fn init_with_unique_id(rank: i32, n_pes: i32, id: &sys::nvshmemx_uniqueid_t)
         );
         if status != 0 {
             return Err(Error::InitFailed { status });
+        }
+        if let Err(e) = check_thread_level(provided) {
+            // The runtime is up but unusable as asked: end it before reporting.
+            sys::nvshmemrs_finalize();
+            return Err(e);
         }
     }
     Ok(())
@@ -196,6 +247,24 @@ pub fn n_pes() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_level_below_serialized_is_refused() {
+        assert!(check_thread_level(THREAD_SERIALIZED).is_ok());
+        assert!(check_thread_level(3).is_ok()); // MULTIPLE
+        let err = check_thread_level(0).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ThreadLevel {
+                    requested: 2,
+                    provided: 0
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("SERIALIZED"), "{err}");
+    }
 
     #[test]
     fn cuda_versions_print_as_major_minor() {

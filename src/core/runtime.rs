@@ -14,12 +14,94 @@ use crate::sys;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Set while a handle exists; NVSHMEM supports one init per process.
-static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// Where the process stands with NVSHMEM. NVSHMEM supports one init per process (it documents
+/// re-init only for its MPI bootstrap, which this runtime does not use that way), so the states
+/// only move forward once NVSHMEM has come up:
+///
+/// ```text
+/// Uninit --begin--> Initializing --up--> Live --finalized--> Finalized
+///   ^                   |                  \--finalize skipped (peer failure)--> Abandoned
+///   \--failed before NVSHMEM init--/
+///                      \--failed after NVSHMEM init (it is finalised)--> Finalized
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    /// NVSHMEM never came up in this process: init may (again) be tried.
+    Uninit,
+    /// An init is running (on some thread).
+    Initializing,
+    /// A handle exists.
+    Live,
+    /// NVSHMEM was finalised: it cannot come up again in this process.
+    Finalized,
+    /// NVSHMEM is still up without a handle (finalize skipped after a peer failure).
+    Abandoned,
+}
+
+impl Lifecycle {
+    /// The state an init moves to from `self`, or why it may not start.
+    pub(crate) fn begin_init(self) -> Result<Lifecycle> {
+        match self {
+            Lifecycle::Uninit => Ok(Lifecycle::Initializing),
+            Lifecycle::Initializing | Lifecycle::Live => Err(Error::AlreadyInitialized),
+            Lifecycle::Finalized | Lifecycle::Abandoned => Err(Error::InitAfterFinalize {
+                abandoned: self == Lifecycle::Abandoned,
+            }),
+        }
+    }
+
+    /// The state after an init that failed; `nvshmem_up` says whether NVSHMEM's own init had
+    /// succeeded (and was finalised again) before the failure.
+    pub(crate) fn init_failed(self, nvshmem_up: bool) -> Lifecycle {
+        debug_assert_eq!(self, Lifecycle::Initializing);
+        if nvshmem_up {
+            Lifecycle::Finalized
+        } else {
+            Lifecycle::Uninit
+        }
+    }
+
+    /// The state after the handle ended; `finalized` says whether NVSHMEM was finalised.
+    pub(crate) fn ended(self, finalized: bool) -> Lifecycle {
+        if finalized {
+            Lifecycle::Finalized
+        } else {
+            Lifecycle::Abandoned
+        }
+    }
+}
+
+/// The process's [`Lifecycle`].
+static LIFECYCLE: Mutex<Lifecycle> = Mutex::new(Lifecycle::Uninit);
+
+/// Applies `step` to the process's lifecycle under its lock.
+fn lifecycle<R>(step: impl FnOnce(&mut Lifecycle) -> R) -> R {
+    // The state is one Copy value: a panic elsewhere cannot leave it half-written.
+    step(&mut LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// One PE's say in a decision every PE must take alike before a collective NVSHMEM call
+/// ([`Nvshmem::agree_collective`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vote {
+    Yes,
+    /// No, with a number the error reports (an allocation: this PE's free bytes).
+    No(u64),
+}
+
+impl Vote {
+    /// An allocation that fits (or not) next to `free` bytes of device memory.
+    pub(crate) fn alloc(fits: bool, free: usize) -> Vote {
+        if fits {
+            Vote::Yes
+        } else {
+            Vote::No(free as u64)
+        }
+    }
+}
 
 /// Where this process sits in the job, decided before NVSHMEM init.
 struct Placement {
@@ -51,6 +133,8 @@ pub struct Nvshmem {
     timeout: Cell<Duration>,
     /// State of the barrier and stream-wait kernels (device/barrier.h).
     pub(crate) waits: Waits,
+    /// Decisions agreed so far ([`Nvshmem::agree_collective`]); picks the vote bank.
+    vote_round: Cell<u64>,
     /// Set once a wait anywhere in the runtime timed out: a peer is dead or lost step. Collective
     /// calls are refused from then on and finalize is skipped (it would wait for the peer).
     peer_failure: RefCell<Option<String>>,
@@ -64,7 +148,9 @@ pub struct Nvshmem {
 pub(crate) struct Waits {
     /// Symmetric arrival counters, one per PE (allocated at init, released with the heap).
     pub arrivals: *mut u64,
-    /// [barriers completed, broken] (owned here; kernels get `state_ptr`).
+    /// Symmetric vote slots: 2 banks x n_pes x [detail, round << 1 | no] (same lifetime).
+    pub votes: *mut u64,
+    /// [barriers taken, broken] (owned here; kernels get `state_ptr`).
     pub _state: CudaSlice<u64>,
     pub state_ptr: u64,
     pub status: StatusRecord,
@@ -95,17 +181,30 @@ impl Nvshmem {
     /// Initialises NVSHMEM with the given bootstrap. Selects the CUDA device for the local rank
     /// before init. Fails with a typed error (never aborts) when there is no driver or device,
     /// when NVSHMEM is already initialised, or when NVSHMEM's own init fails.
+    ///
+    /// NVSHMEM comes up once per process: after the handle is dropped (finalised), a further
+    /// init is refused with [`Error::InitAfterFinalize`]; an init that fails before NVSHMEM's
+    /// own init may be retried.
     pub fn init_with(bootstrap: Bootstrap) -> Result<Nvshmem> {
         let cuda = result::cuda_probe()?;
-        if INITIALIZED.swap(true, Ordering::SeqCst) {
-            return Err(Error::AlreadyInitialized);
-        }
-        Self::init_inner(bootstrap, cuda).inspect_err(|_| {
-            INITIALIZED.store(false, Ordering::SeqCst);
-        })
+        lifecycle(|state| -> Result<()> {
+            *state = state.begin_init()?;
+            Ok(())
+        })?;
+        let mut nvshmem_up = false;
+        let r = Self::init_inner(bootstrap, cuda, &mut nvshmem_up);
+        lifecycle(|state| {
+            *state = match &r {
+                Ok(_) => Lifecycle::Live,
+                // A handle dropped inside init_inner has ended the lifecycle already.
+                Err(_) if *state != Lifecycle::Initializing => *state,
+                Err(_) => state.init_failed(nvshmem_up),
+            }
+        });
+        r
     }
 
-    fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo) -> Result<Nvshmem> {
+    fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo, nvshmem_up: &mut bool) -> Result<Nvshmem> {
         // Before anything is started: a bad NVSH_TIMEOUT_MS fails here, on every PE alike.
         let timeout = deadline::default_timeout()?;
         check_library_version(result::compiled_version(), result::host_library_version())?;
@@ -124,7 +223,7 @@ impl Nvshmem {
         let id = placement.all_ready(prepared)?;
         #[cfg(feature = "mpi")]
         let mpi = placement.mpi.take();
-        let started = Self::start(placement, device, cuda, &id, timeout);
+        let started = Self::start(placement, device, cuda, &id, timeout, nvshmem_up);
         // Past the agreement an error cannot be shared: the others may already wait inside
         // NVSHMEM's init, and MPI_Finalize would wait for them. End the whole MPI job.
         #[cfg(feature = "mpi")]
@@ -139,53 +238,27 @@ impl Nvshmem {
         started
     }
 
-    /// NVSHMEM init and the runtime's own state, once every PE is ready.
+    /// NVSHMEM init and the runtime's own state, once every PE is ready. Sets `nvshmem_up` once
+    /// NVSHMEM's own init succeeded.
     fn start(
         placement: Placement,
         device: i32,
         cuda: CudaInfo,
         id: &sys::nvshmemx_uniqueid_t,
         timeout: Duration,
+        nvshmem_up: &mut bool,
     ) -> Result<Nvshmem> {
-        result::init_with_unique_id(placement.rank, placement.n_pes, id)?;
+        // SAFETY: the lifecycle is Initializing (NVSHMEM is not up; no other init runs) and the
+        // device was made current above.
+        unsafe { result::init_with_unique_id(placement.rank, placement.n_pes, id) }?;
+        *nvshmem_up = true;
         let (my_pe, n_pes) = (result::my_pe(), result::n_pes());
-        let ctx = CudaContext::new(device as usize).and_then(|ctx| {
-            ctx.bind_to_thread()?;
-            Ok(ctx)
-        });
-        let ctx = match ctx {
-            Ok(ctx) => ctx,
-            Err(e) => {
-                // SAFETY: init succeeded above; nothing else uses NVSHMEM yet.
-                unsafe { result::finalize() };
-                return Err(e.into());
-            }
-        };
-        let stream = ctx.new_stream()?;
-        let atomic_scratch = stream.alloc_zeros::<u64>(1)?;
-        // Collective, like every symmetric allocation: all PEs are here, just initialised. Not
-        // in the leak registry: it lives as long as the heap.
-        // SAFETY: NVSHMEM is initialised; returns null on failure.
-        let arrivals = unsafe { sys::nvshmem_calloc(n_pes.max(1) as usize, 8) }.cast::<u64>();
-        if arrivals.is_null() {
-            // SAFETY: init succeeded above.
+        // Until the handle exists (it finalises on Drop), an error must finalise here.
+        let parts = Self::runtime_parts(device, n_pes).inspect_err(|_| {
+            // SAFETY: NVSHMEM came up above and nothing else uses it yet.
             unsafe { result::finalize() };
-            return Err(Error::AllocFailed {
-                bytes: 8 * n_pes.max(1) as usize,
-                free: 0,
-            });
-        }
-        let state = stream.alloc_zeros::<u64>(2)?;
-        let state_ptr = {
-            use cudarc::driver::DevicePtr;
-            state.device_ptr(&stream).0
-        };
-        let waits = Waits {
-            arrivals,
-            _state: state,
-            state_ptr,
-            status: StatusRecord::new(&ctx)?,
-        };
+        })?;
+        let (ctx, stream, atomic_scratch, waits) = parts;
         let nv = Nvshmem {
             my_pe,
             n_pes,
@@ -197,6 +270,7 @@ impl Nvshmem {
             atomic_scratch,
             timeout: Cell::new(timeout),
             waits,
+            vote_round: Cell::new(0),
             peer_failure: RefCell::new(None),
             finalized: false,
             #[cfg(feature = "mpi")]
@@ -211,6 +285,51 @@ impl Nvshmem {
             });
         }
         Ok(nv)
+    }
+
+    /// The context, stream, scratch and wait state of a runtime whose NVSHMEM just came up.
+    #[allow(clippy::type_complexity)]
+    fn runtime_parts(
+        device: i32,
+        n_pes: i32,
+    ) -> Result<(Arc<CudaContext>, Arc<CudaStream>, CudaSlice<u64>, Waits)> {
+        let ctx = CudaContext::new(device as usize)?;
+        ctx.bind_to_thread()?;
+        let stream = ctx.new_stream()?;
+        let atomic_scratch = stream.alloc_zeros::<u64>(1)?;
+        let n = n_pes.max(1) as usize;
+        // Collective, like every symmetric allocation: all PEs are here, just initialised. Not
+        // in the leak registry: they live as long as the heap.
+        // SAFETY: NVSHMEM is initialised; returns null on failure.
+        let arrivals = unsafe { sys::nvshmem_calloc(n, 8) }.cast::<u64>();
+        // SAFETY: as above.
+        let votes = unsafe { sys::nvshmem_calloc(4 * n, 8) }.cast::<u64>();
+        if arrivals.is_null() || votes.is_null() {
+            return Err(Error::AllocFailed {
+                bytes: 8 * 5 * n,
+                free: 0,
+            });
+        }
+        let state = stream.alloc_zeros::<u64>(2)?;
+        let state_ptr = {
+            use cudarc::driver::DevicePtr;
+            state.device_ptr(&stream).0
+        };
+        let waits = Waits {
+            arrivals,
+            votes,
+            _state: state,
+            state_ptr,
+            status: StatusRecord::new(&ctx)?,
+        };
+        Ok((ctx, stream, atomic_scratch, waits))
+    }
+
+    /// Makes this PE's CUDA context current on the calling thread, as cudarc does on entry: the
+    /// caller may have bound another device since init. Cheap when it is current already.
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread()?;
+        Ok(())
     }
 
     /// This PE's number, 0 ..= n_pes - 1.
@@ -277,9 +396,14 @@ impl Nvshmem {
         self.peer_failure.borrow().clone()
     }
 
-    /// Records `err` as the peer failure if it is a timeout (the first one wins) and returns it.
+    /// Records `err` as the peer failure if it is a timeout or shows the PEs out of step (the
+    /// first one wins) and returns it.
     pub(crate) fn note(&self, err: Error) -> Error {
-        if matches!(err, Error::Timeout { .. }) && self.peer_failure.borrow().is_none() {
+        let fails_peers = matches!(
+            err,
+            Error::Timeout { .. } | Error::CollectiveOutOfStep { .. }
+        );
+        if fails_peers && self.peer_failure.borrow().is_none() {
             *self.peer_failure.borrow_mut() = Some(err.to_string());
         }
         err
@@ -302,11 +426,78 @@ impl Nvshmem {
     }
 
     /// Before a call of NVSHMEM that is collective over all PEs and waits inside without a
-    /// deadline (malloc, free, finalize): a barrier with one, so that a dead peer costs a
-    /// timeout there instead of a hang in NVSHMEM.
-    pub(crate) fn enter_collective(&self, what: &'static str) -> Result<()> {
+    /// deadline (malloc, free, finalize): every PE's `vote` reaches every PE within the
+    /// runtime's deadline, so the PEs decide alike. Returns the first PE that voted no, and
+    /// its number; `Ok(None)` means every PE goes in.
+    ///
+    /// Two barriers: the first delivers the votes (each barrier quiets first); the second
+    /// keeps a PE that passed the first late, after a peer gave up on it, from entering
+    /// NVSHMEM's call alone: the peer that gave up never arrives, so the late PE times out
+    /// there too. (A PE that stalls for a whole timeout between the two can still get
+    /// through; nothing bounded closes that.)
+    pub(crate) fn agree_collective(
+        &self,
+        what: &'static str,
+        vote: Vote,
+    ) -> Result<Option<(i32, u64)>> {
         self.check_peers(what)?;
-        self.barrier_all()
+        self.bind()?;
+        let n = self.n_pes.max(1) as usize;
+        let me = self.my_pe as usize;
+        let round = self.vote_round.get() + 1;
+        self.vote_round.set(round);
+        // Two banks: a PE can be one round ahead (it passed this round's barriers), not two.
+        let bank = (round & 1) as usize * n * 2;
+        let (no, detail) = match vote {
+            Vote::Yes => (0, 0),
+            Vote::No(d) => (1, d),
+        };
+        let mine = self.waits.votes.wrapping_add(bank + 2 * me);
+        for pe in 0..n as i32 {
+            // SAFETY: `mine` and `mine + 1` lie in the symmetric vote slots (4 * n words);
+            // NVSHMEM is initialised while self lives and `pe` is a PE of the job.
+            unsafe {
+                sys::nvshmem_uint64_p(mine, detail, pe);
+                sys::nvshmem_uint64_p(mine.add(1), round << 1 | no, pe);
+            }
+        }
+        self.barrier_all()?;
+        let mut words = vec![0u64; 2 * n];
+        // SAFETY: this bank's 2 * n words of the local vote slots; the copy is synchronised
+        // before `words` is read or dropped.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut words,
+                self.waits.votes.wrapping_add(bank) as u64,
+                self.stream.cu_stream(),
+            )
+        }?;
+        self.stream.synchronize()?;
+        let mut refusal = None;
+        for (pe, slot) in words.chunks_exact(2).enumerate() {
+            if slot[1] >> 1 != round {
+                return Err(self.note(Error::CollectiveOutOfStep {
+                    what,
+                    peer: pe as i32,
+                }));
+            }
+            if slot[1] & 1 == 1 && refusal.is_none() {
+                refusal = Some((pe as i32, slot[0]));
+            }
+        }
+        if refusal.is_none() {
+            self.barrier_all()?;
+        }
+        Ok(refusal)
+    }
+
+    /// [`Nvshmem::agree_collective`] for a call every PE makes unless one refuses:
+    /// `Err(CollectiveRefused)` naming it.
+    pub(crate) fn enter_collective(&self, what: &'static str, vote: Vote) -> Result<()> {
+        match self.agree_collective(what, vote)? {
+            None => Ok(()),
+            Some((pe, _)) => Err(Error::CollectiveRefused { what, pe }),
+        }
     }
 
     /// Errors unless `pe` is a PE of this job.
@@ -345,7 +536,11 @@ impl Nvshmem {
     /// checks what it saw. Fails when the device state was not initialised for this binary's
     /// device-linked module.
     pub fn device_self_check(&self) -> Result<()> {
-        let (pe, n, value) = result::device_self_check()?;
+        self.bind()?;
+        // SAFETY: NVSHMEM is initialised while self lives; self is !Send, so this is the
+        // thread that holds the handle; the check's allocation is collective like every
+        // method that allocates (every PE calls it at the same point).
+        let (pe, n, value) = unsafe { result::device_self_check() }?;
         let expected = (self.my_pe, self.n_pes, 1000 + self.my_pe);
         if (pe, n, value) == expected {
             Ok(())
@@ -374,7 +569,7 @@ impl Nvshmem {
         let leaked = leak::take_all();
         // NVSHMEM's finalize waits for every PE without a deadline: with a peer gone it would
         // never return. The process keeps the heap until it exits.
-        match self.enter_collective("finalize") {
+        match self.enter_collective("finalize", Vote::Yes) {
             Ok(()) => {}
             Err(Error::PeerFailed { .. }) => {
                 // The cause was reported where it happened: say it short.
@@ -384,17 +579,19 @@ impl Nvshmem {
                      process exits",
                     self.my_pe
                 );
+                lifecycle(|state| *state = state.ended(false));
                 return leaked;
             }
             Err(e) => {
                 log::warn!("PE {}: NVSHMEM finalize skipped: {e}", self.my_pe);
+                lifecycle(|state| *state = state.ended(false));
                 return leaked;
             }
         }
         // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
         // used afterwards (they borrow the handle).
         unsafe { result::finalize() };
-        INITIALIZED.store(false, Ordering::SeqCst);
+        lifecycle(|state| *state = state.ended(true));
         leaked
     }
 }
@@ -437,25 +634,51 @@ fn check_compute_capability(device: i32) -> Result<()> {
             )?,
         )
     };
-    compute_capability_supported(device, (major, minor), || {
+    compute_capability_supported(device, (major, minor), BUILT_ARCHS, || {
         cudarc::driver::result::device::get_name(dev).unwrap_or_else(|_| "unknown".into())
     })
 }
 
-/// The check behind [`check_compute_capability`], without a GPU.
+/// The compute capabilities the device code was built for ("80,90"), as nvshmem-sys's build
+/// script reported them (build.rs passes them on); None when it did not.
+const BUILT_ARCHS: Option<&str> = option_env!("NVSHMEM_RS_BUILT_ARCHS");
+
+/// The check behind [`check_compute_capability`], without a GPU: at least
+/// [`MIN_COMPUTE_CAPABILITY`], and device code in the binary the GPU can run. A cubin for
+/// sm_XY runs on GPUs of major X and minor Y or more (so sm_80 code runs on 8.6 and 8.9, but
+/// neither sm_80 nor sm_90 code runs on 10.0 or 12.0).
 fn compute_capability_supported(
     device: i32,
     (major, minor): (i32, i32),
+    built: Option<&str>,
     name: impl FnOnce() -> String,
 ) -> Result<()> {
-    if (major, minor) >= MIN_COMPUTE_CAPABILITY {
+    if (major, minor) < MIN_COMPUTE_CAPABILITY {
+        return Err(Error::ComputeCapability {
+            device,
+            name: name(),
+            major,
+            minor,
+        });
+    }
+    let Some(built) = built else { return Ok(()) };
+    let archs: Vec<i32> = built
+        .split([',', ';'])
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
+    if archs.iter().any(|&a| a / 10 == major && a % 10 <= minor) {
         return Ok(());
     }
-    Err(Error::ComputeCapability {
+    Err(Error::UnsupportedArchitecture {
         device,
         name: name(),
         major,
         minor,
+        built: archs
+            .iter()
+            .map(|a| format!("sm_{a}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -565,7 +788,7 @@ mod tests {
             let err = Nvshmem::init_single_pe().unwrap_err();
             assert!(err.to_string().contains("no CUDA"), "{err}");
         }
-        assert!(!INITIALIZED.load(Ordering::SeqCst));
+        assert_eq!(lifecycle(|s| *s), Lifecycle::Uninit);
     }
 
     #[cfg(not(feature = "mpi"))]
@@ -605,14 +828,75 @@ mod tests {
 
     #[test]
     fn gpus_below_compute_capability_8_are_refused() {
-        assert!(compute_capability_supported(0, (8, 0), || "A100".into()).is_ok());
-        assert!(compute_capability_supported(0, (9, 0), || "H200".into()).is_ok());
-        let err = compute_capability_supported(1, (7, 0), || "Tesla V100".into()).unwrap_err();
+        let built = Some("80,90");
+        assert!(compute_capability_supported(0, (8, 0), built, || "A100".into()).is_ok());
+        assert!(compute_capability_supported(0, (9, 0), built, || "H200".into()).is_ok());
+        let err =
+            compute_capability_supported(1, (7, 0), built, || "Tesla V100".into()).unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains("7.0") && text.contains("8.0") && text.contains("Tesla V100"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn gpus_without_device_code_in_the_binary_are_refused_at_init() {
+        let built = Some("80,90");
+        // sm_80 code runs on every 8.x GPU.
+        assert!(compute_capability_supported(0, (8, 6), built, || "A40".into()).is_ok());
+        assert!(compute_capability_supported(0, (8, 9), built, || "L40S".into()).is_ok());
+        for (cc, name) in [((10, 0), "B200"), ((12, 0), "RTX PRO 6000")] {
+            let err = compute_capability_supported(2, cc, built, || name.into()).unwrap_err();
+            assert!(
+                matches!(err, Error::UnsupportedArchitecture { .. }),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("sm_80, sm_90")
+                    && text.contains(name)
+                    && text.contains("NVSHMEM_RS_CUDA_ARCHS"),
+                "{text}"
+            );
+        }
+        // A binary built for 9.0 alone does not run on 8.0.
+        assert!(compute_capability_supported(0, (8, 0), Some("90"), || "A100".into()).is_err());
+        // The build script of this very build said what it carries.
+        assert!(
+            BUILT_ARCHS.is_some_and(|a| a.contains("90")),
+            "{BUILT_ARCHS:?}"
+        );
+    }
+
+    #[test]
+    fn the_lifecycle_allows_one_nvshmem_per_process() {
+        use Lifecycle::*;
+        // A failure before NVSHMEM's init may be retried.
+        let s = Uninit.begin_init().unwrap();
+        assert_eq!(s, Initializing);
+        assert_eq!(s.init_failed(false), Uninit);
+        // A failure after it (NVSHMEM was finalised again) may not: no second NVSHMEM init.
+        assert_eq!(s.init_failed(true), Finalized);
+        assert!(matches!(
+            Initializing.begin_init(),
+            Err(Error::AlreadyInitialized)
+        ));
+        assert!(matches!(Live.begin_init(), Err(Error::AlreadyInitialized)));
+        // init -> finalize -> init is refused.
+        assert_eq!(Live.ended(true), Finalized);
+        let err = Finalized.begin_init().unwrap_err();
+        assert!(
+            matches!(err, Error::InitAfterFinalize { abandoned: false }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("once per process"), "{err}");
+        // A skipped finalize leaves NVSHMEM up: refused too.
+        assert_eq!(Live.ended(false), Abandoned);
+        assert!(matches!(
+            Abandoned.begin_init(),
+            Err(Error::InitAfterFinalize { abandoned: true })
+        ));
     }
 
     #[test]

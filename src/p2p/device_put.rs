@@ -84,6 +84,7 @@ impl Nvshmem {
         if bytes == 0 {
             return Ok(());
         }
+        self.bind()?;
         // SAFETY: checked symmetric ranges and pe; the kernel reads src and writes dest on pe.
         let code = unsafe {
             sys::nvshmemrs_put_block(
@@ -119,6 +120,7 @@ impl Nvshmem {
         let (dest, src) = (dest.into(), src.into());
         let what = ("put_signal_device", "put_signal_device: the signal");
         let (bytes, sig) = put_signal_args(self, what, &dest, &src, &signal.into(), pe)?;
+        self.bind()?;
         // SAFETY: as in put_device_with; the signal is one symmetric u64.
         let code = unsafe {
             sys::nvshmemrs_put_signal_block(

@@ -76,6 +76,7 @@ impl Nvshmem {
     ) -> Result<()> {
         let bytes = same_len(what, &dest, &src)?;
         self.check_pe(pe)?;
+        self.bind()?;
         if bytes > 0 {
             // SAFETY: both ranges are symmetric, checked to hold `bytes`; pe is valid.
             unsafe {
@@ -186,13 +187,14 @@ impl Nvshmem {
                 return Ok(now);
             }
             if start.elapsed() >= timeout {
-                return Err(Error::Timeout {
+                // A peer that never signals is a failed peer, as for the device waits.
+                return Err(self.note(Error::Timeout {
                     what: format!(
                         "signal at {:p} to become {cmp:?} {value} (it is {now})",
                         signal.as_device_ptr()
                     ),
                     waited_ms: start.elapsed().as_millis(),
-                });
+                }));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_micros(100));
@@ -248,6 +250,7 @@ impl Nvshmem {
 
     /// Launches an atomic kernel that writes the old value into device scratch, and reads it.
     fn run_atomic(&self, launch: impl FnOnce(*mut u64, sys::cudaStream_t) -> i32) -> Result<u64> {
+        self.bind()?;
         let stream = self.stream();
         // Same stream for the kernel and the read-back, so the write is ordered before the read.
         let (old, sync) = self.atomic_scratch().device_ptr(stream);

@@ -31,6 +31,7 @@ impl Nvshmem {
     ) -> Result<()> {
         let bytes = same_len(what, &dest, &src)?;
         self.check_pe(pe)?;
+        self.bind()?;
         if bytes > 0 {
             // SAFETY: checked symmetric ranges, valid pe, live stream.
             unsafe {
@@ -85,6 +86,7 @@ impl Nvshmem {
         let (dest, src) = (dest.into(), src.into());
         let what = ("put_signal", "put_signal: the signal");
         let (bytes, sig) = put_signal_args(self, what, &dest, &src, &signal.into(), pe)?;
+        self.bind()?;
         // SAFETY: checked ranges, one-element signal, valid pe, live stream.
         unsafe {
             sys::nvshmemx_putmem_signal_on_stream(
@@ -113,6 +115,7 @@ impl Nvshmem {
         stream: &CudaStream,
     ) -> Result<()> {
         let sig = single("signal_wait_until_on_stream: the signal", &signal.into())?;
+        self.bind()?;
         let waits = &self.waits;
         // SAFETY: one-element symmetric u64, the runtime's wait state and record, live stream.
         let code = unsafe {

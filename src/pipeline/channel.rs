@@ -17,7 +17,7 @@
 //! let nv = Nvshmem::init()?;
 //! let stream = nv.stream().clone();
 //! // Collective: every PE creates its channels in the same order with the same arguments.
-//! let mut fwd = Channel::<f32>::new(&nv, 2, 4096)?;
+//! let fwd = Channel::<f32>::new(&nv, 2, 4096)?;
 //! let mut act = stream.alloc_zeros::<f32>(4096)?;
 //! for _micro_batch in 0..8 {
 //!     if nv.my_pe() == 0 {
@@ -67,8 +67,8 @@ use crate::sync::deadline::timeout_ns;
 use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure, WaitOp};
 use crate::sys;
 use cudarc::driver::{CudaEvent, CudaStream, DevicePtr, DevicePtrMut};
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -88,38 +88,47 @@ pub struct Channel<'nv, T: Element> {
     id: u64,
     shape: SlotShape,
     /// K slots of `shape.stride` elements (the receive side).
-    data: Rc<SymmetricBuffer<'nv, T>>,
+    data: SymmetricBuffer<'nv, T>,
     /// K slots for off-node puts from sources outside the symmetric heap (jobs over several
     /// nodes only).
     staging: Option<SymmetricBuffer<'nv, T>>,
     /// full[K], len[K], credit[n_pes][K], out_len[n_pes][K], broken (device/channel.h).
     words: SymmetricBuffer<'nv, u64>,
-    status: Rc<StatusRecord>,
+    status: StatusRecord,
     timeout: Duration,
     direct: bool,
     /// Next message number to each peer.
-    send_seq: Vec<u64>,
+    send_seq: RefCell<Vec<u64>>,
     /// Sends so far (to any peer): picks the staging slot.
-    sends: u64,
-    recv: RecvState,
+    sends: Cell<u64>,
+    recv: RefCell<RecvState>,
 }
 
 /// A message received in place ([`Channel::recv`]): its slot stays the message's until
 /// [`Channel::release`] hands it back. The slot is readable on the receiving stream after the
 /// point where `recv` was called (the wait is enqueued there).
-pub struct Received<'nv, T: Element> {
-    channel: u64,
-    data: Rc<SymmetricBuffer<'nv, T>>,
-    status: Rc<StatusRecord>,
+///
+/// It borrows its channel: the channel's buffers are freed when the channel is dropped, at the
+/// same point on every PE (frees are collective), so no message may outlive it.
+///
+/// ```compile_fail,E0505
+/// # fn f(nv: &nvshmem::Nvshmem, stream: &cudarc::driver::CudaStream) -> nvshmem::Result<()> {
+/// let ch = nvshmem::Channel::<f32>::new(nv, 2, 16)?;
+/// let msg = ch.recv(stream, 0)?;
+/// drop(ch); // the channel's slots would be freed under `msg`
+/// let _ = msg.view()?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Received<'c, T: Element> {
+    channel: &'c Channel<'c, T>,
     start: usize,
     capacity: usize,
     len_word: u64,
     seq: u64,
     slot: usize,
     peer: i32,
-    me: i32,
     arrived: CudaEvent,
-    timeout: Duration,
 }
 
 /// Sizes of a channel's slots.
@@ -132,8 +141,9 @@ struct SlotShape {
 }
 
 impl SlotShape {
-    /// Checks `new`'s arguments for elements of `elem` bytes.
-    fn new(slots: usize, max_elems: usize, elem: usize) -> Result<SlotShape> {
+    /// Checks `new`'s arguments for elements of `elem` bytes in a job of `n_pes`: every size
+    /// the channel computes from them (slot bytes, word count) must fit in a usize.
+    fn new(slots: usize, max_elems: usize, elem: usize, n_pes: usize) -> Result<SlotShape> {
         if slots == 0 {
             return Err(Error::Channel {
                 what: "a channel of 0 slots was asked for".into(),
@@ -147,6 +157,10 @@ impl SlotShape {
             });
         }
         let per16 = (16 / elem).max(1);
+        let overflow = |detail: String| Error::SizeOverflow {
+            what: "Channel::new",
+            detail,
+        };
         let stride = max_elems
             .checked_next_multiple_of(per16)
             .filter(|s| {
@@ -154,10 +168,15 @@ impl SlotShape {
                     .and_then(|n| n.checked_mul(elem))
                     .is_some()
             })
-            .ok_or_else(|| Error::Channel {
-                what: format!("{slots} slots of {max_elems} elements do not fit in memory"),
-                hint: "ask for fewer or smaller slots",
-            })?;
+            .ok_or_else(|| overflow(format!("{slots} slots x {max_elems} elements x {elem}")))?;
+        // The word buffer: full[K], len[K], credit[n][K], out_len[n][K], broken.
+        n_pes
+            .checked_add(1)
+            .and_then(|m| m.checked_mul(2))
+            .and_then(|m| m.checked_mul(slots))
+            .and_then(|w| w.checked_add(1))
+            .and_then(|w| w.checked_mul(8))
+            .ok_or_else(|| overflow(format!("8 x (2 x {slots} x ({n_pes} + 1) + 1)")))?;
         Ok(SlotShape {
             slots,
             max_elems,
@@ -278,13 +297,14 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// over several nodes, as many staging slots). A PE may send to any PEs, but receives on
     /// one channel from at most one peer.
     pub fn new(nv: &'nv Nvshmem, slots: usize, max_elems: usize) -> Result<Self> {
-        let shape = SlotShape::new(slots, max_elems, std::mem::size_of::<T>())?;
+        let n_pes = nv.n_pes() as usize;
+        let shape = SlotShape::new(slots, max_elems, std::mem::size_of::<T>(), n_pes)?;
         let timeout = nv.timeout();
-        let status = Rc::new(StatusRecord::new(nv.context())?);
+        let status = StatusRecord::new(nv.context())?;
         let n = nv.n_pes() as usize;
         // Every PE decides alike: with several nodes no PE's node holds all PEs.
         let several_nodes = nv.team_node().n_pes() < nv.n_pes();
-        let data = Rc::new(nv.alloc_aligned::<T>(slots * shape.stride, 256)?);
+        let data = nv.alloc_aligned::<T>(slots * shape.stride, 256)?;
         let staging = if several_nodes {
             Some(nv.alloc_aligned::<T>(slots * shape.stride, 256)?)
         } else {
@@ -303,9 +323,9 @@ impl<'nv, T: Element> Channel<'nv, T> {
             status,
             timeout,
             direct: true,
-            send_seq: vec![0; n],
-            sends: 0,
-            recv: RecvState::default(),
+            send_seq: RefCell::new(vec![0; n]),
+            sends: Cell::new(0),
+            recv: RefCell::new(RecvState::default()),
         })
     }
 
@@ -340,7 +360,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// `src[..len]` into it and signal it. Returns at once (no host synchronisation); `src` may
     /// be reused once the stream has passed this send.
     pub fn send<S: DevicePtr<T>>(
-        &mut self,
+        &self,
         stream: &CudaStream,
         peer: i32,
         src: &S,
@@ -361,7 +381,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// `src` must be device memory of this PE valid for `len` elements until `stream` has passed
     /// this send, and not written by other work before then.
     pub unsafe fn send_raw(
-        &mut self,
+        &self,
         stream: &CudaStream,
         peer: i32,
         src: u64,
@@ -370,13 +390,13 @@ impl<'nv, T: Element> Channel<'nv, T> {
         self.shape.check_len("send", len, None)?;
         self.nv.check_pe(peer)?;
         let p = peer as usize;
-        let seq = self.send_seq[p];
+        let seq = self.send_seq.borrow()[p];
         let k = self.shape.slots as u64;
         let s = (seq % k) as usize;
         let bytes = len * std::mem::size_of::<T>();
         let (blocks, threads) = launch_shape(bytes, TOTAL - 1);
         let staging = match &self.staging {
-            Some(buffer) => self.slot_address(buffer, (self.sends % k) as usize),
+            Some(buffer) => self.slot_address(buffer, (self.sends.get() % k) as usize),
             None => 0,
         };
         let op = sys::nvshmemrs_channel_op {
@@ -386,15 +406,16 @@ impl<'nv, T: Element> Channel<'nv, T> {
             // by TOTAL for every round before this one.
             target: (seq / k) * TOTAL,
             credit: self.word(self.shape.credit(p, s)),
-            out_len: self.word(self.shape.out_len(self.send_seq.len(), p, s)),
+            out_len: self.word(self.shape.out_len(self.nv.n_pes() as usize, p, s)),
             flags: if self.direct { 0 } else { FLAG_NO_DIRECT },
             ..self.op(s, seq, peer, len, blocks, threads)
         };
+        self.nv.bind()?;
         // SAFETY: a checked op over this channel's memory; the caller vouches for `src`.
         let code = unsafe { sys::nvshmemrs_channel_send(&op, raw_stream(stream)) };
         cuda_check(code, "channel send kernel launch")?;
-        self.send_seq[p] += 1;
-        self.sends += 1;
+        self.send_seq.borrow_mut()[p] += 1;
+        self.sends.set(self.sends.get() + 1);
         Ok(())
     }
 
@@ -403,7 +424,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// checked on the GPU against the length sent with the message, and a mismatch is an error
     /// of [`Channel::check`] (the message is dropped, `dst` untouched).
     pub fn recv_into<D: DevicePtrMut<T>>(
-        &mut self,
+        &self,
         stream: &CudaStream,
         peer: i32,
         dst: &mut D,
@@ -424,7 +445,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// `dst` must be device memory of this PE valid for `len` elements, not used by other work
     /// until `stream` has passed this receive.
     pub unsafe fn recv_into_raw(
-        &mut self,
+        &self,
         stream: &CudaStream,
         peer: i32,
         dst: u64,
@@ -434,6 +455,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
         self.nv.check_pe(peer)?;
         let seq = self
             .recv
+            .borrow()
             .next_from(self.nv.my_pe(), peer, self.shape.slots)?;
         let s = (seq % self.shape.slots as u64) as usize;
         let (blocks, threads) = launch_shape(len * std::mem::size_of::<T>(), TOTAL);
@@ -441,10 +463,11 @@ impl<'nv, T: Element> Channel<'nv, T> {
             data: dst,
             ..self.recv_op(s, seq, peer, len, blocks, threads)
         };
+        self.nv.bind()?;
         // SAFETY: a checked op over this channel's memory; the caller vouches for `dst`.
         let code = unsafe { sys::nvshmemrs_channel_recv(&op, raw_stream(stream)) };
         cuda_check(code, "channel receive kernel launch")?;
-        self.recv.received(peer, seq, false);
+        self.recv.borrow_mut().received(peer, seq, false);
         Ok(())
     }
 
@@ -452,38 +475,36 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// returns its slot. Kernels enqueued on `stream` afterwards may read the slot
     /// ([`Received::view`]); [`Channel::release`] hands it back to the sender (a slot that is
     /// never released stops the sender after `slots` more messages).
-    pub fn recv(&mut self, stream: &CudaStream, peer: i32) -> Result<Received<'nv, T>> {
+    pub fn recv(&self, stream: &CudaStream, peer: i32) -> Result<Received<'_, T>> {
         self.nv.check_pe(peer)?;
         let seq = self
             .recv
+            .borrow()
             .next_from(self.nv.my_pe(), peer, self.shape.slots)?;
         let s = (seq % self.shape.slots as u64) as usize;
         let op = self.recv_op(s, seq, peer, 0, 1, 32);
+        self.nv.bind()?;
         // SAFETY: a checked op over this channel's memory.
         let code = unsafe { sys::nvshmemrs_channel_wait(&op, raw_stream(stream)) };
         cuda_check(code, "channel wait kernel launch")?;
         let arrived = stream.record_event(None)?;
-        self.recv.received(peer, seq, true);
+        self.recv.borrow_mut().received(peer, seq, true);
         Ok(Received {
-            channel: self.id,
-            data: self.data.clone(),
-            status: self.status.clone(),
+            channel: self,
             start: s * self.shape.stride,
             capacity: self.shape.max_elems,
             len_word: op.len_word,
             seq,
             slot: s,
             peer,
-            me: self.nv.my_pe(),
             arrived,
-            timeout: self.timeout,
         })
     }
 
     /// Enqueues on `stream` the return of `msg`'s slot to its sender, after the work enqueued
     /// on `stream` before it (the kernels that read the slot).
-    pub fn release(&mut self, stream: &CudaStream, msg: Received<'nv, T>) -> Result<()> {
-        if msg.channel != self.id {
+    pub fn release(&self, stream: &CudaStream, msg: Received<'_, T>) -> Result<()> {
+        if msg.channel.id != self.id {
             return Err(Error::Channel {
                 what: format!(
                     "message {} from PE {} is released on another channel than it came from",
@@ -493,10 +514,11 @@ impl<'nv, T: Element> Channel<'nv, T> {
             });
         }
         let op = self.recv_op(msg.slot, msg.seq, msg.peer, 0, 1, 32);
+        self.nv.bind()?;
         // SAFETY: a checked op over this channel's memory.
         let code = unsafe { sys::nvshmemrs_channel_release(&op, raw_stream(stream)) };
         cuda_check(code, "channel release kernel launch")?;
-        self.recv.held.remove(&msg.seq);
+        self.recv.borrow_mut().held.remove(&msg.seq);
         Ok(())
     }
 
@@ -589,13 +611,12 @@ impl<T: Element> Drop for Channel<'_, T> {
         // Kernels of this channel may still be queued; they end by their deadlines at the
         // latest. The buffers are freed (collectively) after them.
         let _ = self.nv.context().synchronize();
-        if !self.recv.held.is_empty() {
+        let held = self.recv.get_mut().held.len();
+        if held > 0 {
             log::warn!(
-                "PE {}: a channel was dropped with {} received message(s) not \
-                 released; its slots are freed when the last of them is dropped, which must \
-                 happen at the same point on every PE",
+                "PE {}: a channel was dropped with {held} received message(s) not released \
+                 (its slots are freed with it)",
                 self.nv.my_pe(),
-                self.recv.held.len()
             );
         }
     }
@@ -613,16 +634,18 @@ impl<T: Element> std::fmt::Debug for Channel<'_, T> {
     }
 }
 
-impl<'nv, T: Element> Received<'nv, T> {
+impl<T: Element> Received<'_, T> {
     /// The message's slot: `capacity()` elements, of which the message fills the first
     /// `len()`. Valid on the receiving stream after the `recv`, until the release.
     pub fn view(&self) -> Result<SymView<'_, T>> {
-        self.data.view(self.start..self.start + self.capacity)
+        self.channel
+            .data
+            .view(self.start..self.start + self.capacity)
     }
 
     /// Device address of the slot (of the message's first element).
     pub fn device_ptr(&self) -> u64 {
-        self.data.as_device_ptr() as u64 + (self.start * std::mem::size_of::<T>()) as u64
+        self.channel.data.as_device_ptr() as u64 + (self.start * std::mem::size_of::<T>()) as u64
     }
 
     /// Device address of the u64 word holding the message's length in elements, for kernels
@@ -650,16 +673,17 @@ impl<'nv, T: Element> Received<'nv, T> {
     /// so this waits on the host until the stream has passed the receive (at most the
     /// channel's timeout from this call), then reads the length word.
     pub fn len(&self) -> Result<usize> {
+        let (me, status) = (self.channel.nv.my_pe(), &self.channel.status);
         let start = Instant::now();
         let mut pause = Duration::from_micros(2);
         while !self.arrived.try_is_complete()? {
-            self.status.check(self.me, &ChannelWaits)?;
-            if start.elapsed() > self.timeout {
+            status.check(me, &ChannelWaits)?;
+            if start.elapsed() > self.channel.timeout {
                 return Err(Error::Timeout {
                     what: format!(
                         "the stream of PE {} to reach its receive of message {} from PE {} \
                          (Received::len waits for the message on the host)",
-                        self.me, self.seq, self.peer
+                        me, self.seq, self.peer
                     ),
                     waited_ms: start.elapsed().as_millis(),
                 });
@@ -668,7 +692,7 @@ impl<'nv, T: Element> Received<'nv, T> {
             pause = (pause * 2).min(Duration::from_millis(1));
         }
         // A failed wait completes its kernel too: then the length word is stale.
-        self.status.check(self.me, &ChannelWaits)?;
+        status.check(me, &ChannelWaits)?;
         let mut len = [0u64; 1];
         // SAFETY: an 8-byte device word of this PE, written before the wait completed.
         unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut len, self.len_word) }?;
@@ -745,20 +769,32 @@ mod tests {
 
     #[test]
     fn slot_shapes_round_to_16_bytes_and_refuse_empty_channels() {
-        let shape = SlotShape::new(3, 5, 4).unwrap();
+        let shape = SlotShape::new(3, 5, 4, 2).unwrap();
         assert_eq!((shape.slots, shape.max_elems, shape.stride), (3, 5, 8));
-        assert_eq!(SlotShape::new(2, 7, 2).unwrap().stride, 8);
-        assert_eq!(SlotShape::new(2, 1, 1).unwrap().stride, 16);
-        assert_eq!(SlotShape::new(2, 3, 8).unwrap().stride, 4);
-        assert_eq!(SlotShape::new(1, 16, 4).unwrap().stride, 16);
-        is_channel_error(SlotShape::new(0, 10, 4), "0 slots");
-        is_channel_error(SlotShape::new(2, 0, 4), "0 elements");
-        is_channel_error(SlotShape::new(4, usize::MAX / 2, 4), "do not fit");
+        assert_eq!(SlotShape::new(2, 7, 2, 2).unwrap().stride, 8);
+        assert_eq!(SlotShape::new(2, 1, 1, 2).unwrap().stride, 16);
+        assert_eq!(SlotShape::new(2, 3, 8, 2).unwrap().stride, 4);
+        assert_eq!(SlotShape::new(1, 16, 4, 2).unwrap().stride, 16);
+        is_channel_error(SlotShape::new(0, 10, 4, 2), "0 slots");
+        is_channel_error(SlotShape::new(2, 0, 4, 2), "0 elements");
+    }
+
+    #[test]
+    fn channel_sizes_that_overflow_are_size_overflow_errors() {
+        let overflow = |r: Result<SlotShape>| match r {
+            Err(Error::SizeOverflow { what, .. }) => assert_eq!(what, "Channel::new"),
+            other => panic!("expected SizeOverflow, got {other:?}"),
+        };
+        overflow(SlotShape::new(4, usize::MAX / 2, 4, 2));
+        // Rounding max_elems up to 16 bytes would wrap.
+        overflow(SlotShape::new(1, usize::MAX, 1, 2));
+        // Slots fit, but the signal words of 16 PEs do not.
+        overflow(SlotShape::new(usize::MAX / 32, 1, 1, 16));
     }
 
     #[test]
     fn word_layout_does_not_overlap() {
-        let shape = SlotShape::new(3, 10, 4).unwrap();
+        let shape = SlotShape::new(3, 10, 4, 2).unwrap();
         let n = 4;
         let mut seen = BTreeSet::new();
         for s in 0..3 {
@@ -776,7 +812,7 @@ mod tests {
 
     #[test]
     fn message_lengths_are_checked_before_the_gpu() {
-        let shape = SlotShape::new(2, 100, 4).unwrap();
+        let shape = SlotShape::new(2, 100, 4, 2).unwrap();
         assert!(shape.check_len("send", 1, None).is_ok());
         assert!(shape.check_len("send", 100, Some(100)).is_ok());
         is_channel_error(shape.check_len("send", 0, None), "0 elements");

@@ -75,6 +75,7 @@ impl Nvshmem {
     /// Enqueues the barrier kernel (refused once the peers count as failed).
     fn launch_barrier(&self, what: &'static str, quiet: bool, stream: &CudaStream) -> Result<()> {
         self.check_peers(what)?;
+        self.bind()?;
         let args = sys::nvshmemrs_barrier_args {
             arrivals: self.waits.arrivals,
             state: self.waits.state_ptr as *mut u64,

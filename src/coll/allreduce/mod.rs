@@ -698,6 +698,7 @@ impl<'nv> Allreduce<'nv> {
         if protocol == Protocol::Push {
             args.rounds = self.direct_shape.rounds(bytes, n, blocks) as i32;
         }
+        self.ws.runtime().bind()?;
         // SAFETY: symmetric input/output of `count` elements, the workspace's own scratch,
         // counters, state and PE table; every member launches the same algo and block count.
         let code = unsafe {
