@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Runs compute-sanitizer (memcheck, then racecheck) on the ring exchange, two allreduce tests (the
-# second pushes and pulls two-shot messages back to back) and a channel test, each as 2 PEs under
-# `nvsh run -n 2`, and ends with one line per run and
-# "N clean, N with errors". Needs a GPU machine with compute-sanitizer (CUDA toolkit) and the
-# binaries of scripts/build_gpu_bins.sh:
+# Runs compute-sanitizer on the ring exchange, on allreduce under each of its protocols, on the
+# channel and on the barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
+#   memcheck   out-of-bounds and misaligned accesses, leaks, CUDA API errors;
+#   racecheck  shared-memory hazards only: it does not see races on global memory, so the
+#              cross-PE protocols (flags and data in symmetric global memory) are not covered
+#              by it; the tests' result checks and the soak are what catch those;
+#   initcheck  reads of device global memory never written;
+#   synccheck  invalid uses of __syncthreads and warp-level synchronisation.
+# Ends with one line per run and "N clean, N with errors". Needs a GPU machine with
+# compute-sanitizer (CUDA toolkit) and the binaries of scripts/build_gpu_bins.sh:
 #   scripts/sanitize.sh [BIN_DIR]          (default .gpu/bin)
-# SANITIZER overrides the compute-sanitizer command; SANITIZE_TIMEOUT (seconds, default 600)
-# bounds each run; logs go to SANITIZE_LOG_DIR if set.
+# A run is clean only when the tool and the program exit 0 and, for a test binary, every PE's
+# libtest summary counts a passed test: a renamed test that runs nothing is an error, not clean.
+# SANITIZER overrides the compute-sanitizer command; SANITIZE_TOOLS (default all four) and
+# SANITIZE_FILTER (case names containing it) narrow the runs, and a filter that matches no case
+# is an error; SANITIZE_TIMEOUT (seconds, default 600) bounds each run; logs go to
+# SANITIZE_LOG_DIR if set.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=${1:-.gpu/bin}
 san=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 limit=${SANITIZE_TIMEOUT:-600}
+tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
+filter=${SANITIZE_FILTER:-}
 logdir=${SANITIZE_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 [ -x "$san" ] || { echo "sanitize.sh: compute-sanitizer not found (set SANITIZER)" >&2; exit 2; }
-for f in nvsh ring_exchange test-allreduce test-channel; do
+for f in nvsh ring_exchange test-allreduce test-channel test-rma; do
     [ -x "$bin/$f" ] || { echo "sanitize.sh: no $bin/$f; run scripts/build_gpu_bins.sh" >&2; exit 2; }
 done
 # NVSHMEM's VMM-based heap confuses the sanitizer's allocation tracking.
@@ -25,19 +36,35 @@ export NVSHMEM_DISABLE_CUDA_VMM=1
 # uses neither NVSHMEM's collectives nor NCCL, so leave NCCL out of the runs under test.
 export NVSHMEM_DISABLE_NCCL=1
 
-clean=0 dirty=0 lines=()
-# check NAME ARGS...: one 2-PE run of ARGS under each tool.
+clean=0 dirty=0 runs=0 lines=()
+# check NAME [VAR=VALUE...] -- ARGS...: one 2-PE run of ARGS under each tool, with the
+# variables in its environment. ARGS of a test binary name one test.
 check() {
-    local name=$1
+    local name=$1 vars=()
     shift
-    for tool in memcheck racecheck; do
+    while [ "$1" != -- ]; do
+        vars+=("$1")
+        shift
+    done
+    shift
+    [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] || return 0
+    local libtest=0
+    [[ "$(basename "$1")" == test-* ]] && libtest=1
+    for tool in $tools; do
+        runs=$((runs + 1))
         local log="$logdir/${name}_$tool.log"
-        timeout --kill-after=10 "$limit" "$bin/nvsh" run -n 2 -- \
-            "$san" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1
+        timeout --kill-after=10 "$limit" env "${vars[@]}" "$bin/nvsh" run -n 2 -- \
+            "$san" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1 </dev/null
         local rc=$?
         local summary
         summary=$(grep -hE "(ERROR|RACECHECK) SUMMARY" "$log" | sed -E 's/.*(ERROR|RACECHECK) SUMMARY: //' | sort | uniq -c | tr '\n' ' ')
-        if [ $rc -eq 0 ]; then
+        # Each of the 2 PEs prints "test result: ok. 1 passed; ..." when its test ran.
+        local ran
+        ran=$(grep -cE 'test result: ok\. [1-9][0-9]* passed' "$log")
+        if [ $rc -eq 0 ] && [ $libtest -eq 1 ] && [ "$ran" -lt 2 ]; then
+            dirty=$((dirty + 1))
+            lines+=("ERRORS $name $tool: exit 0 but $ran of 2 PEs ran a test (renamed?) (see $log)")
+        elif [ $rc -eq 0 ]; then
             clean=$((clean + 1))
             lines+=("CLEAN $name $tool: ${summary:-no summary}")
         else
@@ -48,12 +75,38 @@ check() {
     done
 }
 
-check ring_exchange "$bin/ring_exchange"
-check allreduce "$bin/test-allreduce" --ignored --exact pe2_mismatched_lengths_are_refused --test-threads=1
-check allreduce_push_pull "$bin/test-allreduce" --ignored --exact \
+ar=("$bin/test-allreduce" --ignored --exact pe2_allreduce_as_the_environment_chooses --test-threads=1)
+# Each allreduce protocol, forced through the environment as the library reads it
+# (src/coll/allreduce/mod.rs; settings() writes 1T as 1024G); the test asserts that the settings and the algorithm it was given
+# are the ones that ran (NVSH_TEST_EXPECT_*), so a variable that stopped working fails the run.
+check ring_exchange -- "$bin/ring_exchange"
+check allreduce_oneshot_low_latency NVSH_ALLREDUCE_ALGO=oneshot NVSH_TEST_EXPECT_ALGO=oneshot \
+    "NVSH_TEST_EXPECT_SETTINGS=low-latency one-shot up to" -- "${ar[@]}"
+check allreduce_oneshot NVSH_ALLREDUCE_ALGO=oneshot NVSH_ALLREDUCE_LL_MAX=0 \
+    NVSH_TEST_EXPECT_ALGO=oneshot "NVSH_TEST_EXPECT_SETTINGS=low-latency one-shot off" -- "${ar[@]}"
+check allreduce_twoshot_slots NVSH_ALLREDUCE_ALGO=twoshot NVSH_ALLREDUCE_DIRECT_MIN=1T \
+    NVSH_TEST_EXPECT_ALGO=twoshot "NVSH_TEST_EXPECT_SETTINGS=direct two-shot from 1024G" -- "${ar[@]}"
+check allreduce_twoshot_direct_pull NVSH_ALLREDUCE_ALGO=twoshot NVSH_ALLREDUCE_DIRECT_MIN=0 \
+    NVSH_ALLREDUCE_PUSH_MIN=1T NVSH_TEST_EXPECT_ALGO=twoshot \
+    "NVSH_TEST_EXPECT_SETTINGS=direct two-shot from 0 (no push)" -- "${ar[@]}"
+check allreduce_twoshot_push NVSH_ALLREDUCE_ALGO=twoshot NVSH_ALLREDUCE_DIRECT_MIN=0 \
+    NVSH_ALLREDUCE_PUSH_MIN=0 NVSH_TEST_EXPECT_ALGO=twoshot \
+    "NVSH_TEST_EXPECT_SETTINGS=push from 0 out of place" -- "${ar[@]}"
+check allreduce_ring NVSH_ALLREDUCE_ALGO=ring NVSH_TEST_EXPECT_ALGO=ring -- "${ar[@]}"
+check allreduce_recursive_doubling NVSH_ALLREDUCE_ALGO=rd NVSH_TEST_EXPECT_ALGO=rd -- "${ar[@]}"
+check allreduce_refused_call -- "$bin/test-allreduce" --ignored --exact \
+    pe2_mismatched_lengths_are_refused --test-threads=1
+check allreduce_push_pull -- "$bin/test-allreduce" --ignored --exact \
     pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls --test-threads=1
-check channel "$bin/test-channel" --ignored --exact pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
+check channel -- "$bin/test-channel" --ignored --exact \
+    pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
+check barrier -- "$bin/test-rma" --ignored --exact pe2_barrier_orders_puts_before_reads \
+    --test-threads=1
 echo
-printf '%s\n' "${lines[@]}"
+[ ${#lines[@]} -eq 0 ] || printf '%s\n' "${lines[@]}"
+if [ "$runs" -eq 0 ]; then
+    echo "sanitize.sh: nothing ran (SANITIZE_FILTER='$filter', SANITIZE_TOOLS='$tools')"
+    dirty=1
+fi
 echo "$clean clean, $dirty with errors"
 [ "$dirty" -eq 0 ]

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::runtime;
+use common::{gpu_test, runtime};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use half::bf16;
 use nvshmem::sync::status::{FailureKind, WaitOp};
@@ -155,26 +155,23 @@ fn one_way<T: TestElem>(nv: &Nvshmem, count: usize, slots: usize, direct: bool) 
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_a_thousand_messages_arrive_in_order_with_their_values() {
+gpu_test!(2, a_thousand_messages_arrive_in_order_with_their_values);
+fn a_thousand_messages_arrive_in_order_with_their_values() {
     let nv = runtime(2);
     one_way::<f32>(&nv, 1000, 3, true);
     one_way::<bf16>(&nv, 1000, 3, true);
     one_way::<i32>(&nv, 100, 1, true);
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_the_nvshmem_put_path_used_across_nodes_delivers_the_same() {
+gpu_test!(2, the_nvshmem_put_path_used_across_nodes_delivers_the_same);
+fn the_nvshmem_put_path_used_across_nodes_delivers_the_same() {
     let nv = runtime(2);
     one_way::<f32>(&nv, 1000, 3, false);
     one_way::<bf16>(&nv, 1000, 2, false);
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_forward_and_backward_channels_at_once_like_a_pipeline() {
+gpu_test!(2, forward_and_backward_channels_at_once_like_a_pipeline);
+fn forward_and_backward_channels_at_once_like_a_pipeline() {
     // PE 0 sends activations on one stream and receives gradients on another; PE 1 receives
     // each activation and sends it back as the gradient. Half the gradients are received in
     // place (recv + copy + release), half with recv_into.
@@ -233,9 +230,11 @@ fn pe2_forward_and_backward_channels_at_once_like_a_pipeline() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
+gpu_test!(
+    2,
+    a_slow_receiver_holds_back_a_fast_sender_without_losing_data
+);
+fn a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
     // Two slots, 200 messages queued at once by the sender while the receiver has not started:
     // the sender's host must not block, and its GPU must wait for the slots (credits) instead of
     // overwriting messages the receiver has not read yet.
@@ -284,9 +283,8 @@ fn pe2_a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_three_channels_used_interleaved() {
+gpu_test!(2, three_channels_used_interleaved);
+fn three_channels_used_interleaved() {
     // a: f32 0 -> 1 (2 slots), b: bf16 1 -> 0 (3 slots), c: i32 0 -> 1 (1 slot).
     let nv = runtime(2);
     let me = nv.my_pe();
@@ -350,9 +348,8 @@ fn first_error<T: Element>(ch: &Channel<'_, T>, limit: Duration) -> Error {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_waits_that_never_end_are_timeouts_naming_the_peer() {
+gpu_test!(2, waits_that_never_end_are_timeouts_naming_the_peer);
+fn waits_that_never_end_are_timeouts_naming_the_peer() {
     // PE 1 waits for a message PE 0 never sends; PE 0 sends more messages than there are slots
     // on a channel PE 1 never reads. Both must fail within their deadlines, naming the peer.
     let nv = runtime(2);
@@ -428,9 +425,8 @@ fn pe2_waits_that_never_end_are_timeouts_naming_the_peer() {
     assert!(nv.peer_failure().is_some());
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_a_length_mismatch_is_a_typed_error_and_copies_nothing() {
+gpu_test!(2, a_length_mismatch_is_a_typed_error_and_copies_nothing);
+fn a_length_mismatch_is_a_typed_error_and_copies_nothing() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
@@ -466,9 +462,8 @@ fn pe2_a_length_mismatch_is_a_typed_error_and_copies_nothing() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_receiving_from_a_second_peer_is_refused() {
+gpu_test!(2, receiving_from_a_second_peer_is_refused);
+fn receiving_from_a_second_peer_is_refused() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
@@ -492,9 +487,11 @@ fn pe2_receiving_from_a_second_peer_is_refused() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
+gpu_test!(
+    1,
+    bad_arguments_are_typed_errors_and_leave_the_channel_usable
+);
+fn bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
     let nv = runtime(1);
     let stream = nv.stream().clone();
     assert!(matches!(
@@ -551,9 +548,8 @@ fn pe1_bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
     assert_eq!(&got[10..], &vec![-1.0; 10][..], "received past its length");
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_a_pe_sends_to_itself_copying_and_in_place() {
+gpu_test!(1, a_pe_sends_to_itself_copying_and_in_place);
+fn a_pe_sends_to_itself_copying_and_in_place() {
     // One PE, one stream: every message is sent, then received, alternately with recv_into and
     // with recv + release; both put paths.
     let nv = runtime(1);
@@ -593,9 +589,8 @@ fn pe1_a_pe_sends_to_itself_copying_and_in_place() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_unreleased_messages_are_refused_before_they_deadlock() {
+gpu_test!(1, unreleased_messages_are_refused_before_they_deadlock);
+fn unreleased_messages_are_refused_before_they_deadlock() {
     let nv = runtime(1);
     let stream = nv.stream().clone();
     let ch = Channel::<i32>::new(&nv, 2, 4).unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{runtime, WAIT};
+use common::{gpu_test, runtime, WAIT};
 use half::{bf16, f16};
 use nvshmem::{Cmp, Completion, Element, LaunchShape, Nvshmem, SignalOp};
 
@@ -30,9 +30,8 @@ fn exchange<T: Element>(nv: &Nvshmem, make: impl Fn(i32, usize) -> T, len: usize
     assert_eq!(got[len], guard, "{} x {len}: wrote past the end", T::NAME);
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_device_put_every_element_type() {
+gpu_test!(2, device_put_every_element_type);
+fn device_put_every_element_type() {
     let nv = runtime(2);
     exchange(&nv, |pe, i| pe as f32 + i as f32 * 0.25, 1000);
     exchange(&nv, |pe, i| pe as f64 * 1e9 + i as f64, 1000);
@@ -57,9 +56,8 @@ fn pe2_device_put_every_element_type() {
     exchange(&nv, |pe, i| (pe as u8).wrapping_mul(31) ^ i as u8, 1000);
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_device_put_sizes_and_shapes() {
+gpu_test!(2, device_put_sizes_and_shapes);
+fn device_put_sizes_and_shapes() {
     let nv = runtime(2);
     // Odd sizes (not multiples of 16 bytes) up to several chunks per block and beyond.
     for len in [1usize, 3, 17, 4095, 65_537, 1 << 20, (16 << 20) + 5] {
@@ -103,9 +101,11 @@ fn pe2_device_put_sizes_and_shapes() {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_device_put_unaligned_views_take_the_nvshmem_path_and_arrive() {
+gpu_test!(
+    2,
+    device_put_unaligned_views_take_the_nvshmem_path_and_arrive
+);
+fn device_put_unaligned_views_take_the_nvshmem_path_and_arrive() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
@@ -142,9 +142,8 @@ fn pe2_device_put_unaligned_views_take_the_nvshmem_path_and_arrive() {
     );
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_device_put_signal_orders_data_before_signal() {
+gpu_test!(2, device_put_signal_orders_data_before_signal);
+fn device_put_signal_orders_data_before_signal() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();

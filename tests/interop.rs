@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::runtime;
+use common::{gpu_test, runtime};
 use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
@@ -41,9 +41,8 @@ DONE:
 }
 "#;
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_cudarc_copies_and_a_user_kernel_work_on_symmetric_memory() {
+gpu_test!(2, cudarc_copies_and_a_user_kernel_work_on_symmetric_memory);
+fn cudarc_copies_and_a_user_kernel_work_on_symmetric_memory() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{runtime, WAIT};
+use common::{gpu_test, runtime, WAIT};
 use nvshmem::{Cmp, Error, SignalOp};
 
 fn pattern(pe: i32, n: usize, salt: i64) -> Vec<i64> {
@@ -12,9 +12,8 @@ fn pattern(pe: i32, n: usize, salt: i64) -> Vec<i64> {
         .collect()
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_put_blocking_and_nbi_deliver_to_the_next_pe() {
+gpu_test!(2, put_blocking_and_nbi_deliver_to_the_next_pe);
+fn put_blocking_and_nbi_deliver_to_the_next_pe() {
     let nv = runtime(2);
     let (me, n) = (nv.my_pe(), nv.n_pes());
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
@@ -40,9 +39,8 @@ fn pe2_put_blocking_and_nbi_deliver_to_the_next_pe() {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_get_blocking_and_nbi_read_the_peer() {
+gpu_test!(2, get_blocking_and_nbi_read_the_peer);
+fn get_blocking_and_nbi_read_the_peer() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let peer = 1 - me;
@@ -64,9 +62,8 @@ fn pe2_get_blocking_and_nbi_read_the_peer() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_put_signal_host_wait_sees_data_with_the_signal() {
+gpu_test!(2, put_signal_host_wait_sees_data_with_the_signal);
+fn put_signal_host_wait_sees_data_with_the_signal() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let len = 1 << 16;
@@ -96,9 +93,8 @@ fn pe2_put_signal_host_wait_sees_data_with_the_signal() {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_stream_ordered_put_get_and_signal_wait() {
+gpu_test!(2, stream_ordered_put_get_and_signal_wait);
+fn stream_ordered_put_get_and_signal_wait() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();
@@ -124,6 +120,9 @@ fn pe2_stream_ordered_put_get_and_signal_wait() {
         assert_eq!(dst.to_vec().unwrap(), want);
         assert_eq!(back.to_vec().unwrap(), want);
     }
+    // Phase 1 left PE 0's values in PE 1's dst, the very values phase 2 puts there: poison
+    // them (NaN) so that a phase-2 put that delivers nothing fails.
+    dst.copy_from_host(&vec![f32::NAN; len]).unwrap();
     nv.barrier_all().unwrap();
     // put_on_stream both ways at once.
     nv.put_on_stream(&dst, &src, 1 - me, &stream).unwrap();
@@ -134,9 +133,8 @@ fn pe2_stream_ordered_put_get_and_signal_wait() {
     assert_eq!(dst.to_vec().unwrap(), want);
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_atomics_fetch_add_and_compare_swap() {
+gpu_test!(2, atomics_fetch_add_and_compare_swap);
+fn atomics_fetch_add_and_compare_swap() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let counter = nv.alloc_zeroed::<u64>(1).unwrap();
@@ -170,9 +168,8 @@ fn pe2_atomics_fetch_add_and_compare_swap() {
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_barrier_orders_puts_before_reads() {
+gpu_test!(2, barrier_orders_puts_before_reads);
+fn barrier_orders_puts_before_reads() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let cell = nv.alloc_zeroed::<u64>(64).unwrap();
@@ -191,9 +188,11 @@ fn pe2_barrier_orders_puts_before_reads() {
     }
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on() {
+gpu_test!(
+    2,
+    bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on
+);
+fn bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let a = nv.alloc::<i32>(16).unwrap();
@@ -261,9 +260,8 @@ fn pe2_bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on() {
     );
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_buffers_freed_before_finalize_and_leaks_reported() {
+gpu_test!(2, buffers_freed_before_finalize_and_leaks_reported);
+fn buffers_freed_before_finalize_and_leaks_reported() {
     let nv = runtime(2);
     let base = nvshmem::core::leak::live_buffers().len();
     {
@@ -295,9 +293,8 @@ fn pe2_buffers_freed_before_finalize_and_leaks_reported() {
     assert!(nvshmem::core::leak::live_buffers().is_empty());
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_peer_pointers_and_teams() {
+gpu_test!(2, peer_pointers_and_teams);
+fn peer_pointers_and_teams() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let buf = nv.alloc::<u8>(64).unwrap();

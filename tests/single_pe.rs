@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::runtime;
+use common::{gpu_test, runtime};
 use half::{bf16, f16};
 use nvshmem::{Element, Error, Nvshmem};
 
@@ -30,9 +30,8 @@ fn round_trip<T: Element>(nv: &Nvshmem, make: impl Fn(usize) -> T) {
     assert_eq!(got[200], data[200]);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_buffers_of_every_element_type_round_trip() {
+gpu_test!(1, buffers_of_every_element_type_round_trip);
+fn buffers_of_every_element_type_round_trip() {
     let nv = runtime(1);
     round_trip(&nv, |i| i as f32 * 1.5);
     round_trip(&nv, |i| i as f64 / 3.0);
@@ -47,9 +46,8 @@ fn pe1_buffers_of_every_element_type_round_trip() {
     assert_eq!(aligned.as_device_ptr() as usize % (1 << 16), 0);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_second_init_is_an_error_and_device_api_works() {
+gpu_test!(1, second_init_is_an_error_and_device_api_works);
+fn second_init_is_an_error_and_device_api_works() {
     let nv = runtime(1);
     assert!(matches!(
         Nvshmem::init_single_pe(),
@@ -59,9 +57,8 @@ fn pe1_second_init_is_an_error_and_device_api_works() {
     assert_eq!((nv.my_pe(), nv.n_pes()), (0, 1));
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_heap_exhaustion_is_an_error_naming_the_variable() {
+gpu_test!(1, heap_exhaustion_is_an_error_naming_the_variable);
+fn heap_exhaustion_is_an_error_naming_the_variable() {
     let nv = runtime(1);
     let err = nv.alloc::<u8>(1 << 40).unwrap_err();
     assert!(matches!(err, Error::AllocFailed { .. }), "{err:?}");

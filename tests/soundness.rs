@@ -5,18 +5,17 @@
 
 mod common;
 
-use common::{runtime, WAIT};
+use common::{gpu_test, runtime, WAIT};
 use cudarc::driver::CudaContext;
 use nvshmem::{Cmp, Completion, Error, LaunchShape, Nvshmem};
 use std::time::{Duration, Instant};
 
+gpu_test!(1, a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end);
 /// A buffer dropped while a put into it is still queued on another stream must not be handed
 /// to the next allocation before the put is done. Before the fix the drop waited only for the
 /// runtime's stream: the 32 slow one-warp puts below kept writing 1.0 into the range after
 /// `again` had taken it and received its 7.0 canary.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end() {
+fn a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end() {
     let nv = runtime(1);
     let n = 64 << 20; // 256 MiB of f32
     let src = nv.alloc::<f32>(n).unwrap();
@@ -50,13 +49,12 @@ fn pe1_a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end() {
     );
 }
 
+gpu_test!(2, copy_from_pageable_host_then_put_device_sends_the_new_data);
 /// copy_from_host from pageable memory returns when the data is on the GPU, so a put_device
 /// on another stream right after it sends the new data. Before the fix the copy ran on the
 /// legacy stream and returned once the data was staged: the put could read the tail of the
 /// previous round's values.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_copy_from_pageable_host_then_put_device_sends_the_new_data() {
+fn copy_from_pageable_host_then_put_device_sends_the_new_data() {
     let nv = runtime(2);
     let (me, n_pes) = (nv.my_pe(), nv.n_pes());
     let (next, prev) = ((me + 1) % n_pes, (me + n_pes - 1) % n_pes);
@@ -87,10 +85,9 @@ fn pe2_copy_from_pageable_host_then_put_device_sends_the_new_data() {
     }
 }
 
+gpu_test!(2, zero_then_barrier_does_not_wipe_a_later_put);
 /// zero() is done when it returns: a barrier after it orders it before a peer's put.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_zero_then_barrier_does_not_wipe_a_later_put() {
+fn zero_then_barrier_does_not_wipe_a_later_put() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let n = 64 << 20; // 512 MiB of u64: the memset takes a while
@@ -109,12 +106,11 @@ fn pe2_zero_then_barrier_does_not_wipe_a_later_put() {
     assert_eq!(wiped, 0, "{wiped} elements of the peer's put are not there");
 }
 
+gpu_test!(2, barriers_on_two_streams_take_two_epochs);
 /// Two barriers running at once on two streams take two epochs. Before the fix both kernels
 /// read the same epoch on PE 0 (both wait for PE 1, which sleeps) and every later barrier
 /// there passed a round early: the timed barrier below returned without waiting for PE 1.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_barriers_on_two_streams_take_two_epochs() {
+fn barriers_on_two_streams_take_two_epochs() {
     let nv = runtime(2);
     let me = nv.my_pe();
     nv.set_timeout(WAIT);
@@ -145,12 +141,11 @@ fn pe2_barriers_on_two_streams_take_two_epochs() {
     nv.barrier_all().unwrap();
 }
 
+gpu_test!(2, an_allocation_one_pe_refuses_is_refused_on_every_pe);
 /// An allocation one PE refuses (too little free memory) is refused on every PE, and the PEs
 /// stay in step. Before the fix PE 1 refused alone while PE 0 went into nvshmem_malloc and
 /// waited there for PE 1 forever.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_an_allocation_one_pe_refuses_is_refused_on_every_pe() {
+fn an_allocation_one_pe_refuses_is_refused_on_every_pe() {
     let nv = runtime(2);
     let me = nv.my_pe();
     nv.set_timeout(WAIT);
@@ -169,12 +164,11 @@ fn pe2_an_allocation_one_pe_refuses_is_refused_on_every_pe() {
     assert_eq!(small.to_vec().unwrap(), vec![0; 16]);
 }
 
+gpu_test!(2, a_late_pe_times_out_instead_of_freeing_alone);
 /// A PE that arrives after its peer gave up on a free times out too instead of entering
 /// nvshmem_free alone. Before the fix PE 1 passed the barrier (PE 0's arrival was there) and
 /// blocked in nvshmem_free for good.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_a_late_pe_times_out_instead_of_freeing_alone() {
+fn a_late_pe_times_out_instead_of_freeing_alone() {
     let nv = runtime(2);
     let me = nv.my_pe();
     let buf = nv.alloc::<u64>(16).unwrap();
@@ -200,10 +194,9 @@ fn pe2_a_late_pe_times_out_instead_of_freeing_alone() {
     }
 }
 
+gpu_test!(1, init_after_finalize_is_refused);
 /// NVSHMEM comes up once per process. Before the fix the second init re-initialised it.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_init_after_finalize_is_refused() {
+fn init_after_finalize_is_refused() {
     let nv = runtime(1);
     drop(nv);
     match Nvshmem::init() {
@@ -212,11 +205,10 @@ fn pe1_init_after_finalize_is_refused() {
     }
 }
 
+gpu_test!(1, another_device_bound_on_the_thread_does_not_misdirect_work);
 /// The runtime binds its context on entry. Before the fix a put_device launched on a stream
 /// of GPU 0's context with GPU 1's context current, and failed.
-#[test]
-#[ignore = "needs 2 GPUs (1 PE)"]
-fn pe1_another_device_bound_on_the_thread_does_not_misdirect_work() {
+fn another_device_bound_on_the_thread_does_not_misdirect_work() {
     let nv = runtime(1);
     if nv.cuda_info().device_count < 2 {
         eprintln!("skipped: one visible GPU");
@@ -238,12 +230,11 @@ fn pe1_another_device_bound_on_the_thread_does_not_misdirect_work() {
     assert_eq!(dst.to_vec().unwrap(), data);
 }
 
+gpu_test!(1, sizes_from_user_input_overflow_into_errors);
 /// Sizes from user input are checked: errors, not panics or wrapped sizes. Before the fix
 /// at(usize::MAX) panicked (overflow in debug builds) and the overflowing allocation was an
 /// AllocFailed.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_sizes_from_user_input_overflow_into_errors() {
+fn sizes_from_user_input_overflow_into_errors() {
     let nv = runtime(1);
     let buf = nv.alloc::<u64>(4).unwrap();
     assert!(matches!(buf.at(usize::MAX), Err(Error::OutOfBounds { .. })));
@@ -255,11 +246,10 @@ fn pe1_sizes_from_user_input_overflow_into_errors() {
     nv.barrier_all().unwrap();
 }
 
+gpu_test!(1, a_host_signal_wait_timeout_is_a_peer_failure);
 /// A host signal wait that times out counts as a peer failure, like the device waits. Before
 /// the fix the runtime went on as if nothing had happened.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_a_host_signal_wait_timeout_is_a_peer_failure() {
+fn a_host_signal_wait_timeout_is_a_peer_failure() {
     let nv = runtime(1);
     let sig = nv.alloc_zeroed::<u64>(1).unwrap();
     let waited = nv.signal_wait_until(&sig, Cmp::Ge, 1, Duration::from_millis(50));

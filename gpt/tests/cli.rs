@@ -189,7 +189,7 @@ fn user_errors_exit_with_status_1_and_say_what_to_do() {
 #[test]
 fn gpu_training_without_a_gpu_fails_cleanly() {
     if Path::new("/dev/nvidiactl").exists() {
-        eprintln!("skipped: this machine has an NVIDIA driver");
+        common::skip("this machine has an NVIDIA driver");
         return;
     }
     let dir = workdir("nogpu");

@@ -4,7 +4,7 @@
 //! finite differences of its `*_forward` (this proves the references), plus known values for
 //! the classifier, AdamW and the sum of squares.
 //!
-//! GPU tests (`#[ignore = "needs 1 GPU"]`, named `pe1_*`): every `Ops` kernel is checked against
+//! GPU tests (`gpu_test!(1, name)`, the test `pe1_name`): every `Ops` kernel is checked against
 //! the reference on small random shapes (T not a power of two, C and T past one warp, N past
 //! one block, several reduction parts). They use cudarc directly on GPU 0's default stream and
 //! need no NVSHMEM. Tolerances: the kernels compute in f32 with their own summation order and
@@ -14,6 +14,9 @@
 //! more (softmax and LayerNorm gradients subtract means), use 1e-3 |want| + 1e-4 max|want|.
 //! A wrong index or formula gives errors of the order of max|want| and fails either bound.
 
+mod common;
+
+use common::gpu_test;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -461,9 +464,8 @@ const SHAPES: [(usize, usize, usize, usize); 5] = [
     (2, 37, 40, 4),
 ];
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_encoder_forward() {
+gpu_test!(1, encoder_forward);
+fn encoder_forward() {
     let g = Gpu::new();
     let mut rng = Rng(10);
     for (b, t, c, v) in [(2, 5, 8, 7), (1, 17, 48, 50), (4, 100, 24, 7)] {
@@ -488,9 +490,8 @@ fn pe1_encoder_forward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_encoder_backward() {
+gpu_test!(1, encoder_backward);
+fn encoder_backward() {
     let g = Gpu::new();
     let mut rng = Rng(11);
     // N = 400 > 256 exercises the multi-chunk token scans; V = 7 makes every token repeat.
@@ -518,9 +519,8 @@ fn pe1_encoder_backward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_layernorm_forward() {
+gpu_test!(1, layernorm_forward);
+fn layernorm_forward() {
     let g = Gpu::new();
     let mut rng = Rng(12);
     for (n, c) in [(10, 8), (17, 48), (37, 40), (300, 33)] {
@@ -548,9 +548,8 @@ fn pe1_layernorm_forward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_layernorm_backward() {
+gpu_test!(1, layernorm_backward);
+fn layernorm_backward() {
     let g = Gpu::new();
     let mut rng = Rng(13);
     // N = 300 and 5000: several reduction parts, the last one partly filled.
@@ -640,9 +639,8 @@ fn pe1_layernorm_backward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_matmul_forward() {
+gpu_test!(1, matmul_forward);
+fn matmul_forward() {
     let g = Gpu::new();
     let mut rng = Rng(14);
     for (n, c, oc, with_bias) in [
@@ -674,9 +672,8 @@ fn pe1_matmul_forward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_matmul_forward_tf32() {
+gpu_test!(1, matmul_forward_tf32);
+fn matmul_forward_tf32() {
     let mut g = Gpu::new();
     let mut rng = Rng(15);
     let (n, c, oc) = (64, 48, 96);
@@ -704,9 +701,8 @@ fn pe1_matmul_forward_tf32() {
     );
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_matmul_backward() {
+gpu_test!(1, matmul_backward);
+fn matmul_backward() {
     let g = Gpu::new();
     let mut rng = Rng(16);
     for (n, c, oc, with_bias) in [
@@ -773,9 +769,8 @@ fn pe1_matmul_backward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_attention_forward() {
+gpu_test!(1, attention_forward);
+fn attention_forward() {
     let g = Gpu::new();
     let mut rng = Rng(17);
     for (b, t, c, nh) in SHAPES {
@@ -813,9 +808,8 @@ fn pe1_attention_forward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_attention_backward() {
+gpu_test!(1, attention_backward);
+fn attention_backward() {
     let g = Gpu::new();
     let mut rng = Rng(18);
     for (b, t, c, nh) in SHAPES {
@@ -866,9 +860,8 @@ fn pe1_attention_backward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_gelu_forward() {
+gpu_test!(1, gelu_forward);
+fn gelu_forward() {
     let g = Gpu::new();
     let mut rng = Rng(19);
     let n = 1000;
@@ -881,9 +874,8 @@ fn pe1_gelu_forward() {
     assert_close("gelu forward", &g.down(&out), &want, 1e-5, 1e-6);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_gelu_backward() {
+gpu_test!(1, gelu_backward);
+fn gelu_backward() {
     let g = Gpu::new();
     let mut rng = Rng(20);
     let n = 1000;
@@ -902,9 +894,8 @@ fn pe1_gelu_backward() {
     assert_close("gelu backward in place", &g.down(&gd), &want, 1e-5, 1e-6);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_residual_forward() {
+gpu_test!(1, residual_forward);
+fn residual_forward() {
     let g = Gpu::new();
     let mut rng = Rng(21);
     let n = 777;
@@ -918,9 +909,8 @@ fn pe1_residual_forward() {
     assert_eq!(g.down(&out), want);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_elementwise() {
+gpu_test!(1, elementwise);
+fn elementwise() {
     let g = Gpu::new();
     let mut rng = Rng(22);
     let n = 1025;
@@ -947,9 +937,8 @@ fn pe1_elementwise() {
     ));
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_classifier_forward() {
+gpu_test!(1, classifier_forward);
+fn classifier_forward() {
     let g = Gpu::new();
     let mut rng = Rng(23);
     for (n, v, vp) in [(10, 7, 8), (37, 50, 64), (5, 1000, 1024), (3, 50257, 50304)] {
@@ -981,9 +970,8 @@ fn pe1_classifier_forward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_classifier_backward() {
+gpu_test!(1, classifier_backward);
+fn classifier_backward() {
     let g = Gpu::new();
     let mut rng = Rng(24);
     for (n, v, vp) in [(10, 7, 8), (37, 50, 64), (5, 1000, 1024), (3, 50257, 50304)] {
@@ -1016,9 +1004,8 @@ fn pe1_classifier_backward() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_adamw() {
+gpu_test!(1, adamw);
+fn adamw() {
     let g = Gpu::new();
     let mut rng = Rng(25);
     let n = 3001;
@@ -1071,9 +1058,8 @@ fn pe1_adamw() {
     ));
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_sum_squares() {
+gpu_test!(1, sum_squares);
+fn sum_squares() {
     let g = Gpu::new();
     let mut rng = Rng(26);
     for n in [1, 1000, 4097, 1_000_003, 20_000_000] {
@@ -1099,11 +1085,10 @@ fn pe1_sum_squares() {
     assert_eq!(g.down(&out), vec![0.0], "empty sum");
 }
 
+gpu_test!(1, backward_deterministic);
 /// The backward kernels give the same bits on every run (no atomics, fixed reduction order):
 /// what lets the trainer reproduce a 1-stage run with 2 pipeline stages.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_backward_deterministic() {
+fn backward_deterministic() {
     let g = Gpu::new();
     let mut rng = Rng(27);
     let (b, t, c, nh, v) = (4, 64, 48, 4, 11);
@@ -1184,9 +1169,8 @@ fn pe1_backward_deterministic() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_invalid_arguments() {
+gpu_test!(1, invalid_arguments);
+fn invalid_arguments() {
     let g = Gpu::new();
     let buf = g.zeros(1024);
     let p = g.p(&buf);

@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{dataset, max_rel, run_config, text, tiny};
+use common::{dataset, gpu_test, max_rel, run_config, text, tiny};
 use nvsh_gpt::backend::{Backend, CpuBackend, GpuBackend};
 use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, Topology};
@@ -61,9 +61,8 @@ fn odd_data() -> Arc<Dataset> {
     Arc::new(Dataset::from_bytes(&text(40_000, 5), 0.1, 13).unwrap())
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_loss_and_every_gradient_match_the_cpu_model() {
+gpu_test!(1, loss_and_every_gradient_match_the_cpu_model);
+fn loss_and_every_gradient_match_the_cpu_model() {
     let data = odd_data();
     for tied in [true, false] {
         let run = run_config(odd_model(2, tied), 1, 1, 2, ScheduleKind::OneFOneB);
@@ -105,9 +104,11 @@ fn pe1_loss_and_every_gradient_match_the_cpu_model() {
     }
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_first_steps_track_the_cpu_model_and_training_lowers_the_loss() {
+gpu_test!(
+    1,
+    first_steps_track_the_cpu_model_and_training_lowers_the_loss
+);
+fn first_steps_track_the_cpu_model_and_training_lowers_the_loss() {
     let mut run = run_config(tiny(2, true), 1, 1, 4, ScheduleKind::OneFOneB);
     run.lr = 1e-2;
     run.warmup = 5;
@@ -137,9 +138,8 @@ fn pe1_first_steps_track_the_cpu_model_and_training_lowers_the_loss() {
     assert_eq!(sample.len(), 24);
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_checkpoint_resume_gives_the_same_next_step_loss() {
+gpu_test!(1, checkpoint_resume_gives_the_same_next_step_loss);
+fn checkpoint_resume_gives_the_same_next_step_loss() {
     let run = run_config(odd_model(2, false), 1, 1, 2, ScheduleKind::GPipe);
     let data = odd_data();
     let g = gpu();
@@ -163,10 +163,9 @@ fn pe1_checkpoint_resume_gives_the_same_next_step_loss() {
     let _ = std::fs::remove_file(&path);
 }
 
+gpu_test!(1, nvshmem_session_trains_logs_and_samples);
 /// The real comm on one PE (symmetric gradients, world statistics) through a whole session.
-#[test]
-#[ignore = "needs 1 GPU"]
-fn pe1_nvshmem_session_trains_logs_and_samples() {
+fn nvshmem_session_trains_logs_and_samples() {
     let nv = Nvshmem::init().expect("NVSHMEM init");
     assert_eq!(nv.n_pes(), 1, "run alone");
     let mut run = run_config(tiny(2, true), 1, 1, 2, ScheduleKind::OneFOneB);
@@ -268,11 +267,10 @@ fn local(
     (losses, text)
 }
 
+gpu_test!(2, pipeline_losses_and_sample_match_a_single_pe);
 /// PP = 2 with both schedules, tied and untied: the losses of the first 20 steps equal this
 /// GPU's single-PE losses within 1e-5 relative, and greedy sampling gives the same text.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_pipeline_losses_and_sample_match_a_single_pe() {
+fn pipeline_losses_and_sample_match_a_single_pe() {
     let nv = Nvshmem::init().expect("NVSHMEM init");
     assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
     let data = odd_data();
@@ -306,11 +304,10 @@ fn pe2_pipeline_losses_and_sample_match_a_single_pe() {
     }
 }
 
+gpu_test!(2, data_parallel_matches_one_pe_with_the_combined_batch);
 /// Two data-parallel replicas (PP = 1 x DP = 2, two micro-batches each) train like one PE
 /// with four micro-batches.
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_data_parallel_matches_one_pe_with_the_combined_batch() {
+fn data_parallel_matches_one_pe_with_the_combined_batch() {
     let nv = Nvshmem::init().expect("NVSHMEM init");
     assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
     let data = odd_data();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{has_nvidia_driver, run_nvsh};
+use common::{gpu_test, has_nvidia_driver, run_nvsh, skip};
 
 /// (exit code 0, stdout, stderr) of `nvsh doctor`.
 fn nvsh_doctor() -> (bool, String, String) {
@@ -13,7 +13,7 @@ fn nvsh_doctor() -> (bool, String, String) {
 #[test]
 fn doctor_without_driver_reports_and_fails() {
     if has_nvidia_driver() {
-        eprintln!("skipped: this machine has an NVIDIA driver; see doctor_passes_on_two_gpus");
+        skip("this machine has an NVIDIA driver; see pe1_doctor_passes_on_two_gpus");
         return;
     }
     let (ok, stdout, stderr) = nvsh_doctor();
@@ -50,8 +50,7 @@ fn doctor_without_driver_reports_and_fails() {
     );
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
+gpu_test!(1, doctor_passes_on_two_gpus);
 fn doctor_passes_on_two_gpus() {
     let (ok, stdout, stderr) = nvsh_doctor();
     assert!(ok, "nvsh doctor failed:\n{stdout}\n{stderr}");

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::gpu_test;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -117,21 +119,27 @@ fn kill_one_pe_during(workload: &str) {
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
 
-#[test]
-#[ignore = "needs 1 GPU (2 PEs; one per GPU where there are 2)"]
-fn pe1_killing_a_pe_mid_allreduce_loop_ends_the_survivor_with_a_timeout_naming_it() {
+// Needs 1 GPU (2 PEs; one per GPU where there are 2).
+gpu_test!(
+    1,
+    killing_a_pe_mid_allreduce_loop_ends_the_survivor_with_a_timeout_naming_it
+);
+fn killing_a_pe_mid_allreduce_loop_ends_the_survivor_with_a_timeout_naming_it() {
     kill_one_pe_during("allreduce");
 }
 
-#[test]
-#[ignore = "needs 1 GPU (2 PEs; one per GPU where there are 2)"]
-fn pe1_killing_a_pe_mid_channel_loop_ends_the_survivor_with_a_timeout_naming_it() {
+// Needs 1 GPU (2 PEs; one per GPU where there are 2).
+gpu_test!(
+    1,
+    killing_a_pe_mid_channel_loop_ends_the_survivor_with_a_timeout_naming_it
+);
+fn killing_a_pe_mid_channel_loop_ends_the_survivor_with_a_timeout_naming_it() {
     kill_one_pe_during("channel");
 }
 
-#[test]
-#[ignore = "needs 1 GPU (2 PEs; one per GPU where there are 2)"]
-fn pe1_a_short_mixed_soak_checks_every_result() {
+// Needs 1 GPU (2 PEs; one per GPU where there are 2).
+gpu_test!(1, a_short_mixed_soak_checks_every_result);
+fn a_short_mixed_soak_checks_every_result() {
     let nvsh = common::nvsh_path();
     let out = Command::new(&nvsh)
         .args(["run", "-n", "2", "--"])

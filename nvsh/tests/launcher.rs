@@ -60,7 +60,11 @@ fn collect(pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
 }
 
 /// Runs the command to its end, failing the test (and killing the launcher) if it takes longer
-/// than `limit`, so that a hanging launcher fails instead of stalling the suite.
+/// than `limit`, so that a hanging launcher fails instead of stalling the suite. Time is no
+/// evidence here (CI machines are shared and slow): limits are far above what a working launcher
+/// needs and only catch hangs; ranks that must be stopped sleep far longer than the limit, and
+/// exit statuses and messages show what happened. Lower bounds (a grace period or wait that was
+/// honoured) stay: load only lengthens a run.
 fn finish(mut cmd: Command, limit: Duration) -> Finished {
     let start = Instant::now();
     let mut child = cmd.spawn().expect("start nvsh");
@@ -280,9 +284,9 @@ fn first_failure_stops_the_others_and_sets_the_exit_code() {
     // shell with a child, which must stop too.
     let script = format!(
         "case $NVSH_RANK in \
-           0) {p0}; exec sleep 30;; \
+           0) {p0}; exec sleep 300;; \
            1) {wait}; echo failing; exit 3;; \
-           2) sleep 30 & echo $! > {d}/bg.tmp && mv {d}/bg.tmp {d}/bg; {p2}; wait;; \
+           2) sleep 300 & echo $! > {d}/bg.tmp && mv {d}/bg.tmp {d}/bg; {p2}; wait;; \
          esac",
         p0 = write_pid(d, "0"),
         p2 = write_pid(d, "2"),
@@ -290,14 +294,9 @@ fn first_failure_stops_the_others_and_sets_the_exit_code() {
     );
     let done = finish(
         nvsh_run(&["-n", "3", "--", "sh", "-c", &script]),
-        Duration::from_secs(25),
+        Duration::from_secs(120),
     );
     assert_eq!(done.code, Some(3), "stderr:\n{}", done.stderr);
-    assert!(
-        done.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        done.elapsed
-    );
     assert_eq!(done.rank_stdout(1), ["failing"]);
     assert!(
         done.stderr
@@ -328,17 +327,12 @@ fn first_failure_stops_the_others_and_sets_the_exit_code() {
 
 #[test]
 fn a_rank_killed_by_a_signal_gives_128_plus_the_signal() {
-    let script = "if [ $NVSH_RANK = 0 ]; then kill -9 $$; fi; exec sleep 30";
+    let script = "if [ $NVSH_RANK = 0 ]; then kill -9 $$; fi; exec sleep 300";
     let done = finish(
         nvsh_run(&["-n", "2", "--", "sh", "-c", script]),
-        Duration::from_secs(25),
+        Duration::from_secs(120),
     );
     assert_eq!(done.code, Some(137), "stderr:\n{}", done.stderr);
-    assert!(
-        done.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        done.elapsed
-    );
     assert!(
         done.stderr.contains(
             "nvsh run: rank 0 was killed by signal 9 (SIGKILL); stopping the other 1 process(es)"
@@ -360,7 +354,7 @@ fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
     );
     let done = finish(
         nvsh_run(&["-n", "2", "--grace-secs", "0.5", "--", "sh", "-c", &script]),
-        Duration::from_secs(25),
+        Duration::from_secs(120),
     );
     assert_eq!(
         done.code,
@@ -368,8 +362,10 @@ fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
         "the first failure decides: {}",
         done.stderr
     );
+    // The grace period was honoured (rank 0 loops forever: finish()'s limit catches a launcher
+    // that never kills it).
     assert!(
-        done.elapsed >= Duration::from_millis(500) && done.elapsed < Duration::from_secs(5),
+        done.elapsed >= Duration::from_millis(500),
         "took {:?}",
         done.elapsed
     );
@@ -393,7 +389,7 @@ fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
     };
     let script = format!("{handler}; echo ready; while :; do sleep 0.1; done");
     let start = Instant::now();
-    let mut child = nvsh_run(&["-n", "2", "--grace-secs", "30", "--", "sh", "-c", &script])
+    let mut child = nvsh_run(&["-n", "2", "--grace-secs", "300", "--", "sh", "-c", &script])
         .spawn()
         .expect("start nvsh");
     let err = collect(child.stderr.take().unwrap());
@@ -406,7 +402,7 @@ fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
         }
     });
     let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !(lines.contains(&"[0] ready".to_string()) && lines.contains(&"[1] ready".to_string())) {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -424,7 +420,7 @@ fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
     if twice {
         // Let the first signal arrive and be forwarded before the second.
         while lines.iter().filter(|l| l.ends_with("got-it")).count() < 2 {
-            match rx.recv_timeout(Duration::from_secs(10)) {
+            match rx.recv_timeout(Duration::from_secs(120)) {
                 Ok(line) => lines.push(line),
                 Err(_) => break,
             }
@@ -432,7 +428,8 @@ fn signal_the_launcher(signal: i32, trap: &str, twice: bool) -> Finished {
         // SAFETY: as above.
         unsafe { libc::kill(pid, signal) };
     }
-    let status = wait_with_limit(&mut child, Duration::from_secs(10));
+    // Far below the 300 s grace period: a second signal that waited for it fails here.
+    let status = wait_with_limit(&mut child, Duration::from_secs(120));
     reader.join().unwrap();
     lines.extend(rx.try_iter());
     Finished {
@@ -468,7 +465,6 @@ fn assert_forwarded(signal: i32, trap: &str, name: &str) {
         "stderr:\n{}",
         done.stderr
     );
-    assert!(done.elapsed < Duration::from_secs(10));
 }
 
 #[test]
@@ -515,14 +511,10 @@ fn sigquit_to_the_launcher_reaches_every_rank() {
 
 #[test]
 fn a_second_signal_kills_without_waiting_for_the_grace_period() {
-    // The ranks survive the first SIGTERM; the grace period is 30 s.
+    // The ranks survive the first SIGTERM; the grace period is 300 s, and the launcher must
+    // end within signal_the_launcher's limit, far below it.
     let done = signal_the_launcher(libc::SIGTERM, "TERM", true);
     assert_eq!(done.signal, Some(libc::SIGTERM), "{}", done.stderr);
-    assert!(
-        done.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        done.elapsed
-    );
     assert!(
         done.stderr
             .contains("received SIGTERM while stopping; killed rank(s) 0, 1 (SIGKILL)"),
@@ -674,7 +666,7 @@ fn library_reports_the_first_failure_and_waits_for_every_rank() {
     let d = dir.path();
     let script = format!(
         "if [ $NVSH_RANK = 1 ]; then {wait}; exit 3; fi; \
-         echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; exec sleep 30",
+         echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; exec sleep 300",
         wait = wait_for_files(d, &["0", "2"]),
     );
     let spec = LaunchSpec {
@@ -682,9 +674,8 @@ fn library_reports_the_first_failure_and_waits_for_every_rank() {
         forward_signals: false,
         ..LaunchSpec::new(3, "sh").args(["-c", &script])
     };
-    let start = Instant::now();
+    // No time bound: the statuses below show ranks 0 and 2 stopped by SIGTERM, not ended.
     let outcome = launcher::launch(&spec).expect("launch");
-    assert!(start.elapsed() < Duration::from_secs(10));
     assert_eq!(outcome.exit_code, 3);
     assert_eq!(outcome.failed_rank(), Some(1));
     assert_eq!(
@@ -749,7 +740,7 @@ fn on_failure_wait_lets_the_others_end_on_their_own_then_kills_stragglers() {
     let script = format!(
         "echo $$ > {d}/$NVSH_RANK.tmp && mv {d}/$NVSH_RANK.tmp {d}/$NVSH_RANK; \
          if [ $NVSH_RANK = 1 ]; then exit 3; fi; \
-         if [ $NVSH_RANK = 0 ]; then sleep 1; echo survivor-ended; exit 4; fi; exec sleep 30"
+         if [ $NVSH_RANK = 0 ]; then sleep 1; echo survivor-ended; exit 4; fi; exec sleep 300"
     );
     let spec = LaunchSpec {
         grace: Duration::from_secs(1),
@@ -760,10 +751,9 @@ fn on_failure_wait_lets_the_others_end_on_their_own_then_kills_stragglers() {
     let start = Instant::now();
     let outcome = launcher::launch(&spec).expect("launch");
     let took = start.elapsed();
-    assert!(
-        took >= Duration::from_secs(3) && took < Duration::from_secs(10),
-        "{took:?}"
-    );
+    // The wait was honoured; that it ran out (rather than rank 2 ending) shows in rank 2's
+    // SIGKILL status below, not in time.
+    assert!(took >= Duration::from_secs(3), "{took:?}");
     assert_eq!(outcome.exit_code, 3);
     assert_eq!(outcome.failed_rank(), Some(1));
     let killed = RankStatus::Signaled {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::runtime;
+use common::{gpu_test, runtime, skip};
 use cudarc::nccl::NcclType;
 use nvsh::nccl_baseline::{self, NcclBaseline};
 use nvshmem::{Nvshmem, ReduceOp, Reducible};
@@ -39,12 +39,11 @@ fn check<T: Reducible + NcclType>(
     nv.barrier_all().unwrap();
 }
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn pe2_nccl_allreduce_matches_the_host_reference() {
+gpu_test!(2, nccl_allreduce_matches_the_host_reference);
+fn nccl_allreduce_matches_the_host_reference() {
     // Decided the same way on both PEs (one machine), so both skip or neither does.
     if let Err(why) = nccl_baseline::library_status() {
-        eprintln!("skipped: NCCL is not loadable here: {why}");
+        skip(&format!("NCCL is not loadable here: {why}"));
         return;
     }
     let nv = runtime(2);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{has_nvidia_driver, run_nvsh};
+use common::{gpu_test, has_nvidia_driver, run_nvsh, skip};
 
 fn nvsh_info() -> (bool, String, String) {
     run_nvsh(&["info"])
@@ -12,7 +12,7 @@ fn nvsh_info() -> (bool, String, String) {
 #[test]
 fn info_without_gpu_fails_with_one_line() {
     if has_nvidia_driver() {
-        eprintln!("skipped: this machine has an NVIDIA driver; see info_initialises_one_pe");
+        skip("this machine has an NVIDIA driver; see pe1_info_initialises_one_pe");
         return;
     }
     let (ok, stdout, stderr) = nvsh_info();
@@ -32,8 +32,7 @@ fn info_without_gpu_fails_with_one_line() {
     );
 }
 
-#[test]
-#[ignore = "needs 1 GPU"]
+gpu_test!(1, info_initialises_one_pe);
 fn info_initialises_one_pe() {
     let (ok, stdout, stderr) = nvsh_info();
     assert!(ok, "nvsh info failed: {stderr}");

@@ -2,6 +2,13 @@
 //! and a thread-per-PE runner on the CPU backend that returns what each PE saw.
 #![allow(dead_code)]
 
+// The library's GPU-test helpers: gpu_test!, skip(), runtime().
+#[path = "../../../tests/common/mod.rs"]
+mod library;
+
+#[allow(unused_imports)]
+pub use library::*;
+
 use nvsh_gpt::backend::CpuBackend;
 use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, StageSplit};
