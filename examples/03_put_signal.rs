@@ -44,7 +44,10 @@ fn run() -> nvshmem::Result<bool> {
     let prev = (me + n - 1) % n;
     let got = dst.to_vec()?;
     let pass = got.iter().all(|&v| v == prev as f32 + 0.5);
-    println!("PE {me}: received PE {prev}'s data: {}", if pass { "PASS" } else { "FAIL" });
+    println!(
+        "PE {me}: received PE {prev}'s data: {}",
+        if pass { "PASS" } else { "FAIL" }
+    );
     nv.barrier_all()?;
     Ok(pass)
 }

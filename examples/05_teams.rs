@@ -46,7 +46,13 @@ fn run() -> nvshmem::Result<bool> {
     let output = nv.alloc::<i64>(4096)?;
     input.copy_from_host(&vec![me as i64; 4096])?;
     output.copy_from_host(&vec![i64::MIN; 4096])?;
-    ar.run(&input, &output, ReduceOp::Sum, AllreduceAlgo::Auto, nv.stream())?;
+    ar.run(
+        &input,
+        &output,
+        ReduceOp::Sum,
+        AllreduceAlgo::Auto,
+        nv.stream(),
+    )?;
     ar.sync(nv.stream())?;
     // The members are me % 2, me % 2 + 2, ...: their world numbers summed.
     let want: i64 = (me % 2..n).step_by(2).map(i64::from).sum();

@@ -10,7 +10,10 @@ use cudarc::driver::CudaContext;
 use nvshmem::{Cmp, Completion, Error, LaunchShape, Nvshmem};
 use std::time::{Duration, Instant};
 
-gpu_test!(1, a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end);
+gpu_test!(
+    1,
+    a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end
+);
 /// A buffer dropped while a put into it is still queued on another stream must not be handed
 /// to the next allocation before the put is done. Before the fix the drop waited only for the
 /// runtime's stream: the 32 slow one-warp puts below kept writing 1.0 into the range after
@@ -49,7 +52,10 @@ fn a_buffer_dropped_under_queued_puts_is_not_reused_before_they_end() {
     );
 }
 
-gpu_test!(2, copy_from_pageable_host_then_put_device_sends_the_new_data);
+gpu_test!(
+    2,
+    copy_from_pageable_host_then_put_device_sends_the_new_data
+);
 /// copy_from_host from pageable memory returns when the data is on the GPU, so a put_device
 /// on another stream right after it sends the new data. Before the fix the copy ran on the
 /// legacy stream and returned once the data was staged: the put could read the tail of the
@@ -205,7 +211,10 @@ fn init_after_finalize_is_refused() {
     }
 }
 
-gpu_test!(1, another_device_bound_on_the_thread_does_not_misdirect_work);
+gpu_test!(
+    1,
+    another_device_bound_on_the_thread_does_not_misdirect_work
+);
 /// The runtime binds its context on entry. Before the fix a put_device launched on a stream
 /// of GPU 0's context with GPU 1's context current, and failed.
 fn another_device_bound_on_the_thread_does_not_misdirect_work() {

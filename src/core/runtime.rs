@@ -212,6 +212,14 @@ impl Nvshmem {
         let mut placement = place(bootstrap)?;
         // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
         let device = placement.local_rank % cuda.device_count;
+        log::info!(
+            "bootstrap {}: rank {} of {}, local rank {} -> GPU {device} of {} visible",
+            placement.bootstrap_name(),
+            placement.rank,
+            placement.n_pes,
+            placement.local_rank,
+            cuda.device_count
+        );
         let prepared = check_compute_capability(device)
             .and_then(|()| result::cuda_set_device(device))
             .and_then(|()| match &placement.unique_id {
@@ -284,6 +292,16 @@ impl Nvshmem {
                 got: n_pes,
             });
         }
+        log::info!(
+            "PE {my_pe} of {n_pes} on GPU {device}: NVSHMEM {} (host library; built against {}), \
+             symmetric heap {} (NVSHMEM_SYMMETRIC_SIZE), remote transport {} \
+             (NVSHMEM_REMOTE_TRANSPORT), deadline {} ms",
+            crate::core::version_string(result::host_library_version()),
+            crate::core::version_string(result::compiled_version()),
+            crate::core::env_value::size_label(crate::core::buffer::initial_heap_bytes()),
+            std::env::var("NVSHMEM_REMOTE_TRANSPORT").unwrap_or_else(|_| "default".into()),
+            timeout.as_millis()
+        );
         Ok(nv)
     }
 
@@ -703,6 +721,21 @@ impl Placement {
             return mpi.all_ready(local);
         }
         local
+    }
+}
+
+impl Placement {
+    /// Which bootstrap placed this process, for the log.
+    fn bootstrap_name(&self) -> &'static str {
+        #[cfg(feature = "mpi")]
+        if self.mpi.is_some() {
+            return "mpi";
+        }
+        if self.unique_id.is_some() {
+            "launcher"
+        } else {
+            "single PE"
+        }
     }
 }
 

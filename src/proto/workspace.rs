@@ -217,6 +217,11 @@ impl<'nv> Workspace<'nv> {
         self.timeout
     }
 
+    /// Calls made so far on this workspace.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
     /// Whether calls exchange a header ([`crate::proto::checked::CHECKED_ENV`]).
     pub fn is_checked(&self) -> bool {
         self.headers.is_some()

@@ -445,6 +445,13 @@ impl Nvshmem {
                 detail: format!("2 x {world} PEs x {slot_bytes} bytes"),
             })?;
         let ws = Workspace::new(self, team, &TEXT, STATE_WORDS)?;
+        log::debug!(
+            "allreduce workspace over {} PE(s): {} receive slots of {} bytes, all mapped: {}",
+            ws.n_pes(),
+            2 * world,
+            slot_bytes,
+            ws.all_mapped()
+        );
         let ll_max = ll_max_from_env(ws.n_pes())?;
         let direct_shape = DirectShape::from_env(ws.n_pes())?;
         let scratch = self.alloc::<u8>(scratch_bytes)?;
@@ -570,6 +577,13 @@ impl<'nv> Allreduce<'nv> {
         let count = input.len();
         let elem = std::mem::size_of::<T>();
         let protocol = self.protocol(algo, &input, &output);
+        log::debug!(
+            "allreduce call {}: {count} x {} {} by {} ({protocol:?})",
+            self.ws.calls(),
+            T::DTYPE.name(),
+            op.name(),
+            algo.name()
+        );
         self.ws.exchange_header(
             self.args(rank, &input, &output),
             header_meta(T::DTYPE, op, algo, protocol),
