@@ -1,5 +1,5 @@
-// Chunking shared by the put kernels (device_put.cu, bench_put.cu): `blocks` equal chunks of
-// `bytes`, boundaries rounded to 16 bytes so that block copies stay vectorised.
+// Chunking shared by the put kernels (core/device_put.cu, bench/bench_put.cu): `blocks` equal
+// chunks of `bytes`, boundaries rounded to 16 bytes so that block copies stay vectorised.
 #ifndef NVSHMEM_RS_CHUNKS_CUH
 #define NVSHMEM_RS_CHUNKS_CUH
 

@@ -1,15 +1,16 @@
-// Pipeline channel kernels launched by src/channel.rs; device/channel.h documents the memory
-// layout and counters. Data moves like device_put.cu's put-with-signal: direct stores into the
-// peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts otherwise (other
-// nodes). Every wait has a deadline (deadline.cuh): a dead peer ends the kernel, not the stream.
+// Pipeline channel kernels launched by src/channel.rs; pipeline/channel.h documents the memory
+// layout and counters. Data moves like core/device_put.cu's put-with-signal: direct stores into
+// the peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts otherwise (other
+// nodes). Every wait has a deadline (prims/deadline.cuh): a dead peer ends the kernel, not the
+// stream.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "channel.h"
-#include "chunks.cuh"
-#include "pdl.cuh"
-#include "deadline.cuh"
+#include "pipeline/channel.h"
+#include "prims/chunks.cuh"
+#include "prims/pdl.cuh"
+#include "prims/deadline.cuh"
 
 namespace {
 

@@ -64,7 +64,7 @@
 #define NVSHMEMRS_ALLREDUCE_DIRECT_PHASES 4
 /* Largest team the direct two-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
-/* What waited, in the status record (device/deadline.cuh, src/deadline.rs WaitOp). */
+/* What waited, in the status record (prims/deadline.cuh, src/deadline.rs WaitOp). */
 #define NVSHMEMRS_OP_ALLREDUCE 4
 
 #ifdef __cplusplus
@@ -102,7 +102,7 @@ typedef struct nvshmemrs_allreduce_args {
     /* Direct two-shot counters: [phase (arrive, done, scattered, reduced)][source rank][block],
      * world x NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
     uint64_t *direct_flags;
-    /* Host-mapped struct nvshmemrs_wait_status (device/deadline.cuh): a wait that runs out of
+    /* Host-mapped struct nvshmemrs_wait_status (prims/deadline.cuh): a wait that runs out of
      * time records there what it waited for (index: algo code, seq: the workspace's launch
      * number) and the kernel returns. */
     void *wait_status;

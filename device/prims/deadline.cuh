@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "fence.cuh"
+#include "prims/fence.cuh"
 
 // Mirrored by RawStatus in src/deadline.rs (nvshmemrs_wait_status_size checks the size).
 // Every field is 64 bits wide so that both sides agree on the layout without padding rules.

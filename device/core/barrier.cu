@@ -1,10 +1,10 @@
-// Barrier and stream signal wait with deadlines; device/barrier.h has the protocol.
+// Barrier and stream signal wait with deadlines; core/barrier.h has the protocol.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "barrier.h"
-#include "deadline.cuh"
+#include "core/barrier.h"
+#include "prims/deadline.cuh"
 
 namespace {
 

@@ -86,7 +86,7 @@ int nvshmemrs_channel_release(const struct nvshmemrs_channel_op *op, cudaStream_
 /* NVSHMEMRS_CHANNEL_TOTAL, for the Rust side's check of its copy. */
 int nvshmemrs_channel_total(void);
 
-/* sizeof(struct nvshmemrs_wait_status) (device/deadline.cuh), for the Rust mirror's check. */
+/* sizeof(struct nvshmemrs_wait_status) (prims/deadline.cuh), for the Rust mirror's check. */
 size_t nvshmemrs_wait_status_size(void);
 
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
 // NVSHMEM block puts; every block announces its delivery with one signal add per peer.
 // Every kernel splits its work into gridDim.x parts, block b always handling part b, so a block
 // only ever waits for the same-numbered blocks of its peers. Kernels are launched with
-// programmatic dependent launch (device/pdl.cuh): back to back on a stream, the next call's
+// programmatic dependent launch (prims/pdl.cuh): back to back on a stream, the next call's
 // blocks are resident before this one ends, and wait for it before touching memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,11 +13,11 @@
 
 #include <type_traits>
 
-#include "allreduce.h"
-#include "deadline.cuh"
-#include "fence.cuh"
-#include "pdl.cuh"
-#include "vec.cuh"
+#include "coll/allreduce.h"
+#include "prims/deadline.cuh"
+#include "prims/fence.cuh"
+#include "prims/pdl.cuh"
+#include "prims/vec.cuh"
 
 namespace {
 
