@@ -1,8 +1,8 @@
 //! Build script of nvshmem-sys.
 //!
 //! 1. Finds NVSHMEM and CUDA (see `find_nvshmem` / `find_cuda` for the search order).
-//! 2. Generates bindings for NVSHMEM's host API and the project's own entry points (the `.h` files
-//!    under `device/`).
+//! 2. Generates bindings for NVSHMEM's host API and the project's own entry points: `device/abi.h`
+//!    (codes, limits and structs shared with Rust) and the other `.h` files under `device/`.
 //! 3. Compiles every `.cu` under `device/` (`device/bench/` only with the `bench` feature) with
 //!    `nvcc -rdc=true`, one nvcc per job slot, skipping objects that are still current;
 //!    device-links them once together with `libnvshmem_device.a`, archives the result and links
@@ -335,8 +335,8 @@ fn generate_bindings(
     cuda: &Cuda,
     out_dir: &Path,
 ) {
-    // One wrapper over every header (.h) under device/: each .cu file declares its entry points
-    // in a header of the same name. The .cuh files are device code.
+    // One wrapper over every header (.h) under device/: abi.h, and for each .cu file with entry
+    // points the header of the same name that declares them. The .cuh files are device code.
     let wrapper: String = headers
         .iter()
         .map(|h| format!("#include \"{}\"\n", h.display()))
@@ -348,7 +348,7 @@ fn generate_bindings(
         .clang_args(["-x", "c++", "-std=c++17"])
         .clang_arg(format!("-I{}", nvshmem.include.display()))
         .clang_arg(format!("-I{}", cuda.include.display()))
-        // The headers include each other relative to device/, as nvcc sees them.
+        // The headers include abi.h relative to device/, as nvcc sees them.
         .clang_arg(format!("-I{}", device_dir.display()))
         .allowlist_function("nvshmem_.*|nvshmemx_.*|nvshmemrs_.*")
         // `flags` is the unnamed-looking enum of NVSHMEMX_INIT_* init flags.

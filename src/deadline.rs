@@ -233,20 +233,8 @@ fn allreduce_protocol(code: u64) -> &'static str {
     }
 }
 
-/// Layout of `struct nvshmemrs_wait_status` (device/deadline.cuh).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct RawStatus {
-    code: u64,
-    op: u64,
-    peer: i64,
-    signal: u64,
-    index: u64,
-    seq: u64,
-    want: u64,
-    seen: u64,
-    waited_ns: u64,
-}
+/// `struct nvshmemrs_wait_status` (device/abi.h), as bindgen generates it.
+type RawStatus = crate::sys::nvshmemrs_wait_status;
 
 const FAIL_TIMEOUT: u64 = 1;
 const FAIL_LENGTH: u64 = 2;

@@ -136,34 +136,34 @@ template <typename Part>
 __device__ void block_put_signal_all(const nvshmemrs_allreduce_args &a, Part part,
                                      uint64_t *flag) {
     bool mapped_any = false;
-    for (int k = 1; k < a.n; ++k) {
-        const int r = (a.rank + k) % a.n;
+    for (int k = 1; k < a.hdr.n; ++k) {
+        const int r = (a.hdr.rank + k) % a.hdr.n;
         char *dst;
         const char *src;
         size_t bytes;
         part(r, &dst, &src, &bytes);
-        char *peer = static_cast<char *>(nvshmem_ptr(dst, a.pes[r]));
+        char *peer = static_cast<char *>(nvshmem_ptr(dst, a.hdr.pes[r]));
         if (peer != NULL) {
             block_store(peer, src, bytes);
             mapped_any = true;
         } else if (bytes > 0) {
             nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD,
-                                             a.pes[r]);
+                                             a.hdr.pes[r]);
         } else if (threadIdx.x == 0) {
-            nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.pes[r]);
+            nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.hdr.pes[r]);
         }
     }
     if (mapped_any) {
         fence_acq_rel_sys();
         __syncthreads();
-        for (int k = 1 + threadIdx.x; k < a.n; k += blockDim.x) {
-            const int r = (a.rank + k) % a.n;
+        for (int k = 1 + threadIdx.x; k < a.hdr.n; k += blockDim.x) {
+            const int r = (a.hdr.rank + k) % a.hdr.n;
             char *dst;
             const char *src;
             size_t bytes;
             part(r, &dst, &src, &bytes);
-            if (nvshmem_ptr(dst, a.pes[r]) != NULL)
-                nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.pes[r]);
+            if (nvshmem_ptr(dst, a.hdr.pes[r]) != NULL)
+                nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, a.hdr.pes[r]);
         }
     }
     __syncthreads();
@@ -178,16 +178,16 @@ struct Waiter {
     uint64_t seq;
     int algo;
     __device__ Waiter(const nvshmemrs_allreduce_args &a, int algo_code)
-        : status(static_cast<nvshmemrs_wait_status *>(a.wait_status)),
-          broken(&a.state->broken),
-          timeout_ns(a.timeout_ns),
-          seq(a.state->steps),
+        : status(static_cast<nvshmemrs_wait_status *>(a.hdr.wait_status)),
+          broken(&a.hdr.state->broken),
+          timeout_ns(a.hdr.timeout_ns),
+          seq(a.hdr.state->steps),
           algo(algo_code) {}
     __device__ nvshmemrs_wait_site site(int peer) const {
         nvshmemrs_wait_site s;
         s.status = status;
         s.broken = broken;
-        s.op = NVSHMEMRS_OP_ALLREDUCE;
+        s.op = NVSHMEMRS_WAIT_OP_ALLREDUCE;
         s.peer = peer;
         s.index = (uint64_t)algo;
         s.seq = seq;
@@ -216,7 +216,7 @@ struct Waiter {
 // True, for every thread of the block, if the workspace was broken before this launch: the
 // kernel must then return at once (one thread reads the flag so that all agree).
 __device__ __forceinline__ bool block_broken(const nvshmemrs_allreduce_args &a) {
-    return __syncthreads_or(threadIdx.x == 0 && *(volatile uint64_t *)&a.state->broken != 0);
+    return __syncthreads_or(threadIdx.x == 0 && *(volatile uint64_t *)&a.hdr.state->broken != 0);
 }
 
 // Waits (thread t for rank t) until the counter of every rank but `rank` reached `want`.
@@ -224,8 +224,8 @@ __device__ __forceinline__ bool block_broken(const nvshmemrs_allreduce_args &a) 
 __device__ bool block_wait_others(const Waiter &w, const nvshmemrs_allreduce_args &a,
                                   uint64_t *counters, uint64_t want) {
     bool ok = true;
-    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
-        if (r != a.rank) ok = w.ge(&counters[r], want, a.pes[r]);
+    for (int r = threadIdx.x; r < a.hdr.n && ok; r += blockDim.x)
+        if (r != a.hdr.rank) ok = w.ge(&counters[r], want, a.hdr.pes[r]);
     // Each waiting thread acquired (w.ge); the barrier passes that on to the block.
     return !__syncthreads_or(!ok);
 }
@@ -322,8 +322,8 @@ __device__ void end_step(const nvshmemrs_allreduce_args &a, int algo, const Step
     if (threadIdx.x == 0) {
         // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
         // reuse input and output as soon as the kernel is done.
-        if (!a.all_mapped) nvshmem_quiet();
-        advance_state(a.state, [&](nvshmemrs_allreduce_state *st) {
+        if (!a.hdr.all_mapped) nvshmem_quiet();
+        advance_state(a.hdr.state, [&](nvshmemrs_allreduce_state *st) {
             if (algo >= 0) {
                 st->expected[algo][0][s.parity] = s.want[0];
                 st->expected[algo][1][s.parity] = s.want[1];
@@ -336,10 +336,10 @@ struct Layout {
     const nvshmemrs_allreduce_args &a;
     int algo, parity;
     __device__ char *slot(int i) const {
-        return a.scratch + ((size_t)parity * a.world + i) * a.slot_bytes;
+        return a.hdr.scratch + ((size_t)parity * a.hdr.world + i) * a.hdr.slot_bytes;
     }
     __device__ uint64_t *counters(int phase) const {
-        return a.flags + ((size_t)(algo * 2 + phase) * 2 + parity) * a.world;
+        return a.hdr.flags + ((size_t)(algo * 2 + phase) * 2 + parity) * a.hdr.world;
     }
 };
 
@@ -351,25 +351,25 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 0;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
-    Step s = begin_step(a.state, algo);
+    Step s = begin_step(a.hdr.state, algo);
     Layout L{a, algo, s.parity};
-    const T *input = static_cast<const T *>(a.input);
+    const T *input = static_cast<const T *>(a.hdr.input);
     size_t b, e;
-    part_of<T>(a.count, gridDim.x, blockIdx.x, &b, &e);
+    part_of<T>(a.hdr.count, gridDim.x, blockIdx.x, &b, &e);
     uint64_t *cnt = L.counters(0);
     block_put_signal_all(
         a,
         [&](int, char **dst, const char **src, size_t *bytes) {
-            *dst = L.slot(a.rank) + b * sizeof(T);
+            *dst = L.slot(a.hdr.rank) + b * sizeof(T);
             *src = reinterpret_cast<const char *>(input + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &cnt[a.rank]);
+        &cnt[a.hdr.rank]);
     if (!block_wait_others(w, a, cnt, s.want[0])) return;
     auto src = [&](int r) -> const T * {
-        return r == a.rank ? input : reinterpret_cast<const T *>(L.slot(r));
+        return r == a.hdr.rank ? input : reinterpret_cast<const T *>(L.slot(r));
     };
-    block_reduce<T, OP>(src, a.n, static_cast<T *>(a.output), b, e, true, a.n);
+    block_reduce<T, OP>(src, a.hdr.n, static_cast<T *>(a.hdr.output), b, e, true, a.hdr.n);
     end_step(a, algo, s);
 }
 
@@ -382,14 +382,14 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 1;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
-    Step s = begin_step(a.state, algo);
+    Step s = begin_step(a.hdr.state, algo);
     Layout L{a, algo, s.parity};
-    const T *input = static_cast<const T *>(a.input);
-    T *output = static_cast<T *>(a.output);
-    const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
+    const T *input = static_cast<const T *>(a.hdr.input);
+    T *output = static_cast<T *>(a.hdr.output);
+    const size_t chunk = round_elems<T>((a.hdr.count + a.hdr.n - 1) / a.hdr.n);
     auto chunk_range = [&](int c, size_t *c0, size_t *c1) {
-        *c0 = chunk * c < a.count ? chunk * c : a.count;
-        *c1 = *c0 + chunk < a.count ? *c0 + chunk : a.count;
+        *c0 = chunk * c < a.hdr.count ? chunk * c : a.hdr.count;
+        *c1 = *c0 + chunk < a.hdr.count ? *c0 + chunk : a.hdr.count;
     };
     uint64_t *scatter = L.counters(0), *gather = L.counters(1);
     block_put_signal_all(
@@ -398,19 +398,19 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
             size_t c0, c1, b, e;
             chunk_range(peer, &c0, &c1);
             part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
-            *dst = L.slot(a.rank) + b * sizeof(T);
+            *dst = L.slot(a.hdr.rank) + b * sizeof(T);
             *src = reinterpret_cast<const char *>(input + c0 + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &scatter[a.rank]);
+        &scatter[a.hdr.rank]);
     if (!block_wait_others(w, a, scatter, s.want[0])) return;
     size_t c0, c1, b, e;
-    chunk_range(a.rank, &c0, &c1);
+    chunk_range(a.hdr.rank, &c0, &c1);
     part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
     auto src = [&](int r) -> const T * {
-        return r == a.rank ? input + c0 : reinterpret_cast<const T *>(L.slot(r));
+        return r == a.hdr.rank ? input + c0 : reinterpret_cast<const T *>(L.slot(r));
     };
-    block_reduce<T, OP>(src, a.n, output + c0, b, e, true, a.n);
+    block_reduce<T, OP>(src, a.hdr.n, output + c0, b, e, true, a.hdr.n);
     block_put_signal_all(
         a,
         [&](int, char **dst, const char **src, size_t *bytes) {
@@ -418,7 +418,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
             *src = reinterpret_cast<const char *>(output + c0 + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &gather[a.rank]);
+        &gather[a.hdr.rank]);
     if (!block_wait_others(w, a, gather, s.want[1])) return;
     end_step(a, algo, s);
 }
@@ -434,17 +434,18 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 2;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
-    Step s = begin_step(a.state, algo);
+    Step s = begin_step(a.hdr.state, algo);
     Layout L{a, algo, s.parity};
-    const T *input = static_cast<const T *>(a.input);
-    T *output = static_cast<T *>(a.output);
-    const int n = a.n, next = a.pes[(a.rank + 1) % n], prev = a.pes[(a.rank + n - 1) % n];
-    const size_t chunk = round_elems<T>((a.count + n - 1) / n);
+    const T *input = static_cast<const T *>(a.hdr.input);
+    T *output = static_cast<T *>(a.hdr.output);
+    const int n = a.hdr.n, next = a.hdr.pes[(a.hdr.rank + 1) % n],
+              prev = a.hdr.pes[(a.hdr.rank + n - 1) % n];
+    const size_t chunk = round_elems<T>((a.hdr.count + n - 1) / n);
     // Part b of chunk c (absolute element range).
     auto part = [&](int c, size_t *pb, size_t *pe) {
         c = ((c % n) + n) % n;
-        size_t c0 = chunk * c < a.count ? chunk * c : a.count;
-        size_t c1 = c0 + chunk < a.count ? c0 + chunk : a.count;
+        size_t c0 = chunk * c < a.hdr.count ? chunk * c : a.hdr.count;
+        size_t c1 = c0 + chunk < a.hdr.count ? c0 + chunk : a.hdr.count;
         part_of<T>(c1 - c0, gridDim.x, blockIdx.x, pb, pe);
         *pb += c0;
         *pe += c0;
@@ -458,14 +459,14 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     }
     for (int k = 0; k + 1 < n; ++k) {
         size_t b, e;
-        part(a.rank - k, &b, &e);
+        part(a.hdr.rank - k, &b, &e);
         const T *from = k == 0 ? input : output;
         // Slot k holds chunk-sized data at offset 0: the part goes to its offset in the chunk.
-        size_t off = (b - (size_t)(((a.rank - k) % n + n) % n) * chunk) * sizeof(T);
+        size_t off = (b - (size_t)(((a.hdr.rank - k) % n + n) % n) * chunk) * sizeof(T);
         block_put_signal(L.slot(k) + off, reinterpret_cast<const char *>(from + b),
                          (e - b) * sizeof(T), &rs[k], next);
         if (!block_wait_one(w, &rs[k], s.want[0], prev)) return;
-        int c = ((a.rank - k - 1) % n + n) % n;
+        int c = ((a.hdr.rank - k - 1) % n + n) % n;
         part(c, &b, &e);
         const T *recv = reinterpret_cast<const T *>(L.slot(k)) - (size_t)c * chunk;
         auto src = [&](int i) { return i == 0 ? recv : input; };
@@ -473,7 +474,7 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     }
     for (int k = 0; k + 1 < n; ++k) {
         size_t b, e;
-        part(a.rank + 1 - k, &b, &e);
+        part(a.hdr.rank + 1 - k, &b, &e);
         block_put_signal(reinterpret_cast<char *>(output + b),
                          reinterpret_cast<const char *>(output + b), (e - b) * sizeof(T), &ag[k],
                          next);
@@ -492,52 +493,53 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     const int algo = 3;
     if (block_broken(a)) return;
     const Waiter w(a, algo);
-    Step s = begin_step(a.state, algo);
+    Step s = begin_step(a.hdr.state, algo);
     Layout L{a, algo, s.parity};
-    const T *input = static_cast<const T *>(a.input);
-    T *output = static_cast<T *>(a.output);
+    const T *input = static_cast<const T *>(a.hdr.input);
+    T *output = static_cast<T *>(a.hdr.output);
     int steps = 0;
-    while ((2 << steps) <= a.n) ++steps;
-    const int p = 1 << steps, extra = a.n - p;
+    while ((2 << steps) <= a.hdr.n) ++steps;
+    const int p = 1 << steps, extra = a.hdr.n - p;
     size_t b, e;
-    part_of<T>(a.count, gridDim.x, blockIdx.x, &b, &e);
+    part_of<T>(a.hdr.count, gridDim.x, blockIdx.x, &b, &e);
     const size_t bytes = (e - b) * sizeof(T);
     uint64_t *c0 = L.counters(0), *c1 = L.counters(1);
-    if (a.rank >= p) {
+    if (a.hdr.rank >= p) {
         block_put_signal(L.slot(steps) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
-                         bytes, &c0[steps], a.pes[a.rank - p]);
-        if (!block_wait_one(w, &c1[0], s.want[1], a.pes[a.rank - p])) return;
+                         bytes, &c0[steps], a.hdr.pes[a.hdr.rank - p]);
+        if (!block_wait_one(w, &c1[0], s.want[1], a.hdr.pes[a.hdr.rank - p])) return;
         end_step(a, algo, s);
         return;
     }
     const T *acc = input;
-    if (a.rank < extra) {
-        if (!block_wait_one(w, &c0[steps], s.want[0], a.pes[a.rank + p])) return;
+    if (a.hdr.rank < extra) {
+        if (!block_wait_one(w, &c0[steps], s.want[0], a.hdr.pes[a.hdr.rank + p])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(steps));
         auto src = [&](int i) { return i == 0 ? input : theirs; };
-        block_reduce<T, OP>(src, 2, output, b, e, steps == 0, a.n);
+        block_reduce<T, OP>(src, 2, output, b, e, steps == 0, a.hdr.n);
         acc = output;
     }
-    if (steps == 0 && a.rank >= extra) {
+    if (steps == 0 && a.hdr.rank >= extra) {
         auto own = [&](int) { return input; };
-        block_reduce<T, OP>(own, 1, output, b, e, true, a.n);
+        block_reduce<T, OP>(own, 1, output, b, e, true, a.hdr.n);
     }
     for (int k = 0; k < steps; ++k) {
-        int partner = a.rank ^ (1 << k);
+        int partner = a.hdr.rank ^ (1 << k);
         // acc is the output from step 1 on, overwritten right after the wait.
         block_put_signal(L.slot(k) + b * sizeof(T), reinterpret_cast<const char *>(acc + b), bytes,
-                         &c0[k], a.pes[partner], acc == output);
-        if (!block_wait_one(w, &c0[k], s.want[0], a.pes[partner])) return;
+                         &c0[k], a.hdr.pes[partner], acc == output);
+        if (!block_wait_one(w, &c0[k], s.want[0], a.hdr.pes[partner])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(k));
-        const T *lo = a.rank < partner ? acc : theirs, *hi = a.rank < partner ? theirs : acc;
+        const T *lo = a.hdr.rank < partner ? acc : theirs,
+                *hi = a.hdr.rank < partner ? theirs : acc;
         auto src = [&](int i) { return i == 0 ? lo : hi; };
-        block_reduce<T, OP>(src, 2, output, b, e, k + 1 == steps, a.n);
+        block_reduce<T, OP>(src, 2, output, b, e, k + 1 == steps, a.hdr.n);
         acc = output;
     }
-    if (a.rank < extra) {
+    if (a.hdr.rank < extra) {
         block_put_signal(reinterpret_cast<char *>(output + b),
                          reinterpret_cast<const char *>(output + b), bytes, &c1[0],
-                         a.pes[a.rank + p]);
+                         a.hdr.pes[a.hdr.rank + p]);
     }
     end_step(a, algo, s);
 }
@@ -594,7 +596,7 @@ __device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int 
         }
         if (pending != 0 && (spin & 255) == 0 &&
             w.give_up(reinterpret_cast<const uint4 *>(L.slot(r0 + late)) + i, flag, seen, &start,
-                      L.a.pes[r0 + late]))
+                      L.a.hdr.pes[r0 + late]))
             return false;
     }
     return true;
@@ -627,19 +629,19 @@ template <typename T, int OP>
 __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
     wait_for_previous_kernel();
     // Read with the broken flag below: one round trip for both.
-    const uint64_t steps = a.state->steps;
+    const uint64_t steps = a.hdr.state->steps;
     if (block_broken(a)) return;
     const Waiter w(a, 4);
     const int parity = (int)(steps & 1);
     Layout L{a, 0, parity};
     const uint32_t flag = (uint32_t)(steps + 1) == 0 ? 1u : (uint32_t)(steps + 1);
-    const char *in = static_cast<const char *>(a.input);
-    char *out = static_cast<char *>(a.output);
-    const size_t bytes = a.count * sizeof(T), lines = (bytes + 7) / 8;
+    const char *in = static_cast<const char *>(a.hdr.input);
+    char *out = static_cast<char *>(a.hdr.output);
+    const size_t bytes = a.hdr.count * sizeof(T), lines = (bytes + 7) / 8;
     // Slot [rank] on every member, looked up once for the block (nvshmem_ptr reads a table).
     __shared__ uint4 *dst[NVSHMEMRS_ALLREDUCE_LL_MAX_PES];
-    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
-        dst[r] = static_cast<uint4 *>(nvshmem_ptr(L.slot(a.rank), a.pes[r]));
+    for (int r = threadIdx.x; r < a.hdr.n; r += blockDim.x)
+        dst[r] = static_cast<uint4 *>(nvshmem_ptr(L.slot(a.hdr.rank), a.hdr.pes[r]));
     __syncthreads();
     // Block b owns lines [l0, l1); one line per thread per pass.
     size_t per = (lines + gridDim.x - 1) / gridDim.x;
@@ -647,8 +649,8 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
     size_t l1 = l0 + per < lines ? l0 + per : lines;
     for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
         uint2 v = load8(in, i, bytes);
-        for (int k = 1, r = a.rank + 1; k < a.n; ++k, ++r) {
-            if (r == a.n) r = 0;
+        for (int k = 1, r = a.hdr.rank + 1; k < a.hdr.n; ++k, ++r) {
+            if (r == a.hdr.n) r = 0;
             st_line(dst[r] + i, v.x, v.y, flag);
         }
     }
@@ -659,16 +661,16 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
         const uint2 mine = load8(in, i, bytes);
         A acc[PER];
         // Ranks in order 0..n-1 on every PE: bit-identical results.
-        for (int r0 = 0; r0 < a.n && ok; r0 += LL_GROUP) {
+        for (int r0 = 0; r0 < a.hdr.n && ok; r0 += LL_GROUP) {
             uint2 got[LL_GROUP];
-            if (!ld_lines<LL_GROUP>(L, i, r0, a.n, a.rank, flag, got, w)) {
+            if (!ld_lines<LL_GROUP>(L, i, r0, a.hdr.n, a.hdr.rank, flag, got, w)) {
                 ok = false;
                 break;
             }
 #pragma unroll
             for (int j = 0; j < LL_GROUP; ++j) {
-                if (r0 + j >= a.n) continue;
-                const uint2 v = r0 + j == a.rank ? mine : got[j];
+                if (r0 + j >= a.hdr.n) continue;
+                const uint2 v = r0 + j == a.hdr.rank ? mine : got[j];
                 const T *x = reinterpret_cast<const T *>(&v);
 #pragma unroll
                 for (int k = 0; k < PER; ++k) {
@@ -681,7 +683,7 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
         uint2 res;
         T *r = reinterpret_cast<T *>(&res);
 #pragma unroll
-        for (int k = 0; k < PER; ++k) r[k] = finish<T, OP>(acc[k], a.n);
+        for (int k = 0; k < PER; ++k) r[k] = finish<T, OP>(acc[k], a.hdr.n);
         store8(out, i, bytes, res);
     }
     if (__syncthreads_or(!ok)) return;
@@ -727,9 +729,10 @@ __device__ __forceinline__ uint4 reduce_vec16(int n, Load load) {
 __device__ __forceinline__ void direct_signal(const nvshmemrs_allreduce_args &a,
                                               uint64_t *counters, uint64_t value) {
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
-    const size_t mine = (size_t)a.rank * DB + blockIdx.x;
-    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
-        if (r != a.rank) nvshmemx_signal_op(&counters[mine], value, NVSHMEM_SIGNAL_SET, a.pes[r]);
+    const size_t mine = (size_t)a.hdr.rank * DB + blockIdx.x;
+    for (int r = threadIdx.x; r < a.hdr.n; r += blockDim.x)
+        if (r != a.hdr.rank)
+            nvshmemx_signal_op(&counters[mine], value, NVSHMEM_SIGNAL_SET, a.hdr.pes[r]);
 }
 
 // Thread r waits until member r set this block's counter here to at least `value`. False, for
@@ -738,8 +741,8 @@ __device__ __forceinline__ bool direct_wait(const Waiter &w, const nvshmemrs_all
                                             uint64_t *counters, uint64_t value) {
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
     bool ok = true;
-    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x)
-        if (r != a.rank) ok = w.ge(&counters[(size_t)r * DB + blockIdx.x], value, a.pes[r]);
+    for (int r = threadIdx.x; r < a.hdr.n && ok; r += blockDim.x)
+        if (r != a.hdr.rank) ok = w.ge(&counters[(size_t)r * DB + blockIdx.x], value, a.hdr.pes[r]);
     return !__syncthreads_or(!ok);
 }
 
@@ -765,26 +768,26 @@ template <typename T, int OP>
 __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     wait_for_previous_kernel();
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
-    const uint64_t call = a.state->direct_calls + 1;
+    const uint64_t call = a.hdr.state->direct_calls + 1;
     if (block_broken(a)) return;
     const Waiter w(a, 5);
-    uint64_t *arrive = a.direct_flags, *done = a.direct_flags + (size_t)a.world * DB;
+    uint64_t *arrive = a.hdr.direct_flags, *done = a.hdr.direct_flags + (size_t)a.hdr.world * DB;
     __shared__ const T *src[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
-    for (int r = threadIdx.x; r < a.n; r += blockDim.x) {
-        src[r] = r == a.rank ? static_cast<const T *>(a.input)
-                             : static_cast<const T *>(nvshmem_ptr(a.input, a.pes[r]));
-        dst[r] = r == a.rank ? static_cast<T *>(a.output)
-                             : static_cast<T *>(nvshmem_ptr(a.output, a.pes[r]));
+    for (int r = threadIdx.x; r < a.hdr.n; r += blockDim.x) {
+        src[r] = r == a.hdr.rank ? static_cast<const T *>(a.hdr.input)
+                             : static_cast<const T *>(nvshmem_ptr(a.hdr.input, a.hdr.pes[r]));
+        dst[r] = r == a.hdr.rank ? static_cast<T *>(a.hdr.output)
+                             : static_cast<T *>(nvshmem_ptr(a.hdr.output, a.hdr.pes[r]));
     }
     // Entry: every member's input is ready. A peer that never arrived may still be writing its
     // input: touch nothing.
     if (!direct_handshake(w, a, arrive, call, false)) return;
     using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
-    const size_t chunk = round_elems<T>((a.count + a.n - 1) / a.n);
-    size_t c0 = chunk * a.rank < a.count ? chunk * a.rank : a.count;
-    size_t c1 = c0 + chunk < a.count ? c0 + chunk : a.count;
+    const size_t chunk = round_elems<T>((a.hdr.count + a.hdr.n - 1) / a.hdr.n);
+    size_t c0 = chunk * a.hdr.rank < a.hdr.count ? chunk * a.hdr.rank : a.hdr.count;
+    size_t c1 = c0 + chunk < a.hdr.count ? c0 + chunk : a.hdr.count;
     size_t b, e;
     part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
     b += c0;
@@ -792,28 +795,28 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         size_t i = b + v * V;
-        const uint4 res = reduce_vec16<T, OP, DIRECT_GROUP>(a.n, [&](int r) {
+        const uint4 res = reduce_vec16<T, OP, DIRECT_GROUP>(a.hdr.n, [&](int r) {
             return __ldcg(reinterpret_cast<const uint4 *>(src[r] + i));
         });
-        for (int k = 0, r = a.rank; k < a.n; ++k, ++r) {
-            if (r == a.n) r = 0;
+        for (int k = 0, r = a.hdr.rank; k < a.hdr.n; ++k, ++r) {
+            if (r == a.hdr.n) r = 0;
             store16(dst[r] + i, res);
         }
     }
     for (size_t i = b + nvec * V + threadIdx.x; i < e; i += blockDim.x) {
         A acc{};
-        for (int r = 0; r < a.n; ++r) {
+        for (int r = 0; r < a.hdr.n; ++r) {
             A val = to_acc<T>(src[r][i]);
             acc = r == 0 ? val : combine<T, OP>(acc, val);
         }
-        T res = finish<T, OP>(acc, a.n);
-        for (int r = 0; r < a.n; ++r) dst[r][i] = res;
+        T res = finish<T, OP>(acc, a.hdr.n);
+        for (int r = 0; r < a.hdr.n; ++r) dst[r][i] = res;
     }
     // Exit: this block's stores have landed everywhere, and its peers are done reading this
     // PE's input, before anyone returns.
     if (!direct_handshake(w, a, done, call, true)) return;
     if (threadIdx.x == 0)
-        advance_state(a.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
+        advance_state(a.hdr.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
 }
 
 // Sources loaded before any is stored or combined in the push two-shot. Its loads are local,
@@ -829,18 +832,19 @@ __device__ __forceinline__ void push_scatter(const nvshmemrs_allreduce_args &a, 
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         const size_t off = b + v * V;
-        for (int k0 = 1; k0 < a.n; k0 += PUSH_GROUP) {
+        for (int k0 = 1; k0 < a.hdr.n; k0 += PUSH_GROUP) {
             uint4 raw[PUSH_GROUP];
 #pragma unroll
             for (int j = 0; j < PUSH_GROUP; ++j) {
-                const int c = (a.rank + k0 + j) % a.n;
-                if (k0 + j < a.n) raw[j] = *reinterpret_cast<const uint4 *>(in + c * chunk + off);
+                const int c = (a.hdr.rank + k0 + j) % a.hdr.n;
+                if (k0 + j < a.hdr.n)
+                    raw[j] = *reinterpret_cast<const uint4 *>(in + c * chunk + off);
             }
 #pragma unroll
             for (int j = 0; j < PUSH_GROUP; ++j) {
-                const int c = (a.rank + k0 + j) % a.n;
-                if (k0 + j < a.n)
-                    store16(dst[c] + a.rank * chunk + off, raw[j]);
+                const int c = (a.hdr.rank + k0 + j) % a.hdr.n;
+                if (k0 + j < a.hdr.n)
+                    store16(dst[c] + a.hdr.rank * chunk + off, raw[j]);
             }
         }
     }
@@ -855,11 +859,11 @@ __device__ __forceinline__ void push_reduce(const nvshmemrs_allreduce_args &a, c
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
         const size_t off = b + v * V;
-        const uint4 res = reduce_vec16<T, OP, PUSH_GROUP>(a.n, [&](int r) {
-            return r == a.rank ? *reinterpret_cast<const uint4 *>(in + a.rank * chunk + off)
+        const uint4 res = reduce_vec16<T, OP, PUSH_GROUP>(a.hdr.n, [&](int r) {
+            return r == a.hdr.rank ? *reinterpret_cast<const uint4 *>(in + a.hdr.rank * chunk + off)
                                : __ldcg(reinterpret_cast<const uint4 *>(out + r * chunk + off));
         });
-        store16(out + a.rank * chunk + off, res);
+        store16(out + a.hdr.rank * chunk + off, res);
     }
 }
 
@@ -871,10 +875,10 @@ __device__ __forceinline__ void push_gather(const nvshmemrs_allreduce_args &a, T
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
     const size_t nvec = (e - b) / V;
     for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-        const size_t off = a.rank * chunk + b + v * V;
+        const size_t off = a.hdr.rank * chunk + b + v * V;
         const uint4 res = *reinterpret_cast<const uint4 *>(out + off);
-        for (int k = 1; k < a.n; ++k) {
-            const int c = (a.rank + k) % a.n;
+        for (int k = 1; k < a.hdr.n; ++k) {
+            const int c = (a.hdr.rank + k) % a.hdr.n;
             store16(dst[c] + off, res);
         }
     }
@@ -897,35 +901,37 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
     wait_for_previous_kernel();
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
     constexpr uint64_t RMAX = NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX;
-    const uint64_t call = a.state->direct_calls + 1;
+    const uint64_t call = a.hdr.state->direct_calls + 1;
     if (block_broken(a)) return;
     const Waiter w(a, 6);
-    const size_t phase = (size_t)a.world * DB;
-    uint64_t *arrive = a.direct_flags, *done = arrive + phase, *scattered = arrive + 2 * phase,
+    const size_t phase = (size_t)a.hdr.world * DB;
+    uint64_t *arrive = a.hdr.direct_flags, *done = arrive + phase, *scattered = arrive + 2 * phase,
              *reduced = arrive + 3 * phase;
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
-    for (int r = threadIdx.x; r < a.n; r += blockDim.x)
-        dst[r] = r == a.rank ? static_cast<T *>(a.output)
-                             : static_cast<T *>(nvshmem_ptr(a.output, a.pes[r]));
+    for (int r = threadIdx.x; r < a.hdr.n; r += blockDim.x)
+        dst[r] = r == a.hdr.rank ? static_cast<T *>(a.hdr.output)
+                             : static_cast<T *>(nvshmem_ptr(a.hdr.output, a.hdr.pes[r]));
     // Entry: every member's output is free and its input ready (its earlier work on its stream
     // is done).
     if (!direct_handshake(w, a, arrive, call, false)) return;
     using A = typename Acc<T>::type;
     constexpr int V = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
-    const size_t unit = (size_t)a.n * V;
-    const size_t even = a.count / unit * unit, chunk = even / a.n;
-    const T *in = static_cast<const T *>(a.input);
-    T *out = static_cast<T *>(a.output);
+    const size_t unit = (size_t)a.hdr.n * V;
+    const size_t even = a.hdr.count / unit * unit, chunk = even / a.hdr.n;
+    const T *in = static_cast<const T *>(a.hdr.input);
+    T *out = static_cast<T *>(a.hdr.output);
     if (blockIdx.x == gridDim.x - 1) {
         // The tail, from every member's input, into this PE's output only.
-        for (size_t i = even + threadIdx.x; i < a.count; i += blockDim.x) {
+        for (size_t i = even + threadIdx.x; i < a.hdr.count; i += blockDim.x) {
             A acc{};
-            for (int r = 0; r < a.n; ++r) {
-                const T *src = r == a.rank ? in : static_cast<const T *>(nvshmem_ptr(in, a.pes[r]));
+            for (int r = 0; r < a.hdr.n; ++r) {
+                const T *src = r == a.hdr.rank
+                                   ? in
+                                   : static_cast<const T *>(nvshmem_ptr(in, a.hdr.pes[r]));
                 A val = to_acc<T>(__ldcg(src + i));
                 acc = r == 0 ? val : combine<T, OP>(acc, val);
             }
-            out[i] = finish<T, OP>(acc, a.n);
+            out[i] = finish<T, OP>(acc, a.hdr.n);
         }
     }
     size_t b, e;
@@ -964,7 +970,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
     // Exit: this block's stores have landed everywhere and the tail's reads are done.
     if (!direct_handshake(w, a, done, call, true)) return;
     if (threadIdx.x == 0)
-        advance_state(a.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
+        advance_state(a.hdr.state, [&](nvshmemrs_allreduce_state *st) { st->direct_calls = call; });
 }
 
 // Checked mode's header exchange (see the header). Thread 0 sends; thread t waits for and
@@ -977,31 +983,31 @@ __global__ void check_header_kernel(nvshmemrs_allreduce_args a, uint64_t *header
     __shared__ uint64_t mine[NVSHMEMRS_ALLREDUCE_HEADER_WORDS];
     if (threadIdx.x == 0) {
         mine[0] = call;
-        mine[1] = (uint64_t)a.count;
+        mine[1] = (uint64_t)a.hdr.count;
         mine[2] = meta;
         mine[3] = 0;
         // The own slot [rank] of the local copy is the put's source: symmetric memory, which
         // every transport can read (shared memory is not, off-node).
-        uint64_t *slot = headers + (size_t)a.rank * NVSHMEMRS_ALLREDUCE_HEADER_WORDS;
+        uint64_t *slot = headers + (size_t)a.hdr.rank * NVSHMEMRS_ALLREDUCE_HEADER_WORDS;
         for (int f = 0; f < NVSHMEMRS_ALLREDUCE_HEADER_WORDS; ++f) slot[f] = mine[f];
         __threadfence();
-        for (int k = 1; k < a.n; ++k) {
-            int peer = (a.rank + k) % a.n;
-            nvshmem_putmem_signal(slot, slot, sizeof(mine), &header_flags[a.rank], call,
-                                  NVSHMEM_SIGNAL_SET, a.pes[peer]);
+        for (int k = 1; k < a.hdr.n; ++k) {
+            int peer = (a.hdr.rank + k) % a.hdr.n;
+            nvshmem_putmem_signal(slot, slot, sizeof(mine), &header_flags[a.hdr.rank], call,
+                                  NVSHMEM_SIGNAL_SET, a.hdr.pes[peer]);
         }
     }
     __syncthreads();
     bool ok = true;
-    for (int r = threadIdx.x; r < a.n && ok; r += blockDim.x) {
-        if (r == a.rank) continue;
-        ok = w.ge(&header_flags[r], call, a.pes[r]);
+    for (int r = threadIdx.x; r < a.hdr.n && ok; r += blockDim.x) {
+        if (r == a.hdr.rank) continue;
+        ok = w.ge(&header_flags[r], call, a.hdr.pes[r]);
         if (!ok) break;
         const volatile uint64_t *theirs = headers + (size_t)r * NVSHMEMRS_ALLREDUCE_HEADER_WORDS;
         for (int f = 1; f <= 2 && ok; ++f) {
             uint64_t t = theirs[f];
             if (t != mine[f]) {
-                nvshmemrs_wait_site site = w.site(a.pes[r]);
+                nvshmemrs_wait_site site = w.site(a.hdr.pes[r]);
                 site.index = (uint64_t)(f - 1);
                 site.seq = call;
                 nvshmemrs_record_failure(site, NVSHMEMRS_FAIL_MISMATCH,
@@ -1051,16 +1057,17 @@ struct Launch {
         case 2: return launch_pdl(ring_kernel<T, OP>, blocks, threads, stream, args);
         case 3: return launch_pdl(rd_kernel<T, OP>, blocks, threads, stream, args);
         case 4:
-            if (args.n > NVSHMEMRS_ALLREDUCE_LL_MAX_PES) return cudaErrorInvalidValue;
+            if (args.hdr.n > NVSHMEMRS_ALLREDUCE_LL_MAX_PES) return cudaErrorInvalidValue;
             return launch_pdl(oneshot_ll_kernel<T, OP>, blocks, threads, stream, args);
         case 5:
             if (blocks < 1 || blocks > NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS ||
-                args.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES)
+                args.hdr.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES)
                 return cudaErrorInvalidValue;
             return launch_pdl(twoshot_direct_kernel<T, OP>, blocks, threads, stream, args);
         case 6:
             if (blocks < 1 || blocks > NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS ||
-                args.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES || args.input == args.output)
+                args.hdr.n > NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES ||
+                args.hdr.input == args.hdr.output)
                 return cudaErrorInvalidValue;
             return launch_pdl(twoshot_push_kernel<T, OP>, blocks, threads, stream, args);
         default: return cudaErrorInvalidValue;
@@ -1074,7 +1081,8 @@ extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
                                                 uint64_t *headers, uint64_t *header_flags,
                                                 uint64_t call, uint64_t meta,
                                                 cudaStream_t stream) {
-    if (args.n < 1 || args.n > args.world || args.rank < 0 || args.rank >= args.n || call == 0)
+    const nvshmemrs_coll_header &h = args.hdr;
+    if (h.n < 1 || h.n > h.world || h.rank < 0 || h.rank >= h.n || call == 0)
         return cudaErrorInvalidValue;
     return (int)launch_pdl(check_header_kernel, 1, 32, stream, args, headers, header_flags, call,
                            meta);
@@ -1082,7 +1090,8 @@ extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
 
 extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,
                                    int blocks, int threads, cudaStream_t stream) {
-    if (args.n < 1 || args.n > args.world || args.rank < 0 || args.rank >= args.n)
+    const nvshmemrs_coll_header &h = args.hdr;
+    if (h.n < 1 || h.n > h.world || h.rank < 0 || h.rank >= h.n)
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{algo, args, blocks, threads, stream});
 }
