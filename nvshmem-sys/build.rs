@@ -1,18 +1,27 @@
 //! Build script of nvshmem-sys.
 //!
 //! 1. Finds NVSHMEM and CUDA (see `find_nvshmem` / `find_cuda` for the search order).
-//! 2. Generates bindings for NVSHMEM's host API and the project's shim (`device/nvshmem_rs.h`).
-//! 3. Compiles every `device/*.cu` with `nvcc -rdc=true`, device-links them once together with
-//!    `libnvshmem_device.a`, archives the result and links it, the CUDA runtime (static) and
-//!    `libnvshmem_host.so.3` into every binary that uses this crate.
+//! 2. Generates bindings for NVSHMEM's host API and the project's own entry points: `device/abi.h`
+//!    (codes, limits and structs shared with Rust) and the other `.h` files under `device/`.
+//! 3. Compiles every `.cu` under `device/` (`device/bench/` only with the `bench` feature) with
+//!    `nvcc -rdc=true`, one nvcc per job slot, skipping objects that are still current;
+//!    device-links them once together with `libnvshmem_device.a`, archives the result and links
+//!    it, the CUDA runtime (static) and `libnvshmem_host.so.3` into every binary that uses this
+//!    crate.
 //!
 //! Everything that calls NVSHMEM device functions must sit in that single device link: NVSHMEM's
 //! init registers the device state of the module it is linked into.
 
+use std::collections::BTreeSet;
 use std::env;
+use std::ffi::OsString;
 use std::fs;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::process::{exit, Command};
+use std::process::{exit, Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
 
 /// Where `scripts/setup_env.sh` writes its env file, relative to the workspace root.
 const SETUP_ENV_FILE: &str = ".deps/env.sh";
@@ -20,6 +29,8 @@ const SETUP_HINT: &str =
     "run `scripts/setup_env.sh` (or `scripts/setup_env.sh --system` to use an \
                           existing install) and `source .deps/env.sh`";
 const DEFAULT_ARCHS: &str = "80,90";
+/// Tool code under `device/`, compiled only with the `bench` feature.
+const BENCH_DIR: &str = "bench";
 /// Install places of NVIDIA's tarballs and Debian/Ubuntu packages.
 const USUAL_NVSHMEM_HOMES: [&str; 4] = [
     "/usr/local/nvshmem",
@@ -43,12 +54,30 @@ fn main() {
         "CUDA_PATH",
         "NVSHMEM_RS_NVCC",
         "NVSHMEM_RS_CUDA_ARCHS",
+        "NVSHMEM_RS_JOBS",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-env-changed=NVCC_CCBIN");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", device_dir.display());
+    let device_files = files_under(&device_dir);
+    for file in &device_files {
+        println!("cargo:rerun-if-changed={}", file.display());
+    }
+    // Tool code stays out of the library unless asked for.
+    let bench = env::var_os("CARGO_FEATURE_BENCH").is_some();
+    let used: Vec<&Path> = device_files
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|f| bench || !f.starts_with(device_dir.join(BENCH_DIR)))
+        .collect();
+    let with_ext = |ext: &str| -> Vec<&Path> {
+        used.iter()
+            .copied()
+            .filter(|p| p.extension().is_some_and(|x| x == ext))
+            .collect()
+    };
 
     let setup = SetupFile::read(&root.join(SETUP_ENV_FILE));
     let nvshmem = find_nvshmem(&setup).unwrap_or_else(|msg| fail(&msg));
@@ -62,8 +91,17 @@ fn main() {
     }
 
     let archs = cuda_archs().unwrap_or_else(|msg| fail(&msg));
-    generate_bindings(&device_dir, &nvshmem, &cuda, &out_dir);
-    let objects = compile_device_code(&device_dir, &nvshmem, &cuda, &archs, &out_dir);
+    let jobs = jobs().unwrap_or_else(|msg| fail(&msg));
+    generate_bindings(&device_dir, &with_ext("h"), &nvshmem, &cuda, &out_dir);
+    let objects = compile_device_code(
+        &device_dir,
+        &with_ext("cu"),
+        &nvshmem,
+        &cuda,
+        &archs,
+        jobs,
+        &out_dir,
+    );
     archive(&objects, &out_dir.join("libnvshmem_rs_device.a"));
     emit_link_directives(&nvshmem, &cuda, &out_dir);
     // For crates that compile their own (non-NVSHMEM) kernels with the same compiler and
@@ -246,6 +284,43 @@ fn cuda_archs() -> Result<Vec<u32>, String> {
     }
 }
 
+/// How many nvcc run at once: `NVSHMEM_RS_JOBS`, else cargo's job count (`NUM_JOBS`), else the
+/// machine's available parallelism.
+fn jobs() -> Result<usize, String> {
+    if let Ok(v) = env::var("NVSHMEM_RS_JOBS") {
+        return match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!(
+                "NVSHMEM_RS_JOBS={v:?} is not a number of parallel nvcc jobs >= 1 (e.g. \"2\")"
+            )),
+        };
+    }
+    let cargo_jobs = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0);
+    Ok(cargo_jobs.unwrap_or_else(|| thread::available_parallelism().map_or(1, NonZeroUsize::get)))
+}
+
+/// Every file under `dir`, recursively, sorted.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let entries =
+            fs::read_dir(&d).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", d.display())));
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 fn gencode_flags(archs: &[u32]) -> Vec<String> {
     archs
         .iter()
@@ -253,15 +328,15 @@ fn gencode_flags(archs: &[u32]) -> Vec<String> {
         .collect()
 }
 
-fn generate_bindings(device_dir: &Path, nvshmem: &Nvshmem, cuda: &Cuda, out_dir: &Path) {
-    // One wrapper over every header in device/: each .cu file declares its entry points in a
-    // header of the same name.
-    let mut headers: Vec<PathBuf> = fs::read_dir(device_dir)
-        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", device_dir.display())))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "h"))
-        .collect();
-    headers.sort();
+fn generate_bindings(
+    device_dir: &Path,
+    headers: &[&Path],
+    nvshmem: &Nvshmem,
+    cuda: &Cuda,
+    out_dir: &Path,
+) {
+    // One wrapper over every header (.h) under device/: abi.h, and for each .cu file with entry
+    // points the header of the same name that declares them. The .cuh files are device code.
     let wrapper: String = headers
         .iter()
         .map(|h| format!("#include \"{}\"\n", h.display()))
@@ -273,9 +348,11 @@ fn generate_bindings(device_dir: &Path, nvshmem: &Nvshmem, cuda: &Cuda, out_dir:
         .clang_args(["-x", "c++", "-std=c++17"])
         .clang_arg(format!("-I{}", nvshmem.include.display()))
         .clang_arg(format!("-I{}", cuda.include.display()))
+        // The headers include abi.h relative to device/, as nvcc sees them.
+        .clang_arg(format!("-I{}", device_dir.display()))
         .allowlist_function("nvshmem_.*|nvshmemx_.*|nvshmemrs_.*")
         // `flags` is the unnamed-looking enum of NVSHMEMX_INIT_* init flags.
-        .allowlist_type("nvshmem_.*|nvshmemx_.*|flags")
+        .allowlist_type("nvshmem_.*|nvshmemx_.*|nvshmemrs_.*|flags")
         .allowlist_var("NVSHMEM_.*|NVSHMEMX_.*|NVSHMEMRS_.*")
         // Device-only and inline entry points are not in the host library.
         .blocklist_function("nvshmemi_.*")
@@ -299,65 +376,231 @@ fn generate_bindings(device_dir: &Path, nvshmem: &Nvshmem, cuda: &Cuda, out_dir:
         .expect("write bindings.rs");
 }
 
-/// Compiles each `device/*.cu` to a relocatable object, then device-links all of them once with
-/// libnvshmem_device.a. Returns the host objects plus the device-link object.
+/// Compiles each source (a `.cu` under `device/`) to a relocatable object, `jobs` nvcc at a time,
+/// then device-links all of them once with libnvshmem_device.a. Returns the host objects plus the
+/// device-link object.
 fn compile_device_code(
     device_dir: &Path,
+    sources: &[&Path],
     nvshmem: &Nvshmem,
     cuda: &Cuda,
     archs: &[u32],
+    jobs: usize,
     out_dir: &Path,
 ) -> Vec<PathBuf> {
-    let mut sources: Vec<PathBuf> = fs::read_dir(device_dir)
-        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", device_dir.display())))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-        .collect();
-    sources.sort();
     let gencode = gencode_flags(archs);
     let obj_dir = out_dir.join("device");
     fs::create_dir_all(&obj_dir).unwrap();
+    // Objects and stamps from an earlier run with other nvcc or NVSHMEM headers are stale even
+    // where the sources are not.
+    let toolchain = [
+        cuda.nvcc.clone(),
+        nvshmem.include.join("non_abi/nvshmem_version.h"),
+    ];
 
-    let mut objects = Vec::new();
-    for src in &sources {
-        let obj = obj_dir.join(src.file_stem().unwrap()).with_extension("o");
-        let mut cmd = nvcc(cuda);
-        cmd.args([
+    let mut steps = Vec::new();
+    let mut names = BTreeSet::new();
+    for &src in sources {
+        // coll/oneshot.cu -> coll_oneshot.o: sources of the same name in different folders
+        // must not share an object.
+        let rel = src.strip_prefix(device_dir).unwrap_or(src);
+        let name: Vec<String> = rel
+            .with_extension("o")
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        let obj = obj_dir.join(name.join("_"));
+        if !names.insert(obj.clone()) {
+            fail(&format!(
+                "two sources under {} map to the object {}: rename one",
+                device_dir.display(),
+                obj.display()
+            ));
+        }
+        let mut args: Vec<OsString> = [
             "-rdc=true",
             "-c",
             "-O3",
             "-std=c++17",
             "-Xcompiler",
             "-fPIC",
-        ])
-        .args(&gencode)
-        .arg(format!("-I{}", nvshmem.include.display()))
-        .arg(format!("-I{}", device_dir.display()))
-        .arg("-o")
-        .arg(&obj)
-        .arg(src);
-        run(
-            &mut cmd,
-            &format!("nvcc could not compile {}", src.display()),
-        );
-        objects.push(obj);
+        ]
+        .map(OsString::from)
+        .into();
+        args.extend(gencode.iter().map(OsString::from));
+        args.push(format!("-I{}", nvshmem.include.display()).into());
+        args.push(format!("-I{}", device_dir.display()).into());
+        args.extend(["-o".into(), obj.clone().into(), src.into()]);
+        let mut inputs = BTreeSet::new();
+        inputs.insert(src.to_path_buf());
+        local_includes(src, device_dir, &mut inputs);
+        inputs.extend(toolchain.iter().cloned());
+        steps.push(Step {
+            args,
+            inputs: inputs.into_iter().collect(),
+            output: obj,
+            what: format!("nvcc could not compile {}", src.display()),
+        });
     }
+    run_parallel(cuda, &steps, jobs);
 
+    let mut objects: Vec<PathBuf> = steps.iter().map(|s| s.output.clone()).collect();
     let dlink = obj_dir.join("nvshmem_rs_dlink.o");
-    let mut cmd = nvcc(cuda);
-    cmd.args(["-dlink", "-Xcompiler", "-fPIC"])
-        .args(&gencode)
-        .args(&objects)
-        .arg(format!("-L{}", nvshmem.lib.display()))
-        .arg("-lnvshmem_device")
-        .arg("-o")
-        .arg(&dlink);
-    run(
-        &mut cmd,
-        "nvcc could not device-link device/*.cu with libnvshmem_device.a",
-    );
+    let mut args: Vec<OsString> = ["-dlink", "-Xcompiler", "-fPIC"].map(OsString::from).into();
+    args.extend(gencode.iter().map(OsString::from));
+    args.extend(objects.iter().map(OsString::from));
+    args.push(format!("-L{}", nvshmem.lib.display()).into());
+    args.extend(["-lnvshmem_device".into(), "-o".into(), dlink.clone().into()]);
+    let mut inputs = objects.clone();
+    inputs.push(nvshmem.lib.join("libnvshmem_device.a"));
+    inputs.extend(toolchain.iter().cloned());
+    let link = Step {
+        args,
+        inputs,
+        output: dlink.clone(),
+        what: "nvcc could not device-link device/*.cu with libnvshmem_device.a".into(),
+    };
+    run_parallel(cuda, std::slice::from_ref(&link), 1);
     objects.push(dlink);
     objects
+}
+
+/// The files under `device/` that `file` includes with `#include "..."`, directly or through
+/// others, added to `found`. Resolved as nvcc does: next to the including file, then in
+/// `device/` (its -I). Includes inside `#if` count too: a needless rebuild at worst.
+fn local_includes(file: &Path, device_dir: &Path, found: &mut BTreeSet<PathBuf>) {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    for line in text.lines() {
+        let Some(directive) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let Some(rest) = directive.trim_start().strip_prefix("include") else {
+            continue;
+        };
+        let Some(name) = rest
+            .trim_start()
+            .strip_prefix('"')
+            .and_then(|r| r.split('"').next())
+        else {
+            continue;
+        };
+        let here = file.parent().unwrap_or(device_dir).join(name);
+        let header = if here.is_file() {
+            here
+        } else {
+            device_dir.join(name)
+        };
+        if header.is_file() && found.insert(header.clone()) {
+            local_includes(&header, device_dir, found);
+        }
+    }
+}
+
+/// One nvcc run: `args`, producing `output` from `inputs`.
+struct Step {
+    args: Vec<OsString>,
+    inputs: Vec<PathBuf>,
+    output: PathBuf,
+    /// The error message if it fails.
+    what: String,
+}
+
+impl Step {
+    /// What the output was made from: the command and every input's modification time. The
+    /// output is current while this is what its stamp file says.
+    fn fingerprint(&self, cuda: &Cuda) -> String {
+        let mut text = format!("{:?}\n", self.command(cuda));
+        for input in &self.inputs {
+            let mtime = fs::metadata(input).and_then(|m| m.modified()).ok();
+            text.push_str(&format!("{} {mtime:?}\n", input.display()));
+        }
+        text
+    }
+
+    fn stamp(&self) -> PathBuf {
+        let mut name = self.output.clone().into_os_string();
+        name.push(".stamp");
+        PathBuf::from(name)
+    }
+
+    fn command(&self, cuda: &Cuda) -> Command {
+        let mut cmd = nvcc(cuda);
+        cmd.args(&self.args);
+        cmd
+    }
+}
+
+/// Runs the steps whose output is not current, `jobs` at a time; stops (after the running ones)
+/// at the first failure. nvcc's output is printed whole after each run, so that parallel runs do
+/// not interleave.
+fn run_parallel(cuda: &Cuda, steps: &[Step], jobs: usize) {
+    // Taken before running, so that a source edited during its compile is compiled again.
+    let todo: Vec<(&Step, String)> = steps
+        .iter()
+        .map(|s| (s, s.fingerprint(cuda)))
+        .filter(|(s, print)| {
+            !(s.output.exists() && fs::read_to_string(s.stamp()).is_ok_and(|old| old == *print))
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error = Mutex::new(None::<String>);
+    let print = Mutex::new(());
+    thread::scope(|scope| {
+        for _ in 0..jobs.min(todo.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= todo.len() || failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let (step, fingerprint) = &todo[i];
+                let _ = fs::remove_file(step.stamp());
+                let mut cmd = step.command(cuda);
+                {
+                    let _lock = print.lock().unwrap();
+                    eprintln!("running: {cmd:?}");
+                }
+                let result = cmd.output();
+                let _lock = print.lock().unwrap();
+                let error = match result {
+                    Ok(Output {
+                        status,
+                        stdout,
+                        stderr,
+                    }) => {
+                        if !stdout.is_empty() || !stderr.is_empty() {
+                            eprintln!("output of: {cmd:?}");
+                            eprint!("{}", String::from_utf8_lossy(&stdout));
+                            eprint!("{}", String::from_utf8_lossy(&stderr));
+                        }
+                        if status.success() {
+                            fs::write(step.stamp(), fingerprint).unwrap_or_else(|e| {
+                                fail(&format!("cannot write {}: {e}", step.stamp().display()))
+                            });
+                            None
+                        } else {
+                            Some(format!(
+                                "{} ({status}); the command is printed above",
+                                step.what
+                            ))
+                        }
+                    }
+                    Err(e) => Some(format!(
+                        "{}: cannot start {:?}: {e}",
+                        step.what,
+                        cmd.get_program()
+                    )),
+                };
+                if let Some(msg) = error {
+                    failed.store(true, Ordering::Relaxed);
+                    first_error.lock().unwrap().get_or_insert(msg);
+                }
+            });
+        }
+    });
+    if let Some(msg) = first_error.into_inner().unwrap() {
+        fail(&msg);
+    }
 }
 
 fn nvcc(cuda: &Cuda) -> Command {

@@ -1,18 +1,19 @@
 //! Reductions: the op and the element types the reduction kernels take.
 
 use crate::core::element::Element;
+use crate::sys;
 
 /// The reduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum ReduceOp {
-    Sum = 0,
-    Prod = 1,
-    Min = 2,
-    Max = 3,
+    Sum = sys::NVSHMEMRS_REDOP_SUM as i32,
+    Prod = sys::NVSHMEMRS_REDOP_PROD as i32,
+    Min = sys::NVSHMEMRS_REDOP_MIN as i32,
+    Max = sys::NVSHMEMRS_REDOP_MAX as i32,
     /// Sum divided by the PE count. For integer types the division truncates toward zero
     /// (as Rust's `/`), after summing in the type itself (wrapping on overflow).
-    Avg = 4,
+    Avg = sys::NVSHMEMRS_REDOP_AVG as i32,
 }
 
 impl ReduceOp {

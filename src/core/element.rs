@@ -1,25 +1,26 @@
 //! Element types that symmetric buffers may hold. The trait is sealed: each type has a fixed
 //! size and plain bit representation, so byte-level RMA moves it intact between PEs.
 
+use crate::sys;
 use std::fmt::Debug;
 
 mod private {
     pub trait Sealed {}
 }
 
-/// Data types of the collectives and device kernels (mirrors `device/*.cu`'s dtype codes).
+/// Data types of the collectives and device kernels (codes from device/abi.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum Dtype {
-    F32 = 0,
-    F64 = 1,
-    F16 = 2,
-    Bf16 = 3,
-    I32 = 4,
-    I64 = 5,
-    U32 = 6,
-    U64 = 7,
-    U8 = 8,
+    F32 = sys::NVSHMEMRS_DTYPE_F32 as i32,
+    F64 = sys::NVSHMEMRS_DTYPE_F64 as i32,
+    F16 = sys::NVSHMEMRS_DTYPE_F16 as i32,
+    Bf16 = sys::NVSHMEMRS_DTYPE_BF16 as i32,
+    I32 = sys::NVSHMEMRS_DTYPE_I32 as i32,
+    I64 = sys::NVSHMEMRS_DTYPE_I64 as i32,
+    U32 = sys::NVSHMEMRS_DTYPE_U32 as i32,
+    U64 = sys::NVSHMEMRS_DTYPE_U64 as i32,
+    U8 = sys::NVSHMEMRS_DTYPE_U8 as i32,
 }
 
 impl Dtype {

@@ -187,6 +187,23 @@ impl<'nv> Workspace<'nv> {
         self.all_mapped
     }
 
+    /// The common argument header (device/abi.h) with what the workspace owns: members, this
+    /// PE's `rank`, device state, status record and timeout. The collective fills in its data
+    /// (input, output, count, receive slots and counters).
+    pub fn header(&self, rank: i32) -> sys::nvshmemrs_coll_header {
+        sys::nvshmemrs_coll_header {
+            state: self.state_ptr().cast(),
+            pes: self.pes_ptr(),
+            n: self.n,
+            rank,
+            world: self.nv.n_pes(),
+            all_mapped: self.all_mapped as i32,
+            wait_status: self.status_ptr(),
+            timeout_ns: self.timeout_ns(),
+            ..Default::default()
+        }
+    }
+
     /// Device address of the world PE table (team rank -> world PE).
     pub fn pes_ptr(&self) -> *const i32 {
         self.pes.as_device_ptr()

@@ -14,7 +14,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What a failed device-side wait was part of (NVSHMEMRS_OP_* in device/channel.h).
+/// What a failed device-side wait was part of (NVSHMEMRS_WAIT_OP_* in device/abi.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOp {
     /// `Channel::send` waiting for the receiver to free the slot (its credit).
@@ -36,12 +36,12 @@ pub enum WaitOp {
 impl WaitOp {
     fn from_code(code: u64) -> WaitOp {
         match code {
-            c if c == sys::NVSHMEMRS_OP_SEND as u64 => WaitOp::ChannelSend,
-            c if c == sys::NVSHMEMRS_OP_RECV_INTO as u64 => WaitOp::ChannelRecvInto,
-            c if c == sys::NVSHMEMRS_OP_RECV as u64 => WaitOp::ChannelRecv,
-            c if c == sys::NVSHMEMRS_OP_ALLREDUCE as u64 => WaitOp::Allreduce,
-            c if c == sys::NVSHMEMRS_OP_BARRIER as u64 => WaitOp::Barrier,
-            c if c == sys::NVSHMEMRS_OP_SIGNAL_WAIT as u64 => WaitOp::SignalWait,
+            c if c == sys::NVSHMEMRS_WAIT_OP_SEND as u64 => WaitOp::ChannelSend,
+            c if c == sys::NVSHMEMRS_WAIT_OP_RECV_INTO as u64 => WaitOp::ChannelRecvInto,
+            c if c == sys::NVSHMEMRS_WAIT_OP_RECV as u64 => WaitOp::ChannelRecv,
+            c if c == sys::NVSHMEMRS_WAIT_OP_ALLREDUCE as u64 => WaitOp::Allreduce,
+            c if c == sys::NVSHMEMRS_WAIT_OP_BARRIER as u64 => WaitOp::Barrier,
+            c if c == sys::NVSHMEMRS_WAIT_OP_SIGNAL_WAIT as u64 => WaitOp::SignalWait,
             c => WaitOp::Other(c),
         }
     }
@@ -100,24 +100,12 @@ pub trait FailureText {
     fn error(&self, failure: &WaitFailure, me: i32) -> Error;
 }
 
-/// Layout of `struct nvshmemrs_wait_status` (device/deadline.cuh).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-struct RawStatus {
-    code: u64,
-    op: u64,
-    peer: i64,
-    signal: u64,
-    index: u64,
-    seq: u64,
-    want: u64,
-    seen: u64,
-    waited_ns: u64,
-}
+/// `struct nvshmemrs_wait_status` (device/abi.h), as bindgen generates it.
+type RawStatus = sys::nvshmemrs_wait_status;
 
-const FAIL_TIMEOUT: u64 = 1;
-const FAIL_LENGTH: u64 = 2;
-const FAIL_MISMATCH: u64 = 3;
+const FAIL_TIMEOUT: u64 = sys::NVSHMEMRS_FAIL_TIMEOUT as u64;
+const FAIL_LENGTH: u64 = sys::NVSHMEMRS_FAIL_LENGTH as u64;
+const FAIL_MISMATCH: u64 = sys::NVSHMEMRS_FAIL_MISMATCH as u64;
 
 /// A failure record in pinned host memory that kernels write through its device address. Reading
 /// it needs no stream synchronisation. The first failure wins; the record is not reset (an object
@@ -234,12 +222,18 @@ mod tests {
     #[test]
     fn op_codes_match_the_device_headers() {
         let pairs = [
-            (crate::sys::NVSHMEMRS_OP_SEND, WaitOp::ChannelSend),
-            (crate::sys::NVSHMEMRS_OP_RECV_INTO, WaitOp::ChannelRecvInto),
-            (crate::sys::NVSHMEMRS_OP_RECV, WaitOp::ChannelRecv),
-            (crate::sys::NVSHMEMRS_OP_ALLREDUCE, WaitOp::Allreduce),
-            (crate::sys::NVSHMEMRS_OP_BARRIER, WaitOp::Barrier),
-            (crate::sys::NVSHMEMRS_OP_SIGNAL_WAIT, WaitOp::SignalWait),
+            (crate::sys::NVSHMEMRS_WAIT_OP_SEND, WaitOp::ChannelSend),
+            (
+                crate::sys::NVSHMEMRS_WAIT_OP_RECV_INTO,
+                WaitOp::ChannelRecvInto,
+            ),
+            (crate::sys::NVSHMEMRS_WAIT_OP_RECV, WaitOp::ChannelRecv),
+            (crate::sys::NVSHMEMRS_WAIT_OP_ALLREDUCE, WaitOp::Allreduce),
+            (crate::sys::NVSHMEMRS_WAIT_OP_BARRIER, WaitOp::Barrier),
+            (
+                crate::sys::NVSHMEMRS_WAIT_OP_SIGNAL_WAIT,
+                WaitOp::SignalWait,
+            ),
         ];
         for (code, op) in pairs {
             assert_eq!(WaitOp::from_code(code as u64), op);

@@ -69,14 +69,14 @@ impl AllreduceAlgo {
         })
     }
 
-    /// Code of the algorithm in device/allreduce.h.
+    /// Code of the algorithm (device/abi.h).
     fn code(self) -> i32 {
-        match self {
-            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => 0,
-            AllreduceAlgo::TwoShot => 1,
-            AllreduceAlgo::Ring => 2,
-            AllreduceAlgo::RecursiveDoubling => 3,
-        }
+        (match self {
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => sys::NVSHMEMRS_ALGO_ONESHOT,
+            AllreduceAlgo::TwoShot => sys::NVSHMEMRS_ALGO_TWOSHOT,
+            AllreduceAlgo::Ring => sys::NVSHMEMRS_ALGO_RING,
+            AllreduceAlgo::RecursiveDoubling => sys::NVSHMEMRS_ALGO_RECURSIVE_DOUBLING,
+        }) as i32
     }
 
     /// One and recursive doubling carry a whole segment per slot, the others a chunk of it.
@@ -208,11 +208,11 @@ enum Protocol {
 
 impl Protocol {
     fn code(self) -> i32 {
-        match self {
-            Protocol::Slots => 1,
-            Protocol::Pull => 5,
-            Protocol::Push => 6,
-        }
+        (match self {
+            Protocol::Slots => sys::NVSHMEMRS_ALGO_TWOSHOT,
+            Protocol::Pull => sys::NVSHMEMRS_ALGO_TWOSHOT_DIRECT,
+            Protocol::Push => sys::NVSHMEMRS_ALGO_TWOSHOT_PUSH,
+        }) as i32
     }
 }
 
@@ -367,16 +367,16 @@ fn describe_meta(value: u64) -> String {
     format!("{dtype} {op} by {algo}{protocol}")
 }
 
-/// Name of an allreduce kernel's algo code (device/allreduce.h) in messages.
+/// Name of an allreduce kernel's algo code (device/abi.h) in messages.
 fn protocol_name(code: u64) -> &'static str {
-    match code {
-        0 => "one-shot",
-        1 => "two-shot",
-        2 => "ring",
-        3 => "recursive doubling",
-        4 => "low-latency one-shot",
-        5 => "direct two-shot",
-        6 => "push two-shot",
+    match u32::try_from(code).unwrap_or(u32::MAX) {
+        sys::NVSHMEMRS_ALGO_ONESHOT => "one-shot",
+        sys::NVSHMEMRS_ALGO_TWOSHOT => "two-shot",
+        sys::NVSHMEMRS_ALGO_RING => "ring",
+        sys::NVSHMEMRS_ALGO_RECURSIVE_DOUBLING => "recursive doubling",
+        sys::NVSHMEMRS_ALGO_ONESHOT_LL => "low-latency one-shot",
+        sys::NVSHMEMRS_ALGO_TWOSHOT_DIRECT => "direct two-shot",
+        sys::NVSHMEMRS_ALGO_TWOSHOT_PUSH => "push two-shot",
         _ => "unknown",
     }
 }
@@ -622,21 +622,16 @@ impl<'nv> Allreduce<'nv> {
         output: &SymView<'_, T>,
     ) -> sys::nvshmemrs_allreduce_args {
         sys::nvshmemrs_allreduce_args {
-            input: input.as_device_ptr().cast(),
-            output: output.as_device_ptr().cast(),
-            count: input.len(),
-            scratch: self.scratch.as_device_ptr().cast(),
-            slot_bytes: self.slot_bytes,
-            flags: self.flags.as_device_ptr(),
-            state: self.ws.state_ptr().cast(),
-            pes: self.ws.pes_ptr(),
-            n: self.ws.n_pes(),
-            rank,
-            world: self.ws.runtime().n_pes(),
-            all_mapped: self.ws.all_mapped() as i32,
-            direct_flags: self.direct_flags.as_device_ptr(),
-            wait_status: self.ws.status_ptr(),
-            timeout_ns: self.ws.timeout_ns(),
+            hdr: sys::nvshmemrs_coll_header {
+                input: input.as_device_ptr().cast(),
+                output: output.as_device_ptr().cast(),
+                count: input.len(),
+                scratch: self.scratch.as_device_ptr().cast(),
+                slot_bytes: self.slot_bytes,
+                flags: self.flags.as_device_ptr(),
+                direct_flags: self.direct_flags.as_device_ptr(),
+                ..self.ws.header(rank)
+            },
             rounds: 1,
         }
     }
@@ -695,7 +690,11 @@ impl<'nv> Allreduce<'nv> {
             && 2 * bytes <= self.slot_bytes;
         let (code, blocks, threads) = match (algo, protocol) {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
-            _ if low_latency => (4, parts(bytes, 4 << 10, 32), 512),
+            _ if low_latency => (
+                sys::NVSHMEMRS_ALGO_ONESHOT_LL as i32,
+                parts(bytes, 4 << 10, 32),
+                512,
+            ),
             (_, Protocol::Pull | Protocol::Push) => (
                 protocol.code(),
                 self.direct_shape.blocks(bytes, n),

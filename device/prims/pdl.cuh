@@ -1,7 +1,8 @@
-// Programmatic dependent launch (sm_90+), shared by the put and channel kernels (device_put.cu,
-// channel.cu): a kernel launched right behind another on the stream may start its blocks early,
-// but waits in wait_for_previous_kernel() until that kernel has completed and its memory is
-// visible, so stream order is kept while the launch gap is hidden. Ignored before sm_90.
+// Programmatic dependent launch (sm_90+), shared by the put, channel and collective kernels
+// (core/device_put.cu, pipeline/channel.cu, coll/): a kernel launched right behind another on
+// the stream may start its blocks early, but waits in wait_for_previous_kernel() until that
+// kernel has completed and its memory is visible, so stream order is kept while the launch gap
+// is hidden. Ignored before sm_90.
 #ifndef NVSHMEM_RS_PDL_CUH
 #define NVSHMEM_RS_PDL_CUH
 

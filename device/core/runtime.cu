@@ -1,12 +1,12 @@
 // Host-side entry points of the runtime (src/runtime.rs): init, finalize, version and CUDA probe.
 // Compiled with -rdc=true and device-linked together with libnvshmem_device.a and every other
-// device/*.cu: nvshmemi_init_thread registers the device state of this module, so kernels that
-// call NVSHMEM device functions must live in the same device link.
+// .cu under device/: nvshmemi_init_thread registers the device state of this module, so kernels
+// that call NVSHMEM device functions must live in the same device link.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "nvshmem_rs.h"
+#include "core/runtime.h"
 
 extern "C" void nvshmemrs_init_attr_default(nvshmemx_init_attr_t *attr) {
     nvshmemx_init_attr_t init = NVSHMEMX_INIT_ATTR_INITIALIZER;

@@ -5,9 +5,9 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "chunks.cuh"
-#include "pdl.cuh"
-#include "device_put.h"
+#include "prims/chunks.cuh"
+#include "prims/pdl.cuh"
+#include "core/device_put.h"
 
 namespace {
 

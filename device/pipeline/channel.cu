@@ -1,15 +1,16 @@
-// Pipeline channel kernels launched by src/channel.rs; device/channel.h documents the memory
-// layout and counters. Data moves like device_put.cu's put-with-signal: direct stores into the
-// peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts otherwise (other
-// nodes). Every wait has a deadline (deadline.cuh): a dead peer ends the kernel, not the stream.
+// Pipeline channel kernels launched by src/channel.rs; pipeline/channel.h documents the memory
+// layout and counters. Data moves like core/device_put.cu's put-with-signal: direct stores into
+// the peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts otherwise (other
+// nodes). Every wait has a deadline (prims/deadline.cuh): a dead peer ends the kernel, not the
+// stream.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "channel.h"
-#include "chunks.cuh"
-#include "pdl.cuh"
-#include "deadline.cuh"
+#include "pipeline/channel.h"
+#include "prims/chunks.cuh"
+#include "prims/pdl.cuh"
+#include "prims/deadline.cuh"
 
 namespace {
 
@@ -97,7 +98,7 @@ __device__ __forceinline__ bool block_wait(const Op &op, uint64_t counter, uint3
 __global__ void send_kernel(Op op) {
     wait_for_previous_kernel();
     // The credit says the receiver has finished reading the slot's previous message.
-    if (!block_wait(op, op.credit, NVSHMEMRS_OP_SEND)) return;
+    if (!block_wait(op, op.credit, NVSHMEMRS_WAIT_OP_SEND)) return;
 
     char *slot = reinterpret_cast<char *>(op.slot);
     const char *src = reinterpret_cast<const char *>(op.data);
@@ -168,15 +169,15 @@ __device__ __forceinline__ void block_credit(const Op &op, uint64_t share) {
 
 __global__ void recv_kernel(Op op) {
     wait_for_previous_kernel();
-    if (!block_wait(op, op.full, NVSHMEMRS_OP_RECV_INTO)) return;
+    if (!block_wait(op, op.full, NVSHMEMRS_WAIT_OP_RECV_INTO)) return;
 
     __shared__ int same_len;
     if (threadIdx.x == 0) {
         const uint64_t sent = *reinterpret_cast<volatile uint64_t *>(op.len_word);
         same_len = sent == op.len;
         if (sent != op.len && blockIdx.x == 0) {
-            nvshmemrs_record_failure(site_of(op, NVSHMEMRS_OP_RECV_INTO), NVSHMEMRS_FAIL_LENGTH,
-                                     op.len_word, op.len, sent, 0);
+            nvshmemrs_record_failure(site_of(op, NVSHMEMRS_WAIT_OP_RECV_INTO),
+                                     NVSHMEMRS_FAIL_LENGTH, op.len_word, op.len, sent, 0);
         }
     }
     __syncthreads();
@@ -194,7 +195,7 @@ __global__ void recv_kernel(Op op) {
 
 __global__ void wait_kernel(Op op) {
     wait_for_previous_kernel();
-    block_wait(op, op.full, NVSHMEMRS_OP_RECV);
+    block_wait(op, op.full, NVSHMEMRS_WAIT_OP_RECV);
 }
 
 __global__ void release_kernel(Op op) {

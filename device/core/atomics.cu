@@ -3,7 +3,7 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "atomics.h"
+#include "core/atomics.h"
 
 namespace {
 

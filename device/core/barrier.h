@@ -1,7 +1,7 @@
 /*
  * Barrier and stream signal wait with deadlines (src/ordering.rs, src/stream_rma.rs). NVSHMEM's
  * own barrier_all and signal_wait_until_on_stream spin without end on a dead peer; these record
- * a timeout in the runtime's host-mapped status record (device/deadline.cuh) and return.
+ * a timeout in the runtime's host-mapped status record (abi.h, prims/deadline.cuh) and return.
  *
  * Barrier: every PE adds 1 to arrivals[me] on every other PE, then waits until arrivals[q] on
  * itself reaches its own barrier count for every q. Counters only grow, so consecutive barriers
@@ -16,21 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What waited, in the status record (src/deadline.rs WaitOp). */
-#define NVSHMEMRS_OP_BARRIER 5
-#define NVSHMEMRS_OP_SIGNAL_WAIT 6
+#include "abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct nvshmemrs_barrier_args {
-    uint64_t *arrivals;  /* symmetric, n_pes words, zero at first use */
-    uint64_t *state;     /* local: [0] barriers completed, [1] broken */
-    void *wait_status;   /* host-mapped struct nvshmemrs_wait_status */
-    uint64_t timeout_ns; /* how long the barrier may wait in all */
-    int quiet;           /* complete this PE's device-initiated operations first */
-} nvshmemrs_barrier_args;
 
 /* One barrier over all PEs, in stream order. Returns a cudaError_t. */
 int nvshmemrs_barrier(nvshmemrs_barrier_args args, cudaStream_t stream);

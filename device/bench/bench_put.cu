@@ -3,8 +3,8 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "bench_put.h"
-#include "chunks.cuh"
+#include "bench/bench_put.h"
+#include "prims/chunks.cuh"
 
 namespace {
 

@@ -1,10 +1,10 @@
-// Barrier and stream signal wait with deadlines; device/barrier.h has the protocol.
+// Barrier and stream signal wait with deadlines; core/barrier.h has the protocol.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "barrier.h"
-#include "deadline.cuh"
+#include "core/barrier.h"
+#include "prims/deadline.cuh"
 
 namespace {
 
@@ -42,8 +42,9 @@ __global__ void barrier_kernel(nvshmemrs_barrier_args a) {
     for (int q = threadIdx.x; q < n && ok; q += blockDim.x) {
         if (q == me) continue;
         ok = nvshmemrs_wait_ge(reinterpret_cast<volatile uint64_t *>(&a.arrivals[q]), epoch,
-                               deadline, site_of(a.state, a.wait_status, NVSHMEMRS_OP_BARRIER, q,
-                                                 (uint64_t)q, epoch));
+                               deadline,
+                               site_of(a.state, a.wait_status, NVSHMEMRS_WAIT_OP_BARRIER, q,
+                                       (uint64_t)q, epoch));
     }
 }
 
@@ -72,7 +73,7 @@ __global__ void signal_wait_kernel(uint64_t *signal, int cmp, uint64_t value, in
             if (*(volatile uint64_t *)&state[1] != 0) return;
             if (now >= deadline) {
                 nvshmemrs_record_failure(
-                    site_of(state, status, NVSHMEMRS_OP_SIGNAL_WAIT, peer, (uint64_t)cmp, 0),
+                    site_of(state, status, NVSHMEMRS_WAIT_OP_SIGNAL_WAIT, peer, (uint64_t)cmp, 0),
                     NVSHMEMRS_FAIL_TIMEOUT, (uint64_t)(uintptr_t)signal, value, v, now - start);
                 return;
             }

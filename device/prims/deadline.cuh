@@ -1,31 +1,15 @@
 // Waits with a deadline, for kernels that wait on signals written by other PEs. A wait that
 // runs out of time records what it waited for in a status record in host-mapped memory (read by
 // src/deadline.rs without synchronising) and returns false, so that the kernel can exit instead
-// of hanging the stream when a peer is dead or never sends.
+// of hanging the stream when a peer is dead or never sends. The record (struct
+// nvshmemrs_wait_status) and its codes are in abi.h.
 #ifndef NVSHMEM_RS_DEADLINE_CUH
 #define NVSHMEM_RS_DEADLINE_CUH
 
 #include <stdint.h>
 
-#include "fence.cuh"
-
-// Mirrored by RawStatus in src/deadline.rs (nvshmemrs_wait_status_size checks the size).
-// Every field is 64 bits wide so that both sides agree on the layout without padding rules.
-struct nvshmemrs_wait_status {
-    uint64_t code;       // NVSHMEMRS_FAIL_*; written last, so a non-zero code means the rest is set
-    uint64_t op;         // what waited: NVSHMEMRS_OP_* of the operation
-    int64_t peer;        // the PE whose signal never came
-    uint64_t signal;     // device address of the signal word (on this PE)
-    uint64_t index;      // slot (or other index) of the signal word
-    uint64_t seq;        // message (or step) number
-    uint64_t want;       // value the signal had to reach; for a length mismatch the length asked
-    uint64_t seen;       // value last seen; for a length mismatch the length sent
-    uint64_t waited_ns;  // time spent waiting
-};
-
-#define NVSHMEMRS_FAIL_NONE 0
-#define NVSHMEMRS_FAIL_TIMEOUT 1
-#define NVSHMEMRS_FAIL_LENGTH 2
+#include "abi.h"
+#include "prims/fence.cuh"
 
 // Where a wait happens, for the record.
 struct nvshmemrs_wait_site {

@@ -1,9 +1,9 @@
 /*
- * C declarations of the project's own entry points in the device-linked module (device/).
- * bindgen reads this header (see nvshmem-sys/build.rs); the .cu files beside it define them.
+ * C declarations of the runtime's entry points in the device-linked module (core/runtime.cu
+ * defines them). bindgen reads this header, as every .h under device/ (nvshmem-sys/build.rs).
  */
-#ifndef NVSHMEM_RS_H
-#define NVSHMEM_RS_H
+#ifndef NVSHMEM_RS_RUNTIME_H
+#define NVSHMEM_RS_RUNTIME_H
 
 #include <nvshmem_host.h>
 

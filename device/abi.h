@@ -1,0 +1,236 @@
+/*
+ * Everything the device code shares with Rust: codes, limits and the structs passed to the entry
+ * points. The only place these numbers are written: bindgen turns every NVSHMEMRS_* define here
+ * into a Rust constant (nvshmem-sys/build.rs) and every nvshmemrs_* struct into a Rust struct.
+ * C and C++ alike (bindgen parses it as C++); defines only, so that the constants come out as
+ * plain integers on both sides.
+ */
+#ifndef NVSHMEM_RS_ABI_H
+#define NVSHMEM_RS_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Element types and reduce ops (src/element.rs Dtype, src/allreduce.rs ReduceOp) ---- */
+
+#define NVSHMEMRS_DTYPE_F32 0
+#define NVSHMEMRS_DTYPE_F64 1
+#define NVSHMEMRS_DTYPE_F16 2
+#define NVSHMEMRS_DTYPE_BF16 3
+#define NVSHMEMRS_DTYPE_I32 4
+#define NVSHMEMRS_DTYPE_I64 5
+#define NVSHMEMRS_DTYPE_U32 6
+#define NVSHMEMRS_DTYPE_U64 7
+/* Bytes: buffers and channels only; no reduction kernel takes it. */
+#define NVSHMEMRS_DTYPE_U8 8
+
+#define NVSHMEMRS_REDOP_SUM 0
+#define NVSHMEMRS_REDOP_PROD 1
+#define NVSHMEMRS_REDOP_MIN 2
+#define NVSHMEMRS_REDOP_MAX 3
+#define NVSHMEMRS_REDOP_AVG 4
+
+/* ---- Allreduce algorithms (src/allreduce.rs AllreduceAlgo and Protocol) ---- */
+
+#define NVSHMEMRS_ALGO_ONESHOT 0
+#define NVSHMEMRS_ALGO_TWOSHOT 1
+#define NVSHMEMRS_ALGO_RING 2
+#define NVSHMEMRS_ALGO_RECURSIVE_DOUBLING 3
+/*
+ * One-shot with the low-latency protocol: every 16-byte line carries 8 bytes of data and the
+ * step's flag twice (each 8-byte half is written atomically), so the receiver polls the data
+ * itself: no fence, no separate signal. Direct stores only: the host uses it only when every
+ * member is mapped (nvshmem_ptr), the buffers are 8-byte aligned and the team has at most
+ * NVSHMEMRS_ALLREDUCE_LL_MAX_PES members; the payload is at most slot_bytes / 2.
+ */
+#define NVSHMEMRS_ALGO_ONESHOT_LL 4
+/*
+ * Two-shot, direct: every member mapped, buffers 16-byte aligned; no receive slots and no
+ * segments. Block b of each PE reads part b of its own chunk from every member's input (loads
+ * over NVLink), reduces it and stores the result into every member's output; one handshake per
+ * block on entry (inputs ready) and on exit (all stores landed, all reads of this PE's input
+ * done). Any grid up to NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS (the counters are set to the call
+ * number).
+ */
+#define NVSHMEMRS_ALGO_TWOSHOT_DIRECT 5
+/*
+ * Two-shot, push: as TWOSHOT_DIRECT, but out of place only and no loads over the links. Block b
+ * of each PE stores part b of every chunk c into member c's output at chunk position `rank`
+ * (free until the result arrives there); member c reduces its own chunk from its input and those
+ * positions, and stores the result into every member's output. Handshakes per block: arrive
+ * (output free); per round, scattered and reduced (positions read, may be overwritten); done. A
+ * block's part goes in `rounds` rounds, the next round's stores issued before this round's
+ * reduce. Chunks are count rounded down to n 16-byte vectors, over n; every PE reduces the few
+ * elements past them for itself, from the peers' inputs.
+ * Shares the call number and the arrive/done counters with TWOSHOT_DIRECT.
+ */
+#define NVSHMEMRS_ALGO_TWOSHOT_PUSH 6
+
+/* Algorithms with counters in the slot workspace (codes 0 .. ALGOS - 1). */
+#define NVSHMEMRS_ALLREDUCE_ALGOS 4
+/* Most threads per block of the direct two-shots (their kernels are compiled to fit). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX 512
+/* Largest grid of the direct two-shot: its counters are per (source, block). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 256
+/* Largest team the low-latency one-shot serves (peer pointers live in shared memory). */
+#define NVSHMEMRS_ALLREDUCE_LL_MAX_PES 64
+/* Most rounds of the push two-shot (its per-round counter values are call * this + round). */
+#define NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX 16
+/* Counter phases of the direct two-shots: arrive, done, and push's scattered and reduced. */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_PHASES 4
+/* Largest team the direct two-shot serves (peer pointers live in shared memory). */
+#define NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES 16
+
+/*
+ * Checked mode. Words of one header: call number, count, meta, 0. A mismatch record's index is
+ * the field that differed: 0 count, 1 meta.
+ */
+#define NVSHMEMRS_ALLREDUCE_HEADER_WORDS 4
+/* meta = dtype | op << OP_SHIFT | algo << ALGO_SHIFT | protocol << PROTOCOL_SHIFT. */
+#define NVSHMEMRS_ALLREDUCE_META_OP_SHIFT 8
+#define NVSHMEMRS_ALLREDUCE_META_ALGO_SHIFT 16
+#define NVSHMEMRS_ALLREDUCE_META_PROTOCOL_SHIFT 24
+/* meta's protocol field: how a two-shot moves its data. */
+#define NVSHMEMRS_ALLREDUCE_PROTOCOL_SLOTS 0
+#define NVSHMEMRS_ALLREDUCE_PROTOCOL_PULL 1
+#define NVSHMEMRS_ALLREDUCE_PROTOCOL_PUSH 2
+
+/* ---- Failure records of waits with a deadline (src/deadline.rs) ---- */
+
+/* What waited (src/deadline.rs WaitOp). */
+#define NVSHMEMRS_WAIT_OP_SEND 1
+#define NVSHMEMRS_WAIT_OP_RECV_INTO 2
+#define NVSHMEMRS_WAIT_OP_RECV 3
+#define NVSHMEMRS_WAIT_OP_ALLREDUCE 4
+#define NVSHMEMRS_WAIT_OP_BARRIER 5
+#define NVSHMEMRS_WAIT_OP_SIGNAL_WAIT 6
+/* The names src/deadline.rs's test still uses; go once it takes the WAIT_OP names. */
+#define NVSHMEMRS_OP_SEND NVSHMEMRS_WAIT_OP_SEND
+#define NVSHMEMRS_OP_RECV_INTO NVSHMEMRS_WAIT_OP_RECV_INTO
+#define NVSHMEMRS_OP_RECV NVSHMEMRS_WAIT_OP_RECV
+#define NVSHMEMRS_OP_ALLREDUCE NVSHMEMRS_WAIT_OP_ALLREDUCE
+#define NVSHMEMRS_OP_BARRIER NVSHMEMRS_WAIT_OP_BARRIER
+#define NVSHMEMRS_OP_SIGNAL_WAIT NVSHMEMRS_WAIT_OP_SIGNAL_WAIT
+
+#define NVSHMEMRS_FAIL_NONE 0
+#define NVSHMEMRS_FAIL_TIMEOUT 1
+#define NVSHMEMRS_FAIL_LENGTH 2
+/* A checked-mode header disagreed with a peer's. */
+#define NVSHMEMRS_FAIL_MISMATCH 3
+
+/*
+ * The status record a failed wait writes (prims/deadline.cuh), in host-mapped memory; read by
+ * src/deadline.rs (nvshmemrs_wait_status_size checks the size). Every field is 64 bits wide so
+ * that both sides agree on the layout without padding rules.
+ */
+typedef struct nvshmemrs_wait_status {
+    uint64_t code;      /* NVSHMEMRS_FAIL_*; written last: once non-zero, the rest is set */
+    uint64_t op;        /* what waited: NVSHMEMRS_WAIT_OP_* of the operation */
+    int64_t peer;       /* the PE whose signal never came */
+    uint64_t signal;    /* device address of the signal word (on this PE) */
+    uint64_t index;     /* slot (or other index) of the signal word */
+    uint64_t seq;       /* message (or step) number */
+    uint64_t want;      /* value the signal had to reach; for a length mismatch the length asked */
+    uint64_t seen;      /* value last seen; for a length mismatch the length sent */
+    uint64_t waited_ns; /* time spent waiting */
+} nvshmemrs_wait_status;
+
+/* ---- Collectives (coll/allreduce.h documents the workspace and the steps) ---- */
+
+typedef struct nvshmemrs_allreduce_state {
+    uint64_t steps;
+    uint64_t expected[NVSHMEMRS_ALLREDUCE_ALGOS][2][2];
+    /* Direct two-shot calls completed (its counters each get one add per call). */
+    uint64_t direct_calls;
+    /* Non-zero once a wait of this workspace failed (timed out): every later launch returns at
+     * once without moving data, and the state is no longer advanced. */
+    uint64_t broken;
+    /* Blocks of the running launch that have finished; the last one advances the state. */
+    uint32_t done;
+    uint32_t pad;
+} nvshmemrs_allreduce_state;
+
+/*
+ * What every collective's launch gets: the call's buffers, the workspace, the team and the
+ * deadline. The protocol primitives (prims/) read only this; each collective's args struct
+ * starts with it (member `hdr`) and adds its own fields after it.
+ */
+typedef struct nvshmemrs_coll_header {
+    const void *input;
+    void *output;
+    size_t count;
+    char *scratch;
+    size_t slot_bytes;
+    uint64_t *flags;
+    nvshmemrs_allreduce_state *state;
+    const int *pes;
+    int n;
+    int rank;
+    /* World PE count: the stride of the flag and slot arrays. */
+    int world;
+    /* Every member is reachable by direct stores: no NVSHMEM put to complete with a quiet. */
+    int all_mapped;
+    /* Direct two-shot counters: [phase (arrive, done, scattered, reduced)][source rank][block],
+     * world x NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
+    uint64_t *direct_flags;
+    /* Host-mapped struct nvshmemrs_wait_status: a wait that runs out of time records there what
+     * it waited for (index: algo code, seq: the workspace's launch number) and the kernel
+     * returns. */
+    void *wait_status;
+    /* How long one wait of a launch may take (from its first clock check, after 256 polls). */
+    uint64_t timeout_ns;
+} nvshmemrs_coll_header;
+
+/* The header's fields come first and rounds last, as before the header existed: the byte
+ * layout, and so the kernels' parameter offsets, did not change. */
+typedef struct nvshmemrs_allreduce_args {
+    nvshmemrs_coll_header hdr;
+    /* Push two-shot: rounds each block's part is pipelined in (1 to
+     * NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX). */
+    int rounds;
+} nvshmemrs_allreduce_args;
+
+/* ---- Barrier and stream signal wait (core/barrier.h) ---- */
+
+typedef struct nvshmemrs_barrier_args {
+    uint64_t *arrivals;  /* symmetric, n_pes words, zero at first use */
+    uint64_t *state;     /* local: [0] barriers completed, [1] broken */
+    void *wait_status;   /* host-mapped struct nvshmemrs_wait_status */
+    uint64_t timeout_ns; /* how long the barrier may wait in all */
+    int quiet;           /* complete this PE's device-initiated operations first */
+} nvshmemrs_barrier_args;
+
+/* ---- Pipeline channels (pipeline/channel.h documents the memory layout and counters) ---- */
+
+/* What each message adds to a counter. A send runs at most TOTAL - 1 blocks (one unit is the
+ * length word's), a receive at most TOTAL. */
+#define NVSHMEMRS_CHANNEL_TOTAL 64
+
+/* flags: take NVSHMEM's put even where the peer's memory is mapped (diagnostics, tests). */
+#define NVSHMEMRS_CHANNEL_NO_DIRECT 1
+
+/* One channel operation; field use per launcher in pipeline/channel.h. Passed by value to the
+ * kernel. */
+struct nvshmemrs_channel_op {
+    uint64_t data;       /* send: local source; recv_into: local destination (device addresses) */
+    uint64_t slot;       /* symmetric address of the slot (the receiver's copy is written) */
+    uint64_t staging;    /* send: this PE's staging slot, or 0 */
+    uint64_t full;       /* symmetric address of full[s] */
+    uint64_t len_word;   /* symmetric address of len[s] */
+    uint64_t credit;     /* send: local credit[peer][s]; recv: symmetric credit[me][s] */
+    uint64_t out_len;    /* send: local out_len[peer][s] */
+    uint64_t broken;     /* local device word */
+    uint64_t status;     /* device address of the host-mapped nvshmemrs_wait_status */
+    uint64_t bytes;      /* bytes of the message */
+    uint64_t len;        /* elements of the message (sent, or asked for) */
+    uint64_t target;     /* value the awaited counter must reach (0: no wait) */
+    uint64_t seq;        /* message number of this (sender, receiver) pair */
+    uint64_t slot_index; /* s */
+    uint64_t timeout_ns; /* how long a wait may take */
+    int32_t peer;        /* the other PE */
+    int32_t blocks;      /* send: 1 ..= TOTAL - 1; receive: 1 ..= TOTAL */
+    int32_t threads;
+    int32_t flags;       /* NVSHMEMRS_CHANNEL_* */
+};
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * Allreduce steps (src/allreduce.rs). One launch reduces one segment of a message; the host
+ * splits larger messages into segments. Every launch reads and advances a small device-resident
+ * state, so the host passes no sequence numbers and a captured CUDA graph replays correctly.
+ *
+ * Workspace (symmetric; sized by the WORLD PE count so every PE allocates alike, even PEs whose
+ * team is smaller or that belong to no team):
+ *   scratch: slots [parity][slot] of slot_bytes each (slot = source rank for one/two-shot, step
+ *            for ring and recursive doubling);
+ *   flags:   counters [algo][phase][parity][index] (u64), only ever incremented: each block of a
+ *            sender adds 1 after its data for this PE has landed.
+ * state (local): the step count (parity = steps % 2) and, per algo/phase/parity, the value every
+ * counter reaches once all blocks of the last step with that parity have delivered. Each counter
+ * a PE waits on receives exactly `blocks` adds per step (all PEs launch alike), so the target of a
+ * step is the previous target plus gridDim.x.
+ *
+ * Ranks are team ranks 0..n-1; pes[rank] is the world PE number NVSHMEM addresses.
+ * dtype: NVSHMEMRS_DTYPE_*, op: NVSHMEMRS_REDOP_*, algo: NVSHMEMRS_ALGO_* (abi.h, which also
+ * describes the low-latency, direct and push protocols, and holds the args and state structs).
+ * Every wait has a deadline (timeout_ns after it starts). A wait that misses it records
+ * the failure in wait_status, marks the state broken and the kernel returns; a broken workspace
+ * moves no data again (the host reports the failure as Error::Timeout).
+ */
+#ifndef NVSHMEM_RS_ALLREDUCE_H
+#define NVSHMEM_RS_ALLREDUCE_H
+
+#include <nvshmem_host.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Checked mode, before a call's first step (one block): puts this PE's header {call, count,
+ * meta, 0} into headers[rank] of every member with a put-with-signal that sets
+ * header_flags[rank] = call, waits (with the deadline) for every member's header of this call
+ * and compares count and meta with its own. A difference is recorded in wait_status
+ * (NVSHMEMRS_FAIL_MISMATCH; index 0 count, 1 meta; want: own value, seen: the peer's) and marks
+ * the workspace broken, so the call's steps move nothing. `headers` holds world x HEADER_WORDS
+ * words, `header_flags` world words (both symmetric).
+ */
+int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args, uint64_t *headers,
+                                     uint64_t *header_flags, uint64_t call, uint64_t meta,
+                                     cudaStream_t stream);
+
+/*
+ * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive
+ * doubling, count * sizeof(T) <= slot_bytes (low-latency one-shot: slot_bytes / 2); two-shot and
+ * ring, ceil(count / n) elements rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t
+ * (cudaErrorInvalidValue for an unknown algo, dtype or op).
+ */
+int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args, int blocks,
+                        int threads, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
