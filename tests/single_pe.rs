@@ -61,7 +61,12 @@ gpu_test!(1, heap_exhaustion_is_an_error_naming_the_variable);
 fn heap_exhaustion_is_an_error_naming_the_variable() {
     let nv = runtime(1);
     let err = nv.alloc::<u8>(1 << 40).unwrap_err();
-    assert!(matches!(err, Error::AllocFailed { .. }), "{err:?}");
+    // Refused before NVSHMEM's collective malloc (the free-memory check every PE agrees on), or
+    // by NVSHMEM itself: both name the heap variable.
+    assert!(
+        matches!(err, Error::AllocRefused { .. } | Error::AllocFailed { .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("NVSHMEM_SYMMETRIC_SIZE"));
     // The heap still works afterwards.
     let b = nv.alloc::<u32>(10).unwrap();

@@ -952,13 +952,31 @@ fn output_is_not_lost_when_the_launchers_stdout_is_slow() {
     }
 }
 
-/// `mpirun -n 2 nvsh soak` with `rank1_env` (shell code) run first on rank 1, run to its end
-/// (limit 120 s: a hang fails the test instead of stalling the suite).
+/// The soak example, built with the `mpi` feature (`nvsh` is not): `NVSH_SOAK_BIN`, else beside
+/// this test executable (scripts/build_gpu_bins.sh's layout), else cargo's examples folder.
+fn soak_example_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("NVSH_SOAK_BIN") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let beside = exe.with_file_name("soak");
+    if beside.exists() {
+        return beside;
+    }
+    // target/<profile>/deps/<test> -> target/<profile>/examples/soak
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples").join("soak"))
+        .unwrap_or(beside)
+}
+
+/// `mpirun -n 2` of the soak example (2 s) with `rank1_env` (shell code) run first on rank 1,
+/// run to its end (limit 120 s: a hang fails the test instead of stalling the suite).
 fn mpirun_soak_with_rank1(rank1_env: &str) -> Finished {
-    let nvsh = nvsh_path();
+    let soak = soak_example_path();
     let script = format!(
-        "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then {rank1_env}; fi; exec {} soak --seconds 2",
-        nvsh.display()
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then {rank1_env}; fi; exec {} 2",
+        soak.display()
     );
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "-n", "2", "sh", "-c", &script])
@@ -969,7 +987,7 @@ fn mpirun_soak_with_rank1(rank1_env: &str) -> Finished {
 }
 
 #[test]
-#[ignore = "GPU machine: needs 2 GPUs, Open MPI's mpirun on PATH and nvsh built with --features mpi"]
+#[ignore = "GPU machine: needs a GPU, Open MPI's mpirun on PATH and the soak example (built with the mpi feature)"]
 fn gpu_mpi_a_rank_failing_after_the_id_exchange_aborts_the_job_instead_of_hanging() {
     // Rank 1's NVSHMEM init fails (a symmetric heap no GPU holds) while rank 0 waits in
     // NVSHMEM's bootstrap, which has no timeout: rank 1 must MPI_Abort, not MPI_Finalize.
