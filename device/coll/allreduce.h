@@ -50,8 +50,8 @@ int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args, uint64_t *he
 /*
  * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive
  * doubling, count * sizeof(T) <= slot_bytes (low-latency one-shot: slot_bytes / 2); two-shot and
- * ring, ceil(count / n) elements rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t (cudaErrorInvalidValue for an
- * unknown algo, dtype or op).
+ * ring, ceil(count / n) elements rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t
+ * (cudaErrorInvalidValue for an unknown algo, dtype or op).
  */
 int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args, int blocks,
                         int threads, cudaStream_t stream);

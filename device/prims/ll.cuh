@@ -1,0 +1,95 @@
+// Lines of the low-latency protocol: data and flag stored together, so that the receiver polls
+// the data itself.
+#ifndef NVSHMEM_RS_LL_CUH
+#define NVSHMEM_RS_LL_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prims/step.cuh"
+#include "prims/waiter.cuh"
+
+// Internal linkage: see prims/reduce.cuh.
+namespace {
+
+// Low-latency protocol (NVSHMEMRS_ALGO_ONESHOT_LL). Line i of a slot carries payload bytes
+// [8i, 8i + 8) as {data0, flag, data1, flag}; flag = low 32 bits of steps + 1 (never 0, the
+// heap's initial value, and different from the previous use of the same parity slot).
+__device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0),
+                 "r"(flag), "r"(d1), "r"(flag)
+                 : "memory");
+}
+
+// Loads line p once, bypassing L1 (the peer writes it over NVLink).
+__device__ __forceinline__ uint4 ld_line_once(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+// Line i of the slots of ranks r0 .. r0 + G - 1 (those below n, except `skip`), polled together
+// until each carries `flag` in both halves: G loads in flight per pass instead of one peer's
+// round trip after another, which at 8 PEs cost more than the data's flight. Payloads land in
+// out[j] (slot j of the group). False when the timeout passed or the workspace broke meanwhile;
+// the clock is read every 256 passes only.
+template <int G>
+__device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int n, int skip,
+                                         uint32_t flag, uint2 (&out)[G], const Waiter &w) {
+    uint32_t pending = 0;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+        if (r0 + j < n && r0 + j != skip) pending |= 1u << j;
+    uint64_t start = 0;
+    for (uint32_t spin = 1; pending != 0; ++spin) {
+        uint4 v[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+            if (pending >> j & 1) v[j] = ld_line_once(reinterpret_cast<const uint4 *>(L.slot(r0 + j)) + i);
+        uint32_t seen = 0;
+        int late = -1;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            if (!(pending >> j & 1)) continue;
+            if (v[j].y == flag && v[j].w == flag) {
+                out[j] = make_uint2(v[j].x, v[j].z);
+                pending &= ~(1u << j);
+            } else if (late < 0) {
+                late = j;
+                seen = v[j].y != flag ? v[j].y : v[j].w;
+            }
+        }
+        if (pending != 0 && (spin & 255) == 0 &&
+            w.give_up(reinterpret_cast<const uint4 *>(L.slot(r0 + late)) + i, flag, seen, &start,
+                      L.h.pes[r0 + late]))
+            return false;
+    }
+    return true;
+}
+
+// 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned. The
+// tail is assembled in a register: a byte array would live in local memory.
+__device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) {
+    if (8 * i + 8 <= bytes) return *reinterpret_cast<const uint2 *>(buf + 8 * i);
+    uint64_t v = 0;
+    for (size_t j = 8 * i; j < bytes; ++j)
+        v |= (uint64_t)(uint8_t)buf[j] << (8 * (j - 8 * i));
+    return make_uint2((uint32_t)v, (uint32_t)(v >> 32));
+}
+
+// Writes the first min(8, bytes - 8*i) bytes of v at byte offset 8*i of buf.
+__device__ __forceinline__ void store8(char *buf, size_t i, size_t bytes, uint2 v) {
+    if (8 * i + 8 <= bytes) {
+        *reinterpret_cast<uint2 *>(buf + 8 * i) = v;
+        return;
+    }
+    const uint64_t w = (uint64_t)v.x | (uint64_t)v.y << 32;
+    for (size_t j = 8 * i; j < bytes; ++j) buf[j] = (char)(w >> (8 * (j - 8 * i)));
+}
+
+}  // namespace
+
+#endif
