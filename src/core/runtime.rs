@@ -131,7 +131,7 @@ pub struct Nvshmem {
     /// Deadline of the runtime's own waits (barriers, stream signal waits), and the default of
     /// channels and allreduce workspaces created later.
     timeout: Cell<Duration>,
-    /// State of the barrier and stream-wait kernels (device/barrier.h).
+    /// State of the barrier and stream-wait kernels (device/core/barrier.h).
     pub(crate) waits: Waits,
     /// Decisions agreed so far ([`Nvshmem::agree_collective`]); picks the vote bank.
     vote_round: Cell<u64>,
@@ -144,7 +144,7 @@ pub struct Nvshmem {
     _not_send: PhantomData<*const ()>,
 }
 
-/// Device state of the runtime's barrier and stream signal waits (device/barrier.h).
+/// Device state of the runtime's barrier and stream signal waits (device/core/barrier.h).
 pub(crate) struct Waits {
     /// Symmetric arrival counters, one per PE (allocated at init, released with the heap).
     pub arrivals: *mut u64,

@@ -1,4 +1,4 @@
-//! Device-initiated puts (kernels in `device/device_put.cu`), stream-ordered. The GPU moves the
+//! Device-initiated puts (kernels in `device/core/device_put.cu`), stream-ordered. The GPU moves the
 //! data itself: no host round trip, and the same call works to PEs on other nodes.
 
 use crate::core::buffer::SymView;

@@ -53,7 +53,7 @@
 //! slot's signal, and the receiver reads the slot only after the signal reached the message's
 //! target, through L2. The receiver returns the credit only after its block's reads are done,
 //! and the sender writes a slot only after seeing the credit, so a slot is never overwritten
-//! while it is read. Signal words only grow (each message adds 64, see device/channel.h), so
+//! while it is read. Signal words only grow (each message adds 64, see device/pipeline/channel.h), so
 //! back-to-back use needs no barrier and no reset.
 
 use crate::core::buffer::{SymView, SymmetricBuffer};
@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What each message (and each credit) adds to its counter; NVSHMEMRS_CHANNEL_TOTAL in
-/// device/channel.h (a test checks they agree). A receive runs at most TOTAL blocks, a send
+/// device/pipeline/channel.h (a test checks they agree). A receive runs at most TOTAL blocks, a send
 /// TOTAL - 1 (the length word brings one unit).
 const TOTAL: u64 = 64;
 /// NVSHMEMRS_CHANNEL_NO_DIRECT.
@@ -92,7 +92,7 @@ pub struct Channel<'nv, T: Element> {
     /// K slots for off-node puts from sources outside the symmetric heap (jobs over several
     /// nodes only).
     staging: Option<SymmetricBuffer<'nv, T>>,
-    /// full[K], len[K], credit[n_pes][K], out_len[n_pes][K], broken (device/channel.h).
+    /// full[K], len[K], credit[n_pes][K], out_len[n_pes][K], broken (device/pipeline/channel.h).
     words: SymmetricBuffer<'nv, u64>,
     status: StatusRecord,
     timeout: Duration,

@@ -1,6 +1,6 @@
 //! Ordering and synchronisation: quiet, fence, barrier and sync, on the host and on a stream.
 //!
-//! Barriers are the runtime's own kernel (device/barrier.cu), not NVSHMEM's: NVSHMEM's wait for
+//! Barriers are the runtime's own kernel (device/core/barrier.cu), not NVSHMEM's: NVSHMEM's wait for
 //! a dead PE forever, these give up after [`Nvshmem::timeout`] with [`Error::Timeout`] naming
 //! the PE that did not arrive.
 

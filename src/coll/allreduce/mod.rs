@@ -187,15 +187,15 @@ pub const PUSH_ROUNDS_ENV: &str = "NVSH_ALLREDUCE_PUSH_ROUNDS";
 /// Measured on 4 H200 with parts of 128, 256 and 512 KiB per block (64 / 128 / 256 MiB): 2, 4
 /// and 8 rounds were the best of 1, 2, 4 and 8 (smaller rounds spend more on handshakes).
 pub const PUSH_ROUND_BYTES: usize = 64 << 10;
-/// Most rounds (device/allreduce.h).
+/// Most rounds (device/abi.h).
 const PUSH_ROUNDS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX as usize;
 
-/// Largest grid of the direct two-shot (device/allreduce.h).
+/// Largest grid of the direct two-shot (device/abi.h).
 const DIRECT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
-/// Counter phases of the direct two-shot (device/allreduce.h).
+/// Counter phases of the direct two-shot (device/abi.h).
 const DIRECT_PHASES: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_PHASES as usize;
 
-/// How a two-shot call moves its data (device/allreduce.h algo codes 1, 5 and 6).
+/// How a two-shot call moves its data (device/abi.h: NVSHMEMRS_ALGO_TWOSHOT, _TWOSHOT_DIRECT, _TWOSHOT_PUSH).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
     /// Receive slots, segment by segment: works across nodes.
@@ -389,7 +389,7 @@ static TEXT: CollectiveText = CollectiveText {
     meta: describe_meta,
 };
 
-/// Words of `nvshmemrs_allreduce_state` (device/allreduce.h).
+/// Words of `nvshmemrs_allreduce_state` (device/abi.h).
 const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
 
 /// An allreduce over the world or a team. Create it on every PE at the same point (the
