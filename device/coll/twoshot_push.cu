@@ -10,7 +10,6 @@
 #include "prims/chunks.cuh"
 #include "prims/direct.cuh"
 #include "prims/dispatch.cuh"
-#include "prims/fence.cuh"
 #include "prims/pdl.cuh"
 #include "prims/reduce.cuh"
 #include "prims/step.cuh"
@@ -92,7 +91,7 @@ __device__ __forceinline__ void push_gather(const nvshmemrs_coll_header &h, T *o
 // this PE's output), 3 reduced (the sender has read its positions, which may now take the
 // result), set to call * PUSH_ROUNDS_MAX + k + 1.
 // Rounds pipeline a block's part: round k + 1's stores are issued before round k's reduce, so
-// the links stay busy while the block reads its own memory; one fence covers both.
+// the links stay busy while the block reads its own memory; one release covers both.
 // __launch_bounds__: without it the compiler took more than the 128 registers a thread of 512 may
 // have (up to 162), and 512-thread launches failed.
 template <typename T, int OP>
@@ -147,9 +146,8 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
     size_t rb, re;
     round(0, &rb, &re);
     push_scatter<T>(h, in, dst, chunk, rb, re);
-    fence_acq_rel_sys();
     __syncthreads();
-    direct_signal(h, scattered, call * RMAX + 1);
+    direct_signal(h, scattered, call * RMAX + 1, true);
     for (int k = 0; k < rounds; ++k) {
         const bool next = k + 1 < rounds;
         if (next) {
@@ -159,12 +157,12 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
         round(k, &rb, &re);
         if (!direct_wait(w, h, scattered, call * RMAX + k + 1)) return;
         push_reduce<T, OP>(h, in, out, chunk, rb, re);
-        // Round k + 1's stores are visible before its signal; every thread's reads of round k's
-        // positions returned before the peers may overwrite them.
-        if (next) fence_acq_rel_sys();
+        // Round k + 1's stores are visible before its signal, and every thread's reads of round
+        // k's positions are done before the peers may overwrite them: one release (by the
+        // thread that signals member r, after the barrier) orders both.
         __syncthreads();
-        if (next) direct_signal(h, scattered, call * RMAX + k + 2);
-        direct_signal(h, reduced, call * RMAX + k + 1);
+        if (next) direct_signal(h, scattered, call * RMAX + k + 2, true);
+        direct_signal(h, reduced, call * RMAX + k + 1, !next);
         if (!direct_wait(w, h, reduced, call * RMAX + k + 1)) return;
         push_gather<T>(h, out, dst, chunk, rb, re);
     }

@@ -81,7 +81,7 @@ __global__ void signal_wait_kernel(uint64_t *signal, int cmp, uint64_t value, in
         }
     }
     // Later work on the stream sees what the signalling PE wrote before its signal.
-    __threadfence_system();
+    nvshmemrs_after_wait(sig);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "prims/chunks.cuh"
 #include "prims/pdl.cuh"
 #include "prims/deadline.cuh"
+#include "prims/fence.cuh"
 
 namespace {
 
@@ -118,10 +119,11 @@ __global__ void send_kernel(Op op) {
             *static_cast<volatile uint64_t *>(nvshmem_ptr(len_word, op.peer)) = op.len;
         }
         if (len > 0) block_copy<false>(peer_slot + offset, src + offset, len);
-        // Every thread's stores (and the length word) reach the peer before the block's share.
-        __threadfence_system();
+        // Every thread's stores (and the length word) reach the peer before the block's share:
+        // the barrier, then one release at system scope by the signalling thread.
         __syncthreads();
         if (threadIdx.x == 0) {
+            fence_acq_rel_sys();
             nvshmemx_signal_op(full, share + (first ? 1 : 0), NVSHMEM_SIGNAL_ADD, op.peer);
         }
         return;
@@ -157,11 +159,12 @@ __global__ void send_kernel(Op op) {
     }
 }
 
-// Returns this block's share of the slot to the sender once every thread's reads are done.
+// Returns this block's share of the slot to the sender once every thread's reads are done: a
+// release at system scope, since the sender that overwrites the slot may be another GPU.
 __device__ __forceinline__ void block_credit(const Op &op, uint64_t share) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
+        fence_acq_rel_sys();
         nvshmemx_signal_op(reinterpret_cast<uint64_t *>(op.credit), share, NVSHMEM_SIGNAL_ADD,
                            op.peer);
     }

@@ -6,6 +6,7 @@
 #ifndef NVSHMEM_RS_DEADLINE_CUH
 #define NVSHMEM_RS_DEADLINE_CUH
 
+#include <nvshmem.h>
 #include <stdint.h>
 
 #include "abi.h"
@@ -62,9 +63,20 @@ static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site,
     __threadfence_system();
 }
 
+// What a wait does once it saw its value: an acquire at system scope (the signal may come from
+// another GPU), then NVSHMEM's post-wait step. Over a proxy transport (InfiniBand without
+// GDRCopy, UCX) a signal can be visible before the data the NIC wrote with it; NVSHMEM's test,
+// on success, runs the consistency operation that orders them, as its own waits do. On jobs
+// whose peers are all reached over NVLink it costs a fence. The test asks `>= 0`, which always
+// holds: the step runs even where the word has changed again since the wait saw it.
+static __device__ __forceinline__ void nvshmemrs_after_wait(volatile uint64_t *sig) {
+    fence_acq_rel_sys();
+    (void)nvshmem_uint64_test(const_cast<uint64_t *>(sig), NVSHMEM_CMP_GE, 0);
+}
+
 // Spins until *sig >= want or the deadline (an absolute %globaltimer value) passes. On success
-// the caller's later loads see what the signalling PE wrote before its signal (an acquire at
-// system scope: the signal may come from another GPU). On timeout, or
+// the caller's later loads see what the signalling PE wrote before its signal
+// (nvshmemrs_after_wait). On timeout, or
 // when the object is already broken, returns false (a timeout is recorded).
 static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
                                          uint64_t deadline_ns,
@@ -72,14 +84,14 @@ static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
     const uint64_t start = nvshmemrs_globaltimer();
     uint64_t seen = *sig;
     if (seen >= want) {
-        fence_acq_rel_sys();
+        nvshmemrs_after_wait(sig);
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            fence_acq_rel_sys();
+            nvshmemrs_after_wait(sig);
             return true;
         }
         // The clock and the broken flag are read every 256 polls only: the poll stays hot.
@@ -106,7 +118,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
                                              const nvshmemrs_wait_site &site) {
     uint64_t seen = *sig;
     if (seen >= want) {
-        fence_acq_rel_sys();
+        nvshmemrs_after_wait(sig);
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
@@ -114,7 +126,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            fence_acq_rel_sys();
+            nvshmemrs_after_wait(sig);
             return true;
         }
         if ((spin & 255) == 0) {
