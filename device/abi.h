@@ -39,9 +39,13 @@
 /*
  * One-shot with the low-latency protocol: every 16-byte line carries 8 bytes of data and the
  * step's flag twice (each 8-byte half is written atomically), so the receiver polls the data
- * itself: no fence, no separate signal. Direct stores only: the host uses it only when every
- * member is mapped (nvshmem_ptr), the buffers are 8-byte aligned and the team has at most
- * NVSHMEMRS_ALLREDUCE_LL_MAX_PES members; the payload is at most slot_bytes / 2.
+ * itself: no fence, no separate signal. Its lines live in a region of their own (ll_scratch),
+ * which no other protocol writes, and the receiver zeroes each line once it has read it, so a
+ * line holds a non-zero flag only while its writer's step is under way: neither another
+ * protocol's leftovers nor a line written 2^32 calls ago can pass for a peer's data. Direct
+ * stores only: the host uses it only when every member is mapped (nvshmem_ptr), the buffers are
+ * 8-byte aligned and the team has at most NVSHMEMRS_ALLREDUCE_LL_MAX_PES members; the payload is
+ * at most ll_slot_bytes / 2.
  */
 #define NVSHMEMRS_ALGO_ONESHOT_LL 4
 /*
@@ -68,6 +72,12 @@
 
 /* Algorithms with counters in the slot workspace (codes 0 .. ALGOS - 1). */
 #define NVSHMEMRS_ALLREDUCE_ALGOS 4
+/*
+ * Largest grid of the slot protocols (codes 0 .. ALGOS - 1). Their counters are per (index,
+ * block): block b waits only for block b of its peers, so a step completes whatever part of the
+ * grid is resident at a time (other kernels may hold SMs; an A100 has 108).
+ */
+#define NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS 128
 /* Most threads per block of the direct two-shots (their kernels are compiled to fit). */
 #define NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX 512
 /* Largest grid of the direct two-shot: its counters are per (source, block). */
@@ -138,9 +148,10 @@ typedef struct nvshmemrs_wait_status {
 /* ---- Collectives (coll/allreduce.h documents the workspace and the steps) ---- */
 
 typedef struct nvshmemrs_allreduce_state {
+    /* Launches completed on this workspace (every PE launches alike, so every PE's count is the
+     * same at the same launch). Step s of a slot protocol sets its counters to s + 1. */
     uint64_t steps;
-    uint64_t expected[NVSHMEMRS_ALLREDUCE_ALGOS][2][2];
-    /* Direct two-shot calls completed (its counters each get one add per call). */
+    /* Direct two-shot calls completed (its counters are set to the call number). */
     uint64_t direct_calls;
     /* Non-zero once a wait of this workspace failed (timed out): every later launch returns at
      * once without moving data, and the state is no longer advanced. */
@@ -161,7 +172,13 @@ typedef struct nvshmemrs_coll_header {
     size_t count;
     char *scratch;
     size_t slot_bytes;
+    /* Slot protocols' counters: [algo][phase][parity][index][block], world x
+     * NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS per (algo, phase, parity); zeroed at creation. */
     uint64_t *flags;
+    /* The low-latency protocol's own receive region: [parity][source rank] lines of
+     * ll_slot_bytes each (symmetric, zeroed at creation). */
+    char *ll_scratch;
+    size_t ll_slot_bytes;
     nvshmemrs_allreduce_state *state;
     const int *pes;
     int n;
@@ -170,6 +187,9 @@ typedef struct nvshmemrs_coll_header {
     int world;
     /* Every member is reachable by direct stores: no NVSHMEM put to complete with a quiet. */
     int all_mapped;
+    /* Non-zero: data moves with NVSHMEM puts even to mapped peers (then all_mapped is 0):
+     * the path across nodes, on one node (NVSH_NO_DIRECT; diagnostics and tests). */
+    int no_direct;
     /* Direct two-shot counters: [phase (arrive, done, scattered, reduced)][source rank][block],
      * world x NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS per phase. */
     uint64_t *direct_flags;

@@ -94,6 +94,9 @@ check allreduce_twoshot_push NVSH_ALLREDUCE_ALGO=twoshot NVSH_ALLREDUCE_DIRECT_M
     "NVSH_TEST_EXPECT_SETTINGS=push from 0 out of place" -- "${ar[@]}"
 check allreduce_ring NVSH_ALLREDUCE_ALGO=ring NVSH_TEST_EXPECT_ALGO=ring -- "${ar[@]}"
 check allreduce_recursive_doubling NVSH_ALLREDUCE_ALGO=rd NVSH_TEST_EXPECT_ALGO=rd -- "${ar[@]}"
+# The path between nodes: NVSHMEM puts and quiets instead of direct stores.
+check allreduce_nvshmem_puts NVSH_NO_DIRECT=1 NVSH_ALLREDUCE_ALGO=oneshot NVSH_TEST_EXPECT_ALGO=oneshot \
+    "NVSH_TEST_EXPECT_SETTINGS=NVSHMEM puts only" -- "${ar[@]}"
 check allreduce_refused_call -- "$bin/test-allreduce" --ignored --exact \
     pe2_mismatched_lengths_are_refused --test-threads=1
 check allreduce_push_pull -- "$bin/test-allreduce" --ignored --exact \

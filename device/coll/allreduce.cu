@@ -18,7 +18,10 @@ extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
 extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,
                                    int blocks, int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.hdr;
-    if (h.n < 1 || h.n > h.world || h.rank < 0 || h.rank >= h.n)
+    if (h.n < 1 || h.n > h.world || h.rank < 0 || h.rank >= h.n || blocks < 1)
+        return cudaErrorInvalidValue;
+    // The slot protocols' counters are per block.
+    if (algo >= 0 && algo < NVSHMEMRS_ALLREDUCE_ALGOS && blocks > NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS)
         return cudaErrorInvalidValue;
     cudaError_t (*launch)(int, int, const nvshmemrs_allreduce_args &, int, int, cudaStream_t);
     switch (algo) {

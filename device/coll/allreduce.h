@@ -5,14 +5,15 @@
  *
  * Workspace (symmetric; sized by the WORLD PE count so every PE allocates alike, even PEs whose
  * team is smaller or that belong to no team):
- *   scratch: slots [parity][slot] of slot_bytes each (slot = source rank for one/two-shot, step
- *            for ring and recursive doubling);
- *   flags:   counters [algo][phase][parity][index] (u64), only ever incremented: each block of a
- *            sender adds 1 after its data for this PE has landed.
- * state (local): the step count (parity = steps % 2) and, per algo/phase/parity, the value every
- * counter reaches once all blocks of the last step with that parity have delivered. Each counter
- * a PE waits on receives exactly `blocks` adds per step (all PEs launch alike), so the target of a
- * step is the previous target plus gridDim.x.
+ *   scratch:    slots [parity][slot] of slot_bytes each (slot = source rank for one/two-shot,
+ *               step for ring and recursive doubling);
+ *   flags:      counters [algo][phase][parity][index][block] (u64, zeroed at creation): block b
+ *               of a sender sets counter b to the step's value once its data for this PE has
+ *               landed, and block b of the receiver waits for that counter only;
+ *   ll_scratch: the low-latency one-shot's own slots [parity][source rank] (abi.h).
+ * state (local): the step count; step s uses the slots of parity s % 2 and the value s + 1.
+ * Every PE launches the same steps, so the values agree; they only grow, so a step never sees a
+ * counter set by an earlier step of the same parity as its own, whatever grids the steps had.
  *
  * Ranks are team ranks 0..n-1; pes[rank] is the world PE number NVSHMEM addresses.
  * dtype: NVSHMEMRS_DTYPE_*, op: NVSHMEMRS_REDOP_*, algo: NVSHMEMRS_ALGO_* (abi.h, which also

@@ -18,7 +18,9 @@
 namespace {
 
 // One-shot: push the own part of the input into slot [rank] of every peer, wait for all, reduce
-// the part over ranks 0..n-1 (same order everywhere: bit-identical results).
+// the part over ranks 0..n-1 (same order everywhere: bit-identical results). In place, the
+// reduction overwrites the puts' source: where a peer is reached through NVSHMEM (across
+// nodes) the put must have read it first, so it blocks; direct stores are done on return.
 template <typename T, int OP>
 __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
@@ -26,12 +28,11 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = NVSHMEMRS_ALGO_ONESHOT;
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, algo);
-    Step s = begin_step(h.state, algo);
-    Layout L{h, algo, s.parity};
+    const Step s = begin_step(h.state);
+    const Layout L{h, algo, s.parity};
     const T *input = static_cast<const T *>(h.input);
     size_t b, e;
     part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
-    uint64_t *cnt = L.counters(0);
     block_put_signal_all(
         h,
         [&](int, char **dst, const char **src, size_t *bytes) {
@@ -39,13 +40,13 @@ __global__ void oneshot_kernel(nvshmemrs_allreduce_args a) {
             *src = reinterpret_cast<const char *>(input + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &cnt[h.rank]);
-    if (!block_wait_others(w, h, cnt, s.want[0])) return;
+        L.counter(0, h.rank), s.value, h.input == h.output);
+    if (!block_wait_others(w, h, [&](int r) { return L.counter(0, r); }, s.value)) return;
     auto src = [&](int r) -> const T * {
         return r == h.rank ? input : reinterpret_cast<const T *>(L.slot(r));
     };
     block_reduce<T, OP>(src, h.n, static_cast<T *>(h.output), b, e, true, h.n);
-    end_step(h, algo, s);
+    end_step(h);
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.

@@ -28,16 +28,14 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, NVSHMEMRS_ALGO_ONESHOT_LL);
     const int parity = (int)(steps & 1);
-    // The one-shot's slots; the protocol has no counters.
-    Layout L{h, NVSHMEMRS_ALGO_ONESHOT, parity};
-    const uint32_t flag = (uint32_t)(steps + 1) == 0 ? 1u : (uint32_t)(steps + 1);
+    const uint32_t flag = ll_flag(steps);
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
     const size_t bytes = h.count * sizeof(T), lines = (bytes + 7) / 8;
     // Slot [rank] on every member, looked up once for the block (nvshmem_ptr reads a table).
     __shared__ uint4 *dst[NVSHMEMRS_ALLREDUCE_LL_MAX_PES];
     for (int r = threadIdx.x; r < h.n; r += blockDim.x)
-        dst[r] = static_cast<uint4 *>(nvshmem_ptr(L.slot(h.rank), h.pes[r]));
+        dst[r] = static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, parity, h.rank), h.pes[r]));
     __syncthreads();
     // Block b owns lines [l0, l1); one line per thread per pass.
     size_t per = (lines + gridDim.x - 1) / gridDim.x;
@@ -59,7 +57,7 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
         // Ranks in order 0..n-1 on every PE: bit-identical results.
         for (int r0 = 0; r0 < h.n && ok; r0 += LL_GROUP) {
             uint2 got[LL_GROUP];
-            if (!ld_lines<LL_GROUP>(L, i, r0, h.n, h.rank, flag, got, w)) {
+            if (!ld_lines<LL_GROUP>(h, parity, i, r0, h.rank, flag, got, w)) {
                 ok = false;
                 break;
             }
@@ -83,8 +81,7 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
         store8(out, i, bytes, res);
     }
     if (__syncthreads_or(!ok)) return;
-    Step s{parity, {0, 0}};
-    end_step(h, -1, s);
+    end_step(h);
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.

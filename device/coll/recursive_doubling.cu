@@ -28,8 +28,8 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     const int algo = NVSHMEMRS_ALGO_RECURSIVE_DOUBLING;
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, algo);
-    Step s = begin_step(h.state, algo);
-    Layout L{h, algo, s.parity};
+    const Step s = begin_step(h.state);
+    const Layout L{h, algo, s.parity};
     const T *input = static_cast<const T *>(h.input);
     T *output = static_cast<T *>(h.output);
     int steps = 0;
@@ -38,17 +38,17 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     size_t b, e;
     part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
     const size_t bytes = (e - b) * sizeof(T);
-    uint64_t *c0 = L.counters(0), *c1 = L.counters(1);
     if (h.rank >= p) {
-        block_put_signal(L.slot(steps) + b * sizeof(T), reinterpret_cast<const char *>(input + b),
-                         bytes, &c0[steps], h.pes[h.rank - p]);
-        if (!block_wait_one(w, &c1[0], s.want[1], h.pes[h.rank - p])) return;
-        end_step(h, algo, s);
+        block_put_signal(h, L.slot(steps) + b * sizeof(T),
+                         reinterpret_cast<const char *>(input + b), bytes, L.counter(0, steps),
+                         s.value, h.pes[h.rank - p]);
+        if (!block_wait_one(w, L.counter(1, 0), s.value, h.pes[h.rank - p])) return;
+        end_step(h);
         return;
     }
     const T *acc = input;
     if (h.rank < extra) {
-        if (!block_wait_one(w, &c0[steps], s.want[0], h.pes[h.rank + p])) return;
+        if (!block_wait_one(w, L.counter(0, steps), s.value, h.pes[h.rank + p])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(steps));
         auto src = [&](int i) { return i == 0 ? input : theirs; };
         block_reduce<T, OP>(src, 2, output, b, e, steps == 0, h.n);
@@ -61,9 +61,9 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
     for (int k = 0; k < steps; ++k) {
         int partner = h.rank ^ (1 << k);
         // acc is the output from step 1 on, overwritten right after the wait.
-        block_put_signal(L.slot(k) + b * sizeof(T), reinterpret_cast<const char *>(acc + b), bytes,
-                         &c0[k], h.pes[partner], acc == output);
-        if (!block_wait_one(w, &c0[k], s.want[0], h.pes[partner])) return;
+        block_put_signal(h, L.slot(k) + b * sizeof(T), reinterpret_cast<const char *>(acc + b),
+                         bytes, L.counter(0, k), s.value, h.pes[partner], acc == output);
+        if (!block_wait_one(w, L.counter(0, k), s.value, h.pes[partner])) return;
         const T *theirs = reinterpret_cast<const T *>(L.slot(k));
         const T *lo = h.rank < partner ? acc : theirs,
                 *hi = h.rank < partner ? theirs : acc;
@@ -72,11 +72,11 @@ __global__ void rd_kernel(nvshmemrs_allreduce_args a) {
         acc = output;
     }
     if (h.rank < extra) {
-        block_put_signal(reinterpret_cast<char *>(output + b),
-                         reinterpret_cast<const char *>(output + b), bytes, &c1[0],
-                         h.pes[h.rank + p]);
+        block_put_signal(h, reinterpret_cast<char *>(output + b),
+                         reinterpret_cast<const char *>(output + b), bytes, L.counter(1, 0),
+                         s.value, h.pes[h.rank + p]);
     }
-    end_step(h, algo, s);
+    end_step(h);
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.

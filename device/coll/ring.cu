@@ -29,8 +29,8 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     const int algo = NVSHMEMRS_ALGO_RING;
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, algo);
-    Step s = begin_step(h.state, algo);
-    Layout L{h, algo, s.parity};
+    const Step s = begin_step(h.state);
+    const Layout L{h, algo, s.parity};
     const T *input = static_cast<const T *>(h.input);
     T *output = static_cast<T *>(h.output);
     const int n = h.n, next = h.pes[(h.rank + 1) % n],
@@ -45,7 +45,6 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
         *pb += c0;
         *pe += c0;
     };
-    uint64_t *rs = L.counters(0), *ag = L.counters(1);
     if (n == 1) {
         size_t b, e;
         part(0, &b, &e);
@@ -58,9 +57,9 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
         const T *from = k == 0 ? input : output;
         // Slot k holds chunk-sized data at offset 0: the part goes to its offset in the chunk.
         size_t off = (b - (size_t)(((h.rank - k) % n + n) % n) * chunk) * sizeof(T);
-        block_put_signal(L.slot(k) + off, reinterpret_cast<const char *>(from + b),
-                         (e - b) * sizeof(T), &rs[k], next);
-        if (!block_wait_one(w, &rs[k], s.want[0], prev)) return;
+        block_put_signal(h, L.slot(k) + off, reinterpret_cast<const char *>(from + b),
+                         (e - b) * sizeof(T), L.counter(0, k), s.value, next);
+        if (!block_wait_one(w, L.counter(0, k), s.value, prev)) return;
         int c = ((h.rank - k - 1) % n + n) % n;
         part(c, &b, &e);
         const T *recv = reinterpret_cast<const T *>(L.slot(k)) - (size_t)c * chunk;
@@ -70,12 +69,12 @@ __global__ void ring_kernel(nvshmemrs_allreduce_args a) {
     for (int k = 0; k + 1 < n; ++k) {
         size_t b, e;
         part(h.rank + 1 - k, &b, &e);
-        block_put_signal(reinterpret_cast<char *>(output + b),
-                         reinterpret_cast<const char *>(output + b), (e - b) * sizeof(T), &ag[k],
-                         next);
-        if (!block_wait_one(w, &ag[k], s.want[1], prev)) return;
+        block_put_signal(h, reinterpret_cast<char *>(output + b),
+                         reinterpret_cast<const char *>(output + b), (e - b) * sizeof(T),
+                         L.counter(1, k), s.value, next);
+        if (!block_wait_one(w, L.counter(1, k), s.value, prev)) return;
     }
-    end_step(h, algo, s);
+    end_step(h);
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.

@@ -27,8 +27,8 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
     const int algo = NVSHMEMRS_ALGO_TWOSHOT;
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, algo);
-    Step s = begin_step(h.state, algo);
-    Layout L{h, algo, s.parity};
+    const Step s = begin_step(h.state);
+    const Layout L{h, algo, s.parity};
     const T *input = static_cast<const T *>(h.input);
     T *output = static_cast<T *>(h.output);
     const size_t chunk = round_elems<T>((h.count + h.n - 1) / h.n);
@@ -36,7 +36,6 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
         *c0 = chunk * c < h.count ? chunk * c : h.count;
         *c1 = *c0 + chunk < h.count ? *c0 + chunk : h.count;
     };
-    uint64_t *scatter = L.counters(0), *gather = L.counters(1);
     block_put_signal_all(
         h,
         [&](int peer, char **dst, const char **src, size_t *bytes) {
@@ -47,8 +46,8 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
             *src = reinterpret_cast<const char *>(input + c0 + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &scatter[h.rank]);
-    if (!block_wait_others(w, h, scatter, s.want[0])) return;
+        L.counter(0, h.rank), s.value);
+    if (!block_wait_others(w, h, [&](int r) { return L.counter(0, r); }, s.value)) return;
     size_t c0, c1, b, e;
     chunk_range(h.rank, &c0, &c1);
     part_of<T>(c1 - c0, gridDim.x, blockIdx.x, &b, &e);
@@ -63,9 +62,9 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
             *src = reinterpret_cast<const char *>(output + c0 + b);
             *bytes = (e - b) * sizeof(T);
         },
-        &gather[h.rank]);
-    if (!block_wait_others(w, h, gather, s.want[1])) return;
-    end_step(h, algo, s);
+        L.counter(1, h.rank), s.value);
+    if (!block_wait_others(w, h, [&](int r) { return L.counter(1, r); }, s.value)) return;
+    end_step(h);
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.

@@ -6,15 +6,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prims/step.cuh"
+#include "abi.h"
 #include "prims/waiter.cuh"
 
 // Internal linkage: see prims/reduce.cuh.
 namespace {
 
-// Low-latency protocol (NVSHMEMRS_ALGO_ONESHOT_LL). Line i of a slot carries payload bytes
-// [8i, 8i + 8) as {data0, flag, data1, flag}; flag = low 32 bits of steps + 1 (never 0, the
-// heap's initial value, and different from the previous use of the same parity slot).
+// Low-latency protocol (NVSHMEMRS_ALGO_ONESHOT_LL, see abi.h). Line i of a slot carries payload
+// bytes [8i, 8i + 8) as {data0, flag, data1, flag}: each 8-byte half is stored and loaded as one
+// access (in practice, as NCCL's LL protocol relies on; PTX promises it only per 32-bit element),
+// so a half whose flag matches has its data too; the two halves may land apart, so both carry
+// the flag. flag = low 32 bits of steps + 1, never 0. The slots are the region ll_scratch, which
+// only this protocol writes, and every line is zeroed by its reader once read: a line holds a
+// non-zero flag only from its writer's store to its reader's load, so a flag repeating after
+// 2^32 steps never meets a stale line.
+
+// The flag of step `steps`: never 0 (a cleared line, the heap's initial value).
+__device__ __forceinline__ uint32_t ll_flag(uint64_t steps) {
+    const uint32_t f = (uint32_t)(steps + 1);
+    return f == 0 ? 1u : f;
+}
+
+// Slot of source rank r, parity `parity`, in the low-latency region.
+__device__ __forceinline__ uint4 *ll_slot(const nvshmemrs_coll_header &h, int parity, int r) {
+    return reinterpret_cast<uint4 *>(h.ll_scratch +
+                                     ((size_t)parity * h.world + r) * h.ll_slot_bytes);
+}
+
 __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint32_t flag) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0),
                  "r"(flag), "r"(d1), "r"(flag)
@@ -34,21 +52,23 @@ __device__ __forceinline__ uint4 ld_line_once(const uint4 *p) {
 // Line i of the slots of ranks r0 .. r0 + G - 1 (those below n, except `skip`), polled together
 // until each carries `flag` in both halves: G loads in flight per pass instead of one peer's
 // round trip after another, which at 8 PEs cost more than the data's flight. Payloads land in
-// out[j] (slot j of the group). False when the timeout passed or the workspace broke meanwhile;
-// the clock is read every 256 passes only.
+// out[j] (slot j of the group); each line is zeroed once read (its writer's next store to it is
+// two steps away, after this kernel has completed). False when the timeout passed or the
+// workspace broke meanwhile; the clock is read every 256 passes only.
 template <int G>
-__device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int n, int skip,
-                                         uint32_t flag, uint2 (&out)[G], const Waiter &w) {
+__device__ __forceinline__ bool ld_lines(const nvshmemrs_coll_header &h, int parity, size_t i,
+                                         int r0, int skip, uint32_t flag, uint2 (&out)[G],
+                                         const Waiter &w) {
     uint32_t pending = 0;
 #pragma unroll
     for (int j = 0; j < G; ++j)
-        if (r0 + j < n && r0 + j != skip) pending |= 1u << j;
+        if (r0 + j < h.n && r0 + j != skip) pending |= 1u << j;
     uint64_t start = 0;
     for (uint32_t spin = 1; pending != 0; ++spin) {
         uint4 v[G];
 #pragma unroll
         for (int j = 0; j < G; ++j)
-            if (pending >> j & 1) v[j] = ld_line_once(reinterpret_cast<const uint4 *>(L.slot(r0 + j)) + i);
+            if (pending >> j & 1) v[j] = ld_line_once(ll_slot(h, parity, r0 + j) + i);
         uint32_t seen = 0;
         int late = -1;
 #pragma unroll
@@ -56,6 +76,7 @@ __device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int 
             if (!(pending >> j & 1)) continue;
             if (v[j].y == flag && v[j].w == flag) {
                 out[j] = make_uint2(v[j].x, v[j].z);
+                *(ll_slot(h, parity, r0 + j) + i) = make_uint4(0, 0, 0, 0);
                 pending &= ~(1u << j);
             } else if (late < 0) {
                 late = j;
@@ -63,8 +84,7 @@ __device__ __forceinline__ bool ld_lines(const Layout &L, size_t i, int r0, int 
             }
         }
         if (pending != 0 && (spin & 255) == 0 &&
-            w.give_up(reinterpret_cast<const uint4 *>(L.slot(r0 + late)) + i, flag, seen, &start,
-                      L.h.pes[r0 + late]))
+            w.give_up(ll_slot(h, parity, r0 + late) + i, flag, seen, &start, h.pes[r0 + late]))
             return false;
     }
     return true;

@@ -1,5 +1,5 @@
-// Put-with-signal from a whole block: data to one peer or to every other member, then one signal
-// add per peer, ordered after the data. Direct stores where nvshmem_ptr maps the peer
+// Put-with-signal from a whole block: data to one peer or to every other member, then one
+// counter per peer set to the step's value, ordered after the data. Direct stores where nvshmem_ptr maps the peer
 // (NVLink/PCIe), NVSHMEM block puts with signal otherwise.
 #ifndef NVSHMEM_RS_PUT_SIGNAL_CUH
 #define NVSHMEM_RS_PUT_SIGNAL_CUH
@@ -28,35 +28,52 @@ __device__ __forceinline__ void block_store(char *dst, const char *src, size_t b
     }
 }
 
-// Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then adds 1 to the
-// counter `flag` on `pe`, ordered after the data. Called by the whole block. With `reuse_src`
-// the NVSHMEM path blocks until `src` may be overwritten (the caller writes it next); direct
-// stores have read it by the time they return anyway.
-__device__ void block_put_signal(char *dst, const char *src, size_t bytes, uint64_t *flag, int pe,
+// Where a block's stores reach symmetric `addr` on `pe` directly (NVLink/PCIe), or NULL when
+// the data must go through NVSHMEM: the peer is not mapped (another node), or the header says
+// no_direct (the cross-node path, run on one node).
+__device__ __forceinline__ char *direct_ptr(const nvshmemrs_coll_header &h, const void *addr,
+                                            int pe) {
+    return h.no_direct ? NULL : static_cast<char *>(nvshmem_ptr(addr, pe));
+}
+
+// Raised by the block's thread `t` after the barrier the caller has passed: a release at system
+// scope (the reader is another GPU), covering every thread's stores before that barrier, then
+// the signal. One fence per signalling thread instead of one per thread.
+__device__ __forceinline__ void release_signal(uint64_t *flag, uint64_t value, int pe) {
+    fence_acq_rel_sys();
+    nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
+}
+
+// Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then sets the
+// counter `flag` on `pe` to `value`, ordered after the data. Called by the whole block. With
+// `reuse_src` the NVSHMEM path blocks until `src` may be overwritten (the caller writes it
+// next); direct stores have read it by the time they return anyway.
+__device__ void block_put_signal(const nvshmemrs_coll_header &h, char *dst, const char *src,
+                                 size_t bytes, uint64_t *flag, uint64_t value, int pe,
                                  bool reuse_src = false) {
-    char *peer = static_cast<char *>(nvshmem_ptr(dst, pe));
+    char *peer = direct_ptr(h, dst, pe);
     if (peer != NULL) {
         block_store(peer, src, bytes);
-        fence_acq_rel_sys();
         __syncthreads();
-        if (threadIdx.x == 0) nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, pe);
+        if (threadIdx.x == 0) release_signal(flag, value, pe);
     } else if (bytes > 0 && reuse_src) {
-        nvshmemx_putmem_signal_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD, pe);
+        nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
     } else if (bytes > 0) {
-        nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD, pe);
+        nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
     } else if (threadIdx.x == 0) {
-        nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, pe);
+        nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
     }
     __syncthreads();
 }
 
 // block_put_signal to every other member at once: member r gets `bytes` from src(r) at dst
-// (a symmetric address) and 1 added to `flag`. Mapped members take direct stores, then one fence
-// for all of them and their signals in parallel (thread k signals the k-th); the others take
-// NVSHMEM puts with signal. `part(r, &src, &bytes)` names what goes to rank r; dst(r) likewise.
+// (a symmetric address) and its `flag` set to `value`. Mapped members take direct stores, then
+// their signals in parallel after one barrier (thread k releases and signals the k-th); the
+// others take NVSHMEM puts with signal, blocking ones with `reuse_src` (the caller overwrites a
+// source next). `part(r, &dst, &src, &bytes)` names what goes to rank r.
 template <typename Part>
-__device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part,
-                                     uint64_t *flag) {
+__device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, uint64_t *flag,
+                                     uint64_t value, bool reuse_src = false) {
     bool mapped_any = false;
     for (int k = 1; k < h.n; ++k) {
         const int r = (h.rank + k) % h.n;
@@ -64,19 +81,21 @@ __device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part,
         const char *src;
         size_t bytes;
         part(r, &dst, &src, &bytes);
-        char *peer = static_cast<char *>(nvshmem_ptr(dst, h.pes[r]));
+        char *peer = direct_ptr(h, dst, h.pes[r]);
         if (peer != NULL) {
             block_store(peer, src, bytes);
             mapped_any = true;
+        } else if (bytes > 0 && reuse_src) {
+            nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET,
+                                         h.pes[r]);
         } else if (bytes > 0) {
-            nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, 1, NVSHMEM_SIGNAL_ADD,
+            nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET,
                                              h.pes[r]);
         } else if (threadIdx.x == 0) {
-            nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, h.pes[r]);
+            nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, h.pes[r]);
         }
     }
     if (mapped_any) {
-        fence_acq_rel_sys();
         __syncthreads();
         for (int k = 1 + threadIdx.x; k < h.n; k += blockDim.x) {
             const int r = (h.rank + k) % h.n;
@@ -84,8 +103,7 @@ __device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part,
             const char *src;
             size_t bytes;
             part(r, &dst, &src, &bytes);
-            if (nvshmem_ptr(dst, h.pes[r]) != NULL)
-                nvshmemx_signal_op(flag, 1, NVSHMEM_SIGNAL_ADD, h.pes[r]);
+            if (direct_ptr(h, dst, h.pes[r]) != NULL) release_signal(flag, value, h.pes[r]);
         }
     }
     __syncthreads();

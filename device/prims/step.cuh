@@ -1,5 +1,6 @@
-// Steps of the slot protocols: each launch reads the device-resident state (coll/allreduce.h),
-// waits for counter targets derived from it, and the last block advances it for the next launch.
+// Steps of the slot protocols: each launch reads the device-resident state (coll/allreduce.h):
+// its step number names the parity of its slots and the value its counters are set to; the
+// last block to finish advances the state for the next launch.
 #ifndef NVSHMEM_RS_STEP_CUH
 #define NVSHMEM_RS_STEP_CUH
 
@@ -12,17 +13,18 @@
 // Internal linkage: see prims/reduce.cuh.
 namespace {
 
-// This launch's view of the device-resident state: parity and counter targets.
+// This launch's view of the device-resident state.
 struct Step {
     int parity;
-    uint64_t want[2];  // per phase
+    // What this step sets its counters to, and waits for its peers' counters to reach: the
+    // step number + 1. Every PE launches alike, so the numbers agree; they only grow, so a
+    // counter never goes back and never needs a reset, whatever grid earlier steps had.
+    uint64_t value;
 };
 
-__device__ Step begin_step(const nvshmemrs_allreduce_state *st, int algo) {
-    Step s;
-    s.parity = (int)(st->steps & 1);
-    for (int ph = 0; ph < 2; ++ph) s.want[ph] = st->expected[algo][ph][s.parity] + gridDim.x;
-    return s;
+__device__ Step begin_step(const nvshmemrs_allreduce_state *st) {
+    const uint64_t steps = st->steps;
+    return Step{(int)(steps & 1), steps + 1};
 }
 
 // Called by thread 0 of every block at the end of a launch: the last block to get here applies
@@ -42,20 +44,13 @@ __device__ __forceinline__ void advance_state(nvshmemrs_allreduce_state *st, Upd
     }
 }
 
-// The end of a step of the slot protocols: advance_state with this step's counter targets.
-// algo < 0: a protocol without counters (low-latency one-shot) only advances the step count.
-__device__ void end_step(const nvshmemrs_coll_header &h, int algo, const Step &s) {
+// The end of a step: puts that went through NVSHMEM (no peer mapping) complete, so the caller
+// may reuse input and output as soon as the kernel is done; then advance_state.
+__device__ void end_step(const nvshmemrs_coll_header &h) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        // Puts that went through NVSHMEM (no peer mapping) complete here, so the caller may
-        // reuse input and output as soon as the kernel is done.
         if (!h.all_mapped) nvshmem_quiet();
-        advance_state(h.state, [&](nvshmemrs_allreduce_state *st) {
-            if (algo >= 0) {
-                st->expected[algo][0][s.parity] = s.want[0];
-                st->expected[algo][1][s.parity] = s.want[1];
-            }
-        });
+        advance_state(h.state, [](nvshmemrs_allreduce_state *) {});
     }
 }
 
@@ -66,8 +61,12 @@ struct Layout {
     __device__ char *slot(int i) const {
         return h.scratch + ((size_t)parity * h.world + i) * h.slot_bytes;
     }
-    __device__ uint64_t *counters(int phase) const {
-        return h.flags + ((size_t)(algo * 2 + phase) * 2 + parity) * h.world;
+    // This block's counter `index` of `phase` (the same address on every PE: a sender passes
+    // it to the put that signals the peer's copy). Only block b of a peer sets counter b.
+    __device__ uint64_t *counter(int phase, int index) const {
+        constexpr size_t B = NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS;
+        return h.flags + ((((size_t)algo * 2 + phase) * 2 + parity) * h.world + index) * B +
+               blockIdx.x;
     }
 };
 

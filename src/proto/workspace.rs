@@ -75,6 +75,25 @@ impl FailureText for CollectiveText {
     }
 }
 
+/// The environment variable that makes collectives move their data with NVSHMEM puts even to
+/// peers reachable by direct stores (`1`; default `0`): the path they take across nodes, run on
+/// one node, for diagnostics and tests. Algorithms that need every peer mapped (the low-latency
+/// one-shot, the direct two-shots) are then not chosen.
+pub const NO_DIRECT_ENV: &str = "NVSH_NO_DIRECT";
+
+/// Whether [`NO_DIRECT_ENV`] turns direct stores off.
+pub fn no_direct_from_env() -> Result<bool> {
+    match std::env::var(NO_DIRECT_ENV) {
+        Ok(v) if v.trim().is_empty() => Ok(false),
+        Ok(v) => crate::core::env_value::parse_bool(&v).ok_or(Error::InvalidEnv {
+            var: NO_DIRECT_ENV,
+            value: v,
+            expected: "1 (collectives put through NVSHMEM even to mapped peers) or 0",
+        }),
+        Err(_) => Ok(false),
+    }
+}
+
 /// Checked mode's symmetric buffers: every member's header (world x HEADER_WORDS words) and
 /// the signal each header put raises (world words).
 struct Headers<'nv> {
@@ -90,8 +109,11 @@ pub struct Workspace<'nv> {
     pes: SymmetricBuffer<'nv, i32>,
     n: i32,
     rank: Option<i32>,
-    /// Every member is reachable by direct stores (nvshmem_ptr non-null).
+    /// Every member is reachable by direct stores (nvshmem_ptr non-null), and direct stores
+    /// are not turned off ([`NO_DIRECT_ENV`]).
     all_mapped: bool,
+    /// [`NO_DIRECT_ENV`]: NVSHMEM puts even to mapped peers.
+    no_direct: bool,
     /// Device-resident sequence state of the collective's kernels (zeroed at creation).
     state: SymmetricBuffer<'nv, u64>,
     headers: Option<Headers<'nv>>,
@@ -114,6 +136,7 @@ impl<'nv> Workspace<'nv> {
         state_words: usize,
     ) -> Result<Workspace<'nv>> {
         let checked = checked_from_env()?;
+        let no_direct = no_direct_from_env()?;
         nv.check_peers(text.call)?;
         let world = nv.n_pes() as usize;
         let mut pes = vec![-1i32; world];
@@ -140,7 +163,7 @@ impl<'nv> Workspace<'nv> {
         let pes_buf = nv.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
         // The mapping probe: nvshmem_ptr answers alike for every address of the heap.
-        let mut all_mapped = true;
+        let mut all_mapped = !no_direct;
         for &pe in pes.iter().take(n as usize) {
             all_mapped &= pe == nv.my_pe() || pes_buf.peer_ptr(pe)?.is_some();
         }
@@ -151,6 +174,7 @@ impl<'nv> Workspace<'nv> {
             n,
             rank,
             all_mapped,
+            no_direct,
             state,
             headers,
             calls: 0,
@@ -182,9 +206,15 @@ impl<'nv> Workspace<'nv> {
         })
     }
 
-    /// Whether every member is reachable by direct loads and stores.
+    /// Whether every member is reachable by direct loads and stores (and they are not turned
+    /// off by [`NO_DIRECT_ENV`]).
     pub fn all_mapped(&self) -> bool {
         self.all_mapped
+    }
+
+    /// Whether [`NO_DIRECT_ENV`] turned direct stores off for this workspace.
+    pub fn no_direct(&self) -> bool {
+        self.no_direct
     }
 
     /// The common argument header (device/abi.h) with what the workspace owns: members, this
@@ -198,6 +228,7 @@ impl<'nv> Workspace<'nv> {
             rank,
             world: self.nv.n_pes(),
             all_mapped: self.all_mapped as i32,
+            no_direct: self.no_direct as i32,
             wait_status: self.status_ptr(),
             timeout_ns: self.timeout_ns(),
             ..Default::default()
@@ -207,6 +238,11 @@ impl<'nv> Workspace<'nv> {
     /// Device address of the world PE table (team rank -> world PE).
     pub fn pes_ptr(&self) -> *const i32 {
         self.pes.as_device_ptr()
+    }
+
+    /// The device-resident sequence state itself (tests move it on; synchronise first).
+    pub(crate) fn state_buffer(&self) -> &SymmetricBuffer<'nv, u64> {
+        &self.state
     }
 
     /// Device address of the sequence state.
@@ -313,6 +349,25 @@ impl Drop for Workspace<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bootstrap::tests::with_env;
+
+    #[test]
+    fn direct_stores_go_off_only_when_asked() {
+        with_env(&[], || assert!(!no_direct_from_env().unwrap()));
+        with_env(&[(NO_DIRECT_ENV, "")], || {
+            assert!(!no_direct_from_env().unwrap())
+        });
+        with_env(&[(NO_DIRECT_ENV, "1")], || {
+            assert!(no_direct_from_env().unwrap())
+        });
+        with_env(&[(NO_DIRECT_ENV, "off")], || {
+            assert!(!no_direct_from_env().unwrap())
+        });
+        with_env(&[(NO_DIRECT_ENV, "sometimes")], || {
+            let err = no_direct_from_env().unwrap_err().to_string();
+            assert!(err.contains(NO_DIRECT_ENV), "{err}");
+        });
+    }
 
     const TEXT: CollectiveText = CollectiveText {
         type_name: "Gather",

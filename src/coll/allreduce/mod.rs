@@ -192,6 +192,8 @@ const PUSH_ROUNDS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX as usize
 
 /// Largest grid of the direct two-shot (device/abi.h).
 const DIRECT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS as usize;
+/// Largest grid of the slot protocols (their counters are per block).
+const SLOT_BLOCKS_MAX: usize = sys::NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS as usize;
 /// Counter phases of the direct two-shot (device/abi.h).
 const DIRECT_PHASES: usize = sys::NVSHMEMRS_ALLREDUCE_DIRECT_PHASES as usize;
 
@@ -401,8 +403,13 @@ pub struct Allreduce<'nv> {
     ws: Workspace<'nv>,
     /// Receive slots: 2 parities x world slots of `slot_bytes`.
     scratch: SymmetricBuffer<'nv, u8>,
-    /// Arrival counters: algos x 2 phases x 2 parities x world words, only ever growing.
+    /// Slot protocols' counters: algos x 2 phases x 2 parities x world x SLOT_BLOCKS words,
+    /// only ever growing.
     flags: SymmetricBuffer<'nv, u64>,
+    /// The low-latency one-shot's own receive region: 2 parities x world slots of
+    /// `ll_slot_bytes` (zeroed; its reader zeroes every line it has read).
+    ll: SymmetricBuffer<'nv, u8>,
+    ll_slot_bytes: usize,
     /// Counters of the direct two-shot: DIRECT_PHASES x world x DIRECT_BLOCKS_MAX.
     direct_flags: SymmetricBuffer<'nv, u64>,
     slot_bytes: usize,
@@ -417,6 +424,19 @@ pub struct Allreduce<'nv> {
 /// must fit in memory (None past usize).
 fn slot_layout(slot_bytes: usize, world: usize) -> Option<(usize, usize)> {
     let slot = slot_bytes.max(4096).checked_next_multiple_of(256)?;
+    let total = slot.checked_mul(world)?.checked_mul(2)?;
+    Some((slot, total))
+}
+
+/// The low-latency region's slot: its lines carry 8 payload bytes in 16, for payloads up to
+/// `ll_max` but no larger than a receive slot's (a multiple of 256, at least 256: never empty).
+/// Returns the slot and the region (2 x world of them).
+fn ll_layout(ll_max: usize, slot_bytes: usize, world: usize) -> Option<(usize, usize)> {
+    let slot = ll_max
+        .min(slot_bytes / 2)
+        .checked_mul(2)?
+        .max(256)
+        .checked_next_multiple_of(256)?;
     let total = slot.checked_mul(world)?.checked_mul(2)?;
     Some((slot, total))
 }
@@ -454,14 +474,23 @@ impl Nvshmem {
         );
         let ll_max = ll_max_from_env(ws.n_pes())?;
         let direct_shape = DirectShape::from_env(ws.n_pes())?;
+        let (ll_slot_bytes, ll_bytes) =
+            ll_layout(ll_max, slot_bytes, world).ok_or(Error::SizeOverflow {
+                what: "allreduce low-latency slots",
+                detail: format!("2 x {world} PEs x 2 x {ll_max} bytes"),
+            })?;
         let scratch = self.alloc::<u8>(scratch_bytes)?;
-        let flags = self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world)?;
+        let ll = self.alloc_zeroed::<u8>(ll_bytes)?;
+        let flags =
+            self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world * SLOT_BLOCKS_MAX)?;
         let direct_flags = self.alloc_zeroed::<u64>(DIRECT_PHASES * world * DIRECT_BLOCKS_MAX)?;
         ws.ready()?;
         Ok(Allreduce {
             ws,
             scratch,
             flags,
+            ll,
+            ll_slot_bytes,
             direct_flags,
             slot_bytes,
             env_algo,
@@ -511,15 +540,43 @@ impl<'nv> Allreduce<'nv> {
     /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0 (no
     /// push), 512 threads x up to 128 blocks of 16K".
     pub fn settings(&self) -> String {
-        describe_settings(self.ll_max, &self.direct_shape)
+        let s = describe_settings(self.ll_max, &self.direct_shape);
+        if self.ws.no_direct() {
+            format!(
+                "{s}; NVSHMEM puts only ({})",
+                crate::proto::workspace::NO_DIRECT_ENV
+            )
+        } else {
+            s
+        }
     }
 
     /// The error a kernel of this workspace recorded (a wait past its deadline: a dead or
     /// out-of-step peer; in checked mode a peer with other arguments), without synchronising.
     /// `Ok` means none so far; work still queued may fail later. After an error the workspace
     /// is broken: later calls move nothing and return the same error.
+    ///
+    /// After a timeout the outputs of the failed call and of every call queued after it are
+    /// undefined, and stay so for a while: a peer that was late rather than dead may still
+    /// store into this PE's output (the two-shots and the slot protocols write into their
+    /// peers' memory) until its own kernels end, which their deadlines bound. Do not use them
+    /// as results; reuse their memory only after every PE has dropped its workspace (the drop
+    /// waits for that PE's kernels).
     pub fn check(&self) -> Result<()> {
         self.ws.check()
+    }
+
+    /// Moves the device-side step count `n` steps on, as `n` launches would (every PE must do
+    /// the same at the same point). For tests of what happens after 2^32 steps, which real
+    /// calls would take hours to reach.
+    #[doc(hidden)]
+    pub fn skip_steps_for_test(&mut self, n: u64, stream: &CudaStream) -> Result<()> {
+        stream.synchronize()?;
+        let state = self.ws.state_buffer();
+        let mut words = state.to_vec()?;
+        // Word 0 is nvshmemrs_allreduce_state's step count.
+        words[0] = words[0].wrapping_add(n);
+        state.copy_from_host(&words)
     }
 
     /// Synchronises `stream` (bounded: every wait has a deadline), then [`Allreduce::check`].
@@ -629,6 +686,8 @@ impl<'nv> Allreduce<'nv> {
                 scratch: self.scratch.as_device_ptr().cast(),
                 slot_bytes: self.slot_bytes,
                 flags: self.flags.as_device_ptr(),
+                ll_scratch: self.ll.as_device_ptr().cast(),
+                ll_slot_bytes: self.ll_slot_bytes,
                 direct_flags: self.direct_flags.as_device_ptr(),
                 ..self.ws.header(rank)
             },
@@ -687,7 +746,7 @@ impl<'nv> Allreduce<'nv> {
             && aligned8
             && self.ws.n_pes() as u32 <= sys::NVSHMEMRS_ALLREDUCE_LL_MAX_PES
             && bytes <= self.ll_max
-            && 2 * bytes <= self.slot_bytes;
+            && 2 * bytes <= self.ll_slot_bytes;
         let (code, blocks, threads) = match (algo, protocol) {
             // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
             _ if low_latency => (
@@ -702,10 +761,12 @@ impl<'nv> Allreduce<'nv> {
             ),
             // One 16 KiB part (of a chunk, or of the message) per block, up to 128 blocks:
             // 32 SMs cannot fill NVLink with stores.
-            (AllreduceAlgo::TwoShot | AllreduceAlgo::Ring, Protocol::Slots) => {
-                (algo.code(), parts(bytes / n, 16 << 10, 128), 512)
-            }
-            _ => (algo.code(), parts(bytes, 16 << 10, 128), 512),
+            (AllreduceAlgo::TwoShot | AllreduceAlgo::Ring, Protocol::Slots) => (
+                algo.code(),
+                parts(bytes / n, 16 << 10, SLOT_BLOCKS_MAX),
+                512,
+            ),
+            _ => (algo.code(), parts(bytes, 16 << 10, SLOT_BLOCKS_MAX), 512),
         };
         let mut args = self.args(rank, &input, &output);
         if protocol == Protocol::Push {
@@ -819,6 +880,23 @@ mod tests {
             assert!(matches!(err, Error::Overlap { .. }), "{i:?} {o:?}: {err:?}");
             assert!(err.to_string().contains("in place"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_low_latency_region_fits_its_largest_payload_twice() {
+        // 512 KiB payloads need 1 MiB lines per source, unless the receive slots are smaller.
+        assert_eq!(ll_layout(512 << 10, 4 << 20, 8), Some((1 << 20, 16 << 20)));
+        assert_eq!(
+            ll_layout(512 << 10, 64 << 10, 2),
+            Some((64 << 10, 256 << 10))
+        );
+        // Off, or tiny: one 256-byte slot each, never an empty allocation.
+        assert_eq!(ll_layout(0, 1 << 20, 4), Some((256, 2048)));
+        assert_eq!(ll_layout(100, 1 << 20, 1), Some((256, 512)));
+        // An odd limit rounds the slot up, so 2 x the payload always fits.
+        let (slot, _) = ll_layout(1000, 1 << 20, 2).unwrap();
+        assert!(slot >= 2000 && slot % 256 == 0);
+        assert_eq!(ll_layout(usize::MAX / 2, usize::MAX, 2), None);
     }
 
     #[test]
