@@ -61,3 +61,4 @@ pub fn runtime(pes: i32) -> Nvshmem {
     );
     nv
 }
+pub mod sm_hold;
