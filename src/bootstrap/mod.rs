@@ -289,6 +289,37 @@ pub fn unique_id_from_bytes(bytes: &[u8]) -> Result<sys::nvshmemx_uniqueid_t> {
     Ok(id)
 }
 
+/// Longest error text rank 0 sends the others.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+const FAILURE_TEXT_MAX: usize = 4096;
+
+/// Rank 0's error as it travels: UTF-8, at most FAILURE_TEXT_MAX bytes, never empty (an empty
+/// text would read as success).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn failure_text(message: &str) -> Vec<u8> {
+    let mut end = message.len().min(FAILURE_TEXT_MAX);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text = &message[..end];
+    if text.is_empty() {
+        b"(no message)".to_vec()
+    } else {
+        text.as_bytes().to_vec()
+    }
+}
+
+/// The error every rank returns when rank 0 could not take the unique ID.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn rank0_failed(text: &[u8]) -> Error {
+    Error::Mpi {
+        message: format!(
+            "rank 0 could not take an NVSHMEM unique ID, so no rank can start NVSHMEM: {}",
+            String::from_utf8_lossy(text)
+        ),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -545,5 +576,21 @@ pub(crate) mod tests {
             bytes
         );
         assert!(unique_id_from_bytes(&bytes[..100]).is_err());
+    }
+
+    #[test]
+    fn every_rank_gets_rank_0s_unique_id_error_in_words() {
+        let text = failure_text("nvshmemx_get_uniqueid failed (status 7): bootstrap: no interface");
+        let msg = rank0_failed(&text).to_string();
+        assert!(
+            msg.contains("rank 0 could not take an NVSHMEM unique ID")
+                && msg.contains("status 7): bootstrap: no interface"),
+            "{msg}"
+        );
+        // Never empty (0 bytes means success on the wire), never past the limit, whole chars.
+        assert_eq!(failure_text(""), b"(no message)".to_vec());
+        let long = "\u{e9}".repeat(FAILURE_TEXT_MAX);
+        let cut = failure_text(&long);
+        assert!(cut.len() <= FAILURE_TEXT_MAX && std::str::from_utf8(&cut).is_ok());
     }
 }

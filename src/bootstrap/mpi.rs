@@ -7,7 +7,7 @@
 //! each is ready ([`MpiGuard::all_ready`]), and an error after that ends the whole MPI job
 //! ([`MpiGuard::abort`]) instead of returning.
 
-use crate::bootstrap::{unique_id_bytes, UNIQUE_ID_BYTES};
+use crate::bootstrap::{failure_text, rank0_failed, unique_id_bytes, UNIQUE_ID_BYTES};
 use crate::core::error::{Error, Result};
 use crate::core::result;
 use mpi::traits::*;
@@ -34,25 +34,24 @@ pub(crate) fn exchange_unique_id() -> Result<(MpiGuard, i32, i32, i32, Vec<u8>)>
     }
     let local_rank = world.split_shared(rank).rank();
 
-    // Status first, so that the other ranks do not wait for an ID that will never come.
+    // Rank 0's outcome first, so that the other ranks do not wait for an ID that will never
+    // come: the length of its error text (0: the ID follows), then the text itself, so that
+    // every rank reports what went wrong, not only rank 0's log.
     let mut id = vec![0u8; UNIQUE_ID_BYTES];
-    let mut status = [0i32; 1];
+    let mut text = Vec::new();
     if rank == 0 {
         match result::get_unique_id() {
             Ok(uid) => id = unique_id_bytes(&uid),
-            Err(e) => {
-                status[0] = 1;
-                log::error!("rank 0 could not take a unique ID: {e}");
-            }
+            Err(e) => text = failure_text(&e.to_string()),
         }
     }
     let root = world.process_at_rank(0);
-    root.broadcast_into(&mut status[..]);
-    if status[0] != 0 {
-        return Err(Error::Mpi {
-            message: "rank 0 could not take an NVSHMEM unique ID (its error is printed above)"
-                .into(),
-        });
+    let mut len = [text.len() as u64];
+    root.broadcast_into(&mut len[..]);
+    if len[0] != 0 {
+        text.resize(len[0] as usize, 0);
+        root.broadcast_into(&mut text[..]);
+        return Err(rank0_failed(&text));
     }
     root.broadcast_into(&mut id[..]);
     Ok((
