@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 
+#[path = "build_support/toolkit.rs"]
+mod toolkit;
+
 /// Where `scripts/setup_env.sh` writes its env file, relative to the workspace root.
 const SETUP_ENV_FILE: &str = ".deps/env.sh";
 const SETUP_HINT: &str =
@@ -31,12 +34,17 @@ const SETUP_HINT: &str =
 const DEFAULT_ARCHS: &str = "80,90";
 /// Tool code under `device/`, compiled only with the `bench` feature.
 const BENCH_DIR: &str = "bench";
-/// Install places of NVIDIA's tarballs and Debian/Ubuntu packages.
-const USUAL_NVSHMEM_HOMES: [&str; 4] = [
+/// Install places of NVIDIA's tarballs and of its Debian/Ubuntu and RPM packages (whose headers
+/// sit apart, in /usr/include/nvshmem_<major>: toolkit::layouts).
+const USUAL_NVSHMEM_HOMES: [&str; 8] = [
     "/usr/local/nvshmem",
     "/opt/nvidia/nvshmem",
     "/usr/lib/x86_64-linux-gnu/nvshmem/13",
     "/usr/lib/x86_64-linux-gnu/nvshmem/12",
+    "/usr/lib/aarch64-linux-gnu/nvshmem/13",
+    "/usr/lib/aarch64-linux-gnu/nvshmem/12",
+    "/usr/lib64/nvshmem/13",
+    "/usr/lib64/nvshmem/12",
 ];
 
 fn main() {
@@ -82,6 +90,9 @@ fn main() {
     let setup = SetupFile::read(&root.join(SETUP_ENV_FILE));
     let nvshmem = find_nvshmem(&setup).unwrap_or_else(|msg| fail(&msg));
     let cuda = find_cuda(&setup).unwrap_or_else(|msg| fail(&msg));
+    if let Some(msg) = cuda_mismatch(&cuda, &nvshmem) {
+        fail(&msg);
+    }
     for path in [
         nvshmem.include.join("non_abi/nvshmem_version.h"),
         nvshmem.lib.join("libnvshmem_device.a"),
@@ -194,19 +205,39 @@ fn find_nvshmem(setup: &SetupFile) -> Result<Nvshmem, String> {
     ))
 }
 
+/// The NVSHMEM at `home`, in any of its layouts (toolkit::layouts); the first layout's missing
+/// file is the error.
 fn nvshmem_at(home: &Path) -> Result<Nvshmem, String> {
-    let include = home.join("include");
-    let lib = home.join("lib");
-    for needed in [
-        include.join("nvshmem.h"),
-        lib.join("libnvshmem_device.a"),
-        lib.join("libnvshmem_host.so.3"),
-    ] {
-        if !needed.exists() {
-            return Err(format!("{} is missing", needed.display()));
+    let mut first_missing = None;
+    for (include, lib) in toolkit::layouts(home) {
+        let missing = [
+            include.join("nvshmem.h"),
+            lib.join("libnvshmem_device.a"),
+            lib.join("libnvshmem_host.so.3"),
+        ]
+        .into_iter()
+        .find(|needed| !needed.exists());
+        match missing {
+            None => return Ok(Nvshmem { include, lib }),
+            Some(m) => {
+                first_missing.get_or_insert(m);
+            }
         }
     }
-    Ok(Nvshmem { include, lib })
+    Err(format!("{} is missing", first_missing.unwrap().display()))
+}
+
+/// The refusal when the toolkit and NVSHMEM are for different CUDA majors (a CUDA 12 module
+/// loaded over a CUDA 13 set-up, say), judged from cuda.h and NVSHMEM's version header.
+fn cuda_mismatch(cuda: &Cuda, nvshmem: &Nvshmem) -> Option<String> {
+    let cuda_major = fs::read_to_string(cuda.include.join("cuda.h"))
+        .ok()
+        .and_then(|text| toolkit::cuda_major_from_header(&text));
+    let version_h =
+        fs::read_to_string(nvshmem.include.join("non_abi/nvshmem_version.h")).unwrap_or_default();
+    let nvshmem_major = toolkit::nvshmem_cuda_major(&version_h, &nvshmem.lib);
+    let home = cuda.include.parent().unwrap_or(&cuda.include);
+    toolkit::mismatch(cuda_major, nvshmem_major, home, &nvshmem.lib)
 }
 
 /// CUDA: `CUDA_HOME` (or `CUDA_PATH`), else `nvcc` on PATH, else the set-up prefix, else
