@@ -3,6 +3,8 @@
 //! or 0/n/no/f/false/off in any case.
 //! [`size_label`] writes sizes back the same way.
 
+use crate::core::error::{Error, Result};
+
 /// NVSHMEM's size syntax ("1g", "512M", "3.5G", "1073741824"); `None` if it is not one.
 pub fn parse_size(v: &str) -> Option<usize> {
     let v = v.trim();
@@ -36,6 +38,20 @@ pub fn parse_bool(value: &str) -> Option<bool> {
         "1" | "y" | "yes" | "t" | "true" | "on" => Some(true),
         "0" | "n" | "no" | "f" | "false" | "off" => Some(false),
         _ => None,
+    }
+}
+
+/// The boolean environment variable `var` (parse_bool's spellings): `default` when unset or
+/// empty, [`Error::InvalidEnv`] with `expected` for anything else.
+pub fn bool_var(var: &'static str, default: bool, expected: &'static str) -> Result<bool> {
+    match std::env::var(var) {
+        Ok(v) if v.trim().is_empty() => Ok(default),
+        Ok(v) => parse_bool(&v).ok_or(Error::InvalidEnv {
+            var,
+            value: v,
+            expected,
+        }),
+        Err(_) => Ok(default),
     }
 }
 

@@ -3,7 +3,7 @@
 //! with its own on the device, so PEs that disagree end in a typed error instead of a hang or
 //! garbage.
 
-use crate::core::error::{Error, Result};
+use crate::core::error::Result;
 
 /// The environment variable that turns the checked mode on (`1`) or off (`0`); the default is
 /// on in debug builds, off in release builds.
@@ -12,15 +12,11 @@ pub const CHECKED_ENV: &str = "NVSH_CHECKED";
 /// Whether collectives exchange a header per call to catch PEs that disagree on the count, type,
 /// op or algorithm (`NVSH_CHECKED`, default: on in debug builds).
 pub fn checked_from_env() -> Result<bool> {
-    match std::env::var(CHECKED_ENV) {
-        Ok(v) if v.trim().is_empty() => Ok(cfg!(debug_assertions)),
-        Ok(v) => crate::core::env_value::parse_bool(&v).ok_or(Error::InvalidEnv {
-            var: CHECKED_ENV,
-            value: v,
-            expected: "1 (check every collective call's arguments across PEs) or 0",
-        }),
-        Err(_) => Ok(cfg!(debug_assertions)),
-    }
+    crate::core::env_value::bool_var(
+        CHECKED_ENV,
+        cfg!(debug_assertions),
+        "1 (check every collective call's arguments across PEs) or 0",
+    )
 }
 
 #[cfg(test)]

@@ -83,15 +83,11 @@ pub const NO_DIRECT_ENV: &str = "NVSH_NO_DIRECT";
 
 /// Whether [`NO_DIRECT_ENV`] turns direct stores off.
 pub fn no_direct_from_env() -> Result<bool> {
-    match std::env::var(NO_DIRECT_ENV) {
-        Ok(v) if v.trim().is_empty() => Ok(false),
-        Ok(v) => crate::core::env_value::parse_bool(&v).ok_or(Error::InvalidEnv {
-            var: NO_DIRECT_ENV,
-            value: v,
-            expected: "1 (collectives put through NVSHMEM even to mapped peers) or 0",
-        }),
-        Err(_) => Ok(false),
-    }
+    crate::core::env_value::bool_var(
+        NO_DIRECT_ENV,
+        false,
+        "1 (collectives put through NVSHMEM even to mapped peers) or 0",
+    )
 }
 
 /// Checked mode's symmetric buffers: every member's header (world x HEADER_WORDS words) and
