@@ -989,12 +989,29 @@ fn mpirun_soak_with_rank1(rank1_env: &str) -> Finished {
 #[test]
 #[ignore = "GPU machine: needs a GPU, Open MPI's mpirun on PATH and the soak example (built with the mpi feature)"]
 fn gpu_mpi_a_rank_failing_after_the_id_exchange_aborts_the_job_instead_of_hanging() {
-    // Rank 1's NVSHMEM init fails (a symmetric heap no GPU holds) while rank 0 waits in
+    // Rank 1 fails right after the ready agreement (fault injection) while rank 0 waits in
     // NVSHMEM's bootstrap, which has no timeout: rank 1 must MPI_Abort, not MPI_Finalize.
-    let done = mpirun_soak_with_rank1("export NVSHMEM_SYMMETRIC_SIZE=100T");
+    let done = mpirun_soak_with_rank1("export NVSH_FAULT_AFTER_READY=1");
     assert_ne!(done.code, Some(0), "{}", done.stderr);
     assert!(
-        done.stderr.contains("aborting the MPI job (MPI_Abort)"),
+        done.stderr.contains("aborting the MPI job (MPI_Abort)")
+            && done.stderr.contains("NVSH_FAULT_AFTER_READY")
+            && done.stderr.contains("MPI_ABORT was invoked on rank 1"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+#[ignore = "GPU machine: needs a GPU, Open MPI's mpirun on PATH and the soak example (built with the mpi feature)"]
+fn gpu_mpi_a_rank_whose_nvshmem_init_fails_ends_the_job() {
+    // A heap no GPU holds (allocated whole at init without VMM): NVSHMEM's init fails on rank 1
+    // and NVSHMEM exits the process itself; the job must end, not hang.
+    let done =
+        mpirun_soak_with_rank1("export NVSHMEM_DISABLE_CUDA_VMM=1 NVSHMEM_SYMMETRIC_SIZE=100T");
+    assert_ne!(done.code, Some(0), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("nvshmem initialization failed"),
         "stderr:\n{}",
         done.stderr
     );

@@ -89,9 +89,11 @@ impl MpiGuard {
     /// inside NVSHMEM's init for this one, and mpirun ends them only on MPI_Abort.
     pub(crate) fn abort(&self, err: &Error) -> ! {
         let world = mpi::topology::SimpleCommunicator::world();
-        log::error!(
-            "rank {}: {err}; aborting the MPI job (MPI_Abort), because the other ranks may be \
-             waiting for this one inside NVSHMEM's init",
+        // Straight to stderr, not through `log`: the process ends here, and the reason must
+        // reach the user whatever the logger is set to (the application may have none).
+        eprintln!(
+            "nvshmem: rank {}: {err}; aborting the MPI job (MPI_Abort), because the other ranks \
+             may be waiting for this one inside NVSHMEM's init",
             world.rank()
         );
         world.abort(1)

@@ -256,6 +256,7 @@ impl Nvshmem {
         timeout: Duration,
         nvshmem_up: &mut bool,
     ) -> Result<Nvshmem> {
+        fault_after_ready()?;
         // SAFETY: the lifecycle is Initializing (NVSHMEM is not up; no other init runs) and the
         // device was made current above.
         unsafe { result::init_with_unique_id(placement.rank, placement.n_pes, id) }?;
@@ -631,6 +632,19 @@ impl Drop for Nvshmem {
                     .join(", ")
             );
         }
+    }
+}
+
+/// Fault injection for the launcher tests (`NVSH_FAULT_AFTER_READY=1` on one rank): this PE
+/// fails right after every PE agreed it was ready, where the others already wait inside
+/// NVSHMEM's init. NVSHMEM's own init failures exit the process themselves, so they cannot
+/// show what the runtime does with an error of its own there.
+fn fault_after_ready() -> Result<()> {
+    match std::env::var_os("NVSH_FAULT_AFTER_READY") {
+        Some(v) if !v.is_empty() && v != "0" => Err(Error::Mpi {
+            message: "fault injected after the ready agreement (NVSH_FAULT_AFTER_READY)".into(),
+        }),
+        _ => Ok(()),
     }
 }
 
