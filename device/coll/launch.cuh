@@ -17,6 +17,18 @@
 
 #include "abi.h"
 
+// Declares the by_dtype functor NAME (prims/dispatch.cuh) of an algorithm file: it launches
+// KERNEL<T, OP> with the step's arguments, programmatic dependent launch (prims/pdl.cuh).
+#define NVSHMEMRS_ALLREDUCE_LAUNCHER(NAME, KERNEL)                                    \
+    struct NAME {                                                                     \
+        nvshmemrs_allreduce_args args;                                                \
+        int blocks, threads;                                                          \
+        cudaStream_t stream;                                                          \
+        template <typename T, int OP> cudaError_t run() const {                       \
+            return launch_pdl(KERNEL<T, OP>, blocks, threads, stream, args);          \
+        }                                                                             \
+    }
+
 namespace nvshmemrs {
 
 // One step of an algorithm, as nvshmemrs_allreduce (coll/allreduce.h) describes it.

@@ -68,14 +68,7 @@ __global__ void twoshot_kernel(nvshmemrs_allreduce_args a) {
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.
-struct Launch {
-    nvshmemrs_allreduce_args args;
-    int blocks, threads;
-    cudaStream_t stream;
-    template <typename T, int OP> cudaError_t run() const {
-        return launch_pdl(twoshot_kernel<T, OP>, blocks, threads, stream, args);
-    }
-};
+NVSHMEMRS_ALLREDUCE_LAUNCHER(Launch, twoshot_kernel);
 
 }  // namespace
 

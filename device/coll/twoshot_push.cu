@@ -173,14 +173,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
 }
 
 // by_dtype's functor: this algorithm's kernel for one dtype and op.
-struct Launch {
-    nvshmemrs_allreduce_args args;
-    int blocks, threads;
-    cudaStream_t stream;
-    template <typename T, int OP> cudaError_t run() const {
-        return launch_pdl(twoshot_push_kernel<T, OP>, blocks, threads, stream, args);
-    }
-};
+NVSHMEMRS_ALLREDUCE_LAUNCHER(Launch, twoshot_push_kernel);
 
 }  // namespace
 
