@@ -38,18 +38,26 @@ extern "C" void nvshmemrs_compiled_version(int *major, int *minor, int *patch) {
 }
 
 extern "C" int nvshmemrs_cuda_probe(int *device_count, int *driver_version, int *runtime_version,
-                                    const char **error_name, const char **error_string) {
+                                    int *failed_call, const char **error_name,
+                                    const char **error_string) {
     *device_count = 0;
     *driver_version = 0;
     *runtime_version = 0;
-    // Neither call needs a driver: without one they report version 0 / an error code.
-    cudaDriverGetVersion(driver_version);
-    cudaRuntimeGetVersion(runtime_version);
+    *failed_call = 0;
+    // Neither call needs a driver: without one they report version 0 (and success).
+    const cudaError_t driver = cudaDriverGetVersion(driver_version);
+    const cudaError_t runtime = cudaRuntimeGetVersion(runtime_version);
     cudaError_t err = cudaGetDeviceCount(device_count);
     if (err != cudaSuccess) {
         *device_count = 0;
-        cudaGetLastError();  // do not leave a sticky error behind for later runtime calls
+    } else if (driver != cudaSuccess) {
+        err = driver;
+        *failed_call = 1;
+    } else if (runtime != cudaSuccess) {
+        err = runtime;
+        *failed_call = 2;
     }
+    if (err != cudaSuccess) cudaGetLastError();  // no sticky error left for later runtime calls
     *error_name = cudaGetErrorName(err);
     *error_string = cudaGetErrorString(err);
     return (int)err;

@@ -29,11 +29,12 @@ void nvshmemrs_compiled_version(int *major, int *minor, int *patch);
 
 /*
  * Asks the CUDA runtime (linked statically) how many devices there are. Returns the cudaError_t
- * of cudaGetDeviceCount; *driver_version is 0 when no driver is installed. *error_name and
- * *error_string point to static strings describing the return code.
+ * of the first call that failed, named by *failed_call: 0 cudaGetDeviceCount, 1
+ * cudaDriverGetVersion, 2 cudaRuntimeGetVersion; *driver_version is 0 when no driver is
+ * installed. *error_name and *error_string point to static strings describing the return code.
  */
 int nvshmemrs_cuda_probe(int *device_count, int *driver_version, int *runtime_version,
-                         const char **error_name, const char **error_string);
+                         int *failed_call, const char **error_name, const char **error_string);
 
 /* Static name and description of a cudaError_t. */
 void nvshmemrs_cuda_error_strings(int code, const char **name, const char **text);

@@ -51,10 +51,19 @@ fn c_str(p: *const c_char) -> String {
     }
 }
 
+/// The call nvshmemrs_cuda_probe's `failed_call` names.
+fn probe_call(failed_call: i32) -> &'static str {
+    match failed_call {
+        1 => "cudaDriverGetVersion",
+        2 => "cudaRuntimeGetVersion",
+        _ => "cudaGetDeviceCount",
+    }
+}
+
 /// Counts CUDA devices. Fails with [`Error::NoCudaDriver`] or [`Error::NoCudaDevice`] when there is
 /// nothing to run on; needs no driver to answer.
 pub fn cuda_probe() -> Result<CudaInfo> {
-    let (mut count, mut driver, mut runtime) = (0, 0, 0);
+    let (mut count, mut driver, mut runtime, mut failed_call) = (0, 0, 0, 0);
     let (mut name, mut message) = (std::ptr::null(), std::ptr::null());
     // SAFETY: all out-pointers are valid for writes.
     let code = unsafe {
@@ -62,6 +71,7 @@ pub fn cuda_probe() -> Result<CudaInfo> {
             &mut count,
             &mut driver,
             &mut runtime,
+            &mut failed_call,
             &mut name,
             &mut message,
         )
@@ -87,7 +97,7 @@ pub fn cuda_probe() -> Result<CudaInfo> {
             ),
         }),
         _ => Err(Error::Cuda {
-            call: "cudaGetDeviceCount",
+            call: probe_call(failed_call),
             code,
             name: c_str(name),
             message: c_str(message),
@@ -247,6 +257,13 @@ pub fn n_pes() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_version_query_is_named_not_taken_for_the_device_count() {
+        assert_eq!(probe_call(0), "cudaGetDeviceCount");
+        assert_eq!(probe_call(1), "cudaDriverGetVersion");
+        assert_eq!(probe_call(2), "cudaRuntimeGetVersion");
+    }
 
     #[test]
     fn a_thread_level_below_serialized_is_refused() {
