@@ -114,6 +114,8 @@
 #define NVSHMEMRS_WAIT_OP_ALLREDUCE 4
 #define NVSHMEMRS_WAIT_OP_BARRIER 5
 #define NVSHMEMRS_WAIT_OP_SIGNAL_WAIT 6
+/* A call of the collective family (coll/family.h); the record's index is its NVSHMEMRS_COLL_*. */
+#define NVSHMEMRS_WAIT_OP_COLLECTIVE 7
 /* The names src/deadline.rs's test still uses; go once it takes the WAIT_OP names. */
 #define NVSHMEMRS_OP_SEND NVSHMEMRS_WAIT_OP_SEND
 #define NVSHMEMRS_OP_RECV_INTO NVSHMEMRS_WAIT_OP_RECV_INTO
@@ -209,6 +211,39 @@ typedef struct nvshmemrs_allreduce_args {
      * NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX). */
     int rounds;
 } nvshmemrs_allreduce_args;
+
+/* ---- The collective family (coll/family.h documents the steps) ---- */
+
+/* Which collective: the status record's index on a timeout and the checked-mode meta's algo. */
+#define NVSHMEMRS_COLL_BROADCAST 16
+#define NVSHMEMRS_COLL_ALLGATHER 17
+#define NVSHMEMRS_COLL_ALLTOALL 18
+#define NVSHMEMRS_COLL_REDUCE_SCATTER 19
+#define NVSHMEMRS_COLL_REDUCE 20
+/* Largest grid of the family's kernels: their counters are per (source rank, block). */
+#define NVSHMEMRS_FAMILY_BLOCKS 128
+/* Counter phases: arrive (the receiver's area is free for this step) and data (landed). */
+#define NVSHMEMRS_FAMILY_PHASES 2
+#define NVSHMEMRS_FAMILY_ARRIVE 0
+#define NVSHMEMRS_FAMILY_DATA 1
+
+/*
+ * One launch of a family collective. hdr.flags: counters [phase][parity][rank][block]
+ * (NVSHMEMRS_FAMILY_PHASES x 2 x world x NVSHMEMRS_FAMILY_BLOCKS words, zeroed at creation);
+ * hdr.scratch: receive slots [parity][rank] of hdr.slot_bytes (reduce-scatter and reduce only);
+ * hdr.state: its own nvshmemrs_allreduce_state (steps). hdr.count: elements per rank block of
+ * this launch.
+ */
+typedef struct nvshmemrs_family_args {
+    nvshmemrs_coll_header hdr;
+    /* Elements from one rank's block to the next in a buffer holding one block per rank
+     * (allgather's output, alltoall's input and output, reduce-scatter's input). */
+    size_t stride;
+    /* Bytes per element (data movement is by bytes; reductions also take the dtype). */
+    int elem_bytes;
+    /* Team rank of the root (broadcast, reduce), else 0. */
+    int root;
+} nvshmemrs_family_args;
 
 /* ---- Barrier and stream signal wait (core/barrier.h) ---- */
 

@@ -44,8 +44,13 @@ pub mod sys {
 /// One call each, status codes turned into [`Result`] (the middle layer, as in cudarc).
 pub use crate::core::result;
 
+pub use crate::coll::allgather::Allgather;
 pub use crate::coll::allreduce::{Allreduce, AllreduceAlgo};
+pub use crate::coll::alltoall::Alltoall;
+pub use crate::coll::broadcast::Broadcast;
 pub use crate::coll::op::{ReduceOp, Reducible};
+pub use crate::coll::reduce::Reduce;
+pub use crate::coll::reduce_scatter::ReduceScatter;
 pub use crate::core::buffer::{SymView, SymmetricBuffer};
 pub use crate::core::element::{Atomic64, Dtype, Element};
 pub use crate::core::error::{Error, Result};

@@ -5,16 +5,6 @@
 #include "coll/allreduce.h"
 #include "coll/launch.cuh"
 
-extern "C" int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args,
-                                                uint64_t *headers, uint64_t *header_flags,
-                                                uint64_t call, uint64_t meta,
-                                                cudaStream_t stream) {
-    const nvshmemrs_coll_header &h = args.hdr;
-    if (h.n < 1 || h.n > h.world || h.rank < 0 || h.rank >= h.n || call == 0)
-        return cudaErrorInvalidValue;
-    return (int)nvshmemrs::allreduce_check_header(args, headers, header_flags, call, meta, stream);
-}
-
 extern "C" int nvshmemrs_allreduce(int algo, int dtype, int op, nvshmemrs_allreduce_args args,
                                    int blocks, int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.hdr;

@@ -36,19 +36,6 @@ extern "C" {
 #endif
 
 /*
- * Checked mode, before a call's first step (one block): puts this PE's header {call, count,
- * meta, 0} into headers[rank] of every member with a put-with-signal that sets
- * header_flags[rank] = call, waits (with the deadline) for every member's header of this call
- * and compares count and meta with its own. A difference is recorded in wait_status
- * (NVSHMEMRS_FAIL_MISMATCH; index 0 count, 1 meta; want: own value, seen: the peer's) and marks
- * the workspace broken, so the call's steps move nothing. `headers` holds world x HEADER_WORDS
- * words, `header_flags` world words (both symmetric).
- */
-int nvshmemrs_allreduce_check_header(nvshmemrs_allreduce_args args, uint64_t *headers,
-                                     uint64_t *header_flags, uint64_t call, uint64_t meta,
-                                     cudaStream_t stream);
-
-/*
  * Launches one step of `algo` with `blocks` x `threads`. Limits on count: one-shot and recursive
  * doubling, count * sizeof(T) <= slot_bytes (low-latency one-shot: slot_bytes / 2); two-shot and
  * ring, ceil(count / n) elements rounded up to 16 bytes <= slot_bytes. Returns a cudaError_t

@@ -1,24 +1,23 @@
-// Checked mode's header exchange (NVSHMEMRS_FAIL_MISMATCH, coll/allreduce.h). coll/launch.cuh
-// declares its launcher; coll/allreduce.cu checks the arguments and calls it.
+// Checked mode's header exchange (NVSHMEMRS_FAIL_MISMATCH), the entry point of coll/check.h.
 #include <cuda_runtime.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "coll/launch.cuh"
+#include "coll/check.h"
 #include "prims/deadline.cuh"
 #include "prims/pdl.cuh"
 #include "prims/waiter.cuh"
 
 namespace {
 
-// Checked mode's header exchange (see coll/allreduce.h). Thread 0 sends; thread t waits for and
+// Checked mode's header exchange (see coll/check.h). Thread 0 sends; thread t waits for and
 // compares ranks t, t + blockDim.x, ...
-__global__ void check_header_kernel(nvshmemrs_allreduce_args a, uint64_t *headers,
-                                    uint64_t *header_flags, uint64_t call, uint64_t meta) {
-    const nvshmemrs_coll_header &h = a.hdr;
+__global__ void check_header_kernel(nvshmemrs_coll_header h, uint64_t *headers,
+                                    uint64_t *header_flags, uint64_t call, uint64_t meta,
+                                    int wait_op, int index) {
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, -1);
+    const Waiter w(h, (uint32_t)wait_op, index);
     __shared__ uint64_t mine[NVSHMEMRS_ALLREDUCE_HEADER_WORDS];
     if (threadIdx.x == 0) {
         mine[0] = call;
@@ -60,8 +59,11 @@ __global__ void check_header_kernel(nvshmemrs_allreduce_args a, uint64_t *header
 
 }  // namespace
 
-cudaError_t nvshmemrs::allreduce_check_header(const nvshmemrs_allreduce_args &args,
-                                              uint64_t *headers, uint64_t *header_flags,
-                                              uint64_t call, uint64_t meta, cudaStream_t stream) {
-    return launch_pdl(check_header_kernel, 1, 32, stream, args, headers, header_flags, call, meta);
+extern "C" int nvshmemrs_check_header(nvshmemrs_coll_header hdr, uint64_t *headers,
+                                      uint64_t *header_flags, uint64_t call, uint64_t meta,
+                                      int wait_op, int index, cudaStream_t stream) {
+    if (hdr.n < 1 || hdr.n > hdr.world || hdr.rank < 0 || hdr.rank >= hdr.n || call == 0)
+        return cudaErrorInvalidValue;
+    return (int)launch_pdl(check_header_kernel, 1, 32, stream, hdr, headers, header_flags, call,
+                           meta, wait_op, index);
 }

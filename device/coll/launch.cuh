@@ -17,17 +17,9 @@
 
 #include "abi.h"
 
-// Declares the by_dtype functor NAME (prims/dispatch.cuh) of an algorithm file: it launches
-// KERNEL<T, OP> with the step's arguments, programmatic dependent launch (prims/pdl.cuh).
-#define NVSHMEMRS_ALLREDUCE_LAUNCHER(NAME, KERNEL)                                    \
-    struct NAME {                                                                     \
-        nvshmemrs_allreduce_args args;                                                \
-        int blocks, threads;                                                          \
-        cudaStream_t stream;                                                          \
-        template <typename T, int OP> cudaError_t run() const {                       \
-            return launch_pdl(KERNEL<T, OP>, blocks, threads, stream, args);          \
-        }                                                                             \
-    }
+// Declares the by_dtype functor NAME of an algorithm file (prims/dispatch.cuh).
+#define NVSHMEMRS_ALLREDUCE_LAUNCHER(NAME, KERNEL) \
+    NVSHMEMRS_DTYPE_LAUNCHER(NAME, KERNEL, nvshmemrs_allreduce_args)
 
 namespace nvshmemrs {
 
@@ -47,11 +39,6 @@ cudaError_t allreduce_twoshot_direct(int dtype, int op, const nvshmemrs_allreduc
                                      int blocks, int threads, cudaStream_t stream);
 cudaError_t allreduce_twoshot_push(int dtype, int op, const nvshmemrs_allreduce_args &args,
                                    int blocks, int threads, cudaStream_t stream);
-
-// Checked mode's header exchange (nvshmemrs_allreduce_check_header), arguments checked.
-cudaError_t allreduce_check_header(const nvshmemrs_allreduce_args &args, uint64_t *headers,
-                                   uint64_t *header_flags, uint64_t call, uint64_t meta,
-                                   cudaStream_t stream);
 
 }  // namespace nvshmemrs
 

@@ -8,6 +8,19 @@
 #include <stdint.h>
 
 #include "abi.h"
+#include "prims/pdl.cuh"
+
+// Declares the by_dtype functor NAME: it launches KERNEL<T, OP> with an ARGS struct, `blocks` x
+// `threads`, with programmatic dependent launch (prims/pdl.cuh).
+#define NVSHMEMRS_DTYPE_LAUNCHER(NAME, KERNEL, ARGS)                                  \
+    struct NAME {                                                                     \
+        ARGS args;                                                                    \
+        int blocks, threads;                                                          \
+        cudaStream_t stream;                                                          \
+        template <typename T, int OP> cudaError_t run() const {                       \
+            return launch_pdl(KERNEL<T, OP>, blocks, threads, stream, args);          \
+        }                                                                             \
+    }
 
 // Internal linkage: see prims/reduce.cuh.
 namespace {

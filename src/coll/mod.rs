@@ -1,6 +1,12 @@
 //! Collectives over the protocol layer ([`crate::proto`]): the reduction ops, selection tables,
 //! and one module per collective.
 
+pub mod allgather;
 pub mod allreduce;
+pub mod alltoall;
+pub mod broadcast;
+pub mod family;
 pub mod op;
+pub mod reduce;
+pub mod reduce_scatter;
 pub mod select;

@@ -247,6 +247,18 @@ pub enum Error {
     #[error("{what} of 0 elements: pass at least one element (every member the same count)")]
     EmptyCollective { what: &'static str },
 
+    /// A collective's buffers do not have the lengths its shape needs (per-rank blocks).
+    #[error("{what}: {detail}")]
+    CollectiveShape { what: &'static str, detail: String },
+
+    /// A root outside the team.
+    #[error("{what}: root {root} is not a rank of this team (ranks 0..{n_pes}); pass a team rank")]
+    InvalidRoot {
+        what: &'static str,
+        root: i32,
+        n_pes: i32,
+    },
+
     /// Input and output overlap without being the same range.
     #[error(
         "{what}: the output {output:#x?} overlaps the input {input:#x?} without being the same \

@@ -286,11 +286,14 @@ impl<'nv> Workspace<'nv> {
     }
 
     /// Checked mode: enqueues the header exchange of this call before its first kernel (a
-    /// no-op when checked mode is off). `args` carries the members and status record.
+    /// no-op when checked mode is off). `hdr` carries the members, count and status record;
+    /// `wait_op` and `index` (NVSHMEMRS_WAIT_OP_* and the collective's code) name a timeout.
     pub fn exchange_header(
         &self,
-        args: sys::nvshmemrs_allreduce_args,
+        hdr: sys::nvshmemrs_coll_header,
         meta: u64,
+        wait_op: u32,
+        index: i32,
         stream: &CudaStream,
     ) -> Result<()> {
         let Some(h) = &self.headers else {
@@ -299,12 +302,14 @@ impl<'nv> Workspace<'nv> {
         // SAFETY: the workspace's own header buffers and state; every member calls this for
         // every call in checked mode (all PEs read NVSH_CHECKED alike).
         let code = unsafe {
-            sys::nvshmemrs_allreduce_check_header(
-                args,
+            sys::nvshmemrs_check_header(
+                hdr,
                 h.words.as_device_ptr(),
                 h.flags.as_device_ptr(),
                 self.calls,
                 meta,
+                wait_op as i32,
+                index,
                 raw_stream(stream),
             )
         };

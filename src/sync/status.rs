@@ -29,6 +29,9 @@ pub enum WaitOp {
     Barrier,
     /// `signal_wait_until_on_stream`.
     SignalWait,
+    /// A call of the collective family (broadcast, allgather, alltoall, reduce-scatter,
+    /// reduce) waiting for a peer's data or handshake.
+    Collective,
     /// A code this version does not know.
     Other(u64),
 }
@@ -42,6 +45,7 @@ impl WaitOp {
             c if c == sys::NVSHMEMRS_WAIT_OP_ALLREDUCE as u64 => WaitOp::Allreduce,
             c if c == sys::NVSHMEMRS_WAIT_OP_BARRIER as u64 => WaitOp::Barrier,
             c if c == sys::NVSHMEMRS_WAIT_OP_SIGNAL_WAIT as u64 => WaitOp::SignalWait,
+            c if c == sys::NVSHMEMRS_WAIT_OP_COLLECTIVE as u64 => WaitOp::Collective,
             c => WaitOp::Other(c),
         }
     }
@@ -55,6 +59,7 @@ impl WaitOp {
             WaitOp::Allreduce => "Allreduce::run".into(),
             WaitOp::Barrier => "barrier".into(),
             WaitOp::SignalWait => "signal_wait_until_on_stream".into(),
+            WaitOp::Collective => "a collective call".into(),
             WaitOp::Other(c) => format!("device wait (op {c})"),
         }
     }

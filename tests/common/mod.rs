@@ -61,4 +61,5 @@ pub fn runtime(pes: i32) -> Nvshmem {
     );
     nv
 }
+pub mod reference;
 pub mod sm_hold;

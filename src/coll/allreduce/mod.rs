@@ -642,8 +642,10 @@ impl<'nv> Allreduce<'nv> {
             algo.name()
         );
         self.ws.exchange_header(
-            self.args(rank, &input, &output),
+            self.args(rank, &input, &output).hdr,
             header_meta(T::DTYPE, op, algo, protocol),
+            sys::NVSHMEMRS_WAIT_OP_ALLREDUCE,
+            -1,
             stream,
         )?;
         if protocol != Protocol::Slots {

@@ -1,0 +1,61 @@
+// Reduce-scatter (coll/family.h) through the receive slots: every member puts its block for r
+// into slot [rank] of r; r reduces its own block and the slots in rank order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include "coll/family.h"
+#include "coll/family_args.cuh"
+#include "prims/chunks.cuh"
+#include "prims/dispatch.cuh"
+#include "prims/exchange.cuh"
+#include "prims/pdl.cuh"
+#include "prims/put_signal.cuh"
+#include "prims/reduce.cuh"
+#include "prims/step.cuh"
+#include "prims/waiter.cuh"
+
+namespace {
+
+template <typename T, int OP>
+__global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    wait_for_previous_kernel();
+    if (block_broken(h)) return;
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE_SCATTER);
+    const Step s = begin_step(h.state);
+    const Layout L{h, 0, s.parity};
+    const T *in = static_cast<const T *>(h.input);
+    size_t b, e;
+    part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
+    block_put_signal_all(
+        h,
+        [&](int r, char **dst, const char **src, size_t *bytes) {
+            *dst = L.slot(h.rank) + b * sizeof(T);
+            *src = reinterpret_cast<const char *>(in + (size_t)r * a.stride + b);
+            *bytes = (e - b) * sizeof(T);
+        },
+        L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), s.value);
+    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
+    if (!block_wait_from(w, h, AllOthers{}, data, s.value)) return;
+    const T *own = in + (size_t)h.rank * a.stride;
+    auto src = [&](int r) -> const T * {
+        return r == h.rank ? own : reinterpret_cast<const T *>(L.slot(r));
+    };
+    block_reduce<T, OP>(src, h.n, static_cast<T *>(h.output), b, e, true, h.n);
+    end_step(h);
+}
+
+NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
+
+}  // namespace
+
+extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
+                                        int threads, cudaStream_t stream) {
+    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count ||
+        args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes)
+        return cudaErrorInvalidValue;
+    return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
+}

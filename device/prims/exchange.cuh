@@ -1,0 +1,55 @@
+// The family's handshakes (coll/family.h): before a sender writes into a receiver's memory
+// (its output, or its receive slots where no all-to-all step orders their reuse), the receiver
+// tells it that the memory is free for this step; the data then carries its own counter.
+// Counters are the step layout's (prims/step.cuh) with phases NVSHMEMRS_FAMILY_ARRIVE and
+// NVSHMEMRS_FAMILY_DATA, one per (source rank, block), set to the step's value.
+#ifndef NVSHMEM_RS_EXCHANGE_CUH
+#define NVSHMEM_RS_EXCHANGE_CUH
+
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+
+#include "abi.h"
+#include "prims/step.cuh"
+#include "prims/waiter.cuh"
+
+// The family's counters are laid out as the slot protocols' (Layout with algo 0).
+static_assert(NVSHMEMRS_FAMILY_BLOCKS == NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS,
+              "Layout::counter strides by NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS");
+
+// Internal linkage: see prims/reduce.cuh.
+namespace {
+
+// This block tells every member r with from(r) (r != rank) that this PE is at the step and
+// its memory the step writes is free: counter ARRIVE[rank] on r := value. No fence: the
+// memory was last touched by this PE's earlier kernels on the stream, which have completed
+// (prims/pdl.cuh) before this one runs.
+template <typename From>
+__device__ __forceinline__ void block_arrive(const nvshmemrs_coll_header &h, const Layout &L,
+                                             From from, uint64_t value) {
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        if (r != h.rank && from(r))
+            nvshmemx_signal_op(L.counter(NVSHMEMRS_FAMILY_ARRIVE, h.rank), value,
+                               NVSHMEM_SIGNAL_SET, h.pes[r]);
+}
+
+// Thread t waits for counter(r) >= want of ranks r = t, t + blockDim.x, ... with from(r)
+// (r != rank). False, for every thread, when a wait failed: the kernel must return.
+template <typename From, typename Counter>
+__device__ bool block_wait_from(const Waiter &w, const nvshmemrs_coll_header &h, From from,
+                                Counter counter, uint64_t want) {
+    bool ok = true;
+    for (int r = threadIdx.x; r < h.n && ok; r += blockDim.x)
+        if (r != h.rank && from(r)) ok = w.ge(counter(r), want, h.pes[r]);
+    return !__syncthreads_or(!ok);
+}
+
+// Every other member, as a from() predicate.
+struct AllOthers {
+    __device__ bool operator()(int) const { return true; }
+};
+
+}  // namespace
+
+#endif

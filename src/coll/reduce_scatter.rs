@@ -1,0 +1,121 @@
+//! Reduce-scatter: member r's output = op over members of their input block [r]
+//! (device/coll/reduce_scatter.cu). Through receive slots, a slot's worth per launch: every step
+//! is all-to-all, so slots of the same parity are free again two steps later without a
+//! handshake.
+
+use crate::coll::family::{byte_range, check_blocks, refuse_overlap};
+use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
+use crate::coll::op::{ReduceOp, Reducible};
+use crate::core::buffer::SymView;
+use crate::core::error::{Error, Result};
+use crate::core::runtime::Nvshmem;
+use crate::proto::family::family_methods;
+use crate::proto::{CollectiveText, FamilyWorkspace};
+use crate::sys;
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+
+static TEXT: CollectiveText = CollectiveText {
+    type_name: "ReduceScatter",
+    call: "reduce-scatter",
+    algorithm: family_code_name,
+    meta: describe_family_meta,
+};
+
+/// A reduce-scatter over the world or a team; create and call it as [`crate::Allreduce`].
+pub struct ReduceScatter<'nv> {
+    fam: FamilyWorkspace<'nv>,
+}
+
+impl<'nv> ReduceScatter<'nv> {
+    /// A reduce-scatter over `team` (None on PEs in no team of the split) whose receive slots
+    /// hold `slot_bytes` each (2 x world of them); larger blocks go in segments of that size.
+    /// Collective over the world.
+    pub fn new(
+        nv: &'nv Nvshmem,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+    ) -> Result<ReduceScatter<'nv>> {
+        Ok(ReduceScatter {
+            fam: FamilyWorkspace::new(nv, team, &TEXT, Some(slot_bytes))?,
+        })
+    }
+
+    /// A reduce-scatter over every PE.
+    pub fn world(nv: &'nv Nvshmem, slot_bytes: usize) -> Result<ReduceScatter<'nv>> {
+        ReduceScatter::new(nv, Some(&nv.team_world()), slot_bytes)
+    }
+
+    /// Bytes of one receive slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.fam.slot_bytes()
+    }
+
+    /// `output` = op over members of block [my rank] of their `input` (n_pes x output.len()
+    /// elements), element-wise in rank order, in stream order. In place when `output` is this
+    /// member's own block of `input`.
+    pub fn run<'a, 'b, T: Reducible>(
+        &mut self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (input, output) = (input.into(), output.into());
+        let rank = self.fam.ws().rank()?;
+        let count = output.len();
+        if count == 0 {
+            return Err(Error::EmptyCollective {
+                what: "reduce-scatter",
+            });
+        }
+        check_blocks("reduce-scatter", "input", input.len(), count, self.n_pes())?;
+        let (i, o) = (byte_range(&input), byte_range(&output));
+        let own = i.start + rank as usize * output.num_bytes();
+        refuse_overlap("reduce-scatter", i, o.clone(), o.start == own)?;
+        let rank = self.fam.ws_mut().begin_call()?;
+        let elem = std::mem::size_of::<T>();
+        let code = sys::NVSHMEMRS_COLL_REDUCE_SCATTER;
+        let header = self.fam.args(
+            rank,
+            input.as_device_ptr().cast(),
+            output.as_device_ptr().cast(),
+            count,
+            count,
+            elem,
+            0,
+        );
+        let meta = family_meta(T::DTYPE, Some(op), code, None);
+        self.fam.exchange_header(&header, meta, code, stream)?;
+        let segment = self.fam.segment_elems(elem);
+        let mut start = 0;
+        while start < count {
+            let len = segment.min(count - start);
+            let args = self.fam.args(
+                rank,
+                input.as_device_ptr().wrapping_add(start).cast(),
+                output.as_device_ptr().wrapping_add(start).cast(),
+                len,
+                count,
+                elem,
+                0,
+            );
+            self.fam.launch(
+                "reduce-scatter kernel launch",
+                args,
+                len * elem,
+                stream,
+                |a, b, t, s| {
+                    // SAFETY: symmetric views (n x `count` and `count` elements) on every member, a
+                    // segment that fits a slot, the workspace's own slots, counters, state and PE
+                    // table; every member launches the same segments and grids.
+                    unsafe { sys::nvshmemrs_reduce_scatter(T::DTYPE as i32, op as i32, a, b, t, s) }
+                },
+            )?;
+            start += len;
+        }
+        Ok(())
+    }
+}
+
+family_methods!(ReduceScatter);

@@ -1,0 +1,240 @@
+//! What the collective family beside allreduce shares (device/coll/family.h): a [`Workspace`],
+//! the per-block counters of the ARRIVE/DATA handshakes, receive slots for the reductions, the
+//! launch shape and the kernel arguments. Each collective in `crate::coll` embeds one
+//! [`FamilyWorkspace`] and adds its checks and its kernel.
+
+use crate::core::buffer::SymmetricBuffer;
+use crate::core::error::{Error, Result};
+use crate::core::result::cuda_check;
+use crate::core::runtime::Nvshmem;
+use crate::core::stream::raw_stream;
+use crate::proto::{CollectiveText, Workspace};
+use crate::sys;
+use crate::team::Team;
+use cudarc::driver::CudaStream;
+
+/// Largest grid of the family's kernels (device/abi.h).
+pub const FAMILY_BLOCKS: usize = sys::NVSHMEMRS_FAMILY_BLOCKS as usize;
+/// Bytes of a peer's part each block moves, at least: the grid is the part over this.
+const BLOCK_BYTES: usize = 16 << 10;
+/// Threads per block of the family's kernels.
+const THREADS: i32 = 512;
+/// Words of `nvshmemrs_allreduce_state` (the family's kernels use its step count).
+const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
+
+/// The shared part of a family collective: see the module documentation.
+pub struct FamilyWorkspace<'nv> {
+    /// First field: its Drop waits for queued kernels before the buffers below are freed.
+    ws: Workspace<'nv>,
+    /// Counters [phase][parity][rank][block], only ever growing.
+    flags: SymmetricBuffer<'nv, u64>,
+    /// Receive slots [parity][rank] of `slot_bytes` (reductions only).
+    scratch: Option<SymmetricBuffer<'nv, u8>>,
+    slot_bytes: usize,
+}
+
+impl<'nv> FamilyWorkspace<'nv> {
+    /// The workspace over `team` (None on PEs in no team of the split), with receive slots of
+    /// `slot_bytes` each when the collective reduces. Collective over the world.
+    pub fn new(
+        nv: &'nv Nvshmem,
+        team: Option<&Team<'_>>,
+        text: &'static CollectiveText,
+        slot_bytes: Option<usize>,
+    ) -> Result<FamilyWorkspace<'nv>> {
+        let world = nv.n_pes() as usize;
+        let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
+        let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
+        let flags = nv.alloc_zeroed::<u64>(phases * 2 * world * FAMILY_BLOCKS)?;
+        let (scratch, slot_bytes) = match slot_bytes {
+            Some(bytes) => {
+                let slot = bytes.max(4096).checked_next_multiple_of(256);
+                let total = slot.and_then(|s| s.checked_mul(2 * world));
+                let (Some(slot), Some(total)) = (slot, total) else {
+                    return Err(Error::SizeOverflow {
+                        what: text.call,
+                        detail: format!("2 x {world} PEs x {bytes}"),
+                    });
+                };
+                (Some(nv.alloc::<u8>(total)?), slot)
+            }
+            None => (None, 0),
+        };
+        log::debug!(
+            "{} workspace over {} PE(s): slots of {slot_bytes} bytes, all mapped: {}",
+            text.call,
+            ws.n_pes(),
+            ws.all_mapped()
+        );
+        ws.ready()?;
+        Ok(FamilyWorkspace {
+            ws,
+            flags,
+            scratch,
+            slot_bytes,
+        })
+    }
+
+    /// The embedded workspace (members, state, status, timeout).
+    pub fn ws(&self) -> &Workspace<'nv> {
+        &self.ws
+    }
+
+    /// The embedded workspace, mutably (timeouts, call numbering).
+    pub fn ws_mut(&mut self) -> &mut Workspace<'nv> {
+        &mut self.ws
+    }
+
+    /// Bytes of one receive slot (0 without slots).
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Elements of `elem` bytes one launch through the slots carries: a slot's worth, rounded
+    /// down to 16 bytes so that segments stay vector-aligned.
+    pub fn segment_elems(&self, elem: usize) -> usize {
+        let per16 = (16 / elem).max(1);
+        (self.slot_bytes / elem / per16 * per16).max(1)
+    }
+
+    /// The kernel arguments of one launch: `count` elements per rank block, blocks `stride`
+    /// elements apart, the root's team rank.
+    #[allow(clippy::too_many_arguments)]
+    pub fn args(
+        &self,
+        rank: i32,
+        input: *const std::ffi::c_void,
+        output: *mut std::ffi::c_void,
+        count: usize,
+        stride: usize,
+        elem_bytes: usize,
+        root: i32,
+    ) -> sys::nvshmemrs_family_args {
+        sys::nvshmemrs_family_args {
+            hdr: sys::nvshmemrs_coll_header {
+                input,
+                output,
+                count,
+                scratch: self
+                    .scratch
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |s| s.as_device_ptr().cast()),
+                slot_bytes: self.slot_bytes,
+                flags: self.flags.as_device_ptr(),
+                ..self.ws.header(rank)
+            },
+            stride,
+            elem_bytes: elem_bytes as i32,
+            root,
+        }
+    }
+
+    /// Checked mode: the header exchange of this call (count per rank block and `meta`).
+    pub fn exchange_header(
+        &self,
+        args: &sys::nvshmemrs_family_args,
+        meta: u64,
+        code: u32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.ws.exchange_header(
+            args.hdr,
+            meta,
+            sys::NVSHMEMRS_WAIT_OP_COLLECTIVE,
+            code as i32,
+            stream,
+        )
+    }
+
+    /// Launches `entry` (a coll/family.h entry point) for `args`, with a grid of one block per
+    /// 16 KiB of `part_bytes` (what each block moves per peer), 1 to [`FAMILY_BLOCKS`].
+    pub fn launch(
+        &self,
+        what: &'static str,
+        args: sys::nvshmemrs_family_args,
+        part_bytes: usize,
+        stream: &CudaStream,
+        entry: impl FnOnce(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
+    ) -> Result<()> {
+        let blocks = part_bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS) as i32;
+        self.ws.runtime().bind()?;
+        let code = entry(args, blocks, THREADS, raw_stream(stream));
+        cuda_check(code, what)
+    }
+}
+
+/// A root that is a rank of a team of `n` members, else [`Error::InvalidRoot`].
+pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
+    if (0..n).contains(&root) {
+        Ok(())
+    } else {
+        Err(Error::InvalidRoot {
+            what,
+            root,
+            n_pes: n,
+        })
+    }
+}
+
+/// The methods every family collective forwards to its workspace: timeout, checks, failure.
+macro_rules! family_methods {
+    ($ty:ident) => {
+        impl<'nv> $ty<'nv> {
+            /// PEs taking part (the team size).
+            pub fn n_pes(&self) -> i32 {
+                self.fam.ws().n_pes()
+            }
+
+            /// How long the waits of one kernel may take before it gives up
+            /// ([`crate::Error::Timeout`]). Starts as [`crate::Nvshmem::timeout`].
+            pub fn set_timeout(&mut self, timeout: std::time::Duration) {
+                self.fam.ws_mut().set_timeout(timeout);
+            }
+
+            /// The current timeout.
+            pub fn timeout(&self) -> std::time::Duration {
+                self.fam.ws().timeout()
+            }
+
+            /// Whether calls exchange a header to catch PEs that disagree on their arguments
+            /// ([`crate::proto::checked::CHECKED_ENV`]).
+            pub fn is_checked(&self) -> bool {
+                self.fam.ws().is_checked()
+            }
+
+            /// The error a kernel of this workspace recorded (a wait past its deadline, or in
+            /// checked mode a peer with other arguments), without synchronising. After an error
+            /// the workspace is broken: later calls move nothing and return the same error, and
+            /// the outputs of the failed call and of calls queued after it are undefined.
+            pub fn check(&self) -> crate::Result<()> {
+                self.fam.ws().check()
+            }
+
+            /// Synchronises `stream` (bounded: every wait has a deadline), then `check`.
+            pub fn sync(&self, stream: &cudarc::driver::CudaStream) -> crate::Result<()> {
+                self.fam.ws().sync(stream)
+            }
+
+            /// The first failure recorded, in detail.
+            pub fn failure(&self) -> Option<crate::sync::status::WaitFailure> {
+                self.fam.ws().failure()
+            }
+        }
+    };
+}
+pub(crate) use family_methods;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_outside_the_team_are_refused() {
+        assert!(check_root("broadcast", 0, 1).is_ok());
+        assert!(check_root("broadcast", 3, 4).is_ok());
+        for root in [-1, 4, i32::MAX] {
+            let err = check_root("broadcast", root, 4).unwrap_err().to_string();
+            assert!(err.contains("not a rank") && err.contains("0..4"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! The collective family (broadcast, allgather, alltoall, reduce-scatter, reduce) against the
+//! CPU reference (tests/common/reference.rs): every element on the receiving PE, outputs
+//! poisoned before each call, exact comparison (data movement copies; the reductions reduce in
+//! rank order in one pass, as the reference does, on values whose results are exact). Counts 1,
+//! 7, 1000, 65537 and 1M + 1; every root; in place; segmented reductions; graph capture and
+//! replay with fresh data; 1000 back-to-back calls mixing them; NVSHMEM puts only
+//! (NVSH_NO_DIRECT); checked-mode mismatches; refused calls.
+//! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
+
+mod common;
+
+use common::reference::{RefElem, Tag};
+use common::{gpu_test, runtime};
+use half::{bf16, f16};
+use nvshmem::{
+    Allgather, Alltoall, Broadcast, Error, Nvshmem, Reduce, ReduceOp, ReduceScatter,
+    SymmetricBuffer,
+};
+
+const COUNTS: [usize; 5] = [1, 7, 1000, 65537, (1 << 20) + 1];
+/// Small slots, so that reductions of 65537 elements and more run in segments.
+const SLOT_BYTES: usize = 64 << 10;
+
+/// A symmetric buffer of `len` elements holding `f(i)`.
+fn filled<T: nvshmem::Element>(
+    nv: &Nvshmem,
+    len: usize,
+    f: impl Fn(usize) -> T,
+) -> SymmetricBuffer<'_, T> {
+    let b = nv.alloc::<T>(len).unwrap();
+    b.copy_from_host(&(0..len).map(f).collect::<Vec<_>>())
+        .unwrap();
+    b
+}
+
+fn me_n(nv: &Nvshmem) -> (usize, usize) {
+    (nv.my_pe() as usize, nv.n_pes() as usize)
+}
+
+/// Asserts `got[i] == want(i)` for every element.
+fn expect<T: Tag>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
+    for (i, g) in got.iter().enumerate() {
+        let w = want(i);
+        assert!(*g == w, "{what}: element {i} is {g:?}, want {w:?}");
+    }
+}
+
+fn broadcast<T: Tag>(nv: &Nvshmem, bc: &mut Broadcast<'_>, count: usize, root: usize, salt: usize) {
+    let (me, _) = me_n(nv);
+    let stream = nv.stream().clone();
+    let input = filled(nv, count, |i| T::tag(me, i, salt));
+    let output = filled(nv, count, |_| T::poison());
+    bc.run(&input, &output, root as i32, &stream).unwrap();
+    bc.sync(&stream).unwrap();
+    let what = format!("broadcast {} x {count} from {root}", T::NAME);
+    expect(&what, &output.to_vec().unwrap(), |i| T::tag(root, i, salt));
+    // In place at the root: its buffer is both; the others receive into theirs.
+    let buf = filled(nv, count, |i| {
+        if me == root {
+            T::tag(me, i, salt + 1)
+        } else {
+            T::poison()
+        }
+    });
+    bc.run(&buf, &buf, root as i32, &stream).unwrap();
+    bc.sync(&stream).unwrap();
+    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), |i| {
+        T::tag(root, i, salt + 1)
+    });
+    nv.barrier_all().unwrap();
+}
+
+fn allgather<T: Tag>(nv: &Nvshmem, ag: &mut Allgather<'_>, count: usize, salt: usize) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let input = filled(nv, count, |i| T::tag(me, i, salt));
+    let output = filled(nv, n * count, |_| T::poison());
+    ag.run(&input, &output, &stream).unwrap();
+    ag.sync(&stream).unwrap();
+    let what = format!("allgather {} x {count}", T::NAME);
+    expect(&what, &output.to_vec().unwrap(), |i| {
+        T::tag(i / count, i % count, salt)
+    });
+    // In place: the own block of the output is the input.
+    let buf = filled(nv, n * count, |i| {
+        if i / count == me {
+            T::tag(me, i % count, salt + 1)
+        } else {
+            T::poison()
+        }
+    });
+    ag.run(
+        buf.view(me * count..(me + 1) * count).unwrap(),
+        &buf,
+        &stream,
+    )
+    .unwrap();
+    ag.sync(&stream).unwrap();
+    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), |i| {
+        T::tag(i / count, i % count, salt + 1)
+    });
+    nv.barrier_all().unwrap();
+}
+
+fn alltoall<T: Tag>(nv: &Nvshmem, a2a: &mut Alltoall<'_>, count: usize, salt: usize) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    // Element j of block r of PE p's input: tag(p, r * count + j).
+    let input = filled(nv, n * count, |i| T::tag(me, i, salt));
+    let output = filled(nv, n * count, |_| T::poison());
+    a2a.run(&input, &output, &stream).unwrap();
+    a2a.sync(&stream).unwrap();
+    // Block s of my output is block [me] of PE s's input.
+    expect(
+        &format!("alltoall {} x {count}", T::NAME),
+        &output.to_vec().unwrap(),
+        |i| T::tag(i / count, me * count + i % count, salt),
+    );
+    nv.barrier_all().unwrap();
+}
+
+/// The reference reduction of element `i` over PEs `0..n`.
+fn reduced<T: RefElem>(n: usize, i: usize, salt: usize, op: ReduceOp) -> T {
+    let vals: Vec<T> = (0..n).map(|p| T::gen(p, i, salt, op)).collect();
+    let want = T::reduce(&vals, op);
+    assert!(!T::is_poison(want), "the poison is a result here");
+    want
+}
+
+fn check_reduced<T: RefElem>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
+    for (i, g) in got.iter().enumerate() {
+        let w = want(i);
+        assert!(T::same(*g, w), "{what}: element {i} is {g:?}, want {w:?}");
+    }
+}
+
+fn reduce_scatter<T: RefElem>(
+    nv: &Nvshmem,
+    rs: &mut ReduceScatter<'_>,
+    count: usize,
+    op: ReduceOp,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    // Element j of block r of PE p's input is gen(p, r * count + j).
+    let input = filled(nv, n * count, |i| T::gen(me, i, salt, op));
+    let output = filled(nv, count, |_| T::poison());
+    rs.run(&input, &output, op, &stream).unwrap();
+    rs.sync(&stream).unwrap();
+    let what = format!("reduce-scatter {} {op:?} x {count}", T::NAME);
+    let want = |j: usize| reduced::<T>(n, me * count + j, salt, op);
+    check_reduced(&what, &output.to_vec().unwrap(), want);
+    // In place: the output is the own block of the input.
+    rs.run(
+        &input,
+        input.view(me * count..(me + 1) * count).unwrap(),
+        op,
+        &stream,
+    )
+    .unwrap();
+    rs.sync(&stream).unwrap();
+    let got = input.to_vec().unwrap();
+    check_reduced(
+        &format!("{what}, in place"),
+        &got[me * count..(me + 1) * count],
+        want,
+    );
+    nv.barrier_all().unwrap();
+}
+
+fn reduce<T: RefElem>(
+    nv: &Nvshmem,
+    r: &mut Reduce<'_>,
+    count: usize,
+    op: ReduceOp,
+    root: usize,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let input = filled(nv, count, |i| T::gen(me, i, salt, op));
+    let output = filled(nv, count, |_| T::poison());
+    r.run(&input, &output, op, root as i32, &stream).unwrap();
+    r.sync(&stream).unwrap();
+    let got = output.to_vec().unwrap();
+    let what = format!("reduce {} {op:?} x {count} to {root}", T::NAME);
+    if me == root {
+        check_reduced(&what, &got, |i| reduced::<T>(n, i, salt, op));
+    } else {
+        // Only the root's output is written.
+        assert!(
+            got.iter().all(|g| T::is_poison(*g)),
+            "{what}: a non-root output was written"
+        );
+    }
+    // In place.
+    r.run(&input, &input, op, root as i32, &stream).unwrap();
+    r.sync(&stream).unwrap();
+    if me == root {
+        check_reduced(
+            &format!("{what}, in place"),
+            &input.to_vec().unwrap(),
+            |i| reduced::<T>(n, i, salt, op),
+        );
+    }
+    nv.barrier_all().unwrap();
+}
+
+/// Every data-movement collective for element type T at `count`, every root.
+fn move_type<T: Tag>(
+    nv: &Nvshmem,
+    (bc, ag, a2a): (&mut Broadcast<'_>, &mut Allgather<'_>, &mut Alltoall<'_>),
+    count: usize,
+    salt: usize,
+) {
+    for root in 0..nv.n_pes() as usize {
+        broadcast::<T>(nv, bc, count, root, salt + root);
+    }
+    allgather::<T>(nv, ag, count, salt);
+    alltoall::<T>(nv, a2a, count, salt);
+}
+
+/// Both reductions for T and `op` at `count`, every root.
+fn reduce_type<T: RefElem>(
+    nv: &Nvshmem,
+    (rs, r): (&mut ReduceScatter<'_>, &mut Reduce<'_>),
+    count: usize,
+    op: ReduceOp,
+    salt: usize,
+) {
+    reduce_scatter::<T>(nv, rs, count, op, salt);
+    for root in 0..nv.n_pes() as usize {
+        reduce::<T>(nv, r, count, op, root, salt + root);
+    }
+}
+
+/// Every collective at every count: data movement of u8 and f32 at every count, bf16 and i64
+/// up to 65537, the other five types up to 1000; reductions with every op and dtype up to 65537
+/// elements, and sums of f32 / bf16 / i64 at 1M + 1.
+fn every_collective(nv: &Nvshmem) {
+    every_collective_up_to(nv, usize::MAX)
+}
+
+/// [`every_collective`] at the counts up to `max_count`.
+fn every_collective_up_to(nv: &Nvshmem, max_count: usize) {
+    let mut bc = Broadcast::world(nv).unwrap();
+    let mut ag = Allgather::world(nv).unwrap();
+    let mut a2a = Alltoall::world(nv).unwrap();
+    let mut rs = ReduceScatter::world(nv, SLOT_BYTES).unwrap();
+    let mut r = Reduce::world(nv, SLOT_BYTES).unwrap();
+    for (k, &count) in COUNTS.iter().enumerate() {
+        if count > max_count {
+            continue;
+        }
+        let m = (&mut bc, &mut ag, &mut a2a);
+        move_type::<u8>(nv, m, count, k);
+        let m = (&mut bc, &mut ag, &mut a2a);
+        move_type::<f32>(nv, m, count, k + 1);
+        if count <= 65537 {
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<bf16>(nv, m, count, k + 2);
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<i64>(nv, m, count, k + 3);
+        }
+        if count <= 1000 {
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<f16>(nv, m, count, k + 4);
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<f64>(nv, m, count, k + 5);
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<i32>(nv, m, count, k + 6);
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<u32>(nv, m, count, k + 7);
+            let m = (&mut bc, &mut ag, &mut a2a);
+            move_type::<u64>(nv, m, count, k + 8);
+        }
+        let ops: &[ReduceOp] = if count <= 65537 {
+            &ReduceOp::ALL
+        } else {
+            &[ReduceOp::Sum]
+        };
+        for (o, &op) in ops.iter().enumerate() {
+            let salt = k * 10 + o;
+            reduce_type::<f32>(nv, (&mut rs, &mut r), count, op, salt);
+            reduce_type::<bf16>(nv, (&mut rs, &mut r), count, op, salt + 1);
+            reduce_type::<i64>(nv, (&mut rs, &mut r), count, op, salt + 2);
+            if count <= 65537 {
+                reduce_type::<f64>(nv, (&mut rs, &mut r), count, op, salt + 3);
+                reduce_type::<f16>(nv, (&mut rs, &mut r), count, op, salt + 4);
+                reduce_type::<i32>(nv, (&mut rs, &mut r), count, op, salt + 5);
+                reduce_type::<u32>(nv, (&mut rs, &mut r), count, op, salt + 6);
+                reduce_type::<u64>(nv, (&mut rs, &mut r), count, op, salt + 7);
+            }
+        }
+    }
+}
+
+gpu_test!(1, every_collective_on_one_pe);
+fn every_collective_on_one_pe() {
+    every_collective(&runtime(1));
+}
+
+gpu_test!(2, every_collective_dtype_count_and_root);
+fn every_collective_dtype_count_and_root() {
+    every_collective(&runtime(2));
+}
+
+gpu_test!(3, every_collective_on_three_pes);
+fn every_collective_on_three_pes() {
+    every_collective(&runtime(3));
+}
+
+gpu_test!(4, every_collective_on_four_pes);
+/// Up to 65537 elements: four PEs sharing one GPU take turns in time slices of milliseconds per
+/// call, and the 1M-element cases alone would take minutes there.
+fn every_collective_on_four_pes() {
+    every_collective_up_to(&runtime(4), 65537);
+}
+
+gpu_test!(2, every_collective_through_nvshmem_puts);
+/// NVSHMEM puts even to mapped peers: the path across nodes.
+fn every_collective_through_nvshmem_puts() {
+    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    let nv = runtime(2);
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut ag = Allgather::world(&nv).unwrap();
+    let mut a2a = Alltoall::world(&nv).unwrap();
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    for (k, &count) in COUNTS.iter().enumerate() {
+        move_type::<u8>(&nv, (&mut bc, &mut ag, &mut a2a), count, k);
+        move_type::<f32>(&nv, (&mut bc, &mut ag, &mut a2a), count, k + 1);
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            reduce_type::<f32>(&nv, (&mut rs, &mut r), count, op, k + 2);
+            reduce_type::<bf16>(&nv, (&mut rs, &mut r), count, op, k + 3);
+        }
+    }
+}
+
+gpu_test!(
+    2,
+    replays_of_a_captured_graph_of_every_collective_see_fresh_data
+);
+/// Every collective captured once in a CUDA graph, replayed with fresh inputs; each writes an
+/// output of its own, poisoned before every replay.
+fn replays_of_a_captured_graph_of_every_collective_see_fresh_data() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut ag = Allgather::world(&nv).unwrap();
+    let mut a2a = Alltoall::world(&nv).unwrap();
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    // 100003 f32 per block: the reductions run in segments.
+    let count = 100_003;
+    let input = nv.alloc::<f32>(n * count).unwrap();
+    let own = input.view(..count).unwrap();
+    let out_bc = nv.alloc::<f32>(count).unwrap();
+    let out_ag = nv.alloc::<f32>(n * count).unwrap();
+    let out_a2a = nv.alloc::<f32>(n * count).unwrap();
+    let out_rs = nv.alloc::<f32>(count).unwrap();
+    let out_r = nv.alloc::<f32>(count).unwrap();
+    let root = n - 1;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    bc.run(own, &out_bc, root as i32, &stream).unwrap();
+    ag.run(own, &out_ag, &stream).unwrap();
+    a2a.run(&input, &out_a2a, &stream).unwrap();
+    rs.run(&input, &out_rs, ReduceOp::Sum, &stream).unwrap();
+    r.run(own, &out_r, ReduceOp::Max, root as i32, &stream)
+        .unwrap();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph was captured");
+    for it in 0..20usize {
+        let gen = |p: usize, i: usize, op| f32::gen(p, i, it, op);
+        let data: Vec<f32> = (0..n * count).map(|i| gen(me, i, ReduceOp::Sum)).collect();
+        input.copy_from_host(&data).unwrap();
+        for out in [&out_bc, &out_rs, &out_r] {
+            out.copy_from_host(&vec![f32::NAN; count]).unwrap();
+        }
+        for out in [&out_ag, &out_a2a] {
+            out.copy_from_host(&vec![f32::NAN; n * count]).unwrap();
+        }
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        for c in [bc.check(), ag.check(), a2a.check(), rs.check(), r.check()] {
+            c.unwrap();
+        }
+        let sum = |i: usize| (0..n).map(|p| gen(p, i, ReduceOp::Sum)).sum::<f32>();
+        let check = |what: &str, got: Vec<f32>, want: &dyn Fn(usize) -> f32| {
+            for (i, g) in got.iter().enumerate() {
+                assert!(
+                    *g == want(i),
+                    "replay {it}, {what} element {i}: {g} want {}",
+                    want(i)
+                );
+            }
+        };
+        check("broadcast", out_bc.to_vec().unwrap(), &|i| {
+            gen(root, i, ReduceOp::Sum)
+        });
+        check("allgather", out_ag.to_vec().unwrap(), &|i| {
+            gen(i / count, i % count, ReduceOp::Sum)
+        });
+        check("alltoall", out_a2a.to_vec().unwrap(), &|i| {
+            gen(i / count, me * count + i % count, ReduceOp::Sum)
+        });
+        check("reduce-scatter", out_rs.to_vec().unwrap(), &|i| {
+            sum(me * count + i)
+        });
+        if me == root {
+            // Max of the same values: every input was generated with the Sum pattern.
+            let max = |i: usize| {
+                (0..n)
+                    .map(|p| gen(p, i, ReduceOp::Sum))
+                    .fold(f32::MIN, f32::max)
+            };
+            check("reduce", out_r.to_vec().unwrap(), &max);
+        }
+        // Every PE checked this replay before anyone overwrites its input for the next.
+        nv.barrier_all().unwrap();
+    }
+}
+
+gpu_test!(2, a_thousand_back_to_back_calls_mixing_every_collective);
+/// 1000 calls back to back, mixing every collective, one sync at the end: each call kind
+/// rotates over 4 output slots with inputs of their own, so the last call into each slot
+/// decides what it holds.
+fn a_thousand_back_to_back_calls_mixing_every_collective() {
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut ag = Allgather::world(&nv).unwrap();
+    let mut a2a = Alltoall::world(&nv).unwrap();
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let count = 3001;
+    const SLOTS: usize = 4;
+    let inputs: Vec<_> = (0..SLOTS)
+        .map(|s| filled(&nv, n * count, |i| u32::gen(me, i, s, ReduceOp::Sum)))
+        .collect();
+    let outs: Vec<Vec<_>> = (0..5)
+        .map(|_| {
+            (0..SLOTS)
+                .map(|_| filled(&nv, n * count, |_| u32::MAX))
+                .collect()
+        })
+        .collect();
+    for k in 0..1000 {
+        let (kind, s) = (k % 5, (k / 5) % SLOTS);
+        let input = &inputs[s];
+        let own = input.view(..count).unwrap();
+        let out = &outs[kind][s];
+        match kind {
+            0 => bc.run(own, out.view(..count).unwrap(), (k % n) as i32, &stream),
+            1 => ag.run(own, out, &stream),
+            2 => a2a.run(input, out, &stream),
+            3 => rs.run(input, out.view(..count).unwrap(), ReduceOp::Sum, &stream),
+            _ => r.run(own, out.view(..count).unwrap(), ReduceOp::Sum, 0, &stream),
+        }
+        .unwrap();
+    }
+    stream.synchronize().unwrap();
+    for c in [bc.check(), ag.check(), a2a.check(), rs.check(), r.check()] {
+        c.unwrap();
+    }
+    let gen = |p: usize, i: usize, s: usize| u32::gen(p, i, s, ReduceOp::Sum);
+    let sum = |i: usize, s: usize| (0..n).fold(0u32, |a, p| a.wrapping_add(gen(p, i, s)));
+    #[allow(clippy::needless_range_loop)] // s is also the salt of slot s's input.
+    for s in 0..SLOTS {
+        // The last call of each kind into slot s: k = 5 * (s + SLOTS * j) + kind.
+        let last_bc = (0..1000)
+            .filter(|k| k % 5 == 0 && (k / 5) % SLOTS == s)
+            .max()
+            .unwrap();
+        let root = last_bc % n;
+        let got = outs[0][s].to_vec().unwrap();
+        assert!(
+            (0..count).all(|i| got[i] == gen(root, i, s)),
+            "broadcast slot {s}"
+        );
+        let got = outs[1][s].to_vec().unwrap();
+        assert!(
+            (0..n * count).all(|i| got[i] == gen(i / count, i % count, s)),
+            "allgather slot {s}"
+        );
+        let got = outs[2][s].to_vec().unwrap();
+        assert!(
+            (0..n * count).all(|i| got[i] == gen(i / count, me * count + i % count, s)),
+            "alltoall slot {s}"
+        );
+        let got = outs[3][s].to_vec().unwrap();
+        assert!(
+            (0..count).all(|i| got[i] == sum(me * count + i, s)),
+            "reduce-scatter slot {s}"
+        );
+        if me == 0 {
+            let got = outs[4][s].to_vec().unwrap();
+            assert!((0..count).all(|i| got[i] == sum(i, s)), "reduce slot {s}");
+        }
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, checked_mode_catches_count_root_and_type_mismatches);
+/// Members that disagree on count, root or type end in a typed error on every PE, and the
+/// runtime stays usable.
+fn checked_mode_catches_count_root_and_type_mismatches() {
+    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
+    let nv = runtime(2);
+    let me = nv.my_pe() as usize;
+    let stream = nv.stream().clone();
+    let buf = filled(&nv, 512, |_| 7.0f32);
+    let out = filled(&nv, 1024, |_| f32::NAN);
+    let mismatch = |err: Error, mine: &str, theirs: &str| match &err {
+        Error::CollectiveMismatch {
+            mine: m, theirs: t, ..
+        } => {
+            assert!(m.contains(mine) && t.contains(theirs), "{err}")
+        }
+        e => panic!("not a mismatch: {e:?}"),
+    };
+    // Counts differ.
+    let mut ag = Allgather::world(&nv).unwrap();
+    assert!(ag.is_checked());
+    let count = if me == 0 { 100 } else { 200 };
+    ag.run(
+        buf.view(..count).unwrap(),
+        out.view(..2 * count).unwrap(),
+        &stream,
+    )
+    .unwrap();
+    let err = ag.sync(&stream).unwrap_err();
+    mismatch(
+        err,
+        &format!("{count} elements"),
+        &format!("{} elements", 300 - count),
+    );
+    assert!(
+        out.to_vec().unwrap().iter().all(|v| v.is_nan()),
+        "the mismatched call moved data"
+    );
+    assert!(
+        ag.run(&buf, &out, &stream).is_err(),
+        "a broken workspace took a call"
+    );
+    // Roots differ.
+    let mut bc = Broadcast::world(&nv).unwrap();
+    bc.run(&buf, out.view(..512).unwrap(), me as i32, &stream)
+        .unwrap();
+    let err = bc.sync(&stream).unwrap_err();
+    mismatch(err, &format!("root {me}"), &format!("root {}", 1 - me));
+    // Types differ (same element size).
+    // Symmetric allocations are collective: both PEs allocate both kinds.
+    let ints = filled(&nv, 512, |_| 7u32);
+    let iout = filled(&nv, 256, |_| 0u32);
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    if me == 0 {
+        rs.run(&buf, out.view(..256).unwrap(), ReduceOp::Sum, &stream)
+            .unwrap();
+    } else {
+        rs.run(&ints, &iout, ReduceOp::Sum, &stream).unwrap();
+    }
+    let err = rs.sync(&stream).unwrap_err();
+    let (mine, theirs) = if me == 0 {
+        ("f32 sum", "u32 sum")
+    } else {
+        ("u32 sum", "f32 sum")
+    };
+    mismatch(err, mine, theirs);
+    // Not a dead peer: barriers and new workspaces still work.
+    assert_eq!(nv.peer_failure(), None);
+    nv.barrier_all().unwrap();
+    let mut ag2 = Allgather::world(&nv).unwrap();
+    ag2.run(&buf, &out, &stream).unwrap();
+    ag2.sync(&stream).unwrap();
+    assert!(out.to_vec().unwrap().iter().all(|&v| v == 7.0));
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, wrong_shapes_roots_and_overlaps_are_refused);
+/// Calls that cannot be right are refused on every PE before anything is launched, and the
+/// workspaces still work afterwards.
+fn wrong_shapes_roots_and_overlaps_are_refused() {
+    let nv = runtime(2);
+    let stream = nv.stream().clone();
+    let buf = filled(&nv, 64, |i| i as f32);
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut ag = Allgather::world(&nv).unwrap();
+    let mut a2a = Alltoall::world(&nv).unwrap();
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let v = |a: usize, b: usize| buf.view(a..b).unwrap();
+    let is = |res: nvshmem::Result<()>, f: fn(&Error) -> bool, what: &str| {
+        let err = res.unwrap_err();
+        assert!(f(&err), "{what}: {err:?}");
+    };
+    is(
+        bc.run(v(0, 8), v(8, 16), 2, &stream),
+        |e| matches!(e, Error::InvalidRoot { .. }),
+        "root",
+    );
+    is(
+        bc.run(v(0, 8), v(8, 17), 0, &stream),
+        |e| matches!(e, Error::LengthMismatch { .. }),
+        "len",
+    );
+    is(
+        bc.run(v(0, 8), v(4, 12), 0, &stream),
+        |e| matches!(e, Error::Overlap { .. }),
+        "overlap",
+    );
+    is(
+        ag.run(v(0, 8), v(8, 23), &stream),
+        |e| matches!(e, Error::CollectiveShape { .. }),
+        "shape",
+    );
+    is(
+        ag.run(v(0, 0), v(8, 8), &stream),
+        |e| matches!(e, Error::EmptyCollective { .. }),
+        "empty",
+    );
+    // The input inside the output but not at the own block.
+    let me = nv.my_pe() as usize;
+    let other = (1 - me) * 8;
+    is(
+        ag.run(v(other, other + 8), v(0, 16), &stream),
+        |e| matches!(e, Error::Overlap { .. }),
+        "ag",
+    );
+    is(
+        a2a.run(v(0, 7), v(8, 15), &stream),
+        |e| matches!(e, Error::CollectiveShape { .. }),
+        "odd",
+    );
+    is(
+        a2a.run(v(0, 16), v(8, 24), &stream),
+        |e| matches!(e, Error::Overlap { .. }),
+        "a2a",
+    );
+    is(
+        rs.run(v(0, 16), v(16, 23), ReduceOp::Sum, &stream),
+        |e| matches!(e, Error::CollectiveShape { .. }),
+        "rs shape",
+    );
+    is(
+        r.run(v(0, 8), v(8, 16), ReduceOp::Sum, -1, &stream),
+        |e| matches!(e, Error::InvalidRoot { .. }),
+        "reduce root",
+    );
+    // Refused calls were not numbered: the next good calls agree on every PE.
+    nv.barrier_all().unwrap();
+    allgather::<f32>(&nv, &mut ag, 8, 3);
+    broadcast::<u8>(&nv, &mut bc, 9, 1, 4);
+    reduce::<f32>(&nv, &mut r, 9, ReduceOp::Sum, 0, 5);
+}
+
+gpu_test!(2, team_workspaces_move_data_among_their_members_only);
+/// Team workspaces reach their members only (one GPU per PE: NVSHMEM refuses team splits on a
+/// shared GPU).
+fn team_workspaces_move_data_among_their_members_only() {
+    let nv = runtime(2);
+    if nv.shares_gpus() {
+        common::skip("team workspaces not run: they need one GPU per PE (2-GPU machine)");
+        return;
+    }
+    let me = nv.my_pe();
+    let world = nv.team_world();
+    let solo = world.split_strided(1, 1, 1).unwrap();
+    let mut ag = Allgather::new(&nv, solo.as_ref()).unwrap();
+    let mut bc = Broadcast::new(&nv, solo.as_ref()).unwrap();
+    let buf = filled(&nv, 16, |i| i as i64 + 100 * me as i64);
+    let out = filled(&nv, 16, |_| -1i64);
+    let stream = nv.stream().clone();
+    if me == 1 {
+        ag.run(&buf, &out, &stream).unwrap();
+        ag.sync(&stream).unwrap();
+        assert_eq!(out.to_vec().unwrap(), buf.to_vec().unwrap());
+        bc.run(&buf, &out, 0, &stream).unwrap();
+        bc.sync(&stream).unwrap();
+    } else {
+        let err = ag.run(&buf, &out, &stream).unwrap_err();
+        assert!(matches!(err, Error::NotInTeam { .. }), "{err}");
+        assert_eq!(out.to_vec().unwrap(), vec![-1; 16]);
+    }
+    nv.barrier_all().unwrap();
+}
