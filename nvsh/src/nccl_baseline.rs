@@ -1,6 +1,8 @@
-//! NCCL as the allreduce benchmark's baseline: one communicator over the job's PEs, in the same
+//! NCCL as the collective benchmarks' baseline: one communicator over the job's PEs, in the same
 //! process, on the same GPUs and stream as NVSHMEM, bootstrapped through NVSHMEM itself (PE 0's
 //! NCCL unique id travels through symmetric memory), so no MPI or second launcher is needed.
+//! Each collective is NCCL's regular call on the symmetric buffers directly; alltoall is one
+//! group of sends and receives, as nccl-tests times it.
 //!
 //! NCCL comes through cudarc's `nccl` module, which loads libnccl at run time: builds need no
 //! NCCL, and a missing library is an error here, never a panic.
@@ -9,6 +11,7 @@ use cudarc::driver::CudaStream;
 use cudarc::nccl::{result as nccl_result, safe as nccl, sys as nccl_sys, NcclType};
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::{SymView, SymmetricBuffer};
+use nvshmem::core::element::Element;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use std::ffi::CStr;
@@ -87,6 +90,19 @@ impl<'nv> NcclBaseline<'nv> {
         })
     }
 
+    /// [`NcclBaseline::new`] for a benchmark: the reason as text when NCCL cannot be used (the
+    /// same on every PE), which the report shows as the candidate's n/a.
+    pub fn for_bench(
+        nv: &'nv Nvshmem,
+        stream: &Arc<CudaStream>,
+    ) -> std::result::Result<NcclBaseline<'nv>, String> {
+        NcclBaseline::new(nv, stream).map_err(|e| match e {
+            // Already says "NCCL: ..."; the variant's "CUDA driver call failed" would mislead.
+            Error::Driver { message } => message,
+            e => e.to_string(),
+        })
+    }
+
     /// `output = op(input of every PE)` through `ncclAllReduce`, on the communicator's stream.
     /// Collective, like [`nvshmem::Allreduce::run`]; the symmetric buffers are used directly.
     pub fn all_reduce<'a, 'b, T: Reducible + NcclType>(
@@ -96,17 +112,120 @@ impl<'nv> NcclBaseline<'nv> {
         op: ReduceOp,
     ) -> Result<()> {
         let (input, mut output) = (input.into(), output.into());
-        if input.len() != output.len() {
-            return Err(Error::LengthMismatch {
-                what: "NCCL allreduce",
-                dest: output.len(),
-                src: input.len(),
-            });
-        }
+        same_length("NCCL allreduce", &input, &output)?;
         self.comm
             .all_reduce(&input, &mut output, &nccl_op(op))
             .map_err(|e| nccl_error("ncclAllReduce", &e))?;
         Ok(())
+    }
+
+    /// `output` = the root's `input` on every rank through `ncclBroadcast` (`input` is read at
+    /// the root only). Collective, like [`nvshmem::Broadcast::run`].
+    pub fn broadcast<'a, 'b, T: Element + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        root: i32,
+    ) -> Result<()> {
+        let (input, mut output) = (input.into(), output.into());
+        same_length("NCCL broadcast", &input, &output)?;
+        self.comm
+            .broadcast(Some(&input), &mut output, root)
+            .map_err(|e| nccl_error("ncclBroadcast", &e))?;
+        Ok(())
+    }
+
+    /// Block [r] of `output` (n x input.len() elements) = rank r's `input`, through
+    /// `ncclAllGather`. Collective, like [`nvshmem::Allgather::run`].
+    pub fn all_gather<'a, 'b, T: Element + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+    ) -> Result<()> {
+        let (input, mut output) = (input.into(), output.into());
+        self.blocks("NCCL allgather", "output", output.len(), input.len())?;
+        self.comm
+            .all_gather(&input, &mut output)
+            .map_err(|e| nccl_error("ncclAllGather", &e))?;
+        Ok(())
+    }
+
+    /// `output` = op over ranks of block [my rank] of their `input` (n x output.len()
+    /// elements), through `ncclReduceScatter`. Collective, like [`nvshmem::ReduceScatter::run`].
+    pub fn reduce_scatter<'a, 'b, T: Reducible + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (input, mut output) = (input.into(), output.into());
+        self.blocks("NCCL reduce-scatter", "input", input.len(), output.len())?;
+        self.comm
+            .reduce_scatter(&input, &mut output, &nccl_op(op))
+            .map_err(|e| nccl_error("ncclReduceScatter", &e))?;
+        Ok(())
+    }
+
+    /// At the root, `output` = op over ranks of their `input`, through `ncclReduce`; NCCL
+    /// ignores `output` on the other ranks. Collective, like [`nvshmem::Reduce::run`].
+    pub fn reduce<'a, 'b, T: Reducible + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+        op: ReduceOp,
+        root: i32,
+    ) -> Result<()> {
+        let (input, mut output) = (input.into(), output.into());
+        same_length("NCCL reduce", &input, &output)?;
+        self.comm
+            .reduce(&input, Some(&mut output), &nccl_op(op), root)
+            .map_err(|e| nccl_error("ncclReduce", &e))?;
+        Ok(())
+    }
+
+    /// Block [s] of `output` = block [my rank] of rank s's `input` (both n blocks of the same
+    /// length): one `ncclSend` and one `ncclRecv` per rank in one group, as nccl-tests' alltoall.
+    /// Collective, like [`nvshmem::Alltoall::run`].
+    pub fn all_to_all<'a, 'b, T: Element + NcclType>(
+        &self,
+        input: impl Into<SymView<'a, T>>,
+        output: impl Into<SymView<'b, T>>,
+    ) -> Result<()> {
+        let (input, output) = (input.into(), output.into());
+        let n = self.world_size();
+        let count = input.len() / n.max(1);
+        self.blocks("NCCL alltoall", "input", input.len(), count)?;
+        self.blocks("NCCL alltoall", "output", output.len(), count)?;
+        nccl_result::group_start().map_err(|e| nccl_error("ncclGroupStart", &e))?;
+        let queued = (0..n).try_for_each(|peer| {
+            let send = input.view(peer * count..(peer + 1) * count)?;
+            let mut recv = output.view(peer * count..(peer + 1) * count)?;
+            self.comm
+                .send(&send, peer as i32)
+                .map_err(|e| nccl_error("ncclSend", &e))?;
+            self.comm
+                .recv(&mut recv, peer as i32)
+                .map_err(|e| nccl_error("ncclRecv", &e))?;
+            Ok(())
+        });
+        // The group is closed even when queueing failed, so later NCCL calls are not grouped.
+        let ended = nccl_result::group_end().map_err(|e| nccl_error("ncclGroupEnd", &e));
+        queued.and(ended.map(|_| ()))
+    }
+
+    /// An error unless `len` is one block of `block` elements (at least 1) per rank.
+    fn blocks(&self, what: &'static str, which: &str, len: usize, block: usize) -> Result<()> {
+        let n = self.world_size();
+        if block > 0 && block.checked_mul(n) == Some(len) {
+            return Ok(());
+        }
+        Err(Error::CollectiveShape {
+            what,
+            detail: format!(
+                "the {which} holds {len} elements, but {n} ranks x {block} elements need {}",
+                block.saturating_mul(n)
+            ),
+        })
     }
 
     /// This PE's rank in the communicator (its PE number).
@@ -130,6 +249,22 @@ impl<'nv> NcclBaseline<'nv> {
     }
 }
 
+/// An error unless `input` and `output` have the same length.
+fn same_length<T: Element>(
+    what: &'static str,
+    input: &SymView<'_, T>,
+    output: &SymView<'_, T>,
+) -> Result<()> {
+    if input.len() == output.len() {
+        return Ok(());
+    }
+    Err(Error::LengthMismatch {
+        what,
+        dest: output.len(),
+        src: input.len(),
+    })
+}
+
 /// NCCL's reduction for ours (same semantics: Avg is the sum divided by the rank count).
 fn nccl_op(op: ReduceOp) -> nccl::ReduceOp {
     match op {
@@ -138,6 +273,16 @@ fn nccl_op(op: ReduceOp) -> nccl::ReduceOp {
         ReduceOp::Min => nccl::ReduceOp::Min,
         ReduceOp::Max => nccl::ReduceOp::Max,
         ReduceOp::Avg => nccl::ReduceOp::Avg,
+    }
+}
+
+/// The benchmark reports' words for the baseline: "NCCL 2.27.3 (NCCL_NVLS_ENABLE=0)", or
+/// "no NCCL" when it did not load.
+pub fn nccl_label(version: Option<&str>, nvls_enable: Option<&str>) -> String {
+    match (version, nvls_enable) {
+        (Some(v), Some(nvls)) => format!("NCCL {v} (NCCL_NVLS_ENABLE={nvls})"),
+        (Some(v), None) => format!("NCCL {v} (NCCL_NVLS_ENABLE unset)"),
+        (None, _) => "no NCCL".to_string(),
     }
 }
 

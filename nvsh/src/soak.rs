@@ -1,5 +1,6 @@
 //! `nvsh soak`: a long run of mixed allreduces (random sizes, types, ops, algorithms, offsets,
-//! in place or not) and channel transfers, every result checked against a CPU reference, with
+//! in place or not), calls of the rest of the collective family (broadcast, allgather,
+//! alltoall, reduce-scatter, reduce: random sizes and roots) and channel transfers, every result checked against a CPU reference, with
 //! host and device memory watched for growth. With `die` it is also the fault-injection test:
 //! one PE kills itself (SIGKILL) at a chosen iteration and the others must end with a timeout
 //! that names it.
@@ -16,6 +17,7 @@ use nvshmem::core::element::HostValue;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::pipeline::channel::Channel;
+use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter};
 use std::time::{Duration, Instant};
 
 /// What the soak exercises.
@@ -23,6 +25,8 @@ use std::time::{Duration, Instant};
 pub enum Workload {
     Allreduce,
     Channel,
+    /// Broadcast, allgather, alltoall, reduce-scatter and reduce.
+    Family,
     Mixed,
 }
 
@@ -31,8 +35,11 @@ impl Workload {
         match s {
             "allreduce" => Ok(Workload::Allreduce),
             "channel" => Ok(Workload::Channel),
+            "family" => Ok(Workload::Family),
             "mixed" => Ok(Workload::Mixed),
-            _ => Err(format!("{s:?}: expected allreduce, channel or mixed")),
+            _ => Err(format!(
+                "{s:?}: expected allreduce, channel, family or mixed"
+            )),
         }
     }
 }
@@ -72,6 +79,8 @@ impl Default for SoakOptions {
 pub struct SoakReport {
     pub iterations: u64,
     pub allreduces: u64,
+    /// Calls of broadcast, allgather, alltoall, reduce-scatter and reduce.
+    pub family_calls: u64,
     pub messages: u64,
     pub bytes_reduced: u64,
     pub bytes_sent: u64,
@@ -244,6 +253,18 @@ impl<'nv, T: SoakValue> Buffers<'nv, T> {
 /// Largest element offset at which a call's data starts (unaligned starts are exercised).
 const OFFSET_ROOM: usize = 16;
 
+/// What a family call's receiving PE must hold at an index (None: the call defines nothing).
+type Expected<'a> = Box<dyn Fn(usize) -> Option<u32> + 'a>;
+
+/// The family's workspaces (one each: their step protocols are their own).
+struct Family<'nv> {
+    bc: Broadcast<'nv>,
+    ag: Allgather<'nv>,
+    a2a: Alltoall<'nv>,
+    rs: ReduceScatter<'nv>,
+    reduce: Reduce<'nv>,
+}
+
 struct Soak<'nv> {
     nv: &'nv Nvshmem,
     opts: SoakOptions,
@@ -257,6 +278,7 @@ struct Soak<'nv> {
     u32s: Buffers<'nv, u32>,
     u64s: Buffers<'nv, u64>,
     flag: SymmetricBuffer<'nv, u32>,
+    family: Family<'nv>,
     channel: Channel<'nv, u32>,
     send_buf: CudaSlice<u32>,
     recv_buf: CudaSlice<u32>,
@@ -283,6 +305,13 @@ pub fn run(nv: &Nvshmem, opts: &SoakOptions) -> Result<SoakReport> {
         u32s: Buffers::new(nv, max_bytes)?,
         u64s: Buffers::new(nv, max_bytes)?,
         flag: nv.alloc::<u32>(1)?,
+        family: Family {
+            bc: Broadcast::world(nv)?,
+            ag: Allgather::world(nv)?,
+            a2a: Alltoall::world(nv)?,
+            rs: ReduceScatter::world(nv, 1 << 20)?,
+            reduce: Reduce::world(nv, 1 << 20)?,
+        },
         channel: Channel::new(nv, 4, opts.max_message.max(1))?,
         send_buf: stream.alloc_zeros::<u32>(opts.max_message.max(1) * 4)?,
         recv_buf: stream.alloc_zeros::<u32>(opts.max_message.max(1) * 4)?,
@@ -311,15 +340,17 @@ impl Soak<'_> {
                 }
             }
             let mut rng = Rng::new(self.opts.seed ^ mix(iter.wrapping_add(1)));
-            let channel = match self.opts.workload {
-                Workload::Allreduce => false,
-                Workload::Channel => true,
-                Workload::Mixed => rng.below(4) == 0,
+            // Mixed: 4 in 8 allreduces, 2 family calls, 2 channel rounds.
+            let round = match self.opts.workload {
+                Workload::Allreduce => 0,
+                Workload::Channel => 2,
+                Workload::Family => 1,
+                Workload::Mixed => [0, 0, 0, 0, 1, 1, 2, 2][rng.below(8) as usize],
             };
-            if channel && self.nv.n_pes() > 1 {
-                self.channel_round(&mut rng, iter)?;
-            } else {
-                self.allreduce_round(&mut rng, iter)?;
+            match round {
+                2 if self.nv.n_pes() > 1 => self.channel_round(&mut rng, iter)?,
+                1 => self.family_round(&mut rng, iter)?,
+                _ => self.allreduce_round(&mut rng, iter)?,
             }
             if iter % 64 == 63 {
                 // Heap churn: a collective allocation and free of a random size.
@@ -335,11 +366,13 @@ impl Soak<'_> {
             if me == 0 && last_report.elapsed() >= self.opts.report_every {
                 last_report = Instant::now();
                 println!(
-                    "soak: {:>6.1} s  iterations {}  allreduces {}  messages {}  mismatches {}  \
+                    "soak: {:>6.1} s  iterations {}  allreduces {}  family calls {}  messages {}  \
+                     mismatches {}  \
                      host rss {} KiB  device used {} MiB",
                     elapsed.as_secs_f64(),
                     iter,
                     self.report.allreduces,
+                    self.report.family_calls,
                     self.report.messages,
                     self.report.mismatches,
                     rss_kib(),
@@ -382,6 +415,81 @@ impl Soak<'_> {
             };
         }
         by_type!(0 => f32s, 1 => f64s, 2 => f16s, 3 => bf16s, 4 => i32s, 5 => i64s, 6 => u32s, 7 => u64s)
+    }
+
+    /// One call of a family collective (drawn alike on every PE) on u32 data with a random
+    /// count and root, checked where it lands: each element is a hash of (PE, iteration,
+    /// index), so a block from the wrong PE or place shows; the reductions sum with wrapping.
+    fn family_round(&mut self, rng: &mut Rng, iter: u64) -> Result<()> {
+        let (me, n) = (self.nv.my_pe() as usize, self.nv.n_pes() as usize);
+        let stream = self.nv.stream().clone();
+        let kind = rng.below(5);
+        let root = rng.below(n as u64) as usize;
+        let room = self.u32s.input.len() - OFFSET_ROOM;
+        let count = rng.log_uniform((room / n).max(1));
+        let value =
+            move |pe: usize, i: usize| mix(iter << 32 ^ (pe as u64) << 56 ^ i as u64) as u32;
+        let host: Vec<u32> = (0..n * count).map(|i| value(me, i)).collect();
+        let bufs = &self.u32s;
+        bufs.input.view(..n * count)?.copy_from_host(&host)?;
+        bufs.output
+            .view(..n * count)?
+            .copy_from_host(&vec![u32::MAX; n * count])?;
+        let (input, output) = (&bufs.input, &bufs.output);
+        let (in_one, in_all) = (input.view(..count)?, input.view(..n * count)?);
+        let (out_one, out_all) = (output.view(..count)?, output.view(..n * count)?);
+        let f = &mut self.family;
+        let sum = move |i: usize| (0..n).fold(0u32, |a, p| a.wrapping_add(value(p, i)));
+        // The receiving PE's expected output, or None where the call defines none.
+        let (name, len, want): (&str, usize, Expected) = match kind {
+            0 => {
+                f.bc.run(in_one, out_one, root as i32, &stream)?;
+                f.bc.sync(&stream)?;
+                ("broadcast", count, Box::new(move |i| Some(value(root, i))))
+            }
+            1 => {
+                f.ag.run(in_one, out_all, &stream)?;
+                f.ag.sync(&stream)?;
+                let want = move |i: usize| Some(value(i / count, i % count));
+                ("allgather", n * count, Box::new(want))
+            }
+            2 => {
+                f.a2a.run(in_all, out_all, &stream)?;
+                f.a2a.sync(&stream)?;
+                let want = move |i: usize| Some(value(i / count, me * count + i % count));
+                ("alltoall", n * count, Box::new(want))
+            }
+            3 => {
+                f.rs.run(in_all, out_one, ReduceOp::Sum, &stream)?;
+                f.rs.sync(&stream)?;
+                (
+                    "reduce-scatter",
+                    count,
+                    Box::new(move |i| Some(sum(me * count + i))),
+                )
+            }
+            _ => {
+                f.reduce
+                    .run(in_one, out_one, ReduceOp::Sum, root as i32, &stream)?;
+                f.reduce.sync(&stream)?;
+                let want = move |i: usize| (me == root).then(|| sum(i));
+                ("reduce", count, Box::new(want))
+            }
+        };
+        let got = output.view(..len)?.to_vec()?;
+        self.report.family_calls += 1;
+        let bad = (0..len).find(|&i| want(i).is_some_and(|w| got[i] != w));
+        if let Some(i) = bad {
+            self.report.mismatch(|| {
+                format!(
+                    "iteration {iter}: {name} of {count} u32 per block (root {root}): element \
+                     {i} is {:#x}, expected {:#x}",
+                    got[i],
+                    want(i).unwrap_or(0)
+                )
+            });
+        }
+        Ok(())
     }
 
     /// 1 to 4 messages from each PE to the next, back to back, then received and checked.
@@ -500,7 +608,7 @@ pub fn verdict(report: &SoakReport) -> Result<()> {
         what: format!(
             "soak: {} of {} results wrong; first: {}",
             report.mismatches,
-            report.allreduces + report.messages,
+            report.allreduces + report.family_calls + report.messages,
             report.first_mismatches.join("; ")
         ),
     })

@@ -1,4 +1,4 @@
-//! The allreduce benchmark's NCCL baseline: a communicator bootstrapped through NVSHMEM, and
+//! The collective benchmarks' NCCL baseline: a communicator bootstrapped through NVSHMEM, and
 //! NCCL's results on symmetric buffers checked on every PE against the host reference.
 //! Run by scripts/gpu_test.sh under `nvsh run -n 2` (tests named pe2_*).
 
@@ -68,4 +68,67 @@ fn nccl_allreduce_matches_the_host_reference() {
     check(&nv, &nccl, ReduceOp::Max, half::bf16::from_f32, |i| {
         2.0 * m(i)
     });
+}
+
+gpu_test!(2, nccl_family_calls_match_the_host_reference);
+fn nccl_family_calls_match_the_host_reference() {
+    if let Err(why) = nccl_baseline::library_status() {
+        skip(&format!("NCCL is not loadable here: {why}"));
+        return;
+    }
+    let nv = runtime(2);
+    if nv.shares_gpus() {
+        skip("NCCL needs one GPU per rank (2-GPU machine)");
+        return;
+    }
+    let nccl = NcclBaseline::new(&nv, nv.stream()).expect("NCCL communicator");
+    let (me, n) = (nv.my_pe() as usize, 2usize);
+    // Odd block: no size NCCL might special-case. Element i of PE p's input: 1000 p + i % 1000
+    // (exact in f32; sums of two stay below 2^24).
+    let count = 4099;
+    let value = |pe: usize, i: usize| (1000 * pe + i % 1000) as f32;
+    let input = nv.alloc::<f32>(n * count).unwrap();
+    let output = nv.alloc::<f32>(n * count).unwrap();
+    let host: Vec<f32> = (0..n * count).map(|i| value(me, i)).collect();
+    input.copy_from_host(&host).unwrap();
+    let run = |what: &str,
+               call: &dyn Fn() -> nvshmem::Result<()>,
+               expected: &dyn Fn(usize) -> Option<f32>| {
+        output.copy_from_host(&vec![f32::NAN; n * count]).unwrap();
+        nv.context().synchronize().unwrap();
+        nv.barrier_all().unwrap();
+        call().unwrap_or_else(|e| panic!("{what}: {e}"));
+        nccl.stream().synchronize().unwrap();
+        let got = output.to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            if let Some(e) = expected(i) {
+                assert_eq!(*g, e, "PE {me}, {what}, element {i}");
+            }
+        }
+        nv.barrier_all().unwrap();
+    };
+    // Block 0 of each: the count-element buffers of broadcast, allgather's input and so on.
+    let (input0, output0) = (input.view(..count).unwrap(), output.view(..count).unwrap());
+    run(
+        "broadcast from 1",
+        &|| nccl.broadcast(input0, output0, 1),
+        &|i| (i < count).then(|| value(1, i)),
+    );
+    run("allgather", &|| nccl.all_gather(input0, &output), &|i| {
+        Some(value(i / count, i % count))
+    });
+    run("alltoall", &|| nccl.all_to_all(&input, &output), &|i| {
+        Some(value(i / count, me * count + i % count))
+    });
+    run(
+        "reduce-scatter sum",
+        &|| nccl.reduce_scatter(&input, output0, ReduceOp::Sum),
+        &|i| (i < count).then(|| (0..n).map(|p| value(p, me * count + i)).sum()),
+    );
+    run(
+        "reduce max to 1",
+        &|| nccl.reduce(input0, output0, ReduceOp::Max, 1),
+        // Only the root's output is defined.
+        &|i| (me == 1 && i < count).then(|| value(1, i)),
+    );
 }

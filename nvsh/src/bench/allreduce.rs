@@ -12,7 +12,7 @@ use crate::bench::harness::{
     Report, QUARTER_MAX,
 };
 use crate::bench::sizes;
-use crate::nccl_baseline::NcclBaseline;
+use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
 use nvshmem::coll::op::ReduceOp;
@@ -369,7 +369,7 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
         input_value(self.op, pe, i, salt)
     }
 
-    fn expected_value(&self, _pe: i32, i: usize, salt: u64, n_pes: i32) -> f64 {
+    fn expected_value(&self, _pe: i32, i: usize, _count: usize, salt: u64, n_pes: i32) -> f64 {
         expected_value(self.op, i, salt, n_pes)
     }
 
@@ -393,11 +393,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         Err("not requested".into())
     };
     let nccl = if opts.candidates.contains(&Candidate::Nccl) {
-        NcclBaseline::new(nv, &h.stream).map_err(|e| match e {
-            // Already says "NCCL: ..."; the variant's "CUDA driver call failed" would mislead.
-            Error::Driver { message } => message,
-            e => e.to_string(),
-        })
+        NcclBaseline::for_bench(nv, &h.stream)
     } else {
         Err("not requested".into())
     };
@@ -412,17 +408,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         nccl,
     };
     let list = sizes(opts.min_bytes, opts.max_bytes);
-    let mut rows = Vec::new();
-    for &dtype in &opts.dtypes {
-        match dtype {
-            BenchDtype::F32 => {
-                h.run_dtype::<f32, _>(&mut bench, &opts.candidates, &list, &mut rows)?
-            }
-            BenchDtype::Bf16 => {
-                h.run_dtype::<half::bf16, _>(&mut bench, &opts.candidates, &list, &mut rows)?
-            }
-        }
-    }
+    let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
     nv.barrier_all()?;
     if nv.my_pe() != 0 {
         return Ok(None);
@@ -452,11 +438,7 @@ fn report(
     nccl_nvls_enable: Option<String>,
     rows: Vec<harness::Row>,
 ) -> Report {
-    let nccl = match (&nccl_version, &nccl_nvls_enable) {
-        (Some(v), Some(nvls)) => format!("NCCL {v} (NCCL_NVLS_ENABLE={nvls})"),
-        (Some(v), None) => format!("NCCL {v} (NCCL_NVLS_ENABLE unset)"),
-        (None, _) => "no NCCL".to_string(),
-    };
+    let nccl = nccl_label(nccl_version.as_deref(), nccl_nvls_enable.as_deref());
     let mut header = vec![format!(
         "{nccl}; our workspace slots {}",
         size_label(slot_bytes)
@@ -483,6 +465,7 @@ fn report(
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
         ratio: Some(("auto", "nccl")),
         note_column: Some(("auto=", "auto_algo")),
+        checked_by: None,
         rows,
     }
 }
@@ -511,6 +494,7 @@ mod tests {
             algbw,
             busbw: algbw * busbw_factor(n),
             checked: 400,
+            checked_pes: n,
             wrong: 0,
             wrong_detail: None,
         })

@@ -1,14 +1,20 @@
 //! The collective benches' shared harness. A collective supplies its candidates (how to call
-//! each), its input and expected-value functions and its bus-bandwidth factor ([`Collective`]);
-//! this module sizes, times, checks and reports.
+//! each), its buffer shapes, its input and expected-value functions and its bus-bandwidth factor
+//! ([`Collective`]); this module sizes, times, checks and reports.
+//!
+//! Sizes follow nccl-tests: the size asked for becomes the collective's count argument (for
+//! allgather, reduce-scatter and alltoall a per-PE block, rounded down to 16 bytes), and the
+//! reported size is the larger of the input and output buffers of that count.
 //!
 //! Checking: every timed call writes its own output buffer. Per message size there are `slots`
 //! input/output buffer pairs; input buffer k holds a pattern hashed from (PE, element, salt k),
-//! so consecutive calls reduce different data. Calls are timed in groups of at most `slots`
-//! calls, call k of a group reading input k and writing output k; the outputs are filled with
-//! NaN before the group and compared with the exact host reference after it, outside the timed
-//! events. So no timed call goes unchecked, a call that writes nothing or writes stale data
-//! (peer data of an earlier call) is caught, and the reported time is the median over groups.
+//! so consecutive calls move or reduce different data. Calls are timed in groups of at most
+//! `slots` calls, call k of a group reading input k and writing output k; the outputs are
+//! filled with NaN before the group and compared with the exact host reference after it,
+//! outside the timed events. So no timed call goes unchecked, a call that writes nothing or
+//! writes stale data (peer data of an earlier call) is caught, and the reported time is the
+//! median over groups. A collective whose output is defined on some PEs only (reduce: the
+//! root) says so ([`Collective::checks_output`]); the other PEs' outputs are not compared.
 
 use crate::bench::{elapsed_ms, median};
 use crate::nccl_baseline::HostExchange;
@@ -190,12 +196,18 @@ pub trait Collective<T: BenchElement> {
         stream: &CudaStream,
     ) -> Result<Option<&'static str>>;
 
-    /// Input elements per PE for a message of `count` elements.
+    /// The collective's count argument for a requested message of `elems` elements of
+    /// `elem_bytes` bytes, as nccl-tests derives it; 0 when no message of that size fits.
+    fn count_for(&self, elems: usize, _elem_bytes: usize, _n_pes: i32) -> usize {
+        elems
+    }
+
+    /// Input elements per PE for count argument `count`.
     fn input_len(&self, count: usize, _n_pes: i32) -> usize {
         count
     }
 
-    /// Output elements per PE for a message of `count` elements.
+    /// Output elements per PE for count argument `count`.
     fn output_len(&self, count: usize, _n_pes: i32) -> usize {
         count
     }
@@ -203,14 +215,47 @@ pub trait Collective<T: BenchElement> {
     /// Element `i` of PE `pe`'s input with salt `salt`.
     fn input_value(&self, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
 
-    /// The exact value of element `i` of PE `pe`'s output when every PE's input used `salt`.
-    fn expected_value(&self, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+    /// The exact value of element `i` of PE `pe`'s output for count argument `count`, when
+    /// every PE's input used `salt`. Only asked where [`Collective::checks_output`] holds.
+    fn expected_value(&self, pe: i32, i: usize, count: usize, salt: u64, n_pes: i32) -> f64;
+
+    /// Whether PE `pe`'s output is defined, and so compared with the expected values (reduce:
+    /// only at the root).
+    fn checks_output(&self, _pe: i32, _n_pes: i32) -> bool {
+        true
+    }
 
     /// How far a correct output may be from the expected value (0 where every step is exact).
     fn tolerance(&self, dtype: BenchDtype, n_pes: i32, expected: f64) -> f64;
 
     /// busbw / algbw at `n_pes` (nccl-tests' definitions).
     fn busbw_factor(&self, n_pes: i32) -> f64;
+}
+
+/// nccl-tests' size of a message: bytes of the larger of a PE's input and output buffers.
+pub fn message_bytes(in_len: usize, out_len: usize, elem_bytes: usize) -> usize {
+    in_len.max(out_len) * elem_bytes
+}
+
+/// (count argument, message bytes) per size asked for, in order, for `elem`-byte elements:
+/// sizes that are no whole number of elements or give no message are left out, and so is a
+/// size whose count repeats the previous one (the rounding of small sizes).
+pub fn size_plan<T: BenchElement, C: Collective<T>>(
+    coll: &C,
+    sizes: &[usize],
+    elem: usize,
+    n_pes: i32,
+) -> Vec<(usize, usize)> {
+    let mut plan: Vec<(usize, usize)> = Vec::new();
+    for &bytes in sizes.iter().filter(|&&b| b % elem == 0) {
+        let count = coll.count_for(bytes / elem, elem, n_pes);
+        if count == 0 || plan.last().is_some_and(|&(c, _)| c == count) {
+            continue;
+        }
+        let (i, o) = (coll.input_len(count, n_pes), coll.output_len(count, n_pes));
+        plan.push((count, message_bytes(i, o, elem)));
+    }
+    plan
 }
 
 /// One candidate at one size, timed and checked.
@@ -224,8 +269,11 @@ pub struct Timing {
     pub algbw: f64,
     /// algbw times the collective's bus factor.
     pub busbw: f64,
-    /// Timed calls checked on each PE.
+    /// Timed calls checked on each checking PE.
     pub checked: u64,
+    /// PEs that compared their outputs (all but for reduce, whose only defined output is the
+    /// root's).
+    pub checked_pes: i32,
     /// Outputs found wrong, summed over PEs.
     pub wrong: u64,
     /// Each PE's first wrong output, when there was one.
@@ -242,8 +290,10 @@ pub enum Outcome {
 /// One size and dtype.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// nccl-tests' size: bytes of the larger of a PE's input and output buffers.
     pub bytes: usize,
-    /// Elements per PE's input.
+    /// The collective's count argument (nccl-tests' count column): elements per PE's input for
+    /// allreduce, broadcast and reduce, per block for allgather, reduce-scatter and alltoall.
     pub count: usize,
     pub dtype: BenchDtype,
     /// By candidate name, in the report's candidate order.
@@ -274,7 +324,7 @@ impl Row {
 /// PE 0's results of one collective bench.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    /// "allreduce".
+    /// "allreduce", "broadcast", "reduce-scatter", ...
     pub collective: &'static str,
     pub n_pes: i32,
     pub gpu: String,
@@ -291,6 +341,9 @@ pub struct Report {
     pub ratio: Option<(&'static str, &'static str)>,
     /// Heading and JSON key of the row note column (allreduce: "auto=", "auto_algo").
     pub note_column: Option<(&'static str, &'static str)>,
+    /// Who compares outputs where not every PE does (reduce: the root), for the table's
+    /// description of the check.
+    pub checked_by: Option<String>,
     pub rows: Vec<Row>,
 }
 
@@ -308,7 +361,7 @@ impl Report {
                             size_label(row.bytes),
                             t.wrong,
                             t.checked,
-                            self.n_pes,
+                            t.checked_pes,
                             t.wrong_detail.as_deref().unwrap_or("")
                         ));
                     }
@@ -397,8 +450,32 @@ impl<'nv> Harness<'nv> {
         }
     }
 
-    /// Times and checks every candidate at every size in `sizes` (bytes) for element type `T`,
-    /// appending one row per size. Collective.
+    /// [`Harness::run_dtype`] for each of `dtypes` in turn: the report's rows. Collective.
+    pub fn run_dtypes<K, C>(
+        &self,
+        coll: &mut C,
+        candidates: &[K],
+        sizes: &[usize],
+        dtypes: &[BenchDtype],
+    ) -> Result<Vec<Row>>
+    where
+        K: Copy,
+        C: Collective<f32, Candidate = K> + Collective<half::bf16, Candidate = K>,
+    {
+        let mut rows = Vec::new();
+        for &dtype in dtypes {
+            match dtype {
+                BenchDtype::F32 => self.run_dtype::<f32, _>(coll, candidates, sizes, &mut rows)?,
+                BenchDtype::Bf16 => {
+                    self.run_dtype::<half::bf16, _>(coll, candidates, sizes, &mut rows)?
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Times and checks every candidate at every size in `sizes` (bytes asked for) for element
+    /// type `T`, appending one row per size. Collective.
     pub fn run_dtype<T: BenchElement, C: Collective<T>>(
         &self,
         coll: &mut C,
@@ -408,15 +485,11 @@ impl<'nv> Harness<'nv> {
     ) -> Result<()> {
         let (nv, n) = (self.nv, self.nv.n_pes());
         let elem = std::mem::size_of::<T>();
-        let list: Vec<usize> = sizes
-            .iter()
-            .copied()
-            .filter(|bytes| bytes % elem == 0)
-            .collect();
+        let plan = size_plan(coll, sizes, elem, n);
         // One pool of each kind for the whole dtype; each size takes a prefix as its slots.
         let pool = |len: &dyn Fn(usize) -> usize| {
-            list.iter()
-                .map(|&b| slots_for(b) * len(b / elem))
+            plan.iter()
+                .map(|&(count, bytes)| slots_for(bytes) * len(count))
                 .max()
                 .unwrap_or(0)
         };
@@ -427,11 +500,11 @@ impl<'nv> Harness<'nv> {
         }
         let inputs = nv.alloc::<T>(in_pool)?;
         let outputs = nv.alloc::<T>(out_pool)?;
-        for bytes in list {
-            let slots = Slots::new(coll, &inputs, &outputs, bytes / elem, slots_for(bytes), nv)?;
+        for (count, bytes) in plan {
+            let slots = Slots::new(coll, &inputs, &outputs, count, slots_for(bytes), nv)?;
             let mut row = Row {
                 bytes,
-                count: bytes / elem,
+                count,
                 dtype: T::BENCH_DTYPE,
                 results: Vec::new(),
                 note: None,
@@ -484,7 +557,12 @@ impl<'nv> Harness<'nv> {
         let mut us = Vec::with_capacity(self.reps);
         let mut wrong = 0u64;
         let mut first: Option<Mismatch> = None;
-        let mut host = vec![T::default(); group * slots.out_len];
+        let host_len = if slots.checks {
+            group * slots.out_len
+        } else {
+            0
+        };
+        let mut host = vec![T::default(); host_len];
         for rep in 0..self.reps {
             // NaN in every output, so a call that writes nothing (or only part) is caught.
             slots.poison(group)?;
@@ -498,6 +576,9 @@ impl<'nv> Harness<'nv> {
                 Ok(())
             })?;
             us.push(ms * 1e3 / group as f64);
+            if !slots.checks {
+                continue;
+            }
             slots
                 .outputs
                 .view(..group * slots.out_len)?
@@ -517,13 +598,14 @@ impl<'nv> Harness<'nv> {
         }
         let (wrong, wrong_detail) = self.gather_wrong(wrong, first)?;
         let us = median(&us);
-        let algbw = algbw_gbps(slots.count * std::mem::size_of::<T>(), us);
+        let algbw = algbw_gbps(slots.bytes, us);
         Ok(Outcome::Timed(Timing {
             iters: group,
             us,
             algbw,
             busbw: algbw * coll.busbw_factor(n),
             checked: (group * self.reps) as u64,
+            checked_pes: (0..n).filter(|&pe| coll.checks_output(pe, n)).count() as i32,
             wrong,
             wrong_detail,
         }))
@@ -587,11 +669,13 @@ struct Slots<'p, T: BenchElement> {
     outputs: SymView<'p, T>,
     /// Buffer pairs.
     n_slots: usize,
-    /// Elements per message.
-    count: usize,
+    /// nccl-tests' size of the message (the larger buffer), bytes.
+    bytes: usize,
     in_len: usize,
     out_len: usize,
-    /// Slot k's expected output on this PE, slot after slot.
+    /// Whether this PE's output is defined and compared.
+    checks: bool,
+    /// Slot k's expected output on this PE, slot after slot (empty where not compared).
     expected: Vec<T>,
     n_pes: i32,
 }
@@ -607,14 +691,19 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         nv: &Nvshmem,
     ) -> Result<Self> {
         let (me, n) = (nv.my_pe(), nv.n_pes());
-        let bytes = count * std::mem::size_of::<T>();
         let (in_len, out_len) = (coll.input_len(count, n), coll.output_len(count, n));
+        let bytes = message_bytes(in_len, out_len, std::mem::size_of::<T>());
+        let checks = coll.checks_output(me, n);
         let mut host = Vec::with_capacity(n_slots * in_len);
-        let mut expected = Vec::with_capacity(n_slots * out_len);
+        let mut expected = Vec::with_capacity(if checks { n_slots * out_len } else { 0 });
         for k in 0..n_slots {
             let s = salt(bytes, k);
             host.extend((0..in_len).map(|i| T::from_f64(coll.input_value(me, i, s, n))));
-            expected.extend((0..out_len).map(|i| T::from_f64(coll.expected_value(me, i, s, n))));
+            if checks {
+                expected.extend(
+                    (0..out_len).map(|i| T::from_f64(coll.expected_value(me, i, count, s, n))),
+                );
+            }
         }
         let inputs = inputs.view(..n_slots * in_len)?;
         inputs.copy_from_host(&host)?;
@@ -626,9 +715,10 @@ impl<'p, T: BenchElement> Slots<'p, T> {
             inputs,
             outputs: outputs.view(..n_slots * out_len)?,
             n_slots,
-            count,
+            bytes,
             in_len,
             out_len,
+            checks,
             expected,
             n_pes: n,
         })
@@ -702,12 +792,18 @@ pub fn failed_elsewhere(what: &str, failed: &[i32]) -> Error {
     }
 }
 
-/// What the table and README say is checked.
-pub const CHECKED_WORDING: &str = "# checked: every timed call writes its own output buffer \
-(one per call of a group, filled with NaN before it) from inputs hashed from (PE, element, \
-salt), the salt different for every call of a group; after each group, outside the timed \
-events, every PE compares every output with the exact host reference; #wrong counts wrong \
-outputs summed over PEs";
+/// What the table and README say is checked; `checked_by` names who compares outputs where
+/// not every PE does ([`Report::checked_by`]).
+pub fn checked_wording(checked_by: Option<&str>) -> String {
+    format!(
+        "# checked: every timed call writes its own output buffer (one per call of a group, \
+         filled with NaN before it) from inputs hashed from (PE, element, salt), the salt \
+         different for every call of a group; after each group, outside the timed events, {} \
+         compares every output with the exact host reference; #wrong counts wrong outputs \
+         summed over PEs",
+        checked_by.unwrap_or("every PE")
+    )
+}
 
 /// Width of one candidate's group of columns.
 const GROUP: usize = 32;
@@ -716,10 +812,11 @@ const GROUP: usize = 32;
 /// candidate, then the ratio and the row note.
 pub fn render_table(r: &Report) -> String {
     let op = r.op.map_or("none", ReduceOp::name);
-    let mut s = format!(
-        "# {} ({op}) on {} PE(s), {}\n",
-        r.collective, r.n_pes, r.gpu
-    );
+    let title = match r.op {
+        Some(_) => format!("{} ({op})", r.collective),
+        None => r.collective.to_string(),
+    };
+    let mut s = format!("# {title} on {} PE(s), {}\n", r.n_pes, r.gpu);
     for line in &r.header {
         s += &format!("# {line}\n");
     }
@@ -734,14 +831,17 @@ pub fn render_table(r: &Report) -> String {
         s += &format!("; {ours}/{theirs} = {ours}'s time over {theirs}'s (< 1: ours is faster)");
     }
     s += "\n";
-    s += CHECKED_WORDING;
+    s += &checked_wording(r.checked_by.as_deref());
     s += "\n";
-    s += &format!("{:>8} {:>11} {:>5} {:>5}", "", "", "", "");
+    s += &format!("{:>10} {:>11} {:>5} {:>5}", "", "", "", "");
     for c in &r.candidates {
         s += &format!(" {:-^GROUP$}", format!(" {c} "));
     }
     s += "\n";
-    s += &format!("{:>8} {:>11} {:>5} {:>5}", "size", "count", "type", "redop");
+    s += &format!(
+        "{:>10} {:>11} {:>5} {:>5}",
+        "size", "count", "type", "redop"
+    );
     for _ in &r.candidates {
         s += &format!(
             " {:>9} {:>7} {:>7} {:>6}",
@@ -759,7 +859,7 @@ pub fn render_table(r: &Report) -> String {
     let mut notes: Vec<String> = Vec::new();
     for row in &r.rows {
         s += &format!(
-            "{:>8} {:>11} {:>5} {op:>5}",
+            "{:>10} {:>11} {:>5} {op:>5}",
             size_label(row.bytes),
             row.count,
             row.dtype.name()
@@ -835,14 +935,15 @@ pub fn render_json(r: &Report) -> String {
     let outcome = |o: &Outcome| match o {
         Outcome::Timed(t) => format!(
             "{{\"us\":{:.3},\"algbw\":{:.3},\"busbw\":{:.3},\"calls\":{},\"checked\":{},\
-             \"wrong\":{},\"wrong_detail\":{}}}",
+             \"wrong\":{},\"wrong_detail\":{},\"checked_pes\":{}}}",
             t.us,
             t.algbw,
             t.busbw,
             t.iters,
             t.checked,
             t.wrong,
-            json_opt_str(t.wrong_detail.as_deref())
+            json_opt_str(t.wrong_detail.as_deref()),
+            t.checked_pes
         ),
         Outcome::Unavailable(why) => format!("{{\"na\":{}}}", json_str(why)),
     };

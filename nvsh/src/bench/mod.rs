@@ -1,7 +1,9 @@
 //! The benches: message sizes, CUDA-event timing and medians here; the collective benches'
-//! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark.
+//! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark
+//! (`family`: the five collectives beside allreduce, which share candidates and options).
 
 pub mod allreduce;
+pub mod family;
 pub mod harness;
 pub mod put;
 

@@ -2,7 +2,8 @@
 
 use clap::{Args, Subcommand};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
-use nvsh::bench::harness;
+use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
+use nvsh::bench::harness::{self, Report};
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvshmem::{Error, Nvshmem, ReduceOp, Result};
 
@@ -13,6 +14,22 @@ pub enum BenchCommand {
     /// Allreduce: our algorithms, the automatic choice, NCCL and NVSHMEM's reduce, per size and
     /// dtype, with the time ratio ours (auto) / NCCL.
     Allreduce(AllreduceArgs),
+    /// Broadcast from --root: ours and NCCL per size and dtype, with the time ratio ours / NCCL
+    /// (size = each PE's buffer, bus factor 1, as nccl-tests).
+    Broadcast(BroadcastArgs),
+    /// Allgather: ours and NCCL per size and dtype, with the time ratio ours / NCCL (size = the
+    /// n x count output, bus factor (n-1)/n, as nccl-tests).
+    Allgather(FamilyArgs),
+    /// Alltoall: ours and NCCL (grouped sends and receives) per size and dtype, with the time
+    /// ratio ours / NCCL (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
+    Alltoall(FamilyArgs),
+    /// Reduce-scatter: ours and NCCL per size and dtype, with the time ratio ours / NCCL
+    /// (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
+    ReduceScatter(ReduceScatterArgs),
+    /// Reduce to --root: ours and NCCL per size and dtype, with the time ratio ours / NCCL
+    /// (size = each PE's buffer, bus factor 1, as nccl-tests); only the root's output is
+    /// checked.
+    Reduce(ReduceArgs),
 }
 
 #[derive(Args)]
@@ -37,9 +54,11 @@ pub struct PutArgs {
     out: Option<std::path::PathBuf>,
 }
 
+/// The options every collective bench takes.
 #[derive(Args)]
-pub struct AllreduceArgs {
-    /// Smallest message (bytes; K, M, G suffixes).
+pub struct CollectiveArgs {
+    /// Smallest message (bytes; K, M, G suffixes): nccl-tests' size, for allgather, alltoall
+    /// and reduce-scatter the n x count buffer, count rounded down to 16 bytes.
     #[arg(long, default_value = "4K", value_parser = parse_size)]
     min: usize,
     /// Largest message (sizes double from --min).
@@ -48,15 +67,37 @@ pub struct AllreduceArgs {
     /// Element types, comma-separated: f32, bf16.
     #[arg(long, default_value = "f32,bf16", value_delimiter = ',', value_parser = BenchDtype::parse)]
     dtypes: Vec<BenchDtype>,
-    /// Reduction: sum, prod, min, max or avg.
-    #[arg(long, default_value = "sum", value_parser = allreduce::parse_op)]
-    op: ReduceOp,
     /// Timed groups per size and candidate (the median is reported); every call is checked.
     #[arg(long, default_value_t = 20)]
     reps: usize,
     /// Untimed calls before the groups.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write the results to this file (from PE 0) instead of standard output.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+/// The options of the reductions: allreduce, reduce-scatter and reduce.
+#[derive(Args)]
+pub struct ReductionArgs {
+    /// Reduction: sum, prod, min, max or avg.
+    #[arg(long, default_value = "sum", value_parser = allreduce::parse_op)]
+    op: ReduceOp,
+    /// Receive slot size of our workspace (2 x PEs slots).
+    #[arg(long, default_value = "8M", value_parser = parse_size)]
+    slot: usize,
+}
+
+#[derive(Args)]
+pub struct AllreduceArgs {
+    #[command(flatten)]
+    common: CollectiveArgs,
+    #[command(flatten)]
+    reduction: ReductionArgs,
     /// What to time, comma-separated: oneshot, twoshot, ring, rd, auto, nccl, nvshmem.
     #[arg(
         long,
@@ -65,15 +106,55 @@ pub struct AllreduceArgs {
         value_parser = Candidate::parse
     )]
     algos: Vec<Candidate>,
-    /// Receive slot size of our allreduce workspace (2 x PEs slots).
-    #[arg(long, default_value = "8M", value_parser = parse_size)]
-    slot: usize,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Write the results to this file (from PE 0) instead of standard output.
-    #[arg(long)]
-    out: Option<std::path::PathBuf>,
+}
+
+/// The options of the collectives beside allreduce (all of allgather's and alltoall's).
+#[derive(Args)]
+pub struct FamilyArgs {
+    #[command(flatten)]
+    common: CollectiveArgs,
+    /// What to time, comma-separated: ours, nccl.
+    #[arg(
+        long,
+        default_value = "ours,nccl",
+        value_delimiter = ',',
+        value_parser = family::Candidate::parse
+    )]
+    algos: Vec<family::Candidate>,
+}
+
+/// The root of broadcast and reduce.
+#[derive(Args)]
+pub struct RootArg {
+    /// The root PE (a PE of the job).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+    root: i32,
+}
+
+#[derive(Args)]
+pub struct BroadcastArgs {
+    #[command(flatten)]
+    family: FamilyArgs,
+    #[command(flatten)]
+    root: RootArg,
+}
+
+#[derive(Args)]
+pub struct ReduceScatterArgs {
+    #[command(flatten)]
+    family: FamilyArgs,
+    #[command(flatten)]
+    reduction: ReductionArgs,
+}
+
+#[derive(Args)]
+pub struct ReduceArgs {
+    #[command(flatten)]
+    family: FamilyArgs,
+    #[command(flatten)]
+    reduction: ReductionArgs,
+    #[command(flatten)]
+    root: RootArg,
 }
 
 /// "4K", "16M", "1G" or plain bytes.
@@ -97,6 +178,15 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Put(args) => put(args),
         BenchCommand::Allreduce(args) => allreduce(args),
+        BenchCommand::Broadcast(a) => family(Kind::Broadcast, &a.family, None, Some(&a.root)),
+        BenchCommand::Allgather(a) => family(Kind::Allgather, &a, None, None),
+        BenchCommand::Alltoall(a) => family(Kind::Alltoall, &a, None, None),
+        BenchCommand::ReduceScatter(a) => {
+            family(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
+        }
+        BenchCommand::Reduce(a) => {
+            family(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
+        }
     }
 }
 
@@ -138,34 +228,81 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
 
 impl AllreduceArgs {
     fn options(&self) -> AllreduceBenchOptions {
+        let c = &self.common;
         AllreduceBenchOptions {
-            min_bytes: self.min,
-            max_bytes: self.max,
-            dtypes: dedup(&self.dtypes),
-            op: self.op,
-            reps: self.reps,
-            warmup: self.warmup,
+            min_bytes: c.min,
+            max_bytes: c.max,
+            dtypes: dedup(&c.dtypes),
+            op: self.reduction.op,
+            reps: c.reps,
+            warmup: c.warmup,
             candidates: dedup(&self.algos),
-            slot_bytes: self.slot,
+            slot_bytes: self.reduction.slot,
         }
     }
 }
 
-fn allreduce(args: AllreduceArgs) -> Result<()> {
-    check_min_max(args.min, args.max)?;
+/// The options of `kind`'s bench from its arguments (the reduction and the root where it takes
+/// them; the defaults, unused, where it does not).
+fn family_options(
+    kind: Kind,
+    args: &FamilyArgs,
+    reduction: Option<&ReductionArgs>,
+    root: Option<&RootArg>,
+) -> FamilyBenchOptions {
+    let c = &args.common;
+    let mut o = FamilyBenchOptions::new(kind);
+    o.min_bytes = c.min;
+    o.max_bytes = c.max;
+    o.dtypes = dedup(&c.dtypes);
+    o.reps = c.reps;
+    o.warmup = c.warmup;
+    o.candidates = dedup(&args.algos);
+    if let Some(r) = reduction {
+        o.op = r.op;
+        o.slot_bytes = r.slot;
+    }
+    if let Some(r) = root {
+        o.root = r.root;
+    }
+    o
+}
+
+/// Initialises the PE, runs a collective bench and, on PE 0, prints its report and fails when
+/// an output was wrong or a requested candidate could not run.
+fn collective(
+    common: &CollectiveArgs,
+    bench: impl FnOnce(&Nvshmem) -> Result<Option<Report>>,
+) -> Result<()> {
+    check_min_max(common.min, common.max)?;
     let nv = Nvshmem::init()?;
-    if let Some(report) = allreduce::run(&nv, &args.options())? {
-        let text = if args.json {
+    if let Some(report) = bench(&nv)? {
+        let text = if common.json {
             harness::render_json(&report) + "\n"
         } else {
             harness::render_table(&report)
         };
-        emit(&text, args.out.as_deref())?;
+        emit(&text, common.out.as_deref())?;
         // Printed first, so the table shows which results were wrong or missing; then the
         // exit status says so.
         report.verify()?;
     }
     Ok(())
+}
+
+fn allreduce(args: AllreduceArgs) -> Result<()> {
+    let opts = args.options();
+    collective(&args.common, |nv| allreduce::run(nv, &opts))
+}
+
+fn family(
+    kind: Kind,
+    args: &FamilyArgs,
+    reduction: Option<&ReductionArgs>,
+    root: Option<&RootArg>,
+) -> Result<()> {
+    let opts = family_options(kind, args, reduction, root);
+    collective(&args.common, |nv| family::run(nv, &opts))
 }
 
 fn put(args: PutArgs) -> Result<()> {
@@ -204,8 +341,29 @@ mod tests {
         let argv = ["bench", "allreduce"].iter().chain(args);
         match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
             BenchCommand::Allreduce(a) => Ok(a),
-            BenchCommand::Put(_) => Err("parsed as put".into()),
+            _ => Err("parsed as another bench".into()),
         }
+    }
+
+    /// The options `nvsh bench <name> ARGS` runs with.
+    fn family_opts(name: &str, args: &[&str]) -> std::result::Result<FamilyBenchOptions, String> {
+        let argv = ["bench", name].into_iter().chain(args.iter().copied());
+        Ok(
+            match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+                BenchCommand::Broadcast(a) => {
+                    family_options(Kind::Broadcast, &a.family, None, Some(&a.root))
+                }
+                BenchCommand::Allgather(a) => family_options(Kind::Allgather, &a, None, None),
+                BenchCommand::Alltoall(a) => family_options(Kind::Alltoall, &a, None, None),
+                BenchCommand::ReduceScatter(a) => {
+                    family_options(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
+                }
+                BenchCommand::Reduce(a) => {
+                    family_options(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
+                }
+                _ => return Err("parsed as another bench".into()),
+            },
+        )
     }
 
     #[test]
@@ -236,7 +394,7 @@ mod tests {
             "r.json",
         ])
         .unwrap();
-        assert!(a.json && a.out.is_some());
+        assert!(a.common.json && a.common.out.is_some());
         let o = a.options();
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16]);
         assert_eq!(o.candidates, vec![Candidate::Nccl, Candidate::Auto]);
@@ -259,6 +417,74 @@ mod tests {
             assert!(allreduce_args(bad).is_err(), "{bad:?}");
         }
         assert!(check_min_max(2, 1).is_err() && check_min_max(1, 1).is_ok());
+    }
+
+    #[test]
+    fn family_benches_default_as_allreduce_with_ours_and_nccl() {
+        for kind in Kind::ALL {
+            let o = family_opts(kind.name(), &[]).unwrap();
+            assert_eq!(o.kind, kind);
+            assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
+            assert_eq!(o.dtypes, vec![BenchDtype::F32, BenchDtype::Bf16]);
+            assert_eq!(
+                o.candidates,
+                vec![family::Candidate::Ours, family::Candidate::Nccl]
+            );
+            assert_eq!((o.op, o.root, o.reps, o.warmup), (ReduceOp::Sum, 0, 20, 3));
+            assert_eq!(o.slot_bytes, 8 << 20);
+        }
+    }
+
+    #[test]
+    fn family_options_parse_where_the_collective_takes_them() {
+        let o = family_opts(
+            "reduce",
+            &[
+                "--root",
+                "1",
+                "--op",
+                "max",
+                "--slot",
+                "1M",
+                "--algos",
+                "nccl,ours,nccl",
+                "--dtypes",
+                "bf16",
+                "--min",
+                "64K",
+                "--max",
+                "1M",
+                "--reps",
+                "5",
+            ],
+        )
+        .unwrap();
+        assert_eq!((o.kind, o.root, o.op), (Kind::Reduce, 1, ReduceOp::Max));
+        assert_eq!(o.slot_bytes, 1 << 20);
+        assert_eq!(
+            o.candidates,
+            vec![family::Candidate::Nccl, family::Candidate::Ours]
+        );
+        assert_eq!(o.dtypes, vec![BenchDtype::Bf16]);
+        assert_eq!((o.min_bytes, o.max_bytes, o.reps), (64 << 10, 1 << 20, 5));
+        let o = family_opts("reduce-scatter", &["--op", "avg"]).unwrap();
+        assert_eq!((o.kind, o.op), (Kind::ReduceScatter, ReduceOp::Avg));
+        let o = family_opts("broadcast", &["--root", "3", "--json"]).unwrap();
+        assert_eq!((o.kind, o.root), (Kind::Broadcast, 3));
+        // Each takes only the options that mean something for it.
+        for (name, bad) in [
+            ("allgather", &["--op", "sum"][..]),
+            ("alltoall", &["--root", "1"]),
+            ("broadcast", &["--op", "max"]),
+            ("reduce-scatter", &["--root", "1"]),
+            ("allgather", &["--slot", "1M"]),
+            ("reduce", &["--root", "-1"]),
+            ("reduce", &["--algos", "auto"]),
+            ("broadcast", &["--dtypes", "f16"]),
+            ("reducescatter", &[]),
+        ] {
+            assert!(family_opts(name, bad).is_err(), "{name} {bad:?}");
+        }
     }
 
     #[test]

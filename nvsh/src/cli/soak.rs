@@ -9,7 +9,8 @@ pub struct SoakArgs {
     /// How long to run.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
-    /// allreduce, channel or mixed (3 allreduces to 1 channel round).
+    /// allreduce, channel, family (broadcast, allgather, alltoall, reduce-scatter, reduce) or
+    /// mixed (of 8 rounds: 4 allreduces, 2 family calls, 2 channel rounds).
     #[arg(long, default_value = "mixed", value_parser = Workload::parse)]
     workload: Workload,
     /// Seed of the (shared) random decisions.
@@ -73,13 +74,14 @@ pub fn run(args: SoakArgs) -> Result<()> {
         }
     };
     println!(
-        "PE {me}: soak done: {:.1} s, {} iterations, {} allreduces ({:.2} GB), {} channel \
-         messages ({:.2} GB), {} mismatches; host rss {} -> {} KiB ({:+} KiB), device used {} -> \
+        "PE {me}: soak done: {:.1} s, {} iterations, {} allreduces ({:.2} GB), {} family calls, \
+         {} channel messages ({:.2} GB), {} mismatches; host rss {} -> {} KiB ({:+} KiB), device used {} -> \
          {} MiB ({:+} KiB); {} symmetric buffers alive",
         report.elapsed.as_secs_f64(),
         report.iterations,
         report.allreduces,
         report.bytes_reduced as f64 / 1e9,
+        report.family_calls,
         report.messages,
         report.bytes_sent as f64 / 1e9,
         report.mismatches,

@@ -1,0 +1,893 @@
+//! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
+//! alltoall | reduce-scatter | reduce`: ours against NCCL's regular path, per message size and
+//! dtype, in one run on the same GPUs, stream and symmetric buffers.
+//!
+//! Sizes, counts and bus factors are nccl-tests' (see [`Kind`]); the inputs and the exact
+//! expected outputs are built from allreduce's patterns, so the reductions are checked as
+//! exactly as allreduce is and data movement bit for bit. The shared harness
+//! ([`crate::bench::harness`]) times every candidate and checks every timed call; for reduce,
+//! whose output is defined at the root only, only the root compares.
+
+use crate::bench::allreduce;
+use crate::bench::harness::{
+    self, pattern_hash, quarter_value, BenchDtype, BenchElement, Collective, Harness, Report,
+};
+use crate::bench::sizes;
+use crate::nccl_baseline::{nccl_label, NcclBaseline};
+use cudarc::driver::CudaStream;
+use nvshmem::coll::op::ReduceOp;
+use nvshmem::core::buffer::SymView;
+use nvshmem::core::env_value::size_label;
+use nvshmem::core::error::{Error, Result};
+use nvshmem::core::runtime::Nvshmem;
+use nvshmem::proto::family::check_root;
+use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter};
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Broadcast,
+    Allgather,
+    Alltoall,
+    ReduceScatter,
+    Reduce,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Broadcast,
+        Kind::Allgather,
+        Kind::Alltoall,
+        Kind::ReduceScatter,
+        Kind::Reduce,
+    ];
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Broadcast => "broadcast",
+            Kind::Allgather => "allgather",
+            Kind::Alltoall => "alltoall",
+            Kind::ReduceScatter => "reduce-scatter",
+            Kind::Reduce => "reduce",
+        }
+    }
+
+    /// Whether it takes a reduction.
+    pub fn reduces(self) -> bool {
+        matches!(self, Kind::ReduceScatter | Kind::Reduce)
+    }
+
+    /// Whether it takes a root.
+    pub fn rooted(self) -> bool {
+        matches!(self, Kind::Broadcast | Kind::Reduce)
+    }
+
+    /// Whether a message is one block per PE (nccl-tests divides the size by the PE count).
+    fn blocked(self) -> bool {
+        matches!(self, Kind::Allgather | Kind::Alltoall | Kind::ReduceScatter)
+    }
+
+    /// busbw / algbw as nccl-tests defines it: 1 for broadcast and reduce, (n-1)/n for
+    /// allgather, reduce-scatter and alltoall.
+    pub fn busbw_factor(self, n_pes: i32) -> f64 {
+        if n_pes < 1 {
+            return 0.0;
+        }
+        let n = n_pes as f64;
+        if self.blocked() {
+            (n - 1.0) / n
+        } else {
+            1.0
+        }
+    }
+
+    /// The bus factor in the report's words.
+    pub fn busbw_text(self) -> &'static str {
+        if self.blocked() {
+            "(n-1)/n"
+        } else {
+            "1"
+        }
+    }
+
+    /// The count argument for a requested size of `elems` elements, as nccl-tests derives it:
+    /// the whole size for broadcast and reduce; for the others a block per PE, rounded down to
+    /// a multiple of 16 bytes (so every block, and every slot of the harness, stays aligned).
+    pub fn count_for(self, elems: usize, elem_bytes: usize, n_pes: i32) -> usize {
+        if !self.blocked() {
+            return elems;
+        }
+        let per16 = (16 / elem_bytes.max(1)).max(1);
+        elems / n_pes.max(1) as usize / per16 * per16
+    }
+
+    /// Input elements per PE for count argument `count`.
+    pub fn input_len(self, count: usize, n_pes: i32) -> usize {
+        match self {
+            Kind::Alltoall | Kind::ReduceScatter => count * n_pes as usize,
+            Kind::Broadcast | Kind::Allgather | Kind::Reduce => count,
+        }
+    }
+
+    /// Output elements per PE for count argument `count`.
+    pub fn output_len(self, count: usize, n_pes: i32) -> usize {
+        match self {
+            Kind::Allgather | Kind::Alltoall => count * n_pes as usize,
+            Kind::Broadcast | Kind::ReduceScatter | Kind::Reduce => count,
+        }
+    }
+
+    /// What the size and count columns mean, for the report.
+    fn size_text(self) -> &'static str {
+        match self {
+            Kind::Broadcast | Kind::Reduce => "size = count elements, each PE's buffer",
+            Kind::Allgather => "count = elements of each PE's input; size = the output, n x count",
+            Kind::Alltoall => {
+                "count = elements per block; size = the input (and output), n x count"
+            }
+            Kind::ReduceScatter => {
+                "count = elements of each PE's output; size = the input, n x count"
+            }
+        }
+    }
+
+    /// What every output is compared with, for the report.
+    fn expected_text(self) -> &'static str {
+        match self {
+            Kind::Broadcast => "expected: every PE's output = the root's input, bit for bit",
+            Kind::Allgather => "expected: block r of every output = PE r's input, bit for bit",
+            Kind::Alltoall => {
+                "expected: block s of PE r's output = block r of PE s's input, bit for bit"
+            }
+            Kind::ReduceScatter => {
+                "expected: PE r's output = op over PEs of block r of their inputs, exact as \
+                 allreduce's (avg, and sums past the dtype's exact range, within rounding)"
+            }
+            Kind::Reduce => {
+                "expected: the root's output = op over PEs of their inputs, exact as \
+                 allreduce's (avg, and sums past the dtype's exact range, within rounding); \
+                 the other PEs' outputs are not defined and not compared"
+            }
+        }
+    }
+}
+
+/// What is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Candidate {
+    /// Ours: [`Broadcast`], [`Allgather`], [`Alltoall`], [`ReduceScatter`] or [`Reduce`].
+    Ours,
+    /// NCCL's call through [`NcclBaseline`].
+    Nccl,
+}
+
+impl Candidate {
+    pub const ALL: [Candidate; 2] = [Candidate::Ours, Candidate::Nccl];
+
+    /// The name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Candidate::Ours => "ours",
+            Candidate::Nccl => "nccl",
+        }
+    }
+
+    /// One of the names of [`Candidate::name`].
+    pub fn parse(s: &str) -> std::result::Result<Candidate, String> {
+        let s = s.trim().to_ascii_lowercase();
+        Candidate::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("'{s}' is not a candidate: use ours or nccl"))
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct FamilyBenchOptions {
+    pub kind: Kind,
+    /// Smallest message asked for, bytes (nccl-tests' size; see [`Kind::count_for`]).
+    pub min_bytes: usize,
+    /// Largest message asked for, bytes (sizes double from min to max).
+    pub max_bytes: usize,
+    pub dtypes: Vec<BenchDtype>,
+    /// The reduction (reduce-scatter and reduce; ignored by the others).
+    pub op: ReduceOp,
+    /// The root PE (broadcast and reduce; ignored by the others).
+    pub root: i32,
+    /// Timed groups per size (the median is reported).
+    pub reps: usize,
+    /// Untimed calls first (they also size the groups).
+    pub warmup: usize,
+    /// Columns of the report, in this order.
+    pub candidates: Vec<Candidate>,
+    /// Receive slot size of our reduce-scatter and reduce workspaces.
+    pub slot_bytes: usize,
+}
+
+impl FamilyBenchOptions {
+    /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M, f32 and bf16, sum,
+    /// root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
+    pub fn new(kind: Kind) -> Self {
+        FamilyBenchOptions {
+            kind,
+            min_bytes: 4 << 10,
+            max_bytes: 256 << 20,
+            dtypes: BenchDtype::ALL.to_vec(),
+            op: ReduceOp::Sum,
+            root: 0,
+            reps: 20,
+            warmup: 3,
+            candidates: Candidate::ALL.to_vec(),
+            slot_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Element `i` of PE `pe`'s input with salt `salt`: allreduce's pattern for the reductions (so
+/// results are exact); quarter-integers in [-8, 8] for data movement, where any value exact in
+/// the dtype will do.
+pub fn input_value(kind: Kind, op: ReduceOp, pe: i32, i: usize, salt: u64) -> f64 {
+    if kind.reduces() {
+        allreduce::input_value(op, pe, i, salt)
+    } else {
+        quarter_value(pattern_hash(pe, i, salt))
+    }
+}
+
+/// The exact value of element `i` of PE `pe`'s output for count argument `count` on `n_pes`
+/// PEs, when every PE's input used `salt` (the inputs of [`input_value`]).
+#[allow(clippy::too_many_arguments)]
+pub fn expected_value(
+    kind: Kind,
+    op: ReduceOp,
+    root: i32,
+    pe: i32,
+    i: usize,
+    count: usize,
+    salt: u64,
+    n_pes: i32,
+) -> f64 {
+    let count = count.max(1);
+    let (block, j) = (i / count, i % count);
+    match kind {
+        Kind::Broadcast => input_value(kind, op, root, i, salt),
+        Kind::Allgather => input_value(kind, op, block as i32, j, salt),
+        Kind::Alltoall => input_value(kind, op, block as i32, pe as usize * count + j, salt),
+        Kind::ReduceScatter => allreduce::expected_value(op, pe as usize * count + i, salt, n_pes),
+        Kind::Reduce => allreduce::expected_value(op, i, salt, n_pes),
+    }
+}
+
+/// How far a correct output may be from [`expected_value`]: 0 for data movement (bit for bit),
+/// allreduce's bound for the reductions (the same values reduced over the same PEs).
+pub fn tolerance(kind: Kind, op: ReduceOp, dtype: BenchDtype, n_pes: i32) -> f64 {
+    if kind.reduces() {
+        allreduce::tolerance(op, dtype, n_pes)
+    } else {
+        0.0
+    }
+}
+
+/// Whether PE `pe`'s output is defined: everywhere but for reduce, where only the root's is.
+pub fn checks_output(kind: Kind, root: i32, pe: i32) -> bool {
+    kind != Kind::Reduce || pe == root
+}
+
+/// Our collective of a [`Kind`].
+enum Ours<'nv> {
+    Broadcast(Broadcast<'nv>),
+    Allgather(Allgather<'nv>),
+    Alltoall(Alltoall<'nv>),
+    ReduceScatter(ReduceScatter<'nv>),
+    Reduce(Reduce<'nv>),
+}
+
+impl<'nv> Ours<'nv> {
+    /// Collective over the world.
+    fn new(nv: &'nv Nvshmem, kind: Kind, slot_bytes: usize) -> Result<Self> {
+        Ok(match kind {
+            Kind::Broadcast => Ours::Broadcast(Broadcast::world(nv)?),
+            Kind::Allgather => Ours::Allgather(Allgather::world(nv)?),
+            Kind::Alltoall => Ours::Alltoall(Alltoall::world(nv)?),
+            Kind::ReduceScatter => Ours::ReduceScatter(ReduceScatter::world(nv, slot_bytes)?),
+            Kind::Reduce => Ours::Reduce(Reduce::world(nv, slot_bytes)?),
+        })
+    }
+
+    /// The receive slot size the workspace rounded to (reductions only).
+    fn slot_bytes(&self) -> Option<usize> {
+        match self {
+            Ours::ReduceScatter(rs) => Some(rs.slot_bytes()),
+            Ours::Reduce(r) => Some(r.slot_bytes()),
+            _ => None,
+        }
+    }
+}
+
+/// One of the five collectives as the harness sees it.
+struct FamilyBench<'nv> {
+    kind: Kind,
+    op: ReduceOp,
+    root: i32,
+    ours: std::result::Result<Ours<'nv>, String>,
+    nccl: std::result::Result<NcclBaseline<'nv>, String>,
+}
+
+/// A candidate's state, or why it cannot run, as the error the harness records.
+fn ready<S>(state: &mut std::result::Result<S, String>) -> Result<&mut S> {
+    state.as_mut().map_err(|why| Error::Driver {
+        message: why.clone(),
+    })
+}
+
+impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
+    type Candidate = Candidate;
+
+    fn name(&self, c: Candidate) -> &'static str {
+        c.name()
+    }
+
+    // Decided from state every PE shares, so every PE skips the same candidates.
+    fn available(&self, c: Candidate) -> std::result::Result<(), String> {
+        match c {
+            Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+        }
+    }
+
+    fn call(
+        &mut self,
+        c: Candidate,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        stream: &CudaStream,
+    ) -> Result<Option<&'static str>> {
+        let (op, root) = (self.op, self.root);
+        let done = match c {
+            Candidate::Ours => match ready(&mut self.ours)? {
+                Ours::Broadcast(b) => b.run(input, output, root, stream),
+                Ours::Allgather(a) => a.run(input, output, stream),
+                Ours::Alltoall(a) => a.run(input, output, stream),
+                Ours::ReduceScatter(rs) => rs.run(input, output, op, stream),
+                Ours::Reduce(r) => r.run(input, output, op, root, stream),
+            },
+            Candidate::Nccl => {
+                let nccl = ready(&mut self.nccl)?;
+                match self.kind {
+                    Kind::Broadcast => nccl.broadcast(input, output, root),
+                    Kind::Allgather => nccl.all_gather(input, output),
+                    Kind::Alltoall => nccl.all_to_all(input, output),
+                    Kind::ReduceScatter => nccl.reduce_scatter(input, output, op),
+                    Kind::Reduce => nccl.reduce(input, output, op, root),
+                }
+            }
+        };
+        done.map(|()| None)
+    }
+
+    fn count_for(&self, elems: usize, elem_bytes: usize, n_pes: i32) -> usize {
+        self.kind.count_for(elems, elem_bytes, n_pes)
+    }
+
+    fn input_len(&self, count: usize, n_pes: i32) -> usize {
+        self.kind.input_len(count, n_pes)
+    }
+
+    fn output_len(&self, count: usize, n_pes: i32) -> usize {
+        self.kind.output_len(count, n_pes)
+    }
+
+    fn input_value(&self, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
+        input_value(self.kind, self.op, pe, i, salt)
+    }
+
+    fn expected_value(&self, pe: i32, i: usize, count: usize, salt: u64, n_pes: i32) -> f64 {
+        expected_value(self.kind, self.op, self.root, pe, i, count, salt, n_pes)
+    }
+
+    fn tolerance(&self, dtype: BenchDtype, n_pes: i32, _expected: f64) -> f64 {
+        tolerance(self.kind, self.op, dtype, n_pes)
+    }
+
+    fn checks_output(&self, pe: i32, _n_pes: i32) -> bool {
+        checks_output(self.kind, self.root, pe)
+    }
+
+    fn busbw_factor(&self, n_pes: i32) -> f64 {
+        self.kind.busbw_factor(n_pes)
+    }
+}
+
+/// Runs the benchmark on every PE (collective; any PE count). Returns the report on PE 0, None
+/// on the others. Wrong results and candidates that could not run are recorded in the report,
+/// not returned as errors: call [`Report::verify`] after printing it. A root outside the job
+/// is an error on every PE before anything runs.
+pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
+    let kind = opts.kind;
+    if kind.rooted() {
+        // Named after the option: the world's ranks are the job's PEs.
+        check_root("--root", opts.root, nv.n_pes())?;
+    }
+    let h = Harness::new(nv, opts.reps, opts.warmup)?;
+    let ours = if opts.candidates.contains(&Candidate::Ours) {
+        h.agree("our workspace", Ours::new(nv, kind, opts.slot_bytes))?
+    } else {
+        Err("not requested".into())
+    };
+    let nccl = if opts.candidates.contains(&Candidate::Nccl) {
+        NcclBaseline::for_bench(nv, &h.stream)
+    } else {
+        Err("not requested".into())
+    };
+    let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
+    // The workspace rounds the slot size; report what ran.
+    let slot_bytes = kind.reduces().then(|| {
+        ours.as_ref()
+            .ok()
+            .and_then(Ours::slot_bytes)
+            .unwrap_or(opts.slot_bytes)
+    });
+    let mut bench = FamilyBench {
+        kind,
+        op: opts.op,
+        root: opts.root,
+        ours,
+        nccl,
+    };
+    let list = sizes(opts.min_bytes, opts.max_bytes);
+    let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
+    nv.barrier_all()?;
+    if nv.my_pe() != 0 {
+        return Ok(None);
+    }
+    let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
+    Ok(Some(report(
+        nv.n_pes(),
+        nv.context().name()?,
+        opts,
+        slot_bytes,
+        nccl_version,
+        nvls,
+        rows,
+    )))
+}
+
+/// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio.
+fn report(
+    n_pes: i32,
+    gpu: String,
+    opts: &FamilyBenchOptions,
+    slot_bytes: Option<usize>,
+    nccl_version: Option<String>,
+    nccl_nvls_enable: Option<String>,
+    rows: Vec<harness::Row>,
+) -> Report {
+    let kind = opts.kind;
+    let mut first = nccl_label(nccl_version.as_deref(), nccl_nvls_enable.as_deref());
+    if let Some(slot) = slot_bytes {
+        first += &format!("; our receive slots {}", size_label(slot));
+    }
+    if kind.rooted() {
+        first += &format!("; root PE {}", opts.root);
+    }
+    let header = vec![
+        first,
+        format!(
+            "{} (nccl-tests' definitions); bus factor {}",
+            kind.size_text(),
+            kind.busbw_text()
+        ),
+        kind.expected_text().to_string(),
+    ];
+    let opt = |v: &Option<String>| harness::json_opt_str(v.as_deref());
+    let mut json_fields = Vec::new();
+    if let Some(slot) = slot_bytes {
+        json_fields.push(("slot_bytes", slot.to_string()));
+    }
+    if kind.rooted() {
+        json_fields.push(("root", opts.root.to_string()));
+    }
+    json_fields.push(("nccl_version", opt(&nccl_version)));
+    json_fields.push(("nccl_nvls_enable", opt(&nccl_nvls_enable)));
+    Report {
+        collective: kind.name(),
+        n_pes,
+        gpu,
+        op: kind.reduces().then_some(opts.op),
+        reps: opts.reps.max(1),
+        warmup: opts.warmup.max(1),
+        header,
+        json_fields,
+        candidates: opts.candidates.iter().map(|c| c.name()).collect(),
+        ratio: Some(("ours", "nccl")),
+        note_column: None,
+        checked_by: (kind == Kind::Reduce).then(|| {
+            format!(
+                "the root (PE {}), the only PE whose output is defined,",
+                opts.root
+            )
+        }),
+        rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::harness::{
+        algbw_gbps, render_json, render_table, salt, size_plan, Outcome, Row, Timing,
+    };
+
+    /// The bench as the harness sees it, with neither candidate usable (no GPU here).
+    fn bench(kind: Kind, op: ReduceOp, root: i32) -> FamilyBench<'static> {
+        FamilyBench {
+            kind,
+            op,
+            root,
+            ours: Err("no GPU".into()),
+            nccl: Err("no GPU".into()),
+        }
+    }
+
+    #[test]
+    fn bus_factors_are_nccl_tests() {
+        for n in [2, 4, 8] {
+            assert_eq!(Kind::Broadcast.busbw_factor(n), 1.0);
+            assert_eq!(Kind::Reduce.busbw_factor(n), 1.0);
+            let blocked = (n as f64 - 1.0) / n as f64;
+            for k in [Kind::Allgather, Kind::ReduceScatter, Kind::Alltoall] {
+                assert_eq!(k.busbw_factor(n), blocked, "{k:?} {n}");
+            }
+        }
+        assert_eq!(Kind::Allgather.busbw_factor(2), 0.5);
+        assert_eq!(Kind::Alltoall.busbw_factor(8), 0.875);
+        assert_eq!(Kind::ReduceScatter.busbw_factor(1), 0.0);
+        assert_eq!(Kind::Broadcast.busbw_factor(0), 0.0);
+        // The harness's busbw is algbw times the factor: 1 MiB in 10 us on 8 PEs.
+        let b = bench(Kind::Allgather, ReduceOp::Sum, 0);
+        let f = <FamilyBench<'_> as Collective<f32>>::busbw_factor(&b, 8);
+        assert!((algbw_gbps(1 << 20, 10.0) * f - 91.7504).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sizes_and_counts_are_nccl_tests() {
+        let plan = |kind: Kind, sizes: &[usize], elem: usize, n: i32| {
+            let b = bench(kind, ReduceOp::Sum, 0);
+            if elem == 4 {
+                size_plan::<f32, _>(&b, sizes, elem, n)
+            } else {
+                size_plan::<half::bf16, _>(&b, sizes, elem, n)
+            }
+        };
+        // Broadcast and reduce: the size asked for is each PE's buffer.
+        for k in [Kind::Broadcast, Kind::Reduce] {
+            assert_eq!(
+                plan(k, &[4096, 1 << 20], 4, 3),
+                vec![(1024, 4096), (1 << 18, 1 << 20)]
+            );
+            assert_eq!((k.input_len(10, 4), k.output_len(10, 4)), (10, 10));
+        }
+        // The others: a block per PE, and the size is the n x count buffer.
+        for k in [Kind::Allgather, Kind::Alltoall, Kind::ReduceScatter] {
+            assert_eq!(plan(k, &[4096], 4, 2), vec![(512, 4096)], "{k:?}");
+            assert_eq!(plan(k, &[1 << 20], 2, 8), vec![(1 << 16, 1 << 20)], "{k:?}");
+            // 3 PEs: 4K of f32 is 341 elements each, down to 340 (16 bytes), 4080 bytes.
+            assert_eq!(plan(k, &[4096], 4, 3), vec![(340, 4080)], "{k:?}");
+            // bf16 blocks are multiples of 8 elements: 4K over 3 is 682, down to 680.
+            assert_eq!(plan(k, &[4096], 2, 3), vec![(680, 4080)], "{k:?}");
+            // Too small for a 16-byte block per PE: left out.
+            assert_eq!(plan(k, &[64, 128], 4, 8), vec![(4, 128)], "{k:?}");
+        }
+        assert_eq!(
+            (
+                Kind::Allgather.input_len(5, 4),
+                Kind::Allgather.output_len(5, 4)
+            ),
+            (5, 20)
+        );
+        assert_eq!(
+            (
+                Kind::Alltoall.input_len(5, 4),
+                Kind::Alltoall.output_len(5, 4)
+            ),
+            (20, 20)
+        );
+        assert_eq!(
+            (
+                Kind::ReduceScatter.input_len(5, 4),
+                Kind::ReduceScatter.output_len(5, 4)
+            ),
+            (20, 5)
+        );
+        // A size that is no whole element, or whose count repeats, is left out.
+        assert_eq!(plan(Kind::Broadcast, &[3, 4096, 4096], 2, 2).len(), 1);
+    }
+
+    /// Each PE's output computed by moving and reducing host vectors, as the collective's
+    /// definition says, in rank order and in the dtype.
+    fn simulate(
+        kind: Kind,
+        op: ReduceOp,
+        root: i32,
+        n: i32,
+        count: usize,
+        s: u64,
+    ) -> Vec<Vec<f64>> {
+        let bf = |x: f64| half::bf16::from_f64(x).to_f64();
+        let inputs: Vec<Vec<f64>> = (0..n)
+            .map(|pe| {
+                (0..kind.input_len(count, n))
+                    .map(|i| bf(input_value(kind, op, pe, i, s)))
+                    .collect()
+            })
+            .collect();
+        let fold = |vals: Vec<f64>| -> f64 {
+            let r = vals[1..].iter().fold(vals[0], |acc, &v| {
+                bf(match op {
+                    ReduceOp::Sum | ReduceOp::Avg => acc + v,
+                    ReduceOp::Prod => acc * v,
+                    ReduceOp::Min => acc.min(v),
+                    ReduceOp::Max => acc.max(v),
+                })
+            });
+            if op == ReduceOp::Avg {
+                r / n as f64
+            } else {
+                r
+            }
+        };
+        let block = |pe: i32, b: usize| inputs[pe as usize][b * count..(b + 1) * count].to_vec();
+        (0..n)
+            .map(|pe| match kind {
+                Kind::Broadcast => inputs[root as usize].clone(),
+                Kind::Allgather => inputs.concat(),
+                Kind::Alltoall => (0..n).flat_map(|s| block(s, pe as usize)).collect(),
+                Kind::ReduceScatter => (0..count)
+                    .map(|j| fold((0..n).map(|s| block(s, pe as usize)[j]).collect()))
+                    .collect(),
+                Kind::Reduce => (0..count)
+                    .map(|i| fold((0..n).map(|s| inputs[s as usize][i]).collect()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn expected_values_are_the_collectives_definitions_exactly_in_bf16() {
+        let ops = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
+        for kind in Kind::ALL {
+            for n in [1, 2, 3, 8] {
+                for root in [0, n - 1] {
+                    for op in ops {
+                        let count = 24;
+                        let s = salt(count * 2, 1);
+                        let want = simulate(kind, op, root, n, count, s);
+                        for pe in 0..n {
+                            if !checks_output(kind, root, pe) {
+                                continue;
+                            }
+                            let got: Vec<f64> = (0..kind.output_len(count, n))
+                                .map(|i| expected_value(kind, op, root, pe, i, count, s, n))
+                                .collect();
+                            assert_eq!(got, want[pe as usize], "{kind:?} {op:?} n={n} pe={pe}");
+                            assert_eq!(tolerance(kind, op, BenchDtype::Bf16, n), 0.0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn misrouted_or_stale_data_does_not_match() {
+        let (n, count) = (4, 64);
+        let s = salt(4096, 0);
+        let e = |kind: Kind, root: i32, pe: i32, i: usize, s: u64| {
+            expected_value(kind, ReduceOp::Sum, root, pe, i, count, s, n)
+        };
+        let differ = |a: &dyn Fn(usize) -> f64, b: &dyn Fn(usize) -> f64, len: usize| {
+            (0..len).filter(|&i| a(i) != b(i)).count() > len / 2
+        };
+        let len = n as usize * count;
+        // Another PE's output (where PEs' outputs differ), another call's salt, another root.
+        for kind in Kind::ALL {
+            if matches!(kind, Kind::Alltoall | Kind::ReduceScatter) {
+                assert!(differ(
+                    &|i| e(kind, 0, 1, i, s),
+                    &|i| e(kind, 0, 2, i, s),
+                    count
+                ));
+            }
+            assert!(differ(
+                &|i| e(kind, 0, 0, i, s),
+                &|i| e(kind, 0, 0, i, s + 1),
+                count
+            ));
+        }
+        assert!(differ(
+            &|i| e(Kind::Broadcast, 0, 1, i, s),
+            &|i| e(Kind::Broadcast, 1, 1, i, s),
+            count
+        ));
+        // Alltoall: block s of PE r's output is block r of PE s's input, not block s.
+        assert!(differ(
+            &|i| e(Kind::Alltoall, 0, 1, i, s),
+            &|i| input_value(Kind::Alltoall, ReduceOp::Sum, (i / count) as i32, i, s),
+            len
+        ));
+        // Allgather: block r is PE r's input, not the receiving PE's.
+        assert!(differ(
+            &|i| e(Kind::Allgather, 0, 2, i, s),
+            &|i| input_value(Kind::Allgather, ReduceOp::Sum, 2, i % count, s),
+            len
+        ));
+    }
+
+    #[test]
+    fn only_reduce_leaves_outputs_unchecked_and_only_off_the_root() {
+        for kind in Kind::ALL {
+            for pe in 0..4 {
+                assert_eq!(
+                    checks_output(kind, 2, pe),
+                    kind != Kind::Reduce || pe == 2,
+                    "{kind:?} {pe}"
+                );
+            }
+        }
+        let b = bench(Kind::Reduce, ReduceOp::Sum, 1);
+        assert!(!<FamilyBench<'_> as Collective<f32>>::checks_output(
+            &b, 0, 2
+        ));
+        assert!(<FamilyBench<'_> as Collective<f32>>::checks_output(
+            &b, 1, 2
+        ));
+        // Reductions share allreduce's tolerance; data movement is bit for bit.
+        for (kind, op) in [
+            (Kind::Reduce, ReduceOp::Avg),
+            (Kind::ReduceScatter, ReduceOp::Avg),
+        ] {
+            assert_eq!(
+                tolerance(kind, op, BenchDtype::F32, 4),
+                allreduce::tolerance(op, BenchDtype::F32, 4)
+            );
+        }
+        assert_eq!(
+            tolerance(Kind::Alltoall, ReduceOp::Avg, BenchDtype::Bf16, 16),
+            0.0
+        );
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for c in Candidate::ALL {
+            assert_eq!(Candidate::parse(c.name()), Ok(c));
+        }
+        assert_eq!(Candidate::parse(" NCCL "), Ok(Candidate::Nccl));
+        assert!(Candidate::parse("auto").is_err());
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "broadcast",
+                "allgather",
+                "alltoall",
+                "reduce-scatter",
+                "reduce"
+            ]
+        );
+        assert!(Kind::Reduce.reduces() && Kind::Reduce.rooted());
+        assert!(!Kind::Alltoall.reduces() && !Kind::Alltoall.rooted());
+    }
+
+    fn timing(us: f64, bytes: usize, kind: Kind, n: i32, checked_pes: i32) -> Outcome {
+        let algbw = algbw_gbps(bytes, us);
+        Outcome::Timed(Timing {
+            iters: 20,
+            us,
+            algbw,
+            busbw: algbw * kind.busbw_factor(n),
+            checked: 400,
+            checked_pes,
+            wrong: 0,
+            wrong_detail: None,
+        })
+    }
+
+    fn sample(kind: Kind, n: i32, root: i32) -> Report {
+        let mut opts = FamilyBenchOptions::new(kind);
+        opts.root = root;
+        let pes = if kind == Kind::Reduce { 1 } else { n };
+        let row = |bytes: usize, count: usize, wrong: u64| {
+            let mut ours = timing(8.0, bytes, kind, n, pes);
+            if let Outcome::Timed(t) = &mut ours {
+                t.wrong = wrong;
+            }
+            Row {
+                bytes,
+                count,
+                dtype: BenchDtype::F32,
+                results: vec![("ours", ours), ("nccl", timing(10.0, bytes, kind, n, pes))],
+                note: None,
+            }
+        };
+        report(
+            n,
+            "NVIDIA H200".into(),
+            &opts,
+            kind.reduces().then_some(8 << 20),
+            Some("2.27.3".into()),
+            Some("0".into()),
+            vec![row(4080, 340, 0), row(1 << 20, 1 << 16, 2)],
+        )
+    }
+
+    #[test]
+    fn reports_say_what_was_measured_and_checked() {
+        let t = render_table(&sample(Kind::Allgather, 3, 0));
+        assert!(
+            t.starts_with("# allgather on 3 PE(s), NVIDIA H200\n"),
+            "{t}"
+        );
+        assert!(t.contains("# NCCL 2.27.3 (NCCL_NVLS_ENABLE=0)\n"), "{t}");
+        assert!(
+            t.contains(
+                "size = the output, n x count (nccl-tests' definitions); bus factor (n-1)/n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("block r of every output = PE r's input, bit for bit"),
+            "{t}"
+        );
+        assert!(t.contains("every PE compares every output"), "{t}");
+        let header = t.lines().find(|l| l.contains("redop")).unwrap();
+        assert!(header.ends_with("ours/nccl"), "{header}");
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("4080"))
+            .unwrap();
+        assert!(row.contains(" 340 ") && row.contains(" none "), "{row}");
+        assert!(row.ends_with(" 0.80"), "{row}");
+        assert_eq!(header.len(), row.len(), "{header}\n{row}");
+
+        let r = sample(Kind::Reduce, 4, 2);
+        let t = render_table(&r);
+        assert!(t.starts_with("# reduce (sum) on 4 PE(s)"), "{t}");
+        assert!(t.contains("our receive slots 8M; root PE 2\n"), "{t}");
+        assert!(t.contains("bus factor 1\n"), "{t}");
+        assert!(
+            t.contains(
+                "the root (PE 2), the only PE whose output is defined, compares every output"
+            ),
+            "{t}"
+        );
+        // Wrong outputs are counted on the one checking PE.
+        assert!(t.contains("2 wrong output(s) of 400 calls x 1 PEs"), "{t}");
+        assert!(r.verify().is_err());
+        let j = render_json(&r);
+        assert!(
+            j.starts_with(
+                "{\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
+            ),
+            "{j}"
+        );
+        assert!(
+            j.contains("\"slot_bytes\":8388608,\"root\":2,\"nccl_version\":\"2.27.3\""),
+            "{j}"
+        );
+        assert!(j.contains("\"checked_pes\":1}"), "{j}");
+        assert!(j.contains("\"ratio_ours_over_nccl\":0.8000"), "{j}");
+        assert!(j.contains("\"ratio_ours_over_nccl\":null"), "{j}");
+
+        let j = render_json(&sample(Kind::Broadcast, 2, 1));
+        assert!(j.contains("\"op\":null") && j.contains("\"root\":1"), "{j}");
+        assert!(!j.contains("slot_bytes"), "{j}");
+        let j = render_json(&sample(Kind::ReduceScatter, 2, 0));
+        assert!(
+            j.contains("\"slot_bytes\"") && !j.contains("\"root\""),
+            "{j}"
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! The benches of broadcast, allgather, alltoall, reduce-scatter and reduce, end to end on 2 PEs
+//! with small sizes: every timed call of ours (and NCCL's, where it can run) checked, a report
+//! on PE 0 only, and a root outside the job refused on every PE.
+//! Run by scripts/gpu_test.sh under `nvsh run -n 2` (tests named pe2_*).
+
+mod common;
+
+use common::{gpu_test, runtime, skip};
+use nvsh::bench::family::{self, Candidate, FamilyBenchOptions, Kind};
+use nvsh::bench::harness::{render_table, Outcome};
+use nvsh::nccl_baseline;
+use nvshmem::ReduceOp;
+
+gpu_test!(2, family_benches_check_every_timed_call);
+fn family_benches_check_every_timed_call() {
+    let nv = runtime(2);
+    // NCCL refuses two ranks on one GPU; decided alike on both PEs (one machine).
+    let nccl = match nccl_baseline::library_status() {
+        Ok(()) if !nv.shares_gpus() => true,
+        Ok(()) => {
+            skip("NCCL needs one GPU per rank (2-GPU machine); ours only");
+            false
+        }
+        Err(why) => {
+            skip(&format!("NCCL is not loadable here: {why}; ours only"));
+            false
+        }
+    };
+    for kind in Kind::ALL {
+        let mut opts = FamilyBenchOptions::new(kind);
+        opts.min_bytes = 4 << 10;
+        opts.max_bytes = 64 << 10;
+        opts.reps = 2;
+        opts.warmup = 1;
+        // Off PE 0, so a root taken for PE 0 is caught; max: a reduction other than the sum.
+        opts.root = 1;
+        opts.op = ReduceOp::Max;
+        // Small slots, so reductions of the larger sizes go in several segments.
+        opts.slot_bytes = 16 << 10;
+        if !nccl {
+            opts.candidates = vec![Candidate::Ours];
+        }
+        let report = family::run(&nv, &opts).expect("bench ran");
+        if nv.my_pe() != 0 {
+            assert!(report.is_none());
+            continue;
+        }
+        let report = report.expect("PE 0 has the report");
+        let table = render_table(&report);
+        report.verify().unwrap_or_else(|e| panic!("{e}\n{table}"));
+        // 4K to 64K in f32 and bf16.
+        assert_eq!(report.rows.len(), 10, "{table}");
+        let pes = if kind == Kind::Reduce { 1 } else { 2 };
+        for row in &report.rows {
+            for (_, o) in &row.results {
+                match o {
+                    Outcome::Timed(t) => assert_eq!(t.checked_pes, pes, "{table}"),
+                    Outcome::Unavailable(why) => panic!("{kind:?}: {why}\n{table}"),
+                }
+            }
+        }
+    }
+    // A root outside the job: the same error on both PEs, before anything runs.
+    let mut opts = FamilyBenchOptions::new(Kind::Broadcast);
+    opts.root = 2;
+    let err = family::run(&nv, &opts).unwrap_err().to_string();
+    assert!(err.contains("--root") && err.contains("0..2"), "{err}");
+}
