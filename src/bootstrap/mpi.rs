@@ -89,13 +89,19 @@ impl MpiGuard {
     /// inside NVSHMEM's init for this one, and mpirun ends them only on MPI_Abort.
     pub(crate) fn abort(&self, err: &Error) -> ! {
         let world = mpi::topology::SimpleCommunicator::world();
-        // Straight to stderr, not through `log`: the process ends here, and the reason must
-        // reach the user whatever the logger is set to (the application may have none).
-        eprintln!(
+        let reason = format!(
             "nvshmem: rank {}: {err}; aborting the MPI job (MPI_Abort), because the other ranks \
              may be waiting for this one inside NVSHMEM's init",
             world.rank()
         );
+        // The process ends here: the reason goes through `log` where a logger takes errors,
+        // else straight to stderr, so that it reaches the user whatever the application set up.
+        if log::max_level() >= log::Level::Error {
+            log::error!("{reason}");
+        } else {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{reason}");
+        }
         world.abort(1)
     }
 }
