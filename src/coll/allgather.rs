@@ -7,11 +7,9 @@ use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
-use crate::core::runtime::Nvshmem;
 use crate::proto::family::family_methods;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
-use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 static TEXT: CollectiveText = CollectiveText {
@@ -27,19 +25,6 @@ pub struct Allgather<'nv> {
 }
 
 impl<'nv> Allgather<'nv> {
-    /// An allgather over `team` (None on PEs in no team of the split). Collective over the
-    /// world.
-    pub fn new(nv: &'nv Nvshmem, team: Option<&Team<'_>>) -> Result<Allgather<'nv>> {
-        Ok(Allgather {
-            fam: FamilyWorkspace::new(nv, team, &TEXT, None)?,
-        })
-    }
-
-    /// An allgather over every PE.
-    pub fn world(nv: &'nv Nvshmem) -> Result<Allgather<'nv>> {
-        Allgather::new(nv, Some(&nv.team_world()))
-    }
-
     /// Block [r] of `output` (n_pes x input.len() elements) = member r's `input`, on every
     /// member, in stream order. In place when `input` is this member's own block of `output`.
     pub fn run<'a, 'b, T: Element>(
@@ -86,4 +71,4 @@ impl<'nv> Allgather<'nv> {
     }
 }
 
-family_methods!(Allgather);
+family_methods!(Allgather, &TEXT);

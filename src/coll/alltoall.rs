@@ -6,11 +6,9 @@ use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
-use crate::core::runtime::Nvshmem;
 use crate::proto::family::family_methods;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
-use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 static TEXT: CollectiveText = CollectiveText {
@@ -26,19 +24,6 @@ pub struct Alltoall<'nv> {
 }
 
 impl<'nv> Alltoall<'nv> {
-    /// An alltoall over `team` (None on PEs in no team of the split). Collective over the
-    /// world.
-    pub fn new(nv: &'nv Nvshmem, team: Option<&Team<'_>>) -> Result<Alltoall<'nv>> {
-        Ok(Alltoall {
-            fam: FamilyWorkspace::new(nv, team, &TEXT, None)?,
-        })
-    }
-
-    /// An alltoall over every PE.
-    pub fn world(nv: &'nv Nvshmem) -> Result<Alltoall<'nv>> {
-        Alltoall::new(nv, Some(&nv.team_world()))
-    }
-
     /// Block [s] of `output` = block [my rank] of member s's `input`, on every member, in
     /// stream order. Both hold n_pes blocks of the same length; they must not overlap (as in
     /// NCCL, no in-place form).
@@ -86,4 +71,4 @@ impl<'nv> Alltoall<'nv> {
     }
 }
 
-family_methods!(Alltoall);
+family_methods!(Alltoall, &TEXT);

@@ -8,11 +8,9 @@ use crate::coll::family::{byte_range, describe_family_meta, family_code_name, fa
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
-use crate::core::runtime::Nvshmem;
 use crate::proto::family::{check_root, family_methods};
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
-use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 static TEXT: CollectiveText = CollectiveText {
@@ -30,19 +28,6 @@ pub struct Broadcast<'nv> {
 }
 
 impl<'nv> Broadcast<'nv> {
-    /// A broadcast over `team` (None on PEs in no team of the split: they only take part in the
-    /// allocation). Collective over the world.
-    pub fn new(nv: &'nv Nvshmem, team: Option<&Team<'_>>) -> Result<Broadcast<'nv>> {
-        Ok(Broadcast {
-            fam: FamilyWorkspace::new(nv, team, &TEXT, None)?,
-        })
-    }
-
-    /// A broadcast over every PE.
-    pub fn world(nv: &'nv Nvshmem) -> Result<Broadcast<'nv>> {
-        Broadcast::new(nv, Some(&nv.team_world()))
-    }
-
     /// `output = input of the root` on every member, in stream order. `input` (read at the
     /// root only) and `output` are symmetric views of the same length (at least 1) on every
     /// member; at the root they may be the same view (in place). `root` is a team rank.
@@ -97,4 +82,4 @@ impl<'nv> Broadcast<'nv> {
     }
 }
 
-family_methods!(Broadcast);
+family_methods!(Broadcast, &TEXT);

@@ -7,11 +7,9 @@ use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::core::buffer::SymView;
 use crate::core::error::{Error, Result};
-use crate::core::runtime::Nvshmem;
 use crate::proto::family::{check_root, family_methods};
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
-use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 static TEXT: CollectiveText = CollectiveText {
@@ -27,29 +25,6 @@ pub struct Reduce<'nv> {
 }
 
 impl<'nv> Reduce<'nv> {
-    /// A reduce over `team` (None on PEs in no team of the split) whose receive slots hold
-    /// `slot_bytes` each; larger messages go in segments of that size. Collective over the
-    /// world.
-    pub fn new(
-        nv: &'nv Nvshmem,
-        team: Option<&Team<'_>>,
-        slot_bytes: usize,
-    ) -> Result<Reduce<'nv>> {
-        Ok(Reduce {
-            fam: FamilyWorkspace::new(nv, team, &TEXT, Some(slot_bytes))?,
-        })
-    }
-
-    /// A reduce over every PE.
-    pub fn world(nv: &'nv Nvshmem, slot_bytes: usize) -> Result<Reduce<'nv>> {
-        Reduce::new(nv, Some(&nv.team_world()), slot_bytes)
-    }
-
-    /// Bytes of one receive slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.fam.slot_bytes()
-    }
-
     /// At the root, `output` = op over members of their `input`, element-wise in rank order;
     /// other members' outputs are not written. Views of the same length (at least 1) on every
     /// member; the same view for in place. `root` is a team rank.
@@ -121,4 +96,4 @@ impl<'nv> Reduce<'nv> {
     }
 }
 
-family_methods!(Reduce);
+family_methods!(Reduce, &TEXT, slots);

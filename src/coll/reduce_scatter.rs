@@ -8,11 +8,9 @@ use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::core::buffer::SymView;
 use crate::core::error::{Error, Result};
-use crate::core::runtime::Nvshmem;
 use crate::proto::family::family_methods;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
-use crate::team::Team;
 use cudarc::driver::CudaStream;
 
 static TEXT: CollectiveText = CollectiveText {
@@ -28,29 +26,6 @@ pub struct ReduceScatter<'nv> {
 }
 
 impl<'nv> ReduceScatter<'nv> {
-    /// A reduce-scatter over `team` (None on PEs in no team of the split) whose receive slots
-    /// hold `slot_bytes` each (2 x world of them); larger blocks go in segments of that size.
-    /// Collective over the world.
-    pub fn new(
-        nv: &'nv Nvshmem,
-        team: Option<&Team<'_>>,
-        slot_bytes: usize,
-    ) -> Result<ReduceScatter<'nv>> {
-        Ok(ReduceScatter {
-            fam: FamilyWorkspace::new(nv, team, &TEXT, Some(slot_bytes))?,
-        })
-    }
-
-    /// A reduce-scatter over every PE.
-    pub fn world(nv: &'nv Nvshmem, slot_bytes: usize) -> Result<ReduceScatter<'nv>> {
-        ReduceScatter::new(nv, Some(&nv.team_world()), slot_bytes)
-    }
-
-    /// Bytes of one receive slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.fam.slot_bytes()
-    }
-
     /// `output` = op over members of block [my rank] of their `input` (n_pes x output.len()
     /// elements), element-wise in rank order, in stream order. In place when `output` is this
     /// member's own block of `input`.
@@ -118,4 +93,4 @@ impl<'nv> ReduceScatter<'nv> {
     }
 }
 
-family_methods!(ReduceScatter);
+family_methods!(ReduceScatter, &TEXT, slots);

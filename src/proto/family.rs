@@ -176,9 +176,58 @@ pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
     }
 }
 
-/// The methods every family collective forwards to its workspace: timeout, checks, failure.
+/// What every family collective has besides its `run`: constructors over a team or the world
+/// (with `slots`: receive slots of a given size) and the methods it forwards to its workspace
+/// (timeout, checks, failure). `$text` is its [`CollectiveText`].
 macro_rules! family_methods {
-    ($ty:ident) => {
+    ($ty:ident, $text:expr) => {
+        impl<'nv> $ty<'nv> {
+            /// Over `team` (None on PEs in no team of the split: they only take part in the
+            /// allocation). Collective over the world.
+            pub fn new(
+                nv: &'nv $crate::Nvshmem,
+                team: Option<&$crate::Team<'_>>,
+            ) -> $crate::Result<$ty<'nv>> {
+                Ok($ty {
+                    fam: $crate::proto::FamilyWorkspace::new(nv, team, $text, None)?,
+                })
+            }
+
+            /// Over every PE.
+            pub fn world(nv: &'nv $crate::Nvshmem) -> $crate::Result<$ty<'nv>> {
+                $ty::new(nv, Some(&nv.team_world()))
+            }
+        }
+        $crate::proto::family::family_methods!(@common $ty);
+    };
+    ($ty:ident, $text:expr, slots) => {
+        impl<'nv> $ty<'nv> {
+            /// Over `team` (None on PEs in no team of the split), with receive slots of
+            /// `slot_bytes` each (2 x world of them); larger messages go in segments of that
+            /// size. Collective over the world.
+            pub fn new(
+                nv: &'nv $crate::Nvshmem,
+                team: Option<&$crate::Team<'_>>,
+                slot_bytes: usize,
+            ) -> $crate::Result<$ty<'nv>> {
+                Ok($ty {
+                    fam: $crate::proto::FamilyWorkspace::new(nv, team, $text, Some(slot_bytes))?,
+                })
+            }
+
+            /// Over every PE.
+            pub fn world(nv: &'nv $crate::Nvshmem, slot_bytes: usize) -> $crate::Result<$ty<'nv>> {
+                $ty::new(nv, Some(&nv.team_world()), slot_bytes)
+            }
+
+            /// Bytes of one receive slot.
+            pub fn slot_bytes(&self) -> usize {
+                self.fam.slot_bytes()
+            }
+        }
+        $crate::proto::family::family_methods!(@common $ty);
+    };
+    (@common $ty:ident) => {
         impl<'nv> $ty<'nv> {
             /// PEs taking part (the team size).
             pub fn n_pes(&self) -> i32 {
