@@ -1,47 +1,15 @@
 // Allgather (coll/family.h): every member puts its input into block [its rank] of every other
-// member's output once that member has arrived.
+// member's output once that member has arrived (coll/put_blocks.cuh).
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
 
 #include "coll/family.h"
 #include "coll/family_args.cuh"
-#include "prims/chunks.cuh"
-#include "prims/exchange.cuh"
-#include "prims/pdl.cuh"
-#include "prims/put_signal.cuh"
-#include "prims/step.cuh"
-#include "prims/waiter.cuh"
+#include "coll/put_blocks.cuh"
 
 namespace {
 
 __global__ void allgather_kernel(nvshmemrs_family_args a) {
-    const nvshmemrs_coll_header &h = a.hdr;
-    wait_for_previous_kernel();
-    if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_ALLGATHER);
-    const Step s = begin_step(h.state);
-    const Layout L{h, 0, s.parity};
-    size_t b, e;
-    part_of<char>(h.count * (size_t)a.elem_bytes, gridDim.x, blockIdx.x, &b, &e);
-    const char *in = static_cast<const char *>(h.input);
-    char *mine = static_cast<char *>(h.output) + (size_t)h.rank * a.stride * a.elem_bytes;
-    block_arrive(h, L, AllOthers{}, s.value);
-    // In place, the input is already the own block.
-    if (in != mine) block_store(mine + b, in + b, e - b);
-    auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
-    if (!block_wait_from(w, h, AllOthers{}, arrive, s.value)) return;
-    block_put_signal_all(
-        h,
-        [&](int, char **dst, const char **src, size_t *bytes) {
-            *dst = mine + b;
-            *src = in + b;
-            *bytes = e - b;
-        },
-        L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), s.value);
-    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
-    if (!block_wait_from(w, h, AllOthers{}, data, s.value)) return;
-    end_step(h);
+    put_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
 }
 
 }  // namespace

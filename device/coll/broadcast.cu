@@ -33,7 +33,7 @@ __global__ void broadcast_kernel(nvshmemrs_family_args a) {
             return;
     } else {
         if (in != out) block_store(out + b, in + b, e - b);
-        if (!block_wait_from(w, h, AllOthers{}, arrive, s.value)) return;
+        if (!block_wait_others(w, h, arrive, s.value)) return;
         block_put_signal_all(
             h,
             [&](int, char **dst, const char **src, size_t *bytes) {

@@ -40,7 +40,7 @@ __global__ void reduce_kernel(nvshmemrs_family_args a) {
     } else {
         block_arrive(h, L, AllOthers{}, s.value);
         auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
-        if (!block_wait_from(w, h, AllOthers{}, data, s.value)) return;
+        if (!block_wait_others(w, h, data, s.value)) return;
         auto src = [&](int r) -> const T * {
             return r == h.rank ? in : reinterpret_cast<const T *>(L.slot(r));
         };

@@ -39,7 +39,7 @@ __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
         },
         L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), s.value);
     auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
-    if (!block_wait_from(w, h, AllOthers{}, data, s.value)) return;
+    if (!block_wait_others(w, h, data, s.value)) return;
     const T *own = in + (size_t)h.rank * a.stride;
     auto src = [&](int r) -> const T * {
         return r == h.rank ? own : reinterpret_cast<const T *>(L.slot(r));

@@ -12,7 +12,6 @@
 
 #include "abi.h"
 #include "prims/step.cuh"
-#include "prims/waiter.cuh"
 
 // The family's counters are laid out as the slot protocols' (Layout with algo 0).
 static_assert(NVSHMEMRS_FAMILY_BLOCKS == NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS,
@@ -34,18 +33,8 @@ __device__ __forceinline__ void block_arrive(const nvshmemrs_coll_header &h, con
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
 }
 
-// Thread t waits for counter(r) >= want of ranks r = t, t + blockDim.x, ... with from(r)
-// (r != rank). False, for every thread, when a wait failed: the kernel must return.
-template <typename From, typename Counter>
-__device__ bool block_wait_from(const Waiter &w, const nvshmemrs_coll_header &h, From from,
-                                Counter counter, uint64_t want) {
-    bool ok = true;
-    for (int r = threadIdx.x; r < h.n && ok; r += blockDim.x)
-        if (r != h.rank && from(r)) ok = w.ge(counter(r), want, h.pes[r]);
-    return !__syncthreads_or(!ok);
-}
-
-// Every other member, as a from() predicate.
+// Every other member, as block_arrive's from(); the matching waits are block_wait_others
+// (prims/waiter.cuh).
 struct AllOthers {
     __device__ bool operator()(int) const { return true; }
 };

@@ -1,6 +1,6 @@
 // Put-with-signal from a whole block: data to one peer or to every other member, then one
-// counter per peer set to the step's value, ordered after the data. Direct stores where nvshmem_ptr maps the peer
-// (NVLink/PCIe), NVSHMEM block puts with signal otherwise.
+// counter per peer set to the step's value, ordered after the data. Direct stores where
+// nvshmem_ptr maps the peer (NVLink/PCIe), NVSHMEM block puts with signal otherwise.
 #ifndef NVSHMEM_RS_PUT_SIGNAL_CUH
 #define NVSHMEM_RS_PUT_SIGNAL_CUH
 
@@ -44,24 +44,39 @@ __device__ __forceinline__ void release_signal(uint64_t *flag, uint64_t value, i
     nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
 }
 
-// Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then sets the
-// counter `flag` on `pe` to `value`, ordered after the data. Called by the whole block. With
-// `reuse_src` the NVSHMEM path blocks until `src` may be overwritten (the caller writes it
-// next); direct stores have read it by the time they return anyway.
-__device__ void block_put_signal(const nvshmemrs_coll_header &h, char *dst, const char *src,
-                                 size_t bytes, uint64_t *flag, uint64_t value, int pe,
-                                 bool reuse_src = false) {
+// One peer's part, sent by the whole block: `bytes` from local `src` to `dst` (a symmetric
+// address) on `pe`. Where the peer is mapped, direct stores, and true: the caller raises `flag`
+// after a barrier (release_signal). Else an NVSHMEM put that sets `flag` to `value` after the
+// data (blocking with `reuse_src`, so that `src` may be overwritten next; direct stores have
+// read it by the time they return anyway), or the signal alone for 0 bytes.
+__device__ __forceinline__ bool block_send_part(const nvshmemrs_coll_header &h, char *dst,
+                                                const char *src, size_t bytes, uint64_t *flag,
+                                                uint64_t value, int pe, bool reuse_src) {
     char *peer = direct_ptr(h, dst, pe);
     if (peer != NULL) {
         block_store(peer, src, bytes);
-        __syncthreads();
-        if (threadIdx.x == 0) release_signal(flag, value, pe);
-    } else if (bytes > 0 && reuse_src) {
+        return true;
+    }
+    if (bytes > 0 && reuse_src) {
         nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
     } else if (bytes > 0) {
         nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
     } else if (threadIdx.x == 0) {
         nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
+    }
+    return false;
+}
+
+// Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then sets the
+// counter `flag` on `pe` to `value`, ordered after the data (block_send_part). Called by the
+// whole block.
+__device__ void block_put_signal(const nvshmemrs_coll_header &h, char *dst, const char *src,
+                                 size_t bytes, uint64_t *flag, uint64_t value, int pe,
+                                 bool reuse_src = false) {
+    // The same answer on every thread (one peer, one address): the barrier is uniform.
+    if (block_send_part(h, dst, src, bytes, flag, value, pe, reuse_src)) {
+        __syncthreads();
+        if (threadIdx.x == 0) release_signal(flag, value, pe);
     }
     __syncthreads();
 }
@@ -81,19 +96,7 @@ __device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, 
         const char *src;
         size_t bytes;
         part(r, &dst, &src, &bytes);
-        char *peer = direct_ptr(h, dst, h.pes[r]);
-        if (peer != NULL) {
-            block_store(peer, src, bytes);
-            mapped_any = true;
-        } else if (bytes > 0 && reuse_src) {
-            nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET,
-                                         h.pes[r]);
-        } else if (bytes > 0) {
-            nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET,
-                                             h.pes[r]);
-        } else if (threadIdx.x == 0) {
-            nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, h.pes[r]);
-        }
+        mapped_any |= block_send_part(h, dst, src, bytes, flag, value, h.pes[r], reuse_src);
     }
     if (mapped_any) {
         __syncthreads();
