@@ -2,8 +2,8 @@
 //! (device/coll/allgather.cu). Each member puts into the others' outputs once they have arrived
 //! (their outputs are free), so calls go back to back with no barrier.
 
-use crate::coll::family::{byte_range, check_blocks, refuse_overlap};
-use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
+use crate::coll::family::{byte_range, call_of, check_blocks, refuse_overlap};
+use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
@@ -43,31 +43,15 @@ impl<'nv> Allgather<'nv> {
         let (i, o) = (byte_range(&input), byte_range(&output));
         let own = o.start + rank as usize * input.num_bytes();
         refuse_overlap("allgather", i.clone(), o, i.start == own)?;
-        let rank = self.fam.ws_mut().begin_call()?;
-        let args = self.fam.args(
-            rank,
-            input.as_device_ptr().cast(),
-            output.as_device_ptr().cast(),
-            count,
-            count,
-            std::mem::size_of::<T>(),
-            0,
-        );
         let code = sys::NVSHMEMRS_COLL_ALLGATHER;
+        let call = call_of(code, None, None, &input, &output, count);
         self.fam
-            .exchange_header(&args, family_meta(T::DTYPE, None, code, None), code, stream)?;
-        self.fam.launch(
-            "allgather kernel launch",
-            args,
-            input.num_bytes(),
-            stream,
-            |a, b, t, s| {
-                // SAFETY: symmetric views of `count` and n x `count` elements on every member, the
-                // workspace's own counters, state and PE table; every member launches the same
-                // grid.
+            .call("allgather kernel launch", &call, stream, |a, b, t, s| {
+                // SAFETY: symmetric views of `count` and n x `count` elements on every member,
+                // the workspace's own counters, state and PE table; every member launches the
+                // same grid.
                 unsafe { sys::nvshmemrs_allgather(a, b, t, s) }
-            },
-        )
+            })
     }
 }
 

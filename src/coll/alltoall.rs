@@ -1,8 +1,8 @@
 //! Alltoall: block [r] of every member's input into block [its rank] of member r's output
 //! (device/coll/alltoall.cu). Each member puts into the others' outputs once they have arrived.
 
-use crate::coll::family::{byte_range, check_blocks, refuse_overlap};
-use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
+use crate::coll::family::{byte_range, call_of, check_blocks, refuse_overlap};
+use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
@@ -43,31 +43,15 @@ impl<'nv> Alltoall<'nv> {
         check_blocks("alltoall", "input", input.len(), count, n)?;
         check_blocks("alltoall", "output", output.len(), count, n)?;
         refuse_overlap("alltoall", byte_range(&input), byte_range(&output), false)?;
-        let rank = self.fam.ws_mut().begin_call()?;
-        let args = self.fam.args(
-            rank,
-            input.as_device_ptr().cast(),
-            output.as_device_ptr().cast(),
-            count,
-            count,
-            std::mem::size_of::<T>(),
-            0,
-        );
         let code = sys::NVSHMEMRS_COLL_ALLTOALL;
+        let call = call_of(code, None, None, &input, &output, count);
         self.fam
-            .exchange_header(&args, family_meta(T::DTYPE, None, code, None), code, stream)?;
-        let part = count * std::mem::size_of::<T>();
-        self.fam.launch(
-            "alltoall kernel launch",
-            args,
-            part,
-            stream,
-            |a, b, t, s| {
-                // SAFETY: symmetric views of n x `count` elements on every member, the workspace's
-                // own counters, state and PE table; every member launches the same grid.
+            .call("alltoall kernel launch", &call, stream, |a, b, t, s| {
+                // SAFETY: symmetric views of n x `count` elements on every member, the
+                // workspace's own counters, state and PE table; every member launches the same
+                // grid.
                 unsafe { sys::nvshmemrs_alltoall(a, b, t, s) }
-            },
-        )
+            })
     }
 }
 

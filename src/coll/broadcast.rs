@@ -3,12 +3,11 @@
 //! to back on a stream with no barrier; NVLink stores where the peer is mapped, NVSHMEM puts
 //! otherwise.
 
-use crate::coll::family::refuse_overlap;
-use crate::coll::family::{byte_range, describe_family_meta, family_code_name, family_meta};
+use crate::coll::family::{call_of, check_rooted, describe_family_meta, family_code_name};
 use crate::core::buffer::SymView;
 use crate::core::element::Element;
-use crate::core::error::{Error, Result};
-use crate::proto::family::{check_root, family_methods};
+use crate::core::error::Result;
+use crate::proto::family::family_methods;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -39,46 +38,16 @@ impl<'nv> Broadcast<'nv> {
         stream: &CudaStream,
     ) -> Result<()> {
         let (input, output) = (input.into(), output.into());
-        if input.len() != output.len() {
-            return Err(Error::LengthMismatch {
-                what: "broadcast",
-                dest: output.len(),
-                src: input.len(),
-            });
-        }
-        self.fam.ws().rank()?;
-        if input.is_empty() {
-            return Err(Error::EmptyCollective { what: "broadcast" });
-        }
-        check_root("broadcast", root, self.n_pes())?;
-        let (i, o) = (byte_range(&input), byte_range(&output));
-        refuse_overlap("broadcast", i.clone(), o.clone(), i == o)?;
-        let rank = self.fam.ws_mut().begin_call()?;
-        let count = input.len();
-        let args = self.fam.args(
-            rank,
-            input.as_device_ptr().cast(),
-            output.as_device_ptr().cast(),
-            count,
-            count,
-            std::mem::size_of::<T>(),
-            root,
-        );
+        check_rooted("broadcast", &self.fam, &input, &output, root)?;
         let code = sys::NVSHMEMRS_COLL_BROADCAST;
-        let meta = family_meta(T::DTYPE, None, code, Some(root));
-        self.fam.exchange_header(&args, meta, code, stream)?;
-        self.fam.launch(
-            "broadcast kernel launch",
-            args,
-            input.num_bytes(),
-            stream,
-            |a, b, t, s| {
-                // SAFETY: symmetric views of `count` elements on every member, the workspace's own
-                // counters, state and PE table; every member launches the same grid (from the
-                // count).
+        let call = call_of(code, None, Some(root), &input, &output, input.len());
+        self.fam
+            .call("broadcast kernel launch", &call, stream, |a, b, t, s| {
+                // SAFETY: symmetric views of `count` elements on every member, the workspace's
+                // own counters, state and PE table; every member launches the same grid (from
+                // the count).
                 unsafe { sys::nvshmemrs_broadcast(a, b, t, s) }
-            },
-        )
+            })
     }
 }
 

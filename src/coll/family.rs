@@ -1,13 +1,76 @@
-//! What the collectives beside allreduce share above the protocol layer: the checked-mode meta
-//! word and the names of their kernels in messages. The protocol part is
-//! [`crate::proto::family`].
+//! What the collectives beside allreduce share above the protocol layer: argument checks, the
+//! description of a call (with its checked-mode meta word) and the names of their kernels in
+//! messages. The protocol part is [`crate::proto::family`]. Allreduce takes its overlap check
+//! from here too.
 
 use crate::coll::op::ReduceOp;
 use crate::core::buffer::SymView;
 use crate::core::element::{Dtype, Element};
 use crate::core::error::{Error, Result};
+use crate::proto::family::{check_root, FamilyCall};
+use crate::proto::{FamilyWorkspace, Workspace};
 use crate::sys;
 use std::ops::Range;
+
+/// The call of collective `code` on `input` and `output`: `count` elements per rank block (blocks
+/// `count` apart), the element type's size, the op and root where it has them, and the meta word
+/// checked mode compares.
+pub(crate) fn call_of<T: Element>(
+    code: u32,
+    op: Option<ReduceOp>,
+    root: Option<i32>,
+    input: &SymView<'_, T>,
+    output: &SymView<'_, T>,
+    count: usize,
+) -> FamilyCall {
+    FamilyCall {
+        code,
+        meta: family_meta(T::DTYPE, op, code, root),
+        input: input.as_device_ptr().cast(),
+        output: output.as_device_ptr().cast(),
+        count,
+        stride: count,
+        elem_bytes: std::mem::size_of::<T>(),
+        root: root.unwrap_or(0),
+    }
+}
+
+/// The checks of a call whose input and output are alike (allreduce, broadcast, reduce), in this
+/// order: views of one length, this PE a member, at least one element, input and output the same
+/// view (in place) or apart (the kernels read parts of the input after writing parts of the
+/// output).
+pub(crate) fn check_elementwise<T: Element>(
+    what: &'static str,
+    ws: &Workspace<'_>,
+    input: &SymView<'_, T>,
+    output: &SymView<'_, T>,
+) -> Result<()> {
+    if input.len() != output.len() {
+        return Err(Error::LengthMismatch {
+            what,
+            dest: output.len(),
+            src: input.len(),
+        });
+    }
+    ws.rank()?;
+    if input.is_empty() {
+        return Err(Error::EmptyCollective { what });
+    }
+    let (i, o) = (byte_range(input), byte_range(output));
+    refuse_overlap(what, i.clone(), o.clone(), i == o)
+}
+
+/// [`check_elementwise`], then the root a team rank (broadcast, reduce).
+pub(crate) fn check_rooted<T: Element>(
+    what: &'static str,
+    fam: &FamilyWorkspace<'_>,
+    input: &SymView<'_, T>,
+    output: &SymView<'_, T>,
+    root: i32,
+) -> Result<()> {
+    check_elementwise(what, fam.ws(), input, output)?;
+    check_root(what, root, fam.ws().n_pes())
+}
 
 /// The byte range a view covers on this PE.
 pub(crate) fn byte_range<T: Element>(v: &SymView<'_, T>) -> Range<usize> {

@@ -3,8 +3,8 @@
 //! is all-to-all, so slots of the same parity are free again two steps later without a
 //! handshake.
 
-use crate::coll::family::{byte_range, check_blocks, refuse_overlap};
-use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
+use crate::coll::family::{byte_range, call_of, check_blocks, refuse_overlap};
+use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::core::buffer::SymView;
 use crate::core::error::{Error, Result};
@@ -48,48 +48,19 @@ impl<'nv> ReduceScatter<'nv> {
         let (i, o) = (byte_range(&input), byte_range(&output));
         let own = i.start + rank as usize * output.num_bytes();
         refuse_overlap("reduce-scatter", i, o.clone(), o.start == own)?;
-        let rank = self.fam.ws_mut().begin_call()?;
-        let elem = std::mem::size_of::<T>();
         let code = sys::NVSHMEMRS_COLL_REDUCE_SCATTER;
-        let header = self.fam.args(
-            rank,
-            input.as_device_ptr().cast(),
-            output.as_device_ptr().cast(),
-            count,
-            count,
-            elem,
-            0,
-        );
-        let meta = family_meta(T::DTYPE, Some(op), code, None);
-        self.fam.exchange_header(&header, meta, code, stream)?;
-        let segment = self.fam.segment_elems(elem);
-        let mut start = 0;
-        while start < count {
-            let len = segment.min(count - start);
-            let args = self.fam.args(
-                rank,
-                input.as_device_ptr().wrapping_add(start).cast(),
-                output.as_device_ptr().wrapping_add(start).cast(),
-                len,
-                count,
-                elem,
-                0,
-            );
-            self.fam.launch(
-                "reduce-scatter kernel launch",
-                args,
-                len * elem,
-                stream,
-                |a, b, t, s| {
-                    // SAFETY: symmetric views (n x `count` and `count` elements) on every member, a
-                    // segment that fits a slot, the workspace's own slots, counters, state and PE
-                    // table; every member launches the same segments and grids.
-                    unsafe { sys::nvshmemrs_reduce_scatter(T::DTYPE as i32, op as i32, a, b, t, s) }
-                },
-            )?;
-            start += len;
-        }
-        Ok(())
+        let call = call_of(code, Some(op), None, &input, &output, count);
+        self.fam.call(
+            "reduce-scatter kernel launch",
+            &call,
+            stream,
+            |a, b, t, s| {
+                // SAFETY: symmetric views (n x `count` and `count` elements) on every member,
+                // segments that fit a slot, the workspace's own slots, counters, state and PE
+                // table; every member launches the same segments and grids.
+                unsafe { sys::nvshmemrs_reduce_scatter(T::DTYPE as i32, op as i32, a, b, t, s) }
+            },
+        )
     }
 }
 

@@ -22,6 +22,24 @@ const THREADS: i32 = 512;
 /// Words of `nvshmemrs_allreduce_state` (the family's kernels use its step count).
 const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
 
+/// One call of a family collective, as its `run` describes it once the arguments are checked.
+pub struct FamilyCall {
+    /// The collective's NVSHMEMRS_COLL_* code (what a timeout names).
+    pub code: u32,
+    /// Checked mode's meta word: what every member must agree on besides the count.
+    pub meta: u64,
+    /// Device addresses of the input and output (rank block 0).
+    pub input: *const std::ffi::c_void,
+    pub output: *mut std::ffi::c_void,
+    /// Elements per rank block.
+    pub count: usize,
+    /// Elements from one rank block to the next in the buffers that hold one per rank.
+    pub stride: usize,
+    pub elem_bytes: usize,
+    /// The root's team rank (0 where there is none).
+    pub root: i32,
+}
+
 /// The shared part of a family collective: see the module documentation.
 pub struct FamilyWorkspace<'nv> {
     /// First field: its Drop waits for queued kernels before the buffers below are freed.
@@ -92,29 +110,66 @@ impl<'nv> FamilyWorkspace<'nv> {
 
     /// Elements of `elem` bytes one launch through the slots carries: a slot's worth, rounded
     /// down to 16 bytes so that segments stay vector-aligned.
-    pub fn segment_elems(&self, elem: usize) -> usize {
+    fn segment_elems(&self, elem: usize) -> usize {
         let per16 = (16 / elem).max(1);
         (self.slot_bytes / elem / per16 * per16).max(1)
     }
 
-    /// The kernel arguments of one launch: `count` elements per rank block, blocks `stride`
-    /// elements apart, the root's team rank.
-    #[allow(clippy::too_many_arguments)]
-    pub fn args(
+    /// Enqueues `call`: numbers it (refusing a PE outside the team or a broken workspace),
+    /// exchanges checked mode's header, then launches `entry` (a coll/family.h entry point) once,
+    /// or with receive slots once per slot's worth of each rank block (a segment), each launch's
+    /// pointers moved on to its segment. `what` names a launch that failed.
+    pub fn call(
+        &mut self,
+        what: &'static str,
+        call: &FamilyCall,
+        stream: &CudaStream,
+        entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
+    ) -> Result<()> {
+        let rank = self.ws.begin_call()?;
+        let header = self.args(rank, call, 0, call.count);
+        self.ws.exchange_header(
+            header.hdr,
+            call.meta,
+            sys::NVSHMEMRS_WAIT_OP_COLLECTIVE,
+            call.code as i32,
+            stream,
+        )?;
+        let segment = if self.scratch.is_some() {
+            self.segment_elems(call.elem_bytes)
+        } else {
+            call.count
+        };
+        self.ws.runtime().bind()?;
+        let mut start = 0;
+        while start < call.count {
+            let len = segment.min(call.count - start);
+            let args = self.args(rank, call, start, len);
+            // One block per 16 KiB of what each block moves per peer, 1 to FAMILY_BLOCKS.
+            let blocks = (len * call.elem_bytes)
+                .div_ceil(BLOCK_BYTES)
+                .clamp(1, FAMILY_BLOCKS) as i32;
+            cuda_check(entry(args, blocks, THREADS, raw_stream(stream)), what)?;
+            start += len;
+        }
+        Ok(())
+    }
+
+    /// The kernel arguments of the launch for elements `start .. start + len` of each rank
+    /// block of `call`.
+    fn args(
         &self,
         rank: i32,
-        input: *const std::ffi::c_void,
-        output: *mut std::ffi::c_void,
-        count: usize,
-        stride: usize,
-        elem_bytes: usize,
-        root: i32,
+        call: &FamilyCall,
+        start: usize,
+        len: usize,
     ) -> sys::nvshmemrs_family_args {
+        let offset = start * call.elem_bytes;
         sys::nvshmemrs_family_args {
             hdr: sys::nvshmemrs_coll_header {
-                input,
-                output,
-                count,
+                input: call.input.cast::<u8>().wrapping_add(offset).cast(),
+                output: call.output.cast::<u8>().wrapping_add(offset).cast(),
+                count: len,
                 scratch: self
                     .scratch
                     .as_ref()
@@ -123,43 +178,10 @@ impl<'nv> FamilyWorkspace<'nv> {
                 flags: self.flags.as_device_ptr(),
                 ..self.ws.header(rank)
             },
-            stride,
-            elem_bytes: elem_bytes as i32,
-            root,
+            stride: call.stride,
+            elem_bytes: call.elem_bytes as i32,
+            root: call.root,
         }
-    }
-
-    /// Checked mode: the header exchange of this call (count per rank block and `meta`).
-    pub fn exchange_header(
-        &self,
-        args: &sys::nvshmemrs_family_args,
-        meta: u64,
-        code: u32,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.ws.exchange_header(
-            args.hdr,
-            meta,
-            sys::NVSHMEMRS_WAIT_OP_COLLECTIVE,
-            code as i32,
-            stream,
-        )
-    }
-
-    /// Launches `entry` (a coll/family.h entry point) for `args`, with a grid of one block per
-    /// 16 KiB of `part_bytes` (what each block moves per peer), 1 to [`FAMILY_BLOCKS`].
-    pub fn launch(
-        &self,
-        what: &'static str,
-        args: sys::nvshmemrs_family_args,
-        part_bytes: usize,
-        stream: &CudaStream,
-        entry: impl FnOnce(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
-    ) -> Result<()> {
-        let blocks = part_bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS) as i32;
-        self.ws.runtime().bind()?;
-        let code = entry(args, blocks, THREADS, raw_stream(stream));
-        cuda_check(code, what)
     }
 }
 

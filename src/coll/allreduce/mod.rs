@@ -6,10 +6,11 @@
 //! sequence counter: signals carry ever-growing values, so calls can be issued back to back on a
 //! stream with no barrier in between.
 
+use crate::coll::family::check_elementwise;
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::coll::select::{rule, select, SelectionRule};
 use crate::core::buffer::{SymView, SymmetricBuffer};
-use crate::core::element::{Dtype, Element};
+use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
@@ -614,18 +615,7 @@ impl<'nv> Allreduce<'nv> {
         stream: &CudaStream,
     ) -> Result<AllreduceAlgo> {
         let (input, output) = (input.into(), output.into());
-        if input.len() != output.len() {
-            return Err(Error::LengthMismatch {
-                what: "allreduce",
-                dest: output.len(),
-                src: input.len(),
-            });
-        }
-        self.ws.rank()?;
-        if input.is_empty() {
-            return Err(Error::EmptyCollective { what: "allreduce" });
-        }
-        check_overlap(&input, &output)?;
+        check_elementwise("allreduce", &self.ws, &input, &output)?;
         let rank = self.ws.begin_call()?;
         let algo = match algo {
             AllreduceAlgo::Auto => self.choose(input.num_bytes(), T::DTYPE),
@@ -836,39 +826,18 @@ fn describe_settings(ll_max: usize, d: &DirectShape) -> String {
     )
 }
 
-/// Refuses an output that overlaps the input without being the same view: the kernels read
-/// parts of the input after other parts of the output were written.
-fn check_overlap<T: Element>(input: &SymView<'_, T>, output: &SymView<'_, T>) -> Result<()> {
-    let range = |v: &SymView<'_, T>| {
-        let start = v.as_device_ptr() as usize;
-        start..start + v.num_bytes()
-    };
-    overlap_check("allreduce", range(input), range(output))
-}
-
-/// In place (the same range) or disjoint, else [`Error::Overlap`].
-pub(crate) fn overlap_check(
-    what: &'static str,
-    i: std::ops::Range<usize>,
-    o: std::ops::Range<usize>,
-) -> Result<()> {
-    if i == o || i.end <= o.start || o.end <= i.start {
-        return Ok(());
-    }
-    Err(Error::Overlap {
-        what,
-        input: (i.start, i.end),
-        output: (o.start, o.end),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bootstrap::tests::with_env;
+    use crate::coll::family::refuse_overlap;
 
     #[test]
     fn outputs_overlapping_the_input_are_refused_unless_in_place() {
+        // Allreduce runs in place only when the views are the same (check_elementwise).
+        let overlap_check = |what, i: std::ops::Range<usize>, o: std::ops::Range<usize>| {
+            refuse_overlap(what, i.clone(), o.clone(), i == o)
+        };
         assert!(overlap_check("allreduce", 0..64, 0..64).is_ok());
         assert!(overlap_check("allreduce", 0..64, 64..128).is_ok());
         assert!(overlap_check("allreduce", 64..128, 0..64).is_ok());
