@@ -21,6 +21,27 @@ const COUNTS: [usize; 5] = [1, 7, 1000, 65537, (1 << 20) + 1];
 /// Small slots, so that reductions of 65537 elements and more run in segments.
 const SLOT_BYTES: usize = 64 << 10;
 
+/// One workspace of each collective over the world (reductions with [`SLOT_BYTES`] slots).
+struct Family<'nv> {
+    bc: Broadcast<'nv>,
+    ag: Allgather<'nv>,
+    a2a: Alltoall<'nv>,
+    rs: ReduceScatter<'nv>,
+    r: Reduce<'nv>,
+}
+
+impl<'nv> Family<'nv> {
+    fn world(nv: &'nv Nvshmem) -> Family<'nv> {
+        Family {
+            bc: Broadcast::world(nv).unwrap(),
+            ag: Allgather::world(nv).unwrap(),
+            a2a: Alltoall::world(nv).unwrap(),
+            rs: ReduceScatter::world(nv, SLOT_BYTES).unwrap(),
+            r: Reduce::world(nv, SLOT_BYTES).unwrap(),
+        }
+    }
+}
+
 /// A symmetric buffer of `len` elements holding `f(i)`.
 fn filled<T: nvshmem::Element>(
     nv: &Nvshmem,
@@ -208,30 +229,25 @@ fn reduce<T: RefElem>(
 }
 
 /// Every data-movement collective for element type T at `count`, every root.
-fn move_type<T: Tag>(
-    nv: &Nvshmem,
-    (bc, ag, a2a): (&mut Broadcast<'_>, &mut Allgather<'_>, &mut Alltoall<'_>),
-    count: usize,
-    salt: usize,
-) {
+fn move_type<T: Tag>(nv: &Nvshmem, f: &mut Family<'_>, count: usize, salt: usize) {
     for root in 0..nv.n_pes() as usize {
-        broadcast::<T>(nv, bc, count, root, salt + root);
+        broadcast::<T>(nv, &mut f.bc, count, root, salt + root);
     }
-    allgather::<T>(nv, ag, count, salt);
-    alltoall::<T>(nv, a2a, count, salt);
+    allgather::<T>(nv, &mut f.ag, count, salt);
+    alltoall::<T>(nv, &mut f.a2a, count, salt);
 }
 
 /// Both reductions for T and `op` at `count`, every root.
 fn reduce_type<T: RefElem>(
     nv: &Nvshmem,
-    (rs, r): (&mut ReduceScatter<'_>, &mut Reduce<'_>),
+    f: &mut Family<'_>,
     count: usize,
     op: ReduceOp,
     salt: usize,
 ) {
-    reduce_scatter::<T>(nv, rs, count, op, salt);
+    reduce_scatter::<T>(nv, &mut f.rs, count, op, salt);
     for root in 0..nv.n_pes() as usize {
-        reduce::<T>(nv, r, count, op, root, salt + root);
+        reduce::<T>(nv, &mut f.r, count, op, root, salt + root);
     }
 }
 
@@ -244,36 +260,23 @@ fn every_collective(nv: &Nvshmem) {
 
 /// [`every_collective`] at the counts up to `max_count`.
 fn every_collective_up_to(nv: &Nvshmem, max_count: usize) {
-    let mut bc = Broadcast::world(nv).unwrap();
-    let mut ag = Allgather::world(nv).unwrap();
-    let mut a2a = Alltoall::world(nv).unwrap();
-    let mut rs = ReduceScatter::world(nv, SLOT_BYTES).unwrap();
-    let mut r = Reduce::world(nv, SLOT_BYTES).unwrap();
+    let f = &mut Family::world(nv);
     for (k, &count) in COUNTS.iter().enumerate() {
         if count > max_count {
             continue;
         }
-        let m = (&mut bc, &mut ag, &mut a2a);
-        move_type::<u8>(nv, m, count, k);
-        let m = (&mut bc, &mut ag, &mut a2a);
-        move_type::<f32>(nv, m, count, k + 1);
+        move_type::<u8>(nv, f, count, k);
+        move_type::<f32>(nv, f, count, k + 1);
         if count <= 65537 {
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<bf16>(nv, m, count, k + 2);
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<i64>(nv, m, count, k + 3);
+            move_type::<bf16>(nv, f, count, k + 2);
+            move_type::<i64>(nv, f, count, k + 3);
         }
         if count <= 1000 {
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<f16>(nv, m, count, k + 4);
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<f64>(nv, m, count, k + 5);
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<i32>(nv, m, count, k + 6);
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<u32>(nv, m, count, k + 7);
-            let m = (&mut bc, &mut ag, &mut a2a);
-            move_type::<u64>(nv, m, count, k + 8);
+            move_type::<f16>(nv, f, count, k + 4);
+            move_type::<f64>(nv, f, count, k + 5);
+            move_type::<i32>(nv, f, count, k + 6);
+            move_type::<u32>(nv, f, count, k + 7);
+            move_type::<u64>(nv, f, count, k + 8);
         }
         let ops: &[ReduceOp] = if count <= 65537 {
             &ReduceOp::ALL
@@ -282,15 +285,15 @@ fn every_collective_up_to(nv: &Nvshmem, max_count: usize) {
         };
         for (o, &op) in ops.iter().enumerate() {
             let salt = k * 10 + o;
-            reduce_type::<f32>(nv, (&mut rs, &mut r), count, op, salt);
-            reduce_type::<bf16>(nv, (&mut rs, &mut r), count, op, salt + 1);
-            reduce_type::<i64>(nv, (&mut rs, &mut r), count, op, salt + 2);
+            reduce_type::<f32>(nv, f, count, op, salt);
+            reduce_type::<bf16>(nv, f, count, op, salt + 1);
+            reduce_type::<i64>(nv, f, count, op, salt + 2);
             if count <= 65537 {
-                reduce_type::<f64>(nv, (&mut rs, &mut r), count, op, salt + 3);
-                reduce_type::<f16>(nv, (&mut rs, &mut r), count, op, salt + 4);
-                reduce_type::<i32>(nv, (&mut rs, &mut r), count, op, salt + 5);
-                reduce_type::<u32>(nv, (&mut rs, &mut r), count, op, salt + 6);
-                reduce_type::<u64>(nv, (&mut rs, &mut r), count, op, salt + 7);
+                reduce_type::<f64>(nv, f, count, op, salt + 3);
+                reduce_type::<f16>(nv, f, count, op, salt + 4);
+                reduce_type::<i32>(nv, f, count, op, salt + 5);
+                reduce_type::<u32>(nv, f, count, op, salt + 6);
+                reduce_type::<u64>(nv, f, count, op, salt + 7);
             }
         }
     }
@@ -323,17 +326,13 @@ gpu_test!(2, every_collective_through_nvshmem_puts);
 fn every_collective_through_nvshmem_puts() {
     std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
     let nv = runtime(2);
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut ag = Allgather::world(&nv).unwrap();
-    let mut a2a = Alltoall::world(&nv).unwrap();
-    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let f = &mut Family::world(&nv);
     for (k, &count) in COUNTS.iter().enumerate() {
-        move_type::<u8>(&nv, (&mut bc, &mut ag, &mut a2a), count, k);
-        move_type::<f32>(&nv, (&mut bc, &mut ag, &mut a2a), count, k + 1);
+        move_type::<u8>(&nv, f, count, k);
+        move_type::<f32>(&nv, f, count, k + 1);
         for op in [ReduceOp::Sum, ReduceOp::Max] {
-            reduce_type::<f32>(&nv, (&mut rs, &mut r), count, op, k + 2);
-            reduce_type::<bf16>(&nv, (&mut rs, &mut r), count, op, k + 3);
+            reduce_type::<f32>(&nv, f, count, op, k + 2);
+            reduce_type::<bf16>(&nv, f, count, op, k + 3);
         }
     }
 }
@@ -349,11 +348,13 @@ fn replays_of_a_captured_graph_of_every_collective_see_fresh_data() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut ag = Allgather::world(&nv).unwrap();
-    let mut a2a = Alltoall::world(&nv).unwrap();
-    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let Family {
+        mut bc,
+        mut ag,
+        mut a2a,
+        mut rs,
+        mut r,
+    } = Family::world(&nv);
     // 100003 f32 per block: the reductions run in segments.
     let count = 100_003;
     let input = nv.alloc::<f32>(n * count).unwrap();
@@ -436,11 +437,13 @@ fn a_thousand_back_to_back_calls_mixing_every_collective() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut ag = Allgather::world(&nv).unwrap();
-    let mut a2a = Alltoall::world(&nv).unwrap();
-    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let Family {
+        mut bc,
+        mut ag,
+        mut a2a,
+        mut rs,
+        mut r,
+    } = Family::world(&nv);
     let count = 3001;
     const SLOTS: usize = 4;
     let inputs: Vec<_> = (0..SLOTS)
@@ -592,11 +595,13 @@ fn wrong_shapes_roots_and_overlaps_are_refused() {
     let nv = runtime(2);
     let stream = nv.stream().clone();
     let buf = filled(&nv, 64, |i| i as f32);
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut ag = Allgather::world(&nv).unwrap();
-    let mut a2a = Alltoall::world(&nv).unwrap();
-    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let Family {
+        mut bc,
+        mut ag,
+        mut a2a,
+        mut rs,
+        mut r,
+    } = Family::world(&nv);
     let v = |a: usize, b: usize| buf.view(a..b).unwrap();
     let is = |res: nvshmem::Result<()>, f: fn(&Error) -> bool, what: &str| {
         let err = res.unwrap_err();
