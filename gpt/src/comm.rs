@@ -62,6 +62,13 @@ pub trait Comm<B: Backend> {
     /// A sampled token from the last stage to the first (text generation).
     fn send_token(&mut self, be: &B, src: I32Ptr) -> Result<()>;
     fn recv_token(&mut self, be: &B, dst: I32Ptr) -> Result<()>;
+    /// Starts timing this PE's activation and gradient sends, each from the moment it starts
+    /// moving data to its completion (forgets earlier timings).
+    fn time_sends(&mut self);
+    /// Durations (ms) of the activation and gradient sends since [`Comm::time_sends`], in the
+    /// order they were issued, and stops timing. Call once those sends have completed (after
+    /// the step's synchronisation).
+    fn send_times_ms(&mut self, be: &B) -> Result<Vec<f64>>;
     /// Orders later writes to `ptr` after the sends that read from it.
     fn before_overwrite(&mut self, be: &B, ptr: F32Ptr) -> Result<()>;
     /// Orders later work (and a later synchronisation) after every send issued so far.
@@ -198,6 +205,8 @@ pub struct LocalComm {
     world_hub: Arc<Hub>,
     grads: Option<(F32Ptr, usize)>,
     timeout: Duration,
+    /// Durations of the sends since `time_sends` (None: not timing).
+    send_ms: Option<Vec<f64>>,
 }
 
 impl LocalComm {
@@ -222,6 +231,7 @@ impl LocalComm {
                     world_hub: world_hub.clone(),
                     grads: None,
                     timeout,
+                    send_ms: None,
                 })
             })
             .collect::<Result<_>>()?;
@@ -302,6 +312,31 @@ impl LocalComm {
         Ok(msg)
     }
 
+    /// A send of `len` values at `src` over `forward` (else backward), timed when timing is on:
+    /// the copy out of the backend and the hand-over to the peer's queue (waiting for a free
+    /// slot included, like a channel's credit wait).
+    fn send_values<B: Backend>(
+        &mut self,
+        be: &B,
+        forward: bool,
+        src: F32Ptr,
+        len: usize,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut v = vec![0.0; len];
+        be.download_f32(src, &mut v)?;
+        let (tx, what) = if forward {
+            (&self.fwd.tx, "sending activations")
+        } else {
+            (&self.bwd.tx, "sending gradients")
+        };
+        Self::send(tx, v, self.timeout, what)?;
+        if let Some(times) = &mut self.send_ms {
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    }
+
     fn grad_range<B: Backend>(
         &self,
         be: &B,
@@ -332,18 +367,14 @@ impl<B: Backend> Comm<B> for LocalComm {
         Ok(p)
     }
     fn send_act(&mut self, be: &B, src: F32Ptr, len: usize) -> Result<()> {
-        let mut v = vec![0.0; len];
-        be.download_f32(src, &mut v)?;
-        Self::send(&self.fwd.tx, v, self.timeout, "sending activations")
+        self.send_values(be, true, src, len)
     }
     fn recv_act(&mut self, be: &B, dst: F32Ptr, len: usize) -> Result<()> {
         let v = Self::recv(&self.fwd.rx, len, self.timeout, "receiving activations")?;
         be.upload_f32(dst, &v)
     }
     fn send_grad(&mut self, be: &B, src: F32Ptr, len: usize) -> Result<()> {
-        let mut v = vec![0.0; len];
-        be.download_f32(src, &mut v)?;
-        Self::send(&self.bwd.tx, v, self.timeout, "sending gradients")
+        self.send_values(be, false, src, len)
     }
     fn recv_grad(&mut self, be: &B, dst: F32Ptr, len: usize) -> Result<()> {
         let v = Self::recv(&self.bwd.rx, len, self.timeout, "receiving gradients")?;
@@ -357,6 +388,12 @@ impl<B: Backend> Comm<B> for LocalComm {
     fn recv_token(&mut self, be: &B, dst: I32Ptr) -> Result<()> {
         let v = Self::recv(&self.tok.rx, 1, self.timeout, "receiving a sampled token")?;
         be.upload_i32(dst, &v)
+    }
+    fn time_sends(&mut self) {
+        self.send_ms = Some(Vec::new());
+    }
+    fn send_times_ms(&mut self, _be: &B) -> Result<Vec<f64>> {
+        Ok(self.send_ms.take().unwrap_or_default())
     }
     fn before_overwrite(&mut self, _be: &B, _ptr: F32Ptr) -> Result<()> {
         Ok(()) // sends copy synchronously here

@@ -22,11 +22,12 @@ pub struct StepRecord {
     pub elapsed_s: f64,
     /// Global gradient norm before clipping.
     pub grad_norm: f64,
-    /// Share of the step the stages' compute streams waited on receives (mean over stages).
+    /// Share of the step the stages' compute streams waited on receives (mean over stages):
+    /// `bubble_pct + transfer_pct`.
     pub wait_pct: f64,
-    /// Share of the step the schedule itself leaves idle (mean over stages).
+    /// Of that wait, the share spent before the sender had the data (the schedule's idle time).
     pub bubble_pct: f64,
-    /// Share of the step lost on the critical path beyond compute and bubble.
+    /// Of that wait, the share the messages spent being sent (measured on the senders).
     pub transfer_pct: f64,
 }
 
@@ -177,8 +178,9 @@ pub fn compare(a: &[StepRecord], b: &[StepRecord], rel: f64, steps: Option<u64>)
 pub struct Summary {
     pub steps: usize,
     pub mean_ms: f64,
-    /// Mean of the per-step token rates.
+    /// Tokens of the steps over their total time.
     pub tok_s: f64,
+    /// Shares of the steps' total time (each step's share weighted by its time).
     pub wait_pct: f64,
     pub bubble_pct: f64,
     pub transfer_pct: f64,
@@ -199,6 +201,15 @@ pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
         .collect();
     let n = used.len().max(1) as f64;
     let mean = |f: &dyn Fn(&StepRecord) -> f64| used.iter().map(|r| f(r)).sum::<f64>() / n;
+    // Over the total time, not a mean of per-step rates (which slow steps would count less).
+    let total_ms = used.iter().map(|r| r.ms).sum::<f64>();
+    let over_time = |f: &dyn Fn(&StepRecord) -> f64| {
+        if total_ms > 0.0 {
+            used.iter().map(|r| f(r) * r.ms).sum::<f64>() / total_ms
+        } else {
+            0.0
+        }
+    };
     let best_val = recs
         .iter()
         .filter_map(|r| r.val_loss.map(|v| (v, r.elapsed_s)))
@@ -207,10 +218,10 @@ pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
     Summary {
         steps: used.len(),
         mean_ms: mean(&|r| r.ms),
-        tok_s: mean(&|r| r.tok_s),
-        wait_pct: mean(&|r| r.wait_pct),
-        bubble_pct: mean(&|r| r.bubble_pct),
-        transfer_pct: mean(&|r| r.transfer_pct),
+        tok_s: over_time(&|r| r.tok_s),
+        wait_pct: over_time(&|r| r.wait_pct),
+        bubble_pct: over_time(&|r| r.bubble_pct),
+        transfer_pct: over_time(&|r| r.transfer_pct),
         best_val,
         last_loss: recs.last().map_or(f64::NAN, |r| r.loss),
     }
@@ -300,5 +311,18 @@ mod tests {
         assert_eq!(s.mean_ms, 10.0);
         assert_eq!(s.tok_s, 1000.0);
         assert_eq!(s.best_val, Some((1.5, 100.0)));
+    }
+
+    #[test]
+    fn summary_rate_is_total_tokens_over_total_time() {
+        // 1000 tokens in 10 ms, then 1000 tokens in 30 ms: 2000 tokens in 40 ms is 50,000 tok/s
+        // (the mean of the two step rates would say 66,667).
+        let mut recs: Vec<_> = (1..=2).map(|s| rec(s, 3.0)).collect();
+        (recs[0].ms, recs[0].tok_s, recs[0].wait_pct) = (10.0, 100_000.0, 40.0);
+        (recs[1].ms, recs[1].tok_s, recs[1].wait_pct) = (30.0, 1000.0 / 0.03, 0.0);
+        let s = summarize(&recs, 0);
+        assert!((s.tok_s - 50_000.0).abs() < 1e-6, "{}", s.tok_s);
+        // 4 ms of waiting in 40 ms.
+        assert!((s.wait_pct - 10.0).abs() < 1e-9, "{}", s.wait_pct);
     }
 }

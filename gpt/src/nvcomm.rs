@@ -16,6 +16,7 @@ use crate::comm::{group_members, Comm, Group, Reduce};
 use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
+use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaStream};
 use nvshmem::pipeline::channel::Channel;
 use nvshmem::{Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SymmetricBuffer, Team};
@@ -76,6 +77,9 @@ pub struct NvComm<'nv> {
     grads: Option<SymmetricBuffer<'nv, f32>>,
     /// Source address -> event after the last send that reads it.
     pending: HashMap<u64, CudaEvent>,
+    /// Timing events (start, end) on the transfer stream of the sends since `time_sends`
+    /// (None: not timing).
+    send_events: Option<Vec<(CudaEvent, CudaEvent)>>,
     nv: &'nv Nvshmem,
     timeout: Duration,
 }
@@ -193,6 +197,7 @@ impl<'nv> NvComm<'nv> {
             stats,
             grads: None,
             pending: HashMap::new(),
+            send_events: None,
             nv,
             timeout,
         })
@@ -224,9 +229,24 @@ impl<'nv> NvComm<'nv> {
                 Self::link(&mut self.bwd, "sending gradients")?,
             )
         };
+        let timed = |stream: &CudaStream| -> Result<CudaEvent> {
+            let e = stream.context().new_event(Some(CU_EVENT_DEFAULT))?;
+            e.record(stream)?;
+            Ok(e)
+        };
+        // The start event passes once the transfer stream reaches this send: the data is ready
+        // and the sends before it are done.
+        let start = self
+            .send_events
+            .is_some()
+            .then(|| timed(&self.transfer))
+            .transpose()?;
         // SAFETY: src is device memory of this PE holding len values; the compute stream does
         // not overwrite it before waiting for the event recorded below (before_overwrite).
         unsafe { ch.send_raw(&self.transfer, peer as i32, src.0, len) }.map_err(nv_err)?;
+        if let (Some(start), Some(events)) = (start, &mut self.send_events) {
+            events.push((start, timed(&self.transfer)?));
+        }
         let done = self.transfer.record_event(None)?;
         self.pending.insert(src.0, done);
         Ok(())
@@ -279,6 +299,18 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         let ch = Self::link(&mut self.tok, "receiving a sampled token")?;
         // SAFETY: one i32 of this PE.
         unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, 1) }.map_err(nv_err)
+    }
+
+    fn time_sends(&mut self) {
+        self.send_events = Some(Vec::new());
+    }
+
+    fn send_times_ms(&mut self, _be: &B) -> Result<Vec<f64>> {
+        let events = self.send_events.take().unwrap_or_default();
+        events
+            .iter()
+            .map(|(start, end)| Ok(start.elapsed_ms(end)? as f64))
+            .collect()
     }
 
     fn before_overwrite(&mut self, _be: &B, ptr: F32Ptr) -> Result<()> {

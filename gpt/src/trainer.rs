@@ -20,7 +20,7 @@ use crate::lr::LrSchedule;
 use crate::model::{Dims, Head, StageModel};
 use crate::params::{check_arena, StageLayout};
 use crate::rng::{seed_for, Rng};
-use crate::schedule::{actions, max_in_flight, simulate, Action, ScheduleKind};
+use crate::schedule::{actions, max_in_flight, Action, ScheduleKind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,17 +150,31 @@ pub struct StepReport {
     pub stop: bool,
 }
 
-/// Per-PE statistics summed over all PEs once per step.
+/// Per-PE statistics summed over all PEs once per step: these scalars, then per micro-batch
+/// the receive waits and send durations of [`stats_len`].
 const STAT_NORM2: usize = 0;
 const STAT_LOSS: usize = 1;
 const STAT_COUNT: usize = 2;
-const STAT_FWD: usize = 3;
-const STAT_BWD: usize = 4;
-const STAT_WAIT: usize = 5;
-const STAT_PIPE: usize = 6;
-const STAT_STOP: usize = 7;
-/// Statistics per PE in the vector [`Comm::allreduce_host`] sums each step.
-pub const STATS: usize = 8;
+const STAT_STOP: usize = 3;
+/// Scalar statistics per PE.
+const STAT_SCALARS: usize = 4;
+/// Per-micro-batch series after the scalars, each `micro_batches` long.
+const SERIES_FWD_WAIT: usize = 0;
+const SERIES_BWD_WAIT: usize = 1;
+const SERIES_FWD_SEND: usize = 2;
+const SERIES_BWD_SEND: usize = 3;
+const SERIES: usize = 4;
+
+/// Statistics per PE in the vector [`Comm::allreduce_host`] sums each step, for
+/// `micro_batches` micro-batches per step.
+pub fn stats_len(micro_batches: usize) -> usize {
+    STAT_SCALARS + SERIES * micro_batches
+}
+
+/// Index of micro-batch `i` of `series` in one PE's statistics.
+fn series_at(series: usize, micro_batches: usize, i: usize) -> usize {
+    STAT_SCALARS + series * micro_batches + i
+}
 
 /// One PE's trainer.
 pub struct Trainer<'a, B: Backend, C: Comm<B>> {
@@ -257,10 +271,11 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         // Mean over every token of the step (this replica; replicas are averaged below).
         let scale = 1.0 / (m * n) as f32;
         let slots = self.model.slots();
-        let start = be.mark()?;
-        let mut marks = Vec::with_capacity(self.plan.len());
+        self.comm.time_sends();
+        // Marks around each receive: how long the compute stream waited for it.
+        let mut waits = Vec::with_capacity(self.plan.len());
         for &action in &self.plan {
-            let (a0, a1, a2);
+            let (a0, a1);
             match action {
                 Action::Forward(i) => {
                     let slot = i % slots;
@@ -270,7 +285,6 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
                     a1 = be.mark()?;
                     self.model
                         .forward_compute(be, slot, i, d, Head::Train { scale })?;
-                    a2 = be.mark()?;
                     self.model.forward_send(be, &mut self.comm, slot, d)?;
                 }
                 Action::Backward(i) => {
@@ -279,13 +293,11 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
                     self.model.backward_recv(be, &mut self.comm, ring)?;
                     a1 = be.mark()?;
                     self.model.backward_compute(be, slot, i, ring)?;
-                    a2 = be.mark()?;
                     self.model.backward_send(be, &mut self.comm, ring)?;
                 }
             }
-            marks.push((action, a0, a1, a2));
+            waits.push((action, a0, a1));
         }
-        let end = be.mark()?;
         self.comm.join_sends(be)?;
         self.reduce_gradients()?;
         let lo = &self.model.layout;
@@ -299,8 +311,9 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         let mut norm2 = [0.0f32];
         be.download_f32(self.model.norm, &mut norm2)?;
         self.comm.check()?;
-        let mut stats = vec![0.0f64; self.topo.pp * self.topo.dp * STATS];
-        let mine = &mut stats[self.topo.pe * STATS..(self.topo.pe + 1) * STATS];
+        let per_pe = stats_len(m);
+        let mut stats = vec![0.0f64; self.topo.pp * self.topo.dp * per_pe];
+        let mine = &mut stats[self.topo.pe * per_pe..(self.topo.pe + 1) * per_pe];
         mine[STAT_NORM2] = norm2[0] as f64;
         if self.model.last {
             let mut losses = vec![0.0f32; m * n];
@@ -308,15 +321,30 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             mine[STAT_LOSS] = losses.iter().map(|&x| x as f64).sum();
             mine[STAT_COUNT] = (m * n) as f64;
         }
-        for (action, a0, a1, a2) in &marks {
-            mine[STAT_WAIT] += be.elapsed_ms(a0, a1)?;
-            let compute = be.elapsed_ms(a1, a2)?;
-            match action {
-                Action::Forward(_) => mine[STAT_FWD] += compute,
-                Action::Backward(_) => mine[STAT_BWD] += compute,
+        let mut sends = self.comm.send_times_ms(be)?.into_iter();
+        for (action, a0, a1) in &waits {
+            // Forward actions receive except on the first stage and send except on the last;
+            // backward ones the other way round. Sends come back in plan order.
+            let (first, last) = (self.model.first, self.model.last);
+            let (wait, send, receives, sends_here, i) = match *action {
+                Action::Forward(i) => (SERIES_FWD_WAIT, SERIES_FWD_SEND, !first, !last, i),
+                Action::Backward(i) => (SERIES_BWD_WAIT, SERIES_BWD_SEND, !last, !first, i),
+            };
+            if receives {
+                mine[series_at(wait, m, i)] += be.elapsed_ms(a0, a1)?;
+            }
+            if sends_here {
+                let ms = sends.next().ok_or_else(|| {
+                    GptError::Comm("fewer timed sends than the schedule issued".into())
+                })?;
+                mine[series_at(send, m, i)] += ms;
             }
         }
-        mine[STAT_PIPE] = be.elapsed_ms(&start, &end)?;
+        if sends.next().is_some() {
+            return Err(GptError::Comm(
+                "more timed sends than the schedule issued".into(),
+            ));
+        }
         if run
             .max_seconds
             .is_some_and(|limit| self.elapsed_s() >= limit)
@@ -325,7 +353,7 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         }
         self.comm.allreduce_host(be, &mut stats)?;
 
-        let at = |pe: usize, k: usize| stats[pe * STATS + k];
+        let at = |pe: usize, k: usize| stats[pe * per_pe + k];
         let pp = self.topo.pp;
         // Replicas hold identical gradients after averaging: the norm of one is the norm.
         let norm = (0..pp)
@@ -667,31 +695,48 @@ pub fn sample(logits: &[f32], temperature: f32, rng: &mut Rng) -> i32 {
     best as i32
 }
 
-/// (wait, bubble, transfer) as percentages of a step of `ms`, from replica 0's statistics.
+/// (wait, bubble, transfer) as percentages of a step of `ms`, from replica 0's statistics;
+/// wait = bubble + transfer, each from measured intervals:
 ///
-/// * wait: mean over stages of the time their compute streams waited on receives;
-/// * bubble: mean over stages of the idle time the schedule implies with the measured
-///   per-micro-batch compute times and free transfers (simulated);
-/// * transfer: how much longer the first stage's span (its first action to its last, which
-///   ends the pipeline in both schedules) took than that ideal: transfers on the critical path
-///   (plus any gaps between kernel launches).
+/// * wait: mean over stages of the time their compute streams waited on receives (events
+///   around each receive);
+/// * transfer: of each receive's wait, the part the message spent being sent: at most the
+///   sender's send duration (events on its transfer stream from the send's start, once the data
+///   was ready, to its completion). A send's duration includes waiting for a free slot at the
+///   receiver, but then the receiver is behind and hardly waits for that message;
+/// * bubble: the rest of each wait, when the sender had not produced the data yet (the
+///   schedule's idle time, and any stage slower than its neighbours).
 pub fn pipeline_shares(stats: &[f64], run: &RunConfig, ms: f64) -> (f64, f64, f64) {
-    let pp = run.pp;
-    let m = run.micro_batches as f64;
-    let at = |pe: usize, k: usize| stats[pe * STATS + k];
-    let fwd: Vec<f64> = (0..pp).map(|s| at(s, STAT_FWD) / m).collect();
-    let bwd: Vec<f64> = (0..pp).map(|s| at(s, STAT_BWD) / m).collect();
-    let ideal = simulate(run.schedule, run.micro_batches, &fwd, &bwd)
-        .map(|t| t.makespan)
-        .unwrap_or(0.0);
-    let pct = |x: f64| if ms > 0.0 { 100.0 * x / ms } else { 0.0 };
-    let wait = (0..pp).map(|s| at(s, STAT_WAIT)).sum::<f64>() / pp as f64;
-    let bubble = (0..pp)
-        .map(|s| (ideal - at(s, STAT_FWD) - at(s, STAT_BWD)).max(0.0))
-        .sum::<f64>()
-        / pp as f64;
-    let transfer = (at(0, STAT_PIPE) - ideal).max(0.0);
-    (pct(wait), pct(bubble), pct(transfer))
+    let (pp, m) = (run.pp, run.micro_batches);
+    let per_pe = stats_len(m);
+    let at = |pe: usize, series: usize, i: usize| stats[pe * per_pe + series_at(series, m, i)];
+    let (mut wait, mut transfer) = (0.0, 0.0);
+    for s in 0..pp {
+        for i in 0..m {
+            let fwd = at(s, SERIES_FWD_WAIT, i);
+            let bwd = at(s, SERIES_BWD_WAIT, i);
+            let fwd_send = if s > 0 {
+                at(s - 1, SERIES_FWD_SEND, i)
+            } else {
+                0.0
+            };
+            let bwd_send = if s + 1 < pp {
+                at(s + 1, SERIES_BWD_SEND, i)
+            } else {
+                0.0
+            };
+            wait += fwd + bwd;
+            transfer += fwd.min(fwd_send) + bwd.min(bwd_send);
+        }
+    }
+    let pct = |x: f64| {
+        if ms > 0.0 {
+            100.0 * x / ms / pp as f64
+        } else {
+            0.0
+        }
+    };
+    (pct(wait), pct(wait - transfer), pct(transfer))
 }
 
 #[cfg(test)]
@@ -720,7 +765,7 @@ mod tests {
     }
 
     #[test]
-    fn shares_separate_bubble_from_transfer() {
+    fn shares_split_each_receive_wait_into_transfer_and_bubble() {
         let model = ModelConfig {
             n_layer: 2,
             n_head: 1,
@@ -751,18 +796,30 @@ mod tests {
             max_seconds: None,
             timeout: Duration::from_secs(1),
         };
-        // Both stages: 1 ms forward, 2 ms backward per micro-batch: ideal (4 + 1) * 3 = 15 ms,
-        // 12 ms of compute each, so 3 ms of bubble. Stage 0's span took 16 ms: 1 ms transfer.
-        let mut stats = vec![0.0; 2 * STATS];
-        for s in 0..2 {
-            stats[s * STATS + STAT_FWD] = 4.0;
-            stats[s * STATS + STAT_BWD] = 8.0;
-            stats[s * STATS + STAT_WAIT] = 3.5;
+        // Stage 0's forward sends take 2 ms each, stage 1's backward sends 1 ms. Stage 1 waits
+        // 3 ms for forward message 0 (2 ms transfer, 1 ms bubble) and 0.5 ms for each other one
+        // (a send longer than the wait: all transfer). Stage 0 waits 4 ms for backward message 0
+        // (1 ms transfer, 3 ms bubble).
+        let per_pe = stats_len(4);
+        let mut stats = vec![0.0; 2 * per_pe];
+        let mut set = |pe: usize, series: usize, i: usize, x: f64| {
+            stats[pe * per_pe + series_at(series, 4, i)] = x;
+        };
+        set(1, SERIES_FWD_WAIT, 0, 3.0);
+        for i in 0..4 {
+            set(0, SERIES_FWD_SEND, i, 2.0);
+            set(1, SERIES_BWD_SEND, i, 1.0);
         }
-        stats[STAT_PIPE] = 16.0;
-        let (w, b, t) = pipeline_shares(&stats, &run, 20.0);
-        assert!((w - 17.5).abs() < 1e-9, "{w}");
-        assert!((b - 15.0).abs() < 1e-9, "{b}");
-        assert!((t - 5.0).abs() < 1e-9, "{t}");
+        for i in 1..4 {
+            set(1, SERIES_FWD_WAIT, i, 0.5);
+        }
+        set(0, SERIES_BWD_WAIT, 0, 4.0);
+        // Waits 3 + 1.5 + 4 = 8.5 ms, transfer 2 + 1.5 + 1 = 4.5 ms, bubble 4 ms; shares are
+        // means over the 2 stages, of a 10 ms step.
+        let (w, b, t) = pipeline_shares(&stats, &run, 10.0);
+        assert!((w - 42.5).abs() < 1e-9, "{w}");
+        assert!((t - 22.5).abs() < 1e-9, "{t}");
+        assert!((b - 20.0).abs() < 1e-9, "{b}");
+        assert!((w - b - t).abs() < 1e-9);
     }
 }

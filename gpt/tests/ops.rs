@@ -673,31 +673,46 @@ fn matmul_forward() {
 }
 
 gpu_test!(1, matmul_forward_tf32);
+/// TF32 shown on, not only tolerated: inputs whose TF32 result differs exactly from FP32's.
 fn matmul_forward_tf32() {
     let mut g = Gpu::new();
-    let mut rng = Rng(15);
-    let (n, c, oc) = (64, 48, 96);
-    let (x, wt) = (rng.vec(n * c, 1.0), rng.vec(oc * c, 1.0));
-    let mut want = vec![0.0; n * oc];
-    cpu::matmul_forward(&mut want, &x, &wt, None, n, c, oc);
-    let (gx, gw, out) = (g.up(&x), g.up(&wt), g.zeros(n * oc));
+    let (n, c, oc) = (TF32_SHAPE, TF32_SHAPE, TF32_SHAPE);
+    let (gx, gw, out) = (
+        g.up(&vec![TF32_LOST; n * c]),
+        g.up(&vec![1.0; oc * c]),
+        g.zeros(n * oc),
+    );
     g.ops.set_tf32(true).unwrap();
     g.ops
         .matmul_forward(g.p(&out), g.p(&gx), g.p(&gw), None, n, c, oc)
         .unwrap();
-    // TF32 keeps 10 mantissa bits (~5e-4 relative per product); 48 terms of size ~1 give
-    // errors of a few 1e-3 of the largest output.
-    assert_close("matmul TF32", &g.down(&out), &want, 1e-2, 1e-2);
+    assert_every("matmul with TF32 on", &g.down(&out), c as f32);
     g.ops.set_tf32(false).unwrap();
     g.ops
         .matmul_forward(g.p(&out), g.p(&gx), g.p(&gw), None, n, c, oc)
         .unwrap();
-    assert_close(
-        "matmul FP32 after TF32 off",
+    assert_every(
+        "matmul with TF32 off (strict FP32)",
         &g.down(&out),
-        &want,
-        FWD.0,
-        FWD.1,
+        c as f32 * TF32_LOST,
+    );
+}
+
+/// 1 + 2^-13: exact in FP32; TF32 keeps 10 mantissa bits, so it reads 1 whether the tensor
+/// cores truncate the low bits or round them (2^-13 is under half of TF32's 2^-10 step).
+/// Times a weight of 1, summed over C in FP32, FP32 gives exactly C + C * 2^-13 and TF32 gives
+/// exactly C.
+const TF32_LOST: f32 = 1.0 + 1.0 / 8192.0;
+/// Large enough that cuBLAS takes a tensor-core kernel when TF32 is allowed.
+const TF32_SHAPE: usize = 256;
+
+fn assert_every(what: &str, got: &[f32], want: f32) {
+    let bad = got.iter().position(|&x| x != want);
+    assert!(
+        bad.is_none(),
+        "{what}: element {} is {} (want exactly {want})",
+        bad.unwrap_or(0),
+        got[bad.unwrap_or(0)]
     );
 }
 

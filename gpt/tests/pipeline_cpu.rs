@@ -147,6 +147,12 @@ fn pipeline_runs_match_a_single_pe() {
                         (o.val - reference.val).abs() <= 1e-5 * reference.val,
                         "{what}: val"
                     );
+                    // Receive waits split into measured bubble and transfer: the later stages
+                    // wait at least for the first activations.
+                    for &(wait, bubble, transfer) in &o.shares {
+                        assert!((wait - bubble - transfer).abs() <= 1e-9 * wait.max(1.0));
+                        assert!(wait > 0.0 && bubble >= 0.0 && transfer > 0.0, "{what}");
+                    }
                     for (name, p) in &o.params {
                         let want = &reference.params[name];
                         let diff = p

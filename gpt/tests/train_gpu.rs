@@ -20,7 +20,7 @@ use nvsh_gpt::data::{Dataset, Loader};
 use nvsh_gpt::nvcomm::NvComm;
 use nvsh_gpt::schedule::ScheduleKind;
 use nvsh_gpt::session::{run_session, SessionOptions};
-use nvsh_gpt::trainer::{RunConfig, Trainer, STATS};
+use nvsh_gpt::trainer::{stats_len, RunConfig, StepReport, Trainer};
 use nvshmem::Nvshmem;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +59,36 @@ fn odd_model(layers: usize, tied: bool) -> ModelConfig {
 
 fn odd_data() -> Arc<Dataset> {
     Arc::new(Dataset::from_bytes(&text(40_000, 5), 0.1, 13).unwrap())
+}
+
+gpu_test!(1, the_tf32_flag_reaches_the_backends_matmuls);
+/// `--tf32` (GpuBackend::new's flag) turns TF32 on: 1 + 2^-13 reads as 1 in TF32 (10 mantissa
+/// bits, truncated or rounded), so 256 products with weight 1 sum to exactly 256 with TF32 and
+/// exactly 256 + 2^-5 in strict FP32.
+fn the_tf32_flag_reaches_the_backends_matmuls() {
+    let ctx = cudarc::driver::CudaContext::new(0).expect("a CUDA device");
+    let c = 256;
+    let x = vec![1.0f32 + 1.0 / 8192.0; c * c];
+    for (tf32, want) in [(true, 256.0f32), (false, 256.0 + 1.0 / 32.0)] {
+        let be = GpuBackend::new(ctx.new_stream().unwrap(), tf32, Duration::from_secs(60)).unwrap();
+        let (inp, w, out) = (
+            be.alloc_f32(c * c).unwrap(),
+            be.alloc_f32(c * c).unwrap(),
+            be.alloc_f32(c * c).unwrap(),
+        );
+        be.upload_f32(inp, &x).unwrap();
+        be.upload_f32(w, &vec![1.0; c * c]).unwrap();
+        be.matmul_forward(out, inp, w, None, c, c, c).unwrap();
+        let mut got = vec![0.0f32; c * c];
+        be.download_f32(out, &mut got).unwrap();
+        let bad = got.iter().position(|&v| v != want);
+        assert!(
+            bad.is_none(),
+            "tf32 {tf32}: element {} is {} (want exactly {want})",
+            bad.unwrap_or(0),
+            got[bad.unwrap_or(0)]
+        );
+    }
 }
 
 gpu_test!(1, loss_and_every_gradient_match_the_cpu_model);
@@ -178,7 +208,7 @@ fn nvshmem_session_trains_logs_and_samples() {
         be.stream().clone(),
         2,
         2 * 8 * 16,
-        STATS,
+        stats_len(run.micro_batches),
         true,
         run.timeout,
     )
@@ -231,13 +261,19 @@ fn run_pe2(
         be.stream().clone(),
         run.micro_batches.min(8),
         act,
-        2 * STATS,
+        2 * stats_len(run.micro_batches),
         run.model.tied,
         run.timeout,
     )
     .unwrap();
     let mut tr = Trainer::new(&be, comm, run.clone(), data).unwrap();
-    let losses = (0..steps).map(|_| tr.train_step().unwrap().loss).collect();
+    let losses = (0..steps)
+        .map(|_| {
+            let rep = tr.train_step().unwrap();
+            check_wait_breakdown(&rep, run.pp);
+            rep.loss
+        })
+        .collect();
     let text = if sample > 0 {
         tr.generate(b"The ", sample, 0.0).unwrap()
     } else {
@@ -246,6 +282,27 @@ fn run_pe2(
     be.synchronize().unwrap();
     nv.barrier_all().unwrap();
     (losses, text)
+}
+
+/// The receive wait splits into bubble and transfer, both measured: with a pipeline the last
+/// stage waits at least for its first activations to be sent, so transfer is above zero (the
+/// earlier residual estimate could be clamped to exactly zero).
+fn check_wait_breakdown(rep: &StepReport, pp: usize) {
+    let parts = rep.bubble_pct + rep.transfer_pct;
+    assert!(
+        (rep.wait_pct - parts).abs() <= 1e-9 * rep.wait_pct.max(1.0),
+        "step {}: wait {}% is not bubble {}% + transfer {}%",
+        rep.step,
+        rep.wait_pct,
+        rep.bubble_pct,
+        rep.transfer_pct
+    );
+    assert!(rep.bubble_pct >= 0.0 && rep.transfer_pct >= 0.0, "{rep:?}");
+    if pp > 1 {
+        assert!(rep.transfer_pct > 0.0, "no transfer measured: {rep:?}");
+    } else {
+        assert_eq!(rep.wait_pct, 0.0, "a single stage has no receives: {rep:?}");
+    }
 }
 
 /// This PE alone (no NVSHMEM traffic, its own GPU): `steps` losses of `run`.

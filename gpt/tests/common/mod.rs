@@ -101,6 +101,8 @@ pub fn dataset() -> Arc<Dataset> {
 pub struct PeOutcome {
     pub losses: Vec<f64>,
     pub norms: Vec<f64>,
+    /// (wait, bubble, transfer) percentages of each step.
+    pub shares: Vec<(f64, f64, f64)>,
     pub val: f64,
     /// Parameters by tensor name.
     pub params: BTreeMap<String, Vec<f32>>,
@@ -120,10 +122,12 @@ pub fn run_cpu(run: &RunConfig, data: Arc<Dataset>, steps: usize, sample: usize)
                 let mut tr = Trainer::new(&be, comm, run, data).unwrap();
                 let mut losses = Vec::new();
                 let mut norms = Vec::new();
+                let mut shares = Vec::new();
                 for _ in 0..steps {
                     let r = tr.train_step().unwrap();
                     losses.push(r.loss);
                     norms.push(r.grad_norm);
+                    shares.push((r.wait_pct, r.bubble_pct, r.transfer_pct));
                 }
                 let val = tr.evaluate().unwrap();
                 let p = tr.params().unwrap();
@@ -142,6 +146,7 @@ pub fn run_cpu(run: &RunConfig, data: Arc<Dataset>, steps: usize, sample: usize)
                 PeOutcome {
                     losses,
                     norms,
+                    shares,
                     val,
                     params,
                     sample,
