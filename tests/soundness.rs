@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{gpu_test, runtime, WAIT};
-use cudarc::driver::CudaContext;
+use common::{gpu_test, runtime, skip, WAIT};
+use cudarc::driver::{CudaContext, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
 use nvshmem::{Cmp, Completion, Error, LaunchShape, Nvshmem};
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,112 @@ fn copy_from_pageable_host_then_put_device_sends_the_new_data() {
         );
         nv.barrier_all().unwrap();
     }
+}
+
+/// A kernel, as PTX: every thread spins for `ns` nanoseconds (%globaltimer), then p[i] = value
+/// for i < n. Queued before a host copy, it shows whether the copy waits for it.
+const SPIN_FILL_PTX: &str = r#"
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry spin_fill_u32(
+    .param .u64 p,
+    .param .u32 n,
+    .param .u32 value,
+    .param .u64 ns
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [p];
+    ld.param.u32 %r1, [n];
+    ld.param.u32 %r6, [value];
+    ld.param.u64 %rd5, [ns];
+    mov.u64 %rd6, %globaltimer;
+SPIN:
+    mov.u64 %rd7, %globaltimer;
+    sub.u64 %rd7, %rd7, %rd6;
+    setp.lt.u64 %p2, %rd7, %rd5;
+    @%p2 bra SPIN;
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r5, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r6;
+DONE:
+    ret;
+}
+"#;
+
+gpu_test!(
+    1,
+    host_copies_and_zero_come_after_the_runtime_streams_queued_work
+);
+/// copy_from_host, zero and copy_to_host run in order after the work queued on the runtime's
+/// stream and are done when they return. Made deterministic by a kernel that writes 7s only
+/// 300 ms after it starts: before the fix the copies ran on the legacy stream, which does not
+/// wait for the runtime's non-blocking stream, so the 7s landed after the copy (or zero) and the
+/// read-back saw the buffer before the 7s.
+fn host_copies_and_zero_come_after_the_runtime_streams_queued_work() {
+    let nv = runtime(1);
+    let n = 1usize << 16; // one wave of blocks: the whole fill lands after one spin
+    let buf = nv.alloc_zeroed::<u32>(n).unwrap();
+    let stream = nv.stream().clone();
+    let module = nv
+        .context()
+        .load_module(Ptx::from_src(SPIN_FILL_PTX))
+        .unwrap();
+    let spin_fill = module.load_function("spin_fill_u32").unwrap();
+    let late_sevens = || {
+        let (ptr, _sync) = buf.device_ptr(&stream);
+        let (len, value, ns) = (n as u32, 7u32, 300_000_000u64);
+        let mut launch = stream.launch_builder(&spin_fill);
+        launch.arg(&ptr).arg(&len).arg(&value).arg(&ns);
+        // SAFETY: the kernel writes n u32 starting at ptr, all inside the buffer.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(len)) }.unwrap();
+    };
+    let count = |v: &[u32], want: u32| v.iter().filter(|&&x| x != want).count();
+
+    late_sevens();
+    buf.copy_from_host(&vec![5u32; n]).unwrap();
+    stream.synchronize().unwrap();
+    let got = buf.to_vec().unwrap();
+    assert_eq!(
+        count(&got, 5),
+        0,
+        "copy_from_host ran before the queued kernel: {} of {n} are not 5 (first {})",
+        count(&got, 5),
+        got[0]
+    );
+
+    late_sevens();
+    buf.zero().unwrap();
+    stream.synchronize().unwrap();
+    let got = buf.to_vec().unwrap();
+    assert_eq!(
+        count(&got, 0),
+        0,
+        "zero ran before the queued kernel: {} of {n} are not 0 (first {})",
+        count(&got, 0),
+        got[0]
+    );
+
+    late_sevens();
+    let got = buf.to_vec().unwrap();
+    assert_eq!(
+        count(&got, 7),
+        0,
+        "copy_to_host read before the queued kernel wrote: {} of {n} are not 7 (first {})",
+        count(&got, 7),
+        got[0]
+    );
 }
 
 gpu_test!(2, zero_then_barrier_does_not_wipe_a_later_put);
@@ -222,7 +329,7 @@ gpu_test!(
 fn another_device_bound_on_the_thread_does_not_misdirect_work() {
     let nv = runtime(1);
     if nv.cuda_info().device_count < 2 {
-        eprintln!("skipped: one visible GPU");
+        skip("another device cannot be bound: one visible GPU (2-GPU machine)");
         return;
     }
     let other = CudaContext::new(((nv.device() + 1) % 2) as usize).unwrap();
