@@ -19,8 +19,9 @@
 #   FAIL  anything else, a case that ran no test included.
 # The exit status is non-zero when a case failed, when a case of the manifest did not end as
 # one of these, or when GPU_TEST_FILTER matched no case.
-# GPU_TEST_FILTER limits the cases to names containing it; GPU_TEST_TIMEOUT (seconds, default
-# 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
+# GPU_TEST_FILTER limits the cases to names containing it, GPU_TEST_EXCLUDE leaves out names
+# containing it (to split a suite over several runs; the count left out is printed);
+# GPU_TEST_TIMEOUT (seconds, default 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=${1:-.gpu/bin}
@@ -32,6 +33,8 @@ nvsh=$bin/nvsh
 mpirun=${MPIRUN:-mpirun}
 limit=${GPU_TEST_TIMEOUT:-300}
 filter=${GPU_TEST_FILTER:-}
+exclude=${GPU_TEST_EXCLUDE:-}
+excluded=0
 logdir=${GPU_TEST_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 manifest=$logdir/manifest.txt
@@ -106,6 +109,10 @@ for t in "${binaries[@]}"; do
     fi
     for name in $(sed -n 's/: test$//p' "$listing"); do
         [ -z "$filter" ] || [[ "$name" == *"$filter"* ]] || continue
+        if [ -n "$exclude" ] && [[ "$name" == *"$exclude"* ]]; then
+            excluded=$((excluded + 1))
+            continue
+        fi
         short=${name##*::}
         pes=1
         [[ "$short" =~ ^pe([0-9]+)_ ]] && pes=${BASH_REMATCH[1]}
@@ -122,6 +129,7 @@ fi
 cases=$(grep -c . "$manifest")
 expected=$((expected + cases))
 echo "gpu_test.sh: $expected cases expected (manifest: $manifest)"
+[ -z "$exclude" ] || echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude'"
 if [ -n "$filter" ] && [ "$cases" -eq 0 ]; then
     echo "gpu_test.sh: GPU_TEST_FILTER='$filter' matched no case" >&2
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs compute-sanitizer on the ring exchange, on allreduce under each of its protocols, on the
-# channel and on the barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
+# broadcast / allgather / alltoall / reduce-scatter / reduce kernels, on the channel and on the
+# barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
 #   memcheck   out-of-bounds and misaligned accesses, leaks, CUDA API errors;
 #   racecheck  shared-memory hazards only: it does not see races on global memory, so the
 #              cross-PE protocols (flags and data in symmetric global memory) are not covered
@@ -14,7 +15,8 @@
 # libtest summary counts a passed test: a renamed test that runs nothing is an error, not clean.
 # SANITIZER overrides the compute-sanitizer command; SANITIZE_TOOLS (default all four) and
 # SANITIZE_FILTER (case names containing it) narrow the runs, and a filter that matches no case
-# is an error; SANITIZE_TIMEOUT (seconds, default 600) bounds each run; logs go to
+# is an error; SANITIZE_JOBS (default 1) runs that many racecheck/synccheck runs at once; SANITIZE_TIMEOUT (seconds,
+# default 600) bounds each run; logs go to
 # SANITIZE_LOG_DIR if set.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,10 +25,11 @@ san=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/comp
 limit=${SANITIZE_TIMEOUT:-600}
 tools=${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
 filter=${SANITIZE_FILTER:-}
+jobs=${SANITIZE_JOBS:-1}
 logdir=${SANITIZE_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 [ -x "$san" ] || { echo "sanitize.sh: compute-sanitizer not found (set SANITIZER)" >&2; exit 2; }
-for f in nvsh ring_exchange test-allreduce test-channel test-rma; do
+for f in nvsh ring_exchange test-allreduce test-channel test-rma test-collectives; do
     [ -x "$bin/$f" ] || { echo "sanitize.sh: no $bin/$f; run scripts/build_gpu_bins.sh" >&2; exit 2; }
 done
 # NVSHMEM's VMM-based heap confuses the sanitizer's allocation tracking.
@@ -36,9 +39,41 @@ export NVSHMEM_DISABLE_CUDA_VMM=1
 # uses neither NVSHMEM's collectives nor NCCL, so leave NCCL out of the runs under test.
 export NVSHMEM_DISABLE_NCCL=1
 
-clean=0 dirty=0 runs=0 lines=()
+clean=0 dirty=0 runs=0 lines=() results=()
+# run_one NAME TOOL LIBTEST [VAR=VALUE...] -- ARGS...: one 2-PE run under TOOL; its verdict
+# line goes to stdout and to NAME_TOOL.result in the log folder.
+run_one() {
+    local name=$1 tool=$2 libtest=$3 vars=()
+    shift 3
+    while [ "$1" != -- ]; do
+        vars+=("$1")
+        shift
+    done
+    shift
+    local log="$logdir/${name}_$tool.log" line
+    timeout --kill-after=10 "$limit" env "${vars[@]}" "$bin/nvsh" run -n 2 -- \
+        "$san" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1 </dev/null
+    local rc=$?
+    local summary
+    summary=$(grep -hE "(ERROR|RACECHECK) SUMMARY" "$log" | sed -E 's/.*(ERROR|RACECHECK) SUMMARY: //' | sort | uniq -c | tr '\n' ' ')
+    # Each of the 2 PEs prints "test result: ok. 1 passed; ..." when its test ran.
+    local ran
+    ran=$(grep -cE 'test result: ok\. [1-9][0-9]* passed' "$log")
+    if [ $rc -eq 0 ] && [ "$libtest" -eq 1 ] && [ "$ran" -lt 2 ]; then
+        line="ERRORS $name $tool: exit 0 but $ran of 2 PEs ran a test (renamed?) (see $log)"
+    elif [ $rc -eq 0 ]; then
+        line="CLEAN $name $tool: ${summary:-no summary}"
+    else
+        line="ERRORS $name $tool (exit $rc): ${summary:-no summary} (see $log)"
+    fi
+    echo "$line" >"$logdir/${name}_$tool.result"
+    echo "$line"
+}
+
 # check NAME [VAR=VALUE...] -- ARGS...: one 2-PE run of ARGS under each tool, with the
-# variables in its environment. ARGS of a test binary name one test.
+# variables in its environment. ARGS of a test binary name one test. With SANITIZE_JOBS > 1
+# the racecheck and synccheck runs go in the background, at most that many at once (their cost
+# is mostly on the CPU); memcheck and initcheck runs always run alone.
 check() {
     local name=$1 vars=()
     shift
@@ -52,26 +87,21 @@ check() {
     [[ "$(basename "$1")" == test-* ]] && libtest=1
     for tool in $tools; do
         runs=$((runs + 1))
-        local log="$logdir/${name}_$tool.log"
-        timeout --kill-after=10 "$limit" env "${vars[@]}" "$bin/nvsh" run -n 2 -- \
-            "$san" --tool "$tool" --error-exitcode 99 "$@" >"$log" 2>&1 </dev/null
-        local rc=$?
-        local summary
-        summary=$(grep -hE "(ERROR|RACECHECK) SUMMARY" "$log" | sed -E 's/.*(ERROR|RACECHECK) SUMMARY: //' | sort | uniq -c | tr '\n' ' ')
-        # Each of the 2 PEs prints "test result: ok. 1 passed; ..." when its test ran.
-        local ran
-        ran=$(grep -cE 'test result: ok\. [1-9][0-9]* passed' "$log")
-        if [ $rc -eq 0 ] && [ $libtest -eq 1 ] && [ "$ran" -lt 2 ]; then
-            dirty=$((dirty + 1))
-            lines+=("ERRORS $name $tool: exit 0 but $ran of 2 PEs ran a test (renamed?) (see $log)")
-        elif [ $rc -eq 0 ]; then
-            clean=$((clean + 1))
-            lines+=("CLEAN $name $tool: ${summary:-no summary}")
+        results+=("$logdir/${name}_$tool.result")
+        rm -f "$logdir/${name}_$tool.result"
+        if [ "$jobs" -gt 1 ] && [[ "$tool" == racecheck || "$tool" == synccheck ]]; then
+            while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+                wait -n
+            done
+            run_one "$name" "$tool" "$libtest" "${vars[@]}" -- "$@" &
         else
-            dirty=$((dirty + 1))
-            lines+=("ERRORS $name $tool (exit $rc): ${summary:-no summary} (see $log)")
+            # memcheck and initcheck alone: 8 at once on one H200 never exited (each PE had
+            # printed its result; killed after 400-500 s), one at a time they take about 60 s.
+            while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
+                wait -n
+            done
+            run_one "$name" "$tool" "$libtest" "${vars[@]}" -- "$@"
         fi
-        echo "${lines[-1]}"
     done
 }
 
@@ -101,10 +131,28 @@ check allreduce_refused_call -- "$bin/test-allreduce" --ignored --exact \
     pe2_mismatched_lengths_are_refused --test-threads=1
 check allreduce_push_pull -- "$bin/test-allreduce" --ignored --exact \
     pe2_push_and_pull_back_to_back_with_the_grid_changing_between_calls --test-threads=1
+# The collective family: every collective in a replayed graph (segmented reductions), then 1000
+# calls back to back mixing them.
+check collectives_graph -- "$bin/test-collectives" --ignored --exact \
+    pe2_replays_of_a_captured_graph_of_every_collective_see_fresh_data --test-threads=1
+check collectives_back_to_back -- "$bin/test-collectives" --ignored --exact \
+    pe2_a_thousand_back_to_back_calls_mixing_every_collective --test-threads=1
 check channel -- "$bin/test-channel" --ignored --exact \
     pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
 check barrier -- "$bin/test-rma" --ignored --exact pe2_barrier_orders_puts_before_reads \
     --test-threads=1
+# The background runs (each writes its own log and result file).
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
+    wait -n
+done
+for r in "${results[@]}"; do
+    line=$(cat "$r" 2>/dev/null) || line="ERRORS $(basename "$r" .result): the run left no verdict"
+    case $line in
+    CLEAN*) clean=$((clean + 1)) ;;
+    *) dirty=$((dirty + 1)) ;;
+    esac
+    lines+=("$line")
+done
 echo
 [ ${#lines[@]} -eq 0 ] || printf '%s\n' "${lines[@]}"
 if [ "$runs" -eq 0 ]; then
