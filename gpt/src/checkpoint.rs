@@ -124,14 +124,21 @@ impl Checkpoint {
         let file = std::fs::File::open(path).map_err(io_err(path))?;
         let mut r = BufReader::new(file);
         let bad = |m: String| GptError::Checkpoint(format!("{}: {m}", path.display()));
-        let mut line = String::new();
-        r.read_line(&mut line).map_err(io_err(path))?;
-        if line.trim_end() != MAGIC {
+        // The magic is compared as bytes: any file (binary included) that does not start with
+        // it is named as not a checkpoint, not as unreadable text.
+        let mut first = Vec::new();
+        (&mut r)
+            .take(MAGIC.len() as u64 + 1)
+            .read_until(b'\n', &mut first)
+            .map_err(io_err(path))?;
+        if first != format!("{MAGIC}\n").as_bytes() {
             return Err(bad(format!(
-                "not a checkpoint of this program (first line {:?}, expected {MAGIC:?})",
-                line.trim_end()
+                "not a checkpoint of this program (it does not start with {MAGIC:?}; its first \
+                 bytes are {:?})",
+                String::from_utf8_lossy(&first[..first.len().min(16)])
             )));
         }
+        let mut line = String::new();
         let mut kv = std::collections::HashMap::new();
         loop {
             line.clear();
@@ -281,6 +288,26 @@ mod tests {
         let d = std::env::temp_dir().join(format!("nvsh-gpt-ckpt-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_checkpoint_is_named_as_such() {
+        let path = tmpdir().join("random.bin");
+        // Binary bytes, invalid UTF-8 included: before, the text reader failed first with
+        // "stream did not contain valid UTF-8".
+        let bytes: Vec<u8> = (0u32..4096)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("random.bin") && e.contains("not a checkpoint"),
+            "{e}"
+        );
+        std::fs::write(&path, "step,loss\n1,2.5\n").unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(e.contains("not a checkpoint"), "{e}");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -47,6 +47,23 @@ fn io<T>(path: &std::path::Path, r: std::io::Result<T>) -> Result<T> {
     })
 }
 
+/// Checks that `path` can be written where the run will write it, by creating and removing
+/// its temporary name (`path.tmp`, which a checkpoint is written through) next to it.
+fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::File::create(&tmp)
+        .and_then(|_| std::fs::remove_file(&tmp))
+        .map_err(|e| {
+            GptError::Config(format!(
+                "{flag}: cannot write {} ({e}); fix the path: checked before training, so \
+                 nothing was trained",
+                path.display()
+            ))
+        })
+}
+
 fn human(x: f64) -> String {
     if x >= 1e6 {
         format!("{:.2}M", x / 1e6)
@@ -104,18 +121,38 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         )
         .map_err(stdout_err)?;
     }
-    let mut log = match (&opts.log_json, leader) {
-        (Some(path), true) => {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(opts.resume.is_some())
-                .truncate(opts.resume.is_none())
-                .open(path);
-            Some((path.clone(), io(path, f)?))
+    // Every output this PE will write is opened or probed before the first step, and the PEs
+    // agree on the outcome: a mistyped path must not cost a whole run, and a PE that stops
+    // alone would leave its peers waiting.
+    let mut problem = None;
+    if let Some(prefix) = &opts.save {
+        problem = check_writable(&stage_path(prefix, topo.stage(), topo.pp), "--save").err();
+    }
+    let mut log = None;
+    if let (Some(path), true) = (&opts.log_json, leader) {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(opts.resume.is_some())
+            .truncate(opts.resume.is_none())
+            .open(path);
+        match io(path, f) {
+            Ok(f) => log = Some((path.clone(), f)),
+            Err(e) => problem = problem.or(Some(e)),
         }
-        _ => None,
-    };
+    }
+    let mut failed = [f64::from(u8::from(problem.is_some()))];
+    tr.comm.allreduce_host(tr.be, &mut failed)?;
+    if let Some(e) = problem {
+        return Err(e);
+    }
+    if failed[0] > 0.0 {
+        return Err(GptError::Config(format!(
+            "{} other PE(s) cannot write their outputs (each reported its path); nothing was \
+             trained",
+            failed[0]
+        )));
+    }
 
     let mut result = SessionResult::default();
     let mut last_val: Option<f64> = None;

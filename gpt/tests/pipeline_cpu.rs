@@ -287,6 +287,44 @@ fn checkpoint_resume_continues_the_same_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A --save (or --log-json) path that cannot be written stops the job before its first step,
+/// on every PE, instead of after the whole run.
+#[test]
+fn an_unwritable_output_is_refused_before_the_first_step() {
+    let data = dataset();
+    let mut run = run_config(tiny(2, true), 2, 1, 2, ScheduleKind::OneFOneB);
+    run.steps = 3;
+    let missing = std::env::temp_dir()
+        .join(format!("nvsh-gpt-no-such-dir-{}", std::process::id()))
+        .join("ck");
+    for opts in [
+        SessionOptions {
+            save: Some(missing.clone()),
+            ..Default::default()
+        },
+        SessionOptions {
+            log_json: Some(missing.with_extension("json")),
+            ..Default::default()
+        },
+    ] {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let e = run_local(&run, data.clone(), &opts, out.clone())
+            .unwrap_err()
+            .to_string();
+        let flag = if opts.save.is_some() {
+            "--save"
+        } else {
+            "no-such-dir"
+        };
+        assert!(
+            e.contains(flag) && e.contains("nvsh-gpt-no-such-dir"),
+            "{e}"
+        );
+        let printed = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        assert!(!printed.contains("step "), "a step ran:\n{printed}");
+    }
+}
+
 /// A tiny model learns the tiny corpus: the loss falls from ln(256) ~ 5.55 well below the
 /// corpus' unigram entropy (~2.97 nats: what a model that ignores context reaches).
 #[test]
