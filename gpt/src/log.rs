@@ -2,114 +2,109 @@
 //! `nvsh-gpt compare` (loss parity between two runs) and `nvsh-gpt summary`.
 
 use crate::error::{GptError, Result};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
+/// The version of the step-record format, written into every record as `"schema"`. Readers
+/// refuse another version; records without the field (written before it existed) have the
+/// same fields and are read as this version.
+pub const LOG_SCHEMA: u32 = 1;
+
 /// One training step as logged.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StepRecord {
+    /// [`LOG_SCHEMA`] when written by this version.
+    #[serde(default = "current_schema")]
+    pub schema: u32,
     /// 1-based step.
     pub step: u64,
     /// Mean training loss of the step (before its update).
+    #[serde(deserialize_with = "nan_for_null")]
     pub loss: f64,
     /// Validation loss, on the steps where it was computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
+    #[serde(deserialize_with = "nan_for_null")]
     pub lr: f64,
     /// Wall time of the step (ms).
+    #[serde(deserialize_with = "nan_for_null")]
     pub ms: f64,
     /// Training tokens per second of the step (all replicas).
+    #[serde(deserialize_with = "nan_for_null")]
     pub tok_s: f64,
     /// Seconds since training started, at the end of the step.
+    #[serde(deserialize_with = "nan_for_null")]
     pub elapsed_s: f64,
     /// Global gradient norm before clipping.
+    #[serde(deserialize_with = "nan_for_null")]
     pub grad_norm: f64,
     /// Share of the step the stages' compute streams waited on receives (mean over stages):
     /// `bubble_pct + transfer_pct`.
+    #[serde(deserialize_with = "nan_for_null")]
     pub wait_pct: f64,
     /// Of that wait, the share spent before the sender had the data (the schedule's idle time).
+    #[serde(deserialize_with = "nan_for_null")]
     pub bubble_pct: f64,
     /// Of that wait, the share the messages spent being sent (measured on the senders).
+    #[serde(deserialize_with = "nan_for_null")]
     pub transfer_pct: f64,
 }
 
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
+fn current_schema() -> u32 {
+    LOG_SCHEMA
+}
+
+/// JSON has no NaN: serde_json writes a non-finite number as `null`, read back as NaN.
+fn nan_for_null<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl StepRecord {
-    /// The record as one line of JSON (no newline).
+    /// The record as one line of JSON (no newline), with [`LOG_SCHEMA`].
     pub fn to_json(&self) -> String {
-        let mut s = format!("{{\"step\":{},\"loss\":{}", self.step, num(self.loss));
-        if let Some(v) = self.val_loss {
-            s.push_str(&format!(",\"val_loss\":{}", num(v)));
-        }
-        for (k, v) in [
-            ("lr", self.lr),
-            ("ms", self.ms),
-            ("tok_s", self.tok_s),
-            ("elapsed_s", self.elapsed_s),
-            ("grad_norm", self.grad_norm),
-            ("wait_pct", self.wait_pct),
-            ("bubble_pct", self.bubble_pct),
-            ("transfer_pct", self.transfer_pct),
-        ] {
-            s.push_str(&format!(",\"{k}\":{}", num(v)));
-        }
-        s.push('}');
-        s
+        let rec = StepRecord {
+            schema: LOG_SCHEMA,
+            ..self.clone()
+        };
+        // A struct of numbers always serialises.
+        serde_json::to_string(&rec).unwrap_or_default()
     }
 
-    /// Parses a line written by [`StepRecord::to_json`] (a flat object of numbers; unknown
-    /// keys are ignored). None for lines that are not step records.
-    pub fn from_json(line: &str) -> Option<StepRecord> {
-        let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
-        let mut r = StepRecord::default();
-        let mut has_step = false;
-        let mut has_loss = false;
-        for field in body.split(',') {
-            let (k, v) = field.split_once(':')?;
-            let k = k.trim().trim_matches('"');
-            let v = v.trim();
-            let x = if v == "null" {
-                f64::NAN
-            } else {
-                v.parse::<f64>().ok()?
-            };
-            match k {
-                "step" => {
-                    r.step = v.parse().ok()?;
-                    has_step = true;
-                }
-                "loss" => {
-                    r.loss = x;
-                    has_loss = true;
-                }
-                "val_loss" => r.val_loss = Some(x),
-                "lr" => r.lr = x,
-                "ms" => r.ms = x,
-                "tok_s" => r.tok_s = x,
-                "elapsed_s" => r.elapsed_s = x,
-                "grad_norm" => r.grad_norm = x,
-                "wait_pct" => r.wait_pct = x,
-                "bubble_pct" => r.bubble_pct = x,
-                "transfer_pct" => r.transfer_pct = x,
-                _ => {}
-            }
+    /// Parses one line written by [`StepRecord::to_json`].
+    pub fn from_json(line: &str) -> std::result::Result<StepRecord, String> {
+        let r: StepRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        if r.schema != LOG_SCHEMA {
+            return Err(format!(
+                "a record of schema {} (this nvsh-gpt reads schema {LOG_SCHEMA})",
+                r.schema
+            ));
         }
-        (has_step && has_loss).then_some(r)
+        Ok(r)
     }
 }
 
-/// Reads the step records of a `--log-json` file.
+/// Reads the step records of a `--log-json` file. Blank lines are skipped; any other line
+/// that is not a step record is an error naming the file and the line.
 pub fn read_log(path: &Path) -> Result<Vec<StepRecord>> {
     let text = std::fs::read_to_string(path).map_err(|source| GptError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let recs: Vec<StepRecord> = text.lines().filter_map(StepRecord::from_json).collect();
+    let mut recs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec = StepRecord::from_json(line).map_err(|e| {
+            GptError::Data(format!(
+                "{}:{}: not a step record of nvsh-gpt --log-json ({e})",
+                path.display(),
+                i + 1
+            ))
+        })?;
+        recs.push(rec);
+    }
     if recs.is_empty() {
         return Err(GptError::Data(format!(
             "{}: no step records (is it a --log-json file of nvsh-gpt?)",
@@ -245,6 +240,7 @@ mod tests {
     #[test]
     fn json_round_trip_keeps_full_precision() {
         let r = StepRecord {
+            schema: LOG_SCHEMA,
             step: 12,
             loss: 2.345_678_901_234_567,
             val_loss: Some(1.999_999_999),
@@ -259,16 +255,38 @@ mod tests {
         };
         let line = r.to_json();
         assert!(
-            line.starts_with("{\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"),
+            line.starts_with("{\"schema\":1,\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"),
             "{line}"
         );
-        assert_eq!(StepRecord::from_json(&line), Some(r));
+        assert_eq!(StepRecord::from_json(&line), Ok(r));
         let mut nan = rec(1, f64::NAN);
         nan.val_loss = None;
         let back = StepRecord::from_json(&nan.to_json()).unwrap();
         assert!(back.loss.is_nan() && back.val_loss.is_none());
-        assert_eq!(StepRecord::from_json("{\"summary\":1}"), None);
-        assert_eq!(StepRecord::from_json("not json"), None);
+        assert!(StepRecord::from_json("{\"summary\":1}").is_err());
+        assert!(StepRecord::from_json("not json").is_err());
+        // A record from before the schema field reads; another schema does not.
+        let old = "{\"step\":3,\"loss\":2.5,\"lr\":0.001,\"ms\":10,\"tok_s\":1,\"elapsed_s\":1,\
+                   \"grad_norm\":1,\"wait_pct\":0,\"bubble_pct\":0,\"transfer_pct\":0}";
+        assert_eq!(StepRecord::from_json(old).unwrap().step, 3);
+        let newer = line.replacen("\"schema\":1", "\"schema\":2", 1);
+        assert!(StepRecord::from_json(&newer)
+            .unwrap_err()
+            .contains("schema 2"));
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_record_is_an_error_naming_file_and_line() {
+        let dir = std::env::temp_dir().join(format!("nvsh-gpt-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.json");
+        let good = rec(1, 3.0).to_json();
+        std::fs::write(&path, format!("{good}\n\n{{\"step\":2,\"loss\":\n")).unwrap();
+        let e = read_log(&path).unwrap_err().to_string();
+        assert!(e.contains("run.json:3:"), "{e}");
+        std::fs::write(&path, format!("{good}\n")).unwrap();
+        assert_eq!(read_log(&path).unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

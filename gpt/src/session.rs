@@ -167,6 +167,7 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             None
         };
         let rec = StepRecord {
+            schema: crate::log::LOG_SCHEMA,
             step: rep.step as u64,
             loss: rep.loss,
             val_loss: val,
