@@ -220,6 +220,7 @@ typedef struct nvshmemrs_allreduce_args {
 #define NVSHMEMRS_COLL_ALLTOALL 18
 #define NVSHMEMRS_COLL_REDUCE_SCATTER 19
 #define NVSHMEMRS_COLL_REDUCE 20
+#define NVSHMEMRS_COLL_BARRIER 21
 /* Largest grid of the family's kernels: their counters are per (source rank, block). */
 #define NVSHMEMRS_FAMILY_BLOCKS 128
 /* Counter phases: arrive (the receiver's area is free for this step) and data (landed). */

@@ -51,6 +51,7 @@ pub use crate::coll::broadcast::Broadcast;
 pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;
+pub use crate::coll::team_barrier::TeamBarrier;
 pub use crate::core::buffer::{SymView, SymmetricBuffer};
 pub use crate::core::element::{Atomic64, Dtype, Element};
 pub use crate::core::error::{Error, Result};

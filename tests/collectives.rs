@@ -14,8 +14,9 @@ use common::{gpu_test, runtime};
 use half::{bf16, f16};
 use nvshmem::{
     Allgather, Alltoall, Broadcast, Error, Nvshmem, Reduce, ReduceOp, ReduceScatter,
-    SymmetricBuffer,
+    SymmetricBuffer, TeamBarrier,
 };
+use std::time::{Duration, Instant};
 
 const COUNTS: [usize; 5] = [1, 7, 1000, 65537, (1 << 20) + 1];
 /// Small slots, so that reductions of 65537 elements and more run in segments.
@@ -694,6 +695,88 @@ fn team_workspaces_move_data_among_their_members_only() {
         let err = ag.run(&buf, &out, &stream).unwrap_err();
         assert!(matches!(err, Error::NotInTeam { .. }), "{err}");
         assert_eq!(out.to_vec().unwrap(), vec![-1; 16]);
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(
+    2,
+    a_team_barrier_waits_for_every_member_and_orders_their_puts
+);
+fn a_team_barrier_waits_for_every_member_and_orders_their_puts() {
+    team_barrier_case(&runtime(2));
+}
+
+gpu_test!(3, a_team_barrier_on_three_pes);
+fn a_team_barrier_on_three_pes() {
+    team_barrier_case(&runtime(3));
+}
+
+/// A stream barrier over the world: a member's stream passes it only once the last member has
+/// arrived, and a put issued before it has landed after it (64 rounds back to back, one sync).
+fn team_barrier_case(nv: &Nvshmem) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let mut bar = TeamBarrier::world(nv).unwrap();
+    bar.set_timeout(Duration::from_secs(20));
+    // The last PE arrives 500 ms late (host sleep): the others wait on their streams.
+    nv.barrier_all().unwrap();
+    if me == n - 1 {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let start = Instant::now();
+    bar.run(&stream).unwrap();
+    stream.synchronize().unwrap();
+    bar.check().unwrap();
+    let waited = start.elapsed();
+    assert!(
+        me == n - 1 || waited >= Duration::from_millis(400),
+        "PE {me} passed the barrier after {waited:?}, before the late PE arrived"
+    );
+
+    // Round r: put this round's block into the next PE's landing half r % 2, barrier, then copy
+    // what landed here into seen[r] (a put to this PE, in stream order after the barrier). A
+    // half is written again two rounds later, after the reader passed the barrier between.
+    const ROUNDS: usize = 64;
+    const LEN: usize = 4099;
+    let value =
+        |pe: usize, r: usize, i: usize| ((pe * 1_000_003 + r * 7919 + i) as u32) ^ 0x5bd1_e995;
+    let next = ((me + 1) % n) as i32;
+    let prev = (me + n - 1) % n;
+    let src = filled(nv, ROUNDS * LEN, |k| value(me, k / LEN, k % LEN));
+    let landing = nv.alloc_zeroed::<u32>(2 * LEN).unwrap();
+    let seen = filled(nv, ROUNDS * LEN, |_| 0xA5A5_A5A5u32);
+    nv.barrier_all().unwrap();
+    for r in 0..ROUNDS {
+        let half = (r % 2) * LEN..(r % 2 + 1) * LEN;
+        let block = r * LEN..(r + 1) * LEN;
+        nv.put_device(
+            landing.view(half.clone()).unwrap(),
+            src.view(block.clone()).unwrap(),
+            next,
+            &stream,
+        )
+        .unwrap();
+        bar.run(&stream).unwrap();
+        nv.put_device(
+            seen.view(block).unwrap(),
+            landing.view(half).unwrap(),
+            me as i32,
+            &stream,
+        )
+        .unwrap();
+    }
+    stream.synchronize().unwrap();
+    bar.check().unwrap();
+    let got = seen.to_vec().unwrap();
+    for r in 0..ROUNDS {
+        for i in 0..LEN {
+            assert_eq!(
+                got[r * LEN + i],
+                value(prev, r, i),
+                "PE {me} round {r} element {i}: not PE {prev}'s put of that round"
+            );
+        }
     }
     nv.barrier_all().unwrap();
 }

@@ -46,6 +46,11 @@ int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int 
 /* The root's output = op over members of their inputs; other outputs untouched. */
 int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks, int threads,
                      cudaStream_t stream);
+/* A barrier over the members, in stream order: each member completes what it issued before
+ * (puts through NVSHMEM, stores to peers), then waits until every member has arrived. One
+ * block; hdr.input and hdr.output are not used. */
+int nvshmemrs_team_barrier(nvshmemrs_family_args args, int blocks, int threads,
+                           cudaStream_t stream);
 
 #ifdef __cplusplus
 }

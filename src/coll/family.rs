@@ -153,6 +153,7 @@ pub fn family_code_name(code: u64) -> &'static str {
         sys::NVSHMEMRS_COLL_ALLTOALL => "alltoall",
         sys::NVSHMEMRS_COLL_REDUCE_SCATTER => "reduce-scatter, receive slots",
         sys::NVSHMEMRS_COLL_REDUCE => "reduce, receive slots",
+        sys::NVSHMEMRS_COLL_BARRIER => "team barrier",
         _ => "header check",
     }
 }

@@ -10,3 +10,4 @@ pub mod op;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod select;
+pub mod team_barrier;
