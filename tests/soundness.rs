@@ -161,40 +161,38 @@ fn host_copies_and_zero_come_after_the_runtime_streams_queued_work() {
         // SAFETY: the kernel writes n u32 starting at ptr, all inside the buffer.
         unsafe { launch.launch(LaunchConfig::for_num_elems(len)) }.unwrap();
     };
-    let count = |v: &[u32], want: u32| v.iter().filter(|&&x| x != want).count();
+    let expect = |got: Vec<u32>, want: u32, what: &str| {
+        let wrong = got.iter().filter(|&&x| x != want).count();
+        assert_eq!(
+            wrong, 0,
+            "{what}: {wrong} of {n} are not {want} (first {})",
+            got[0]
+        );
+    };
 
     late_sevens();
     buf.copy_from_host(&vec![5u32; n]).unwrap();
     stream.synchronize().unwrap();
-    let got = buf.to_vec().unwrap();
-    assert_eq!(
-        count(&got, 5),
-        0,
-        "copy_from_host ran before the queued kernel: {} of {n} are not 5 (first {})",
-        count(&got, 5),
-        got[0]
+    expect(
+        buf.to_vec().unwrap(),
+        5,
+        "copy_from_host ran before the queued kernel",
     );
 
     late_sevens();
     buf.zero().unwrap();
     stream.synchronize().unwrap();
-    let got = buf.to_vec().unwrap();
-    assert_eq!(
-        count(&got, 0),
+    expect(
+        buf.to_vec().unwrap(),
         0,
-        "zero ran before the queued kernel: {} of {n} are not 0 (first {})",
-        count(&got, 0),
-        got[0]
+        "zero ran before the queued kernel",
     );
 
     late_sevens();
-    let got = buf.to_vec().unwrap();
-    assert_eq!(
-        count(&got, 7),
-        0,
-        "copy_to_host read before the queued kernel wrote: {} of {n} are not 7 (first {})",
-        count(&got, 7),
-        got[0]
+    expect(
+        buf.to_vec().unwrap(),
+        7,
+        "copy_to_host read before the queued kernel wrote",
     );
 }
 
