@@ -481,16 +481,15 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
-    let opt = |v: &Option<String>| harness::json_opt_str(v.as_deref());
-    let mut json_fields = Vec::new();
+    let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
     if let Some(slot) = slot_bytes {
-        json_fields.push(("slot_bytes", slot.to_string()));
+        json_fields.push(("slot_bytes", slot.into()));
     }
     if kind.rooted() {
-        json_fields.push(("root", opts.root.to_string()));
+        json_fields.push(("root", opts.root.into()));
     }
-    json_fields.push(("nccl_version", opt(&nccl_version)));
-    json_fields.push(("nccl_nvls_enable", opt(&nccl_nvls_enable)));
+    json_fields.push(("nccl_version", nccl_version.into()));
+    json_fields.push(("nccl_nvls_enable", nccl_nvls_enable.into()));
     Report {
         collective: kind.name(),
         n_pes,
@@ -869,7 +868,7 @@ mod tests {
         let j = render_json(&r);
         assert!(
             j.starts_with(
-                "{\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
+                "{\"schema\":1,\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
             ),
             "{j}"
         );
@@ -878,7 +877,7 @@ mod tests {
             "{j}"
         );
         assert!(j.contains("\"checked_pes\":1}"), "{j}");
-        assert!(j.contains("\"ratio_ours_over_nccl\":0.8000"), "{j}");
+        assert!(j.contains("\"ratio_ours_over_nccl\":0.8,"), "{j}");
         assert!(j.contains("\"ratio_ours_over_nccl\":null"), "{j}");
 
         let j = render_json(&sample(Kind::Broadcast, 2, 1));

@@ -26,6 +26,7 @@ use nvshmem::core::element::HostValue;
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// Bytes each PE contributes to one host exchange: a flag, the wrong-output count and the
@@ -334,8 +335,8 @@ pub struct Report {
     pub warmup: usize,
     /// Lines of the collective's own (ours' settings, NCCL's version), printed after "# ".
     pub header: Vec<String>,
-    /// Extra top-level JSON fields: name and rendered JSON value.
-    pub json_fields: Vec<(&'static str, String)>,
+    /// Extra top-level JSON fields: name and value.
+    pub json_fields: Vec<(&'static str, Value)>,
     pub candidates: Vec<&'static str>,
     /// (ours, baseline) for the ratio column.
     pub ratio: Option<(&'static str, &'static str)>,
@@ -906,91 +907,67 @@ pub fn render_table(r: &Report) -> String {
     s
 }
 
-/// A JSON string literal.
-pub fn json_str(v: &str) -> String {
-    let mut out = String::with_capacity(v.len() + 2);
-    out.push('"');
-    for ch in v.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+/// Version of the benches' JSON (its `"schema"` field), for whoever reads the files.
+pub const BENCH_SCHEMA: u32 = 1;
 
-/// A JSON string or null.
-pub fn json_opt_str(v: Option<&str>) -> String {
-    v.map_or("null".to_string(), json_str)
+/// `x` to `digits` decimals, as the JSON shows it (timings are not more exact); NaN is null.
+pub fn rounded(x: f64, digits: i32) -> Value {
+    let f = 10f64.powi(digits);
+    json!((x * f).round() / f)
 }
 
 /// The report as JSON.
 pub fn render_json(r: &Report) -> String {
     let outcome = |o: &Outcome| match o {
-        Outcome::Timed(t) => format!(
-            "{{\"us\":{:.3},\"algbw\":{:.3},\"busbw\":{:.3},\"calls\":{},\"checked\":{},\
-             \"wrong\":{},\"wrong_detail\":{},\"checked_pes\":{}}}",
-            t.us,
-            t.algbw,
-            t.busbw,
-            t.iters,
-            t.checked,
-            t.wrong,
-            json_opt_str(t.wrong_detail.as_deref()),
-            t.checked_pes
-        ),
-        Outcome::Unavailable(why) => format!("{{\"na\":{}}}", json_str(why)),
+        Outcome::Timed(t) => json!({
+            "us": rounded(t.us, 3),
+            "algbw": rounded(t.algbw, 3),
+            "busbw": rounded(t.busbw, 3),
+            "calls": t.iters,
+            "checked": t.checked,
+            "wrong": t.wrong,
+            "wrong_detail": t.wrong_detail,
+            "checked_pes": t.checked_pes,
+        }),
+        Outcome::Unavailable(why) => json!({ "na": why }),
     };
     let row = |row: &Row| {
+        let mut m = Map::new();
+        m.insert("bytes".into(), json!(row.bytes));
+        m.insert("count".into(), json!(row.count));
+        m.insert("dtype".into(), json!(row.dtype.name()));
+        if let Some((_, key)) = r.note_column {
+            m.insert(key.into(), json!(row.note));
+        }
+        if let Some((ours, theirs)) = r.ratio {
+            let ratio = row
+                .ratio(ours, theirs)
+                .map_or(Value::Null, |x| rounded(x, 4));
+            m.insert(format!("ratio_{ours}_over_{theirs}"), ratio);
+        }
         let results = row
             .results
             .iter()
-            .map(|(c, o)| format!("{}:{}", json_str(c), outcome(o)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut extra = String::new();
-        if let Some((_, key)) = r.note_column {
-            extra += &format!("\"{key}\":{},", json_opt_str(row.note));
-        }
-        if let Some((ours, theirs)) = r.ratio {
-            extra += &format!(
-                "\"ratio_{ours}_over_{theirs}\":{},",
-                row.ratio(ours, theirs)
-                    .map_or("null".to_string(), |x| format!("{x:.4}"))
-            );
-        }
-        format!(
-            "{{\"bytes\":{},\"count\":{},\"dtype\":{},{extra}\"results\":{{{results}}}}}",
-            row.bytes,
-            row.count,
-            json_str(row.dtype.name()),
-        )
+            .map(|(c, o)| (c.to_string(), outcome(o)))
+            .collect();
+        m.insert("results".into(), Value::Object(results));
+        Value::Object(m)
     };
-    let fields: String = r
-        .json_fields
-        .iter()
-        .map(|(k, v)| format!("\"{k}\":{v},"))
-        .collect();
-    format!(
-        "{{\"collective\":{},\"n_pes\":{},\"gpu\":{},\"op\":{},\"reps\":{},\"warmup\":{},\
-         {fields}\"candidates\":[{}],\"rows\":[{}]}}",
-        json_str(r.collective),
-        r.n_pes,
-        json_str(&r.gpu),
-        json_opt_str(r.op.map(ReduceOp::name)),
-        r.reps,
-        r.warmup,
-        r.candidates
-            .iter()
-            .map(|c| json_str(c))
-            .collect::<Vec<_>>()
-            .join(","),
-        r.rows.iter().map(row).collect::<Vec<_>>().join(",")
-    )
+    let mut m = Map::new();
+    m.insert("schema".into(), json!(BENCH_SCHEMA));
+    m.insert("collective".into(), json!(r.collective));
+    m.insert("n_pes".into(), json!(r.n_pes));
+    m.insert("gpu".into(), json!(r.gpu));
+    m.insert("op".into(), json!(r.op.map(ReduceOp::name)));
+    m.insert("reps".into(), json!(r.reps));
+    m.insert("warmup".into(), json!(r.warmup));
+    for (k, v) in &r.json_fields {
+        m.insert(k.to_string(), v.clone());
+    }
+    m.insert("candidates".into(), json!(r.candidates));
+    m.insert(
+        "rows".into(),
+        Value::Array(r.rows.iter().map(row).collect()),
+    );
+    Value::Object(m).to_string()
 }

@@ -8,7 +8,7 @@
 //! destination zeroed before the loops: a size whose puts wrote nothing, or wrote only part,
 //! fails.
 
-use crate::bench::harness::{pattern_hash, salt};
+use crate::bench::harness::{pattern_hash, rounded, salt, BENCH_SCHEMA};
 use crate::bench::{elapsed_ms, median, sizes};
 use cudarc::driver::CudaStream;
 use nvshmem::core::env_value::size_label;
@@ -18,6 +18,7 @@ use nvshmem::core::runtime::Nvshmem;
 use nvshmem::core::stream::raw_stream;
 use nvshmem::p2p::device_put::{Completion, LaunchShape};
 use nvshmem::sys;
+use serde_json::json;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -381,34 +382,32 @@ pub fn render_table(r: &PutBenchReport) -> String {
 /// The report as JSON.
 pub fn render_json(r: &PutBenchReport) -> String {
     let row = |b: &BandwidthRow| {
-        format!(
-            "{{\"bytes\":{},\"blocks\":{},\"threads\":{},\"iters\":{},\"us_per_put\":{:.3},\
-             \"gbps\":{:.3},\"gbps_min\":{:.3},\"gbps_max\":{:.3}}}",
-            b.bytes,
-            b.shape.blocks,
-            b.shape.threads,
-            b.iters,
-            b.us_per_put,
-            b.gbps,
-            b.gbps_min,
-            b.gbps_max
-        )
+        json!({
+            "bytes": b.bytes,
+            "blocks": b.shape.blocks,
+            "threads": b.shape.threads,
+            "iters": b.iters,
+            "us_per_put": rounded(b.us_per_put, 3),
+            "gbps": rounded(b.gbps, 3),
+            "gbps_min": rounded(b.gbps_min, 3),
+            "gbps_max": rounded(b.gbps_max, 3),
+        })
     };
-    let list = |rows: &[BandwidthRow]| rows.iter().map(row).collect::<Vec<_>>().join(",");
-    format!(
-        "{{\"n_pes\":{},\"gpu\":{:?},\"bandwidth\":[{}],\"sweep\":[{}],\
-         \"latency\":{{\"one_way_us\":{:.3},\"one_way_us_min\":{:.3},\"one_way_us_max\":{:.3},\
-         \"iters\":{},\"reps\":{}}}}}",
-        r.n_pes,
-        r.gpu,
-        list(&r.rows),
-        list(&r.sweep),
-        r.latency.one_way_us,
-        r.latency.one_way_us_min,
-        r.latency.one_way_us_max,
-        r.latency.iters,
-        r.latency.reps
-    )
+    json!({
+        "schema": BENCH_SCHEMA,
+        "n_pes": r.n_pes,
+        "gpu": r.gpu,
+        "bandwidth": r.rows.iter().map(row).collect::<Vec<_>>(),
+        "sweep": r.sweep.iter().map(row).collect::<Vec<_>>(),
+        "latency": {
+            "one_way_us": rounded(r.latency.one_way_us, 3),
+            "one_way_us_min": rounded(r.latency.one_way_us_min, 3),
+            "one_way_us_max": rounded(r.latency.one_way_us_max, 3),
+            "iters": r.latency.iters,
+            "reps": r.latency.reps,
+        },
+    })
+    .to_string()
 }
 
 #[cfg(test)]
@@ -476,9 +475,13 @@ mod tests {
             },
         };
         let j = render_json(&r);
-        assert!(j.starts_with("{\"n_pes\":2,\"gpu\":\"NVIDIA H200\""), "{j}");
+        assert!(
+            j.starts_with("{\"schema\":1,\"n_pes\":2,\"gpu\":\"NVIDIA H200\""),
+            "{j}"
+        );
         assert!(j.contains("\"blocks\":32,\"threads\":1024"), "{j}");
-        assert_eq!(j.matches('{').count(), j.matches('}').count());
+        let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
+        assert_eq!(v["latency"]["one_way_us"], 1.2);
         let t = render_table(&r);
         assert!(
             t.contains("16M") && t.contains("32x1024") && t.contains("372.0"),
