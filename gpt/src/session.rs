@@ -47,6 +47,18 @@ fn io<T>(path: &std::path::Path, r: std::io::Result<T>) -> Result<T> {
     })
 }
 
+/// "12.5%, 3m 05s left" after `done` of `total` steps in `elapsed` seconds: the steps' pace,
+/// or the `--max-seconds` limit when that comes first.
+fn progress(done: usize, total: usize, elapsed: f64, max_seconds: Option<f64>) -> String {
+    let mut fraction = done as f64 / total.max(1) as f64;
+    let mut left = (done > 0).then(|| elapsed / done as f64 * total.saturating_sub(done) as f64);
+    if let Some(limit) = max_seconds.filter(|m| *m > 0.0) {
+        fraction = fraction.max(elapsed / limit);
+        left = Some(left.map_or(limit - elapsed, |l| l.min(limit - elapsed)));
+    }
+    nvshmem::core::env_value::progress_label(fraction, left)
+}
+
 /// Checks that `path` can be written where the run will write it, by creating and removing
 /// its temporary name (`path.tmp`, which a checkpoint is written through) next to it.
 fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
@@ -186,10 +198,11 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         if leader && (rep.step == 1 || last || rep.step % print_every == 0) {
             writeln!(
                 out,
-                "step {:>5}/{} | loss {:.6} | lr {:.2e} | {:.1} ms | {} tok/s | norm {:.3} | \
+                "step {:>5}/{} ({}) | loss {:.6} | lr {:.2e} | {:.1} ms | {} tok/s | norm {:.3} | \
                  wait {:.1}% (bubble {:.1}%, transfer {:.1}%)",
                 rep.step,
                 run.steps,
+                progress(tr.step, run.steps, tr.elapsed_s(), run.max_seconds),
                 rep.loss,
                 rep.lr,
                 rep.ms,
@@ -293,4 +306,18 @@ fn save<B: Backend, C: Comm<B>>(tr: &Trainer<'_, B, C>, prefix: &std::path::Path
     }
     let ck = tr.checkpoint()?;
     ck.save(&stage_path(prefix, tr.topo.stage(), tr.topo.pp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_follows_the_steps_or_the_time_limit() {
+        // 50 of 200 steps in 10 s: 30 s left at this pace.
+        assert_eq!(progress(50, 200, 10.0, None), "25.0%, 30s left");
+        // A 20 s limit comes first: 50% of it used, 10 s left.
+        assert_eq!(progress(50, 200, 10.0, Some(20.0)), "50.0%, 10s left");
+        assert_eq!(progress(0, 200, 0.0, None), "0.0%");
+    }
 }

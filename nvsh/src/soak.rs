@@ -14,6 +14,7 @@ use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymmetricBuffer;
 use nvshmem::core::element::HostValue;
+use nvshmem::core::env_value::progress_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::pipeline::channel::Channel;
@@ -365,11 +366,13 @@ impl Soak<'_> {
             }
             if me == 0 && last_report.elapsed() >= self.opts.report_every {
                 last_report = Instant::now();
+                let (done, total) = (elapsed.as_secs_f64(), self.opts.duration.as_secs_f64());
                 println!(
-                    "soak: {:>6.1} s  iterations {}  allreduces {}  family calls {}  messages {}  \
-                     mismatches {}  \
-                     host rss {} KiB  device used {} MiB",
-                    elapsed.as_secs_f64(),
+                    "soak: {:>6.1} s of {total:.0} s ({})  iterations {}  allreduces {}  \
+                     family calls {}  messages {}  mismatches {}  host rss {} KiB  \
+                     device used {} MiB",
+                    done,
+                    progress_label(done / total.max(1e-9), Some(total - done)),
                     iter,
                     self.report.allreduces,
                     self.report.family_calls,

@@ -31,6 +31,29 @@ pub fn size_label(bytes: usize) -> String {
     }
 }
 
+/// Progress of a run for people: "12.5%, 3m 05s left", from the fraction done (0..=1) and the
+/// seconds left (None: unknown).
+pub fn progress_label(fraction: f64, secs_left: Option<f64>) -> String {
+    let pct = 100.0 * fraction.clamp(0.0, 1.0);
+    match secs_left {
+        Some(s) if s.is_finite() => format!("{pct:.1}%, {} left", duration_label(s.max(0.0))),
+        _ => format!("{pct:.1}%"),
+    }
+}
+
+/// A duration for people: "<1s", "42s", "3m 05s", "1h 02m".
+pub fn duration_label(secs: f64) -> String {
+    if secs < 1.0 {
+        return "<1s".into();
+    }
+    let s = secs.round() as u64;
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// NVSHMEM's reading of a boolean: `Some(true)` for 1/y/yes/t/true/on, `Some(false)` for
 /// 0/n/no/f/false/off (any case), `None` for anything else.
 pub fn parse_bool(value: &str) -> Option<bool> {
@@ -58,6 +81,17 @@ pub fn bool_var(var: &'static str, default: bool, expected: &'static str) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_reads_as_percent_and_time_left() {
+        assert_eq!(duration_label(0.4), "<1s");
+        assert_eq!(duration_label(42.4), "42s");
+        assert_eq!(duration_label(185.0), "3m 05s");
+        assert_eq!(duration_label(3720.0), "1h 02m");
+        assert_eq!(progress_label(0.125, Some(185.0)), "12.5%, 3m 05s left");
+        assert_eq!(progress_label(1.5, None), "100.0%");
+        assert_eq!(progress_label(0.5, Some(f64::INFINITY)), "50.0%");
+    }
 
     #[test]
     fn sizes_parse_like_nvshmem() {
