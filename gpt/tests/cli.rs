@@ -79,7 +79,10 @@ fn cpu_pipeline_logs_compare_equal_to_a_single_pe() {
     let o = tiny_train(&data, &one, &[]);
     assert!(o.status.success(), "{}", text_of(&o));
     let out = text_of(&o);
-    assert!(out.contains("step     8/8 (100.0%, <1s left) | loss"), "{out}");
+    assert!(
+        out.contains("step     8/8 (100.0%, <1s left) | loss"),
+        "{out}"
+    );
     assert!(out.contains("val loss"), "{out}");
     assert!(out.contains("sample (16 tokens"), "{out}");
     assert!(out.contains("summary: 8 steps"), "{out}");
