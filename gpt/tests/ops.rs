@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::gpu_test;
+use common::{assert_every, gpu_test, TF32_LOST, TF32_SHAPE};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -695,24 +695,6 @@ fn matmul_forward_tf32() {
         "matmul with TF32 off (strict FP32)",
         &g.down(&out),
         c as f32 * TF32_LOST,
-    );
-}
-
-/// 1 + 2^-13: exact in FP32; TF32 keeps 10 mantissa bits, so it reads 1 whether the tensor
-/// cores truncate the low bits or round them (2^-13 is under half of TF32's 2^-10 step).
-/// Times a weight of 1, summed over C in FP32, FP32 gives exactly C + C * 2^-13 and TF32 gives
-/// exactly C.
-const TF32_LOST: f32 = 1.0 + 1.0 / 8192.0;
-/// Large enough that cuBLAS takes a tensor-core kernel when TF32 is allowed.
-const TF32_SHAPE: usize = 256;
-
-fn assert_every(what: &str, got: &[f32], want: f32) {
-    let bad = got.iter().position(|&x| x != want);
-    assert!(
-        bad.is_none(),
-        "{what}: element {} is {} (want exactly {want})",
-        bad.unwrap_or(0),
-        got[bad.unwrap_or(0)]
     );
 }
 

@@ -12,7 +12,9 @@
 
 mod common;
 
-use common::{dataset, gpu_test, max_rel, run_config, text, tiny};
+use common::{
+    assert_every, dataset, gpu_test, max_rel, run_config, text, tiny, TF32_LOST, TF32_SHAPE,
+};
 use nvsh_gpt::backend::{Backend, CpuBackend, GpuBackend};
 use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, Topology};
@@ -62,32 +64,24 @@ fn odd_data() -> Arc<Dataset> {
 }
 
 gpu_test!(1, the_tf32_flag_reaches_the_backends_matmuls);
-/// `--tf32` (GpuBackend::new's flag) turns TF32 on: 1 + 2^-13 reads as 1 in TF32 (10 mantissa
-/// bits, truncated or rounded), so 256 products with weight 1 sum to exactly 256 with TF32 and
-/// exactly 256 + 2^-5 in strict FP32.
+/// `--tf32` (GpuBackend::new's flag) turns TF32 on: with the inputs of common::TF32_LOST the
+/// products sum to exactly C with TF32 and exactly C + C * 2^-13 in strict FP32.
 fn the_tf32_flag_reaches_the_backends_matmuls() {
     let ctx = cudarc::driver::CudaContext::new(0).expect("a CUDA device");
-    let c = 256;
-    let x = vec![1.0f32 + 1.0 / 8192.0; c * c];
-    for (tf32, want) in [(true, 256.0f32), (false, 256.0 + 1.0 / 32.0)] {
+    let c = TF32_SHAPE;
+    for (tf32, want) in [(true, c as f32), (false, c as f32 * TF32_LOST)] {
         let be = GpuBackend::new(ctx.new_stream().unwrap(), tf32, Duration::from_secs(60)).unwrap();
         let (inp, w, out) = (
             be.alloc_f32(c * c).unwrap(),
             be.alloc_f32(c * c).unwrap(),
             be.alloc_f32(c * c).unwrap(),
         );
-        be.upload_f32(inp, &x).unwrap();
+        be.upload_f32(inp, &vec![TF32_LOST; c * c]).unwrap();
         be.upload_f32(w, &vec![1.0; c * c]).unwrap();
         be.matmul_forward(out, inp, w, None, c, c, c).unwrap();
         let mut got = vec![0.0f32; c * c];
         be.download_f32(out, &mut got).unwrap();
-        let bad = got.iter().position(|&v| v != want);
-        assert!(
-            bad.is_none(),
-            "tf32 {tf32}: element {} is {} (want exactly {want})",
-            bad.unwrap_or(0),
-            got[bad.unwrap_or(0)]
-        );
+        assert_every(&format!("backend matmul, tf32 {tf32}"), &got, want);
     }
 }
 

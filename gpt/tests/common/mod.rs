@@ -165,3 +165,24 @@ pub fn max_rel(a: &[f64], b: &[f64], floor: f64) -> f64 {
         .map(|(x, y)| (x - y).abs() / x.abs().max(y.abs()).max(floor))
         .fold(0.0, f64::max)
 }
+
+// ------------------------------------------------------------------ TF32 shown on
+
+/// 1 + 2^-13: exact in FP32; TF32 keeps 10 mantissa bits, so it reads 1 whether the tensor
+/// cores truncate the low bits or round them (2^-13 is under half of TF32's 2^-10 step).
+/// Times a weight of 1, summed over C in FP32, FP32 gives exactly C + C * 2^-13 and TF32 gives
+/// exactly C.
+pub const TF32_LOST: f32 = 1.0 + 1.0 / 8192.0;
+/// Large enough that cuBLAS takes a tensor-core kernel when TF32 is allowed.
+pub const TF32_SHAPE: usize = 256;
+
+/// Every element of `got` is exactly `want`, else a panic naming the first that is not.
+pub fn assert_every(what: &str, got: &[f32], want: f32) {
+    let bad = got.iter().position(|&x| x != want);
+    assert!(
+        bad.is_none(),
+        "{what}: element {} is {} (want exactly {want})",
+        bad.unwrap_or(0),
+        got[bad.unwrap_or(0)]
+    );
+}
