@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs compute-sanitizer on the ring exchange, on allreduce under each of its protocols, on the
-# broadcast / allgather / alltoall / reduce-scatter / reduce kernels, on the channel and on the
-# barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
+# broadcast / allgather / alltoall / reduce-scatter / reduce kernels, on the team barrier, on the
+# channel and on the barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
 #   memcheck   out-of-bounds and misaligned accesses, leaks, CUDA API errors;
 #   racecheck  shared-memory hazards only: it does not see races on global memory, so the
 #              cross-PE protocols (flags and data in symmetric global memory) are not covered
@@ -137,6 +137,8 @@ check collectives_graph -- "$bin/test-collectives" --ignored --exact \
     pe2_replays_of_a_captured_graph_of_every_collective_see_fresh_data --test-threads=1
 check collectives_back_to_back -- "$bin/test-collectives" --ignored --exact \
     pe2_a_thousand_back_to_back_calls_mixing_every_collective --test-threads=1
+check team_barrier -- "$bin/test-collectives" --ignored --exact \
+    pe2_a_team_barrier_waits_for_every_member_and_orders_their_puts --test-threads=1
 check channel -- "$bin/test-channel" --ignored --exact \
     pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
 check barrier -- "$bin/test-rma" --ignored --exact pe2_barrier_orders_puts_before_reads \

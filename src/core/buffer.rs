@@ -111,8 +111,7 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
         // SAFETY: NVSHMEM is initialised while `nv` lives; these return null on failure.
         let raw = unsafe {
             match how {
-                Alloc::Uninit => sys::nvshmem_malloc(bytes),
-                Alloc::Zeroed => sys::nvshmem_calloc(len, elem),
+                Alloc::Uninit | Alloc::Zeroed => sys::nvshmem_malloc(bytes),
                 Alloc::Aligned(align) => {
                     sys::nvshmem_align(align.max(std::mem::align_of::<T>()), bytes)
                 }
@@ -125,7 +124,16 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
             bytes,
             elem: T::NAME,
         });
-        Ok(SymmetricBuffer { ptr, len, nv })
+        let buf = SymmetricBuffer { ptr, len, nv };
+        if let Alloc::Zeroed = how {
+            // Zeroed by this process's own memset, not nvshmem_calloc's: compute-sanitizer's
+            // initcheck does not see calloc's zeroing, and reads of counters and slots that
+            // peers fill would all count as uninitialized. Then a barrier, as calloc has: no
+            // peer writes into the buffer before every PE has zeroed its copy.
+            buf.zero()?;
+            nv.barrier_all()?;
+        }
+        Ok(buf)
     }
 
     /// Number of elements.

@@ -320,15 +320,32 @@ impl Nvshmem {
         // Collective, like every symmetric allocation: all PEs are here, just initialised. Not
         // in the leak registry: they live as long as the heap.
         // SAFETY: NVSHMEM is initialised; returns null on failure.
-        let arrivals = unsafe { sys::nvshmem_calloc(n, 8) }.cast::<u64>();
+        let arrivals = unsafe { sys::nvshmem_malloc(8 * n) }.cast::<u64>();
         // SAFETY: as above.
-        let votes = unsafe { sys::nvshmem_calloc(4 * n, 8) }.cast::<u64>();
+        let votes = unsafe { sys::nvshmem_malloc(8 * 4 * n) }.cast::<u64>();
         if arrivals.is_null() || votes.is_null() {
             return Err(Error::AllocFailed {
                 bytes: 8 * 5 * n,
                 free: 0,
             });
         }
+        // Zeroed by this process (initcheck does not see nvshmem_calloc's zeroing; see
+        // SymmetricBuffer::allocate), then NVSHMEM's barrier: no peer signals them before
+        // every PE has zeroed its copy. The runtime's own barrier uses these words.
+        for (ptr, words) in [(arrivals, n), (votes, 4 * n)] {
+            // SAFETY: a live device allocation of `words` u64 on this context.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    ptr as cudarc::driver::sys::CUdeviceptr,
+                    0,
+                    8 * words,
+                    stream.cu_stream(),
+                )
+            }?;
+        }
+        stream.synchronize()?;
+        // SAFETY: NVSHMEM is initialised; every PE comes here once, right after init.
+        unsafe { sys::nvshmem_barrier_all() };
         let state = stream.alloc_zeros::<u64>(2)?;
         let state_ptr = {
             use cudarc::driver::DevicePtr;
@@ -537,7 +554,7 @@ impl Nvshmem {
         SymmetricBuffer::allocate(self, len, Alloc::Uninit)
     }
 
-    /// Like [`Nvshmem::alloc`], zero-filled (nvshmem_calloc).
+    /// Like [`Nvshmem::alloc`], zero-filled on every PE before any PE returns (collective).
     pub fn alloc_zeroed<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
         SymmetricBuffer::allocate(self, len, Alloc::Zeroed)
     }

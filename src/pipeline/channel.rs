@@ -310,8 +310,14 @@ impl<'nv, T: Element> Channel<'nv, T> {
         } else {
             None
         };
+        // Zeroed by this process: peers fill the slots, and initcheck sees only this
+        // process's writes (see SymmetricBuffer::allocate).
+        data.zero()?;
+        if let Some(s) = &staging {
+            s.zero()?;
+        }
         let words = nv.alloc_zeroed::<u64>(shape.broken(n) + 1)?;
-        // The zeroed counters are in place on every PE before any peer signals them.
+        // The zeroed slots and counters are in place on every PE before any peer writes them.
         nv.barrier_all()?;
         Ok(Channel {
             nv,

@@ -74,7 +74,8 @@ impl<'nv> FamilyWorkspace<'nv> {
                         detail: format!("2 x {world} PEs x {bytes}"),
                     });
                 };
-                (Some(nv.alloc::<u8>(total)?), slot)
+                // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
+                (Some(nv.alloc_zeroed::<u8>(total)?), slot)
             }
             None => (None, 0),
         };

@@ -480,7 +480,8 @@ impl Nvshmem {
                 what: "allreduce low-latency slots",
                 detail: format!("2 x {world} PEs x 2 x {ll_max} bytes"),
             })?;
-        let scratch = self.alloc::<u8>(scratch_bytes)?;
+        // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
+        let scratch = self.alloc_zeroed::<u8>(scratch_bytes)?;
         let ll = self.alloc_zeroed::<u8>(ll_bytes)?;
         let flags =
             self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world * SLOT_BLOCKS_MAX)?;
