@@ -8,10 +8,9 @@
 //! every PE (NCCL not installed, an op NVSHMEM lacks) is reported as n/a and the run goes on.
 
 use crate::bench::harness::{
-    self, pattern_hash, power_of_two_value, quarter_value, BenchElement, Collective, Harness,
-    Report, QUARTER_MAX,
+    self, pattern_hash, power_of_two_value, quarter_value, size_steps, BenchElement, Collective,
+    Harness, Report, QUARTER_MAX,
 };
-use crate::bench::sizes;
 use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
@@ -25,22 +24,36 @@ use nvshmem::sys;
 
 pub use crate::bench::harness::BenchDtype;
 
-/// What is timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What is timed. The names are the command line's (clap lists them in `--help`, each with
+/// the `help` given here rather than the doc comment, which is written for rustdoc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Candidate {
     /// [`AllreduceAlgo::OneShot`].
+    #[value(name = "oneshot", help = "our one-shot allreduce")]
     OneShot,
     /// [`AllreduceAlgo::TwoShot`].
+    #[value(name = "twoshot", help = "our two-shot allreduce")]
     TwoShot,
     /// [`AllreduceAlgo::Ring`].
+    #[value(name = "ring", help = "our ring allreduce")]
     Ring,
     /// [`AllreduceAlgo::RecursiveDoubling`].
+    #[value(name = "rd", help = "our recursive-doubling allreduce")]
     Rd,
     /// [`AllreduceAlgo::Auto`]: ours as users get it; the ratio compares it with NCCL.
+    #[value(
+        name = "auto",
+        help = "our automatic choice (the ratio compares it with NCCL)"
+    )]
     Auto,
     /// `ncclAllReduce` through [`NcclBaseline`].
+    #[value(name = "nccl", help = "ncclAllReduce")]
     Nccl,
     /// NVSHMEM's host `nvshmemx_<type>_<op>_reduce_on_stream` over the world team.
+    #[value(
+        name = "nvshmem",
+        help = "NVSHMEM's reduce on a stream over the world team"
+    )]
     Nvshmem,
 }
 
@@ -124,8 +137,11 @@ pub fn op_name(op: ReduceOp) -> &'static str {
 pub struct AllreduceBenchOptions {
     /// Smallest message, bytes.
     pub min_bytes: usize,
-    /// Largest message, bytes (sizes double from min to max).
+    /// Largest message, bytes (no size above it is run).
     pub max_bytes: usize,
+    /// Growth factor of the sizes, at least 2: min, min * factor, ... up to max
+    /// ([`size_steps`]).
+    pub factor: usize,
     pub dtypes: Vec<BenchDtype>,
     pub op: ReduceOp,
     /// Timed groups per size (the median is reported).
@@ -143,6 +159,7 @@ impl Default for AllreduceBenchOptions {
         AllreduceBenchOptions {
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
+            factor: 2,
             dtypes: BenchDtype::ALL.to_vec(),
             op: ReduceOp::Sum,
             reps: 20,
@@ -407,7 +424,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         ours,
         nccl,
     };
-    let list = sizes(opts.min_bytes, opts.max_bytes);
+    let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
     nv.barrier_all()?;
     if nv.my_pe() != 0 {

@@ -10,9 +10,9 @@
 
 use crate::bench::allreduce;
 use crate::bench::harness::{
-    self, pattern_hash, quarter_value, BenchDtype, BenchElement, Collective, Harness, Report,
+    self, pattern_hash, quarter_value, size_steps, BenchDtype, BenchElement, Collective, Harness,
+    Report,
 };
-use crate::bench::sizes;
 use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::ReduceOp;
@@ -153,12 +153,15 @@ impl Kind {
     }
 }
 
-/// What is timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What is timed. The names are the command line's (clap lists them in `--help`, each with
+/// the `help` given here rather than the doc comment, which is written for rustdoc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Candidate {
     /// Ours: [`Broadcast`], [`Allgather`], [`Alltoall`], [`ReduceScatter`] or [`Reduce`].
+    #[value(name = "ours", help = "our collective")]
     Ours,
     /// NCCL's call through [`NcclBaseline`].
+    #[value(name = "nccl", help = "NCCL's collective")]
     Nccl,
 }
 
@@ -189,8 +192,11 @@ pub struct FamilyBenchOptions {
     pub kind: Kind,
     /// Smallest message asked for, bytes (nccl-tests' size; see [`Kind::count_for`]).
     pub min_bytes: usize,
-    /// Largest message asked for, bytes (sizes double from min to max).
+    /// Largest message asked for, bytes (no size above it is run).
     pub max_bytes: usize,
+    /// Growth factor of the sizes, at least 2: min, min * factor, ... up to max
+    /// ([`size_steps`]).
+    pub factor: usize,
     pub dtypes: Vec<BenchDtype>,
     /// The reduction (reduce-scatter and reduce; ignored by the others).
     pub op: ReduceOp,
@@ -207,13 +213,14 @@ pub struct FamilyBenchOptions {
 }
 
 impl FamilyBenchOptions {
-    /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M, f32 and bf16, sum,
-    /// root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
+    /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M doubling, f32 and
+    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
     pub fn new(kind: Kind) -> Self {
         FamilyBenchOptions {
             kind,
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
+            factor: 2,
             dtypes: BenchDtype::ALL.to_vec(),
             op: ReduceOp::Sum,
             root: 0,
@@ -436,7 +443,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         ours,
         nccl,
     };
-    let list = sizes(opts.min_bytes, opts.max_bytes);
+    let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
     nv.barrier_all()?;
     if nv.my_pe() != 0 {

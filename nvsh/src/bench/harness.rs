@@ -45,10 +45,12 @@ pub const MIN_SLOTS: usize = 4;
 /// ...and as many more as fit in this many bytes of outputs (and as many of inputs).
 pub const SLOT_BUDGET_BYTES: usize = 256 << 20;
 
-/// Element types the benches run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Element types the benches run (the command line's names; clap lists them in `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum BenchDtype {
+    #[value(name = "f32", alias = "float32", alias = "float")]
     F32,
+    #[value(name = "bf16", alias = "bfloat16")]
     Bf16,
 }
 
@@ -62,15 +64,12 @@ impl BenchDtype {
         }
     }
 
-    /// "f32" (or "float32", "float") and "bf16" (or "bfloat16").
+    /// "f32" (or "float32", "float") and "bf16" (or "bfloat16"), any case: the names and
+    /// aliases of the command line.
     pub fn parse(s: &str) -> std::result::Result<BenchDtype, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "f32" | "float32" | "float" => Ok(BenchDtype::F32),
-            "bf16" | "bfloat16" => Ok(BenchDtype::Bf16),
-            other => Err(format!(
-                "'{other}' is not a benchmark dtype: use f32 or bf16"
-            )),
-        }
+        let s = s.trim();
+        <BenchDtype as clap::ValueEnum>::from_str(s, true)
+            .map_err(|_| format!("'{s}' is not a benchmark dtype: use f32 or bf16"))
     }
 
     /// Bytes per element.
@@ -231,6 +230,25 @@ pub trait Collective<T: BenchElement> {
 
     /// busbw / algbw at `n_pes` (nccl-tests' definitions).
     fn busbw_factor(&self, n_pes: i32) -> f64;
+}
+
+/// The message sizes asked for, as nccl-tests steps them: `min`, `min * factor`,
+/// `min * factor^2`, ... while no larger than `max` (so `max` itself when a step lands on it,
+/// and never a size above it). Empty when `min > max`; a factor below 2 is taken as 2, since
+/// the command line refuses it and a factor of 1 would never end.
+pub fn size_steps(min: usize, max: usize, factor: usize) -> Vec<usize> {
+    let factor = factor.max(2);
+    let mut out = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        out.push(s);
+        // A step past usize::MAX is past max too.
+        match s.checked_mul(factor) {
+            Some(next) => s = next,
+            None => break,
+        }
+    }
+    out
 }
 
 /// nccl-tests' size of a message: bytes of the larger of a PE's input and output buffers.
@@ -970,4 +988,58 @@ pub fn render_json(r: &Report) -> String {
         Value::Array(r.rows.iter().map(row).collect()),
     );
     Value::Object(m).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_step_by_the_factor_up_to_max() {
+        // Factor 2 from a power of two: the old doubling.
+        assert_eq!(
+            size_steps(4 << 10, 32 << 10, 2),
+            vec![4 << 10, 8 << 10, 16 << 10, 32 << 10]
+        );
+        assert_eq!(size_steps(4 << 10, 256 << 20, 2).len(), 17);
+        // Factor 4: 4K, 16K, 64K, ...; max reached exactly is the last size.
+        assert_eq!(
+            size_steps(4 << 10, 1 << 20, 4),
+            vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
+        );
+        // A max between steps is never exceeded.
+        assert_eq!(
+            size_steps(4 << 10, 100 << 10, 4),
+            vec![4 << 10, 16 << 10, 64 << 10]
+        );
+        assert_eq!(size_steps(1000, 9000, 3), vec![1000, 3000, 9000]);
+        // One size when min is max; none when min is above max.
+        assert_eq!(size_steps(1 << 20, 1 << 20, 8), vec![1 << 20]);
+        assert!(size_steps(2 << 20, 1 << 20, 2).is_empty());
+        // Steps near the top of usize end instead of wrapping.
+        let top = size_steps(1 << 62, usize::MAX, 2);
+        assert_eq!(top, vec![1 << 62, 1 << 63]);
+        // A factor below 2 cannot loop forever.
+        assert_eq!(size_steps(1, 4, 1), vec![1, 2, 4]);
+        assert_eq!(size_steps(1, 4, 0), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn dtype_names_and_aliases_parse() {
+        for d in BenchDtype::ALL {
+            assert_eq!(BenchDtype::parse(d.name()), Ok(d));
+            let v = clap::ValueEnum::to_possible_value(&d).unwrap();
+            assert_eq!(v.get_name(), d.name());
+        }
+        for (s, d) in [
+            ("float32", BenchDtype::F32),
+            ("Float", BenchDtype::F32),
+            (" BF16 ", BenchDtype::Bf16),
+            ("bfloat16", BenchDtype::Bf16),
+        ] {
+            assert_eq!(BenchDtype::parse(s), Ok(d), "{s}");
+        }
+        let err = BenchDtype::parse("f16").unwrap_err();
+        assert!(err.contains("use f32 or bf16"), "{err}");
+    }
 }

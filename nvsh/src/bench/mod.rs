@@ -23,17 +23,6 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// The message sizes measured: powers of two from min to max.
-pub fn sizes(min: usize, max: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut s = min.max(1).next_power_of_two();
-    while s <= max {
-        out.push(s);
-        s *= 2;
-    }
-    out
-}
-
 /// Milliseconds between CUDA events recorded on `stream` before and after `work` enqueues.
 pub fn elapsed_ms(
     nv: &Nvshmem,

@@ -8,8 +8,8 @@
 //! destination zeroed before the loops: a size whose puts wrote nothing, or wrote only part,
 //! fails.
 
-use crate::bench::harness::{pattern_hash, rounded, salt, BENCH_SCHEMA};
-use crate::bench::{elapsed_ms, median, sizes};
+use crate::bench::harness::{pattern_hash, rounded, salt, size_steps, BENCH_SCHEMA};
+use crate::bench::{elapsed_ms, median};
 use cudarc::driver::CudaStream;
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
@@ -25,8 +25,11 @@ use serde_json::json;
 pub struct PutBenchOptions {
     /// Smallest message, bytes.
     pub min_bytes: usize,
-    /// Largest message, bytes (sizes double from min to max).
+    /// Largest message, bytes (no size above it is run).
     pub max_bytes: usize,
+    /// Growth factor of the sizes, at least 2: min, min * factor, ... up to max
+    /// ([`size_steps`]).
+    pub factor: usize,
     /// Timed repetitions per size (the median is reported).
     pub reps: usize,
     /// Untimed repetitions first.
@@ -42,6 +45,7 @@ impl Default for PutBenchOptions {
         PutBenchOptions {
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
+            factor: 2,
             reps: 20,
             warmup: 3,
             sweep: false,
@@ -107,10 +111,8 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
         });
     }
     let me = nv.my_pe();
-    let max = sizes(opts.min_bytes, opts.max_bytes)
-        .last()
-        .copied()
-        .unwrap_or(opts.min_bytes);
+    let sizes = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
+    let max = sizes.last().copied().unwrap_or(opts.min_bytes);
     let src = nv.alloc::<u8>(max)?;
     let dst = nv.alloc::<u8>(max)?;
     let flag = nv.alloc_zeroed::<u64>(1)?;
@@ -179,7 +181,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     };
 
     let mut rows = Vec::new();
-    for bytes in sizes(opts.min_bytes, opts.max_bytes) {
+    for &bytes in &sizes {
         rows.extend(measure(
             bytes,
             LaunchShape::for_bytes(bytes),
@@ -422,6 +424,8 @@ mod tests {
 
     #[test]
     fn sizes_double_from_min_to_max() {
+        let o = PutBenchOptions::default();
+        let sizes = |min, max| size_steps(min, max, o.factor);
         assert_eq!(sizes(4 << 10, 32 << 10), vec![4096, 8192, 16384, 32768]);
         assert_eq!(sizes(4 << 10, 256 << 20).len(), 17);
     }

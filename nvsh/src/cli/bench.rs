@@ -1,10 +1,11 @@
 //! `nvsh bench ...`: benchmarks, run on every PE of a job; PE 0 prints the results.
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
 use nvsh::bench::harness::{self, Report};
 use nvsh::bench::put::{self, PutBenchOptions};
+use nvshmem::core::env_value::size_label;
 use nvshmem::{Error, Nvshmem, ReduceOp, Result};
 
 #[derive(Subcommand)]
@@ -32,16 +33,49 @@ pub enum BenchCommand {
     Reduce(ReduceArgs),
 }
 
+// Flags follow nccl-tests (-b -e -f -n -w -c -d -o, with its long spellings as aliases), so
+// that a command line of one runs the other's sizes and settings.
+
 #[derive(Args)]
 pub struct PutArgs {
     /// Smallest message (bytes; K, M, G suffixes).
-    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    #[arg(
+        short = 'b',
+        long = "min",
+        visible_alias = "minbytes",
+        value_name = "BYTES",
+        default_value = "4K",
+        value_parser = parse_size
+    )]
     min: usize,
-    /// Largest message.
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Largest message: no size above it is run.
+    #[arg(
+        short = 'e',
+        long = "max",
+        visible_alias = "maxbytes",
+        value_name = "BYTES",
+        default_value = "256M",
+        value_parser = parse_size
+    )]
     max: usize,
+    /// Size growth factor, a whole number of at least 2: sizes go --min, --min x F, --min x
+    /// F^2, ... up to --max.
+    #[arg(
+        short = 'f',
+        long = "factor",
+        visible_alias = "stepfactor",
+        value_name = "F",
+        default_value = "2",
+        value_parser = parse_factor
+    )]
+    factor: usize,
     /// Timed repetitions per size (the median is reported).
-    #[arg(long, default_value_t = 20)]
+    #[arg(
+        short = 'n',
+        long = "reps",
+        visible_alias = "iters",
+        default_value_t = 20
+    )]
     reps: usize,
     /// Also time a grid of launch shapes (blocks x threads) at 64K, 1M, 16M and 256M.
     #[arg(long)]
@@ -59,20 +93,74 @@ pub struct PutArgs {
 pub struct CollectiveArgs {
     /// Smallest message (bytes; K, M, G suffixes): nccl-tests' size, for allgather, alltoall
     /// and reduce-scatter the n x count buffer, count rounded down to 16 bytes.
-    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    #[arg(
+        short = 'b',
+        long = "min",
+        visible_alias = "minbytes",
+        value_name = "BYTES",
+        default_value = "4K",
+        value_parser = parse_size
+    )]
     min: usize,
-    /// Largest message (sizes double from --min).
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Largest message: no size above it is run.
+    #[arg(
+        short = 'e',
+        long = "max",
+        visible_alias = "maxbytes",
+        value_name = "BYTES",
+        default_value = "256M",
+        value_parser = parse_size
+    )]
     max: usize,
-    /// Element types, comma-separated: f32, bf16.
-    #[arg(long, default_value = "f32,bf16", value_delimiter = ',', value_parser = BenchDtype::parse)]
+    /// Size growth factor, a whole number of at least 2: sizes go --min, --min x F, --min x
+    /// F^2, ... up to --max.
+    #[arg(
+        short = 'f',
+        long = "factor",
+        visible_alias = "stepfactor",
+        value_name = "F",
+        default_value = "2",
+        value_parser = parse_factor
+    )]
+    factor: usize,
+    /// Element types, comma-separated.
+    #[arg(
+        short = 'd',
+        long = "dtypes",
+        visible_alias = "datatype",
+        value_name = "DTYPES",
+        default_value = "f32,bf16",
+        value_delimiter = ',',
+        ignore_case = true
+    )]
     dtypes: Vec<BenchDtype>,
     /// Timed groups per size and candidate (the median is reported); every call is checked.
-    #[arg(long, default_value_t = 20)]
+    #[arg(
+        short = 'n',
+        long = "reps",
+        visible_alias = "iters",
+        default_value_t = 20
+    )]
     reps: usize,
     /// Untimed calls before the groups.
-    #[arg(long, default_value_t = 3)]
+    #[arg(
+        short = 'w',
+        long = "warmup",
+        visible_alias = "warmup_iters",
+        default_value_t = 3
+    )]
     warmup: usize,
+    /// nccl-tests' check flag: only 1 is taken, since every timed result is always checked.
+    #[arg(
+        short = 'c',
+        long = "check",
+        value_name = "0|1",
+        default_value = "1",
+        value_parser = parse_check
+    )]
+    // Parsed only to refuse -c 0 with a reason; there is nothing to switch.
+    #[allow(dead_code)]
+    check: u8,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -81,12 +169,41 @@ pub struct CollectiveArgs {
     out: Option<std::path::PathBuf>,
 }
 
+/// The reductions as the command line names them: the library's [`ReduceOp`] is not a clap
+/// type, and this one lets `--help` list the names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OpArg {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Avg,
+}
+
+impl From<OpArg> for ReduceOp {
+    fn from(op: OpArg) -> ReduceOp {
+        match op {
+            OpArg::Sum => ReduceOp::Sum,
+            OpArg::Prod => ReduceOp::Prod,
+            OpArg::Min => ReduceOp::Min,
+            OpArg::Max => ReduceOp::Max,
+            OpArg::Avg => ReduceOp::Avg,
+        }
+    }
+}
+
 /// The options of the reductions: allreduce, reduce-scatter and reduce.
 #[derive(Args)]
 pub struct ReductionArgs {
-    /// Reduction: sum, prod, min, max or avg.
-    #[arg(long, default_value = "sum", value_parser = allreduce::parse_op)]
-    op: ReduceOp,
+    /// Reduction.
+    #[arg(
+        short = 'o',
+        long = "op",
+        value_name = "OP",
+        default_value = "sum",
+        ignore_case = true
+    )]
+    op: OpArg,
     /// Receive slot size of our workspace (2 x PEs slots).
     #[arg(long, default_value = "8M", value_parser = parse_size)]
     slot: usize,
@@ -98,12 +215,13 @@ pub struct AllreduceArgs {
     common: CollectiveArgs,
     #[command(flatten)]
     reduction: ReductionArgs,
-    /// What to time, comma-separated: oneshot, twoshot, ring, rd, auto, nccl, nvshmem.
+    /// What to time, comma-separated.
     #[arg(
         long,
+        value_name = "ALGOS",
         default_value = "oneshot,twoshot,ring,rd,auto,nccl,nvshmem",
         value_delimiter = ',',
-        value_parser = Candidate::parse
+        ignore_case = true
     )]
     algos: Vec<Candidate>,
 }
@@ -113,12 +231,13 @@ pub struct AllreduceArgs {
 pub struct FamilyArgs {
     #[command(flatten)]
     common: CollectiveArgs,
-    /// What to time, comma-separated: ours, nccl.
+    /// What to time, comma-separated.
     #[arg(
         long,
+        value_name = "ALGOS",
         default_value = "ours,nccl",
         value_delimiter = ',',
-        value_parser = family::Candidate::parse
+        ignore_case = true
     )]
     algos: Vec<family::Candidate>,
 }
@@ -174,6 +293,40 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
         .ok_or_else(|| format!("'{s}' is not a size like 4096, 4K, 16M or 1G"))
 }
 
+/// The size growth factor (nccl-tests' -f): a whole number of at least 2, since 1 would never
+/// reach --max.
+pub fn parse_factor(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(f) if f >= 2 => Ok(f),
+        Ok(f) => Err(format!(
+            "a growth factor of {f} would not grow the sizes: give a whole number of at least \
+             2 (2 doubles them)"
+        )),
+        Err(_) => Err(format!(
+            "'{}' is not a whole number: give a growth factor of at least 2 (2 doubles the \
+             sizes)",
+            s.trim()
+        )),
+    }
+}
+
+/// nccl-tests' -c: 1 (check) is what always happens here, so it is taken; 0 (do not check) is
+/// refused rather than ignored, so that nobody reads unchecked timings into a run.
+pub fn parse_check(s: &str) -> std::result::Result<u8, String> {
+    match s.trim() {
+        "1" => Ok(1),
+        "0" => Err(
+            "every timed result is always checked here, so -c 0 (no checking) is not \
+             offered; leave out -c, or pass -c 1"
+                .into(),
+        ),
+        other => Err(format!(
+            "'{other}' is not 0 or 1; only -c 1 is offered, since every timed result is always \
+             checked here"
+        )),
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Put(args) => put(args),
@@ -190,13 +343,19 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     }
 }
 
-fn check_min_max(min: usize, max: usize) -> Result<()> {
+/// --min above --max is a usage error, reported as clap reports a bad flag (its exit status
+/// too), before the PE starts.
+fn check_min_max(min: usize, max: usize) -> std::result::Result<(), clap::Error> {
     if min > max {
-        return Err(Error::InvalidEnv {
-            var: "--min/--max",
-            value: format!("{min} > {max}"),
-            expected: "--min no larger than --max",
-        });
+        return Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--min (-b) {} is larger than --max (-e) {}: give a smallest size no larger \
+                 than the largest\n",
+                size_label(min),
+                size_label(max)
+            ),
+        ));
     }
     Ok(())
 }
@@ -232,8 +391,9 @@ impl AllreduceArgs {
         AllreduceBenchOptions {
             min_bytes: c.min,
             max_bytes: c.max,
+            factor: c.factor,
             dtypes: dedup(&c.dtypes),
-            op: self.reduction.op,
+            op: self.reduction.op.into(),
             reps: c.reps,
             warmup: c.warmup,
             candidates: dedup(&self.algos),
@@ -254,12 +414,13 @@ fn family_options(
     let mut o = FamilyBenchOptions::new(kind);
     o.min_bytes = c.min;
     o.max_bytes = c.max;
+    o.factor = c.factor;
     o.dtypes = dedup(&c.dtypes);
     o.reps = c.reps;
     o.warmup = c.warmup;
     o.candidates = dedup(&args.algos);
     if let Some(r) = reduction {
-        o.op = r.op;
+        o.op = r.op.into();
         o.slot_bytes = r.slot;
     }
     if let Some(r) = root {
@@ -274,7 +435,7 @@ fn collective(
     common: &CollectiveArgs,
     bench: impl FnOnce(&Nvshmem) -> Result<Option<Report>>,
 ) -> Result<()> {
-    check_min_max(common.min, common.max)?;
+    check_min_max(common.min, common.max).unwrap_or_else(|e| e.exit());
     let nv = Nvshmem::init()?;
     if let Some(report) = bench(&nv)? {
         let text = if common.json {
@@ -305,16 +466,23 @@ fn family(
     collective(&args.common, |nv| family::run(nv, &opts))
 }
 
+impl PutArgs {
+    fn options(&self) -> PutBenchOptions {
+        PutBenchOptions {
+            min_bytes: self.min,
+            max_bytes: self.max,
+            factor: self.factor,
+            reps: self.reps,
+            sweep: self.sweep,
+            ..PutBenchOptions::default()
+        }
+    }
+}
+
 fn put(args: PutArgs) -> Result<()> {
-    check_min_max(args.min, args.max)?;
+    check_min_max(args.min, args.max).unwrap_or_else(|e| e.exit());
     let nv = Nvshmem::init()?;
-    let opts = PutBenchOptions {
-        min_bytes: args.min,
-        max_bytes: args.max,
-        reps: args.reps,
-        sweep: args.sweep,
-        ..PutBenchOptions::default()
-    };
+    let opts = args.options();
     if let Some(report) = put::run(&nv, &opts)? {
         let text = if args.json {
             put::render_json(&report) + "\n"
@@ -485,6 +653,237 @@ mod tests {
         ] {
             assert!(family_opts(name, bad).is_err(), "{name} {bad:?}");
         }
+    }
+
+    fn put_opts(args: &[&str]) -> std::result::Result<PutBenchOptions, String> {
+        let argv = ["bench", "put"].iter().chain(args);
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+            BenchCommand::Put(a) => Ok(a.options()),
+            _ => Err("parsed as another bench".into()),
+        }
+    }
+
+    /// The text clap prints for `nvsh bench ARGS`, which must fail (an error or the help).
+    fn clap_text(args: &[&str]) -> String {
+        match Cli::try_parse_from(["bench"].iter().chain(args)) {
+            Ok(_) => panic!("{args:?} parsed"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn short_long_and_nccl_tests_flags_agree() {
+        let short = [
+            "-b", "64K", "-e", "16M", "-f", "4", "-n", "7", "-w", "2", "-c", "1", "-d", "bf16",
+            "-o", "max",
+        ];
+        let long = [
+            "--min", "64K", "--max", "16M", "--factor", "4", "--reps", "7", "--warmup", "2",
+            "--check", "1", "--dtypes", "bf16", "--op", "max",
+        ];
+        let nccl_tests = [
+            "--minbytes",
+            "64K",
+            "--maxbytes",
+            "16M",
+            "--stepfactor",
+            "4",
+            "--iters",
+            "7",
+            "--warmup_iters",
+            "2",
+            "--check",
+            "1",
+            "--datatype",
+            "bf16",
+            "--op",
+            "max",
+        ];
+        let allreduce = |a: &[&str]| format!("{:?}", allreduce_args(a).unwrap().options());
+        let reduce = |a: &[&str]| format!("{:?}", family_opts("reduce", a).unwrap());
+        for parse in [&allreduce as &dyn Fn(&[&str]) -> String, &reduce] {
+            assert_eq!(parse(&short), parse(&long));
+            assert_eq!(parse(&nccl_tests), parse(&long));
+        }
+        let o = allreduce_args(&short).unwrap().options();
+        assert_eq!(
+            (o.min_bytes, o.max_bytes, o.factor, o.reps, o.warmup),
+            (64 << 10, 16 << 20, 4, 7, 2)
+        );
+        assert_eq!((o.dtypes, o.op), (vec![BenchDtype::Bf16], ReduceOp::Max));
+        // The family benches without a reduction take the same flags, -o aside.
+        let o = family_opts("allgather", &short[..14]).unwrap();
+        assert_eq!((o.min_bytes, o.factor, o.reps), (64 << 10, 4, 7));
+        // put takes the size and repetition flags.
+        let short = ["-b", "1K", "-e", "1M", "-f", "8", "-n", "5"];
+        let long = ["--min", "1K", "--max", "1M", "--factor", "8", "--reps", "5"];
+        let nccl_tests = [
+            "--minbytes",
+            "1K",
+            "--maxbytes",
+            "1M",
+            "--stepfactor",
+            "8",
+            "--iters",
+            "5",
+        ];
+        let put = |a: &[&str]| format!("{:?}", put_opts(a).unwrap());
+        assert_eq!(put(&short), put(&long));
+        assert_eq!(put(&nccl_tests), put(&long));
+        let o = put_opts(&short).unwrap();
+        assert_eq!(
+            (o.min_bytes, o.max_bytes, o.factor, o.reps),
+            (1 << 10, 1 << 20, 8, 5)
+        );
+        assert_eq!(put_opts(&[]).unwrap().factor, 2);
+        // ...and not the ones that mean nothing for it.
+        for bad in [["-w", "1"], ["-c", "1"], ["-d", "f32"], ["-o", "sum"]] {
+            assert!(put_opts(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn factor_steps_sizes_up_to_max() {
+        let sizes = |args: &[&str]| {
+            let o = allreduce_args(args).unwrap().options();
+            harness::size_steps(o.min_bytes, o.max_bytes, o.factor)
+        };
+        assert_eq!(
+            sizes(&["-b", "4K", "-e", "1M", "-f", "4"]),
+            vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
+        );
+        // A max between steps is never passed.
+        assert_eq!(
+            sizes(&["-b", "4K", "-e", "1000K", "-f", "4"]),
+            vec![4 << 10, 16 << 10, 64 << 10, 256 << 10]
+        );
+        // The default doubles from 4K to 256M.
+        let default = sizes(&[]);
+        assert_eq!((default[0], default[1]), (4 << 10, 8 << 10));
+        assert_eq!((default.len(), default[16]), (17, 256 << 20));
+        let o = family_opts("alltoall", &["-f", "16"]).unwrap();
+        let s = harness::size_steps(o.min_bytes, o.max_bytes, o.factor);
+        assert_eq!(s, vec![4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]);
+        // A factor that would not grow the sizes, or is no whole number, is refused.
+        for f in ["1", "0"] {
+            let err = clap_text(&["allreduce", "-f", f]);
+            assert!(err.contains("at least 2"), "{err}");
+            assert!(clap_text(&["put", "--factor", f]).contains("at least 2"));
+        }
+        for f in ["-2", "1.5", "x"] {
+            assert!(allreduce_args(&["--factor", f]).is_err(), "{f}");
+        }
+    }
+
+    #[test]
+    fn check_flag_takes_only_1() {
+        for args in [&["-c", "1"][..], &["--check", "1"], &[]] {
+            assert!(allreduce_args(args).is_ok(), "{args:?}");
+            assert!(family_opts("broadcast", args).is_ok(), "{args:?}");
+        }
+        for name in ["allreduce", "reduce-scatter"] {
+            let err = clap_text(&[name, "-c", "0"]);
+            assert!(
+                err.contains("every timed result is always checked here")
+                    && err.contains("-c 0 (no checking) is not offered"),
+                "{err}"
+            );
+        }
+        let err = clap_text(&["allreduce", "--check", "2"]);
+        assert!(err.contains("'2' is not 0 or 1"), "{err}");
+    }
+
+    #[test]
+    fn min_above_max_is_refused_in_the_flags_terms() {
+        let err = check_min_max(1 << 30, 4 << 10).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "--min (-b) 1G is larger than --max (-e) 4K: give a smallest size no larger \
+                 than the largest"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("environment"), "{err}");
+        let err = check_min_max(3000, 1000).unwrap_err().to_string();
+        assert!(
+            err.contains("--min (-b) 3000 is larger than --max (-e) 1000"),
+            "{err}"
+        );
+        assert!(check_min_max(4 << 10, 4 << 10).is_ok());
+    }
+
+    #[test]
+    fn enum_flags_take_any_case_and_the_aliases() {
+        let o = allreduce_args(&["-d", "BF16,Float32,float,bfloat16", "-o", "AVG"])
+            .unwrap()
+            .options();
+        assert_eq!(o.dtypes, vec![BenchDtype::Bf16, BenchDtype::F32]);
+        assert_eq!(o.op, ReduceOp::Avg);
+        let o = family_opts("reduce", &["--algos", "Ours,NCCL", "-o", "Prod"]).unwrap();
+        assert_eq!(o.candidates, family::Candidate::ALL.to_vec());
+        assert_eq!(o.op, ReduceOp::Prod);
+        for (op, want) in [
+            (OpArg::Sum, ReduceOp::Sum),
+            (OpArg::Prod, ReduceOp::Prod),
+            (OpArg::Min, ReduceOp::Min),
+            (OpArg::Max, ReduceOp::Max),
+            (OpArg::Avg, ReduceOp::Avg),
+        ] {
+            assert_eq!(ReduceOp::from(op), want);
+            // The command line's names are the report's.
+            let name = op.to_possible_value().unwrap();
+            assert_eq!(name.get_name(), allreduce::op_name(want));
+        }
+        for c in Candidate::ALL {
+            assert_eq!(c.to_possible_value().unwrap().get_name(), c.name());
+        }
+        for c in family::Candidate::ALL {
+            assert_eq!(c.to_possible_value().unwrap().get_name(), c.name());
+        }
+    }
+
+    #[test]
+    fn help_lists_the_values_of_enum_flags() {
+        let help = clap_text(&["allreduce", "-h"]);
+        for values in [
+            "[possible values: f32, bf16]",
+            "[possible values: sum, prod, min, max, avg]",
+            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem]",
+        ] {
+            assert!(help.contains(values), "{values} not in\n{help}");
+        }
+        for flag in [
+            "-b, --min",
+            "-e, --max",
+            "-f, --factor",
+            "-n, --reps",
+            "-w, --warmup",
+        ] {
+            assert!(help.contains(flag), "{flag} not in\n{help}");
+        }
+        for flag in [
+            "-c, --check",
+            "-d, --dtypes",
+            "-o, --op",
+            "--minbytes",
+            "--iters",
+        ] {
+            assert!(help.contains(flag), "{flag} not in\n{help}");
+        }
+        // The long help describes each candidate.
+        let help = clap_text(&["allreduce", "--help"]);
+        assert!(
+            help.contains("- rd:") && help.contains("- nvshmem:"),
+            "{help}"
+        );
+        let help = clap_text(&["reduce", "-h"]);
+        assert!(help.contains("[possible values: ours, nccl]"), "{help}");
+        assert!(help.contains("[possible values: f32, bf16]"), "{help}");
+        let help = clap_text(&["put", "-h"]);
+        assert!(
+            help.contains("-f, --factor") && help.contains("--stepfactor"),
+            "{help}"
+        );
     }
 
     #[test]
