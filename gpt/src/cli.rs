@@ -127,7 +127,8 @@ pub struct TrainArgs {
     /// Per-step JSON records (step, loss, val_loss, lr, ms, tok_s, ...), one per line.
     #[arg(long)]
     pub log_json: Option<PathBuf>,
-    /// Save checkpoints to PREFIX.stageS-of-P.ckpt at the end.
+    /// Save checkpoints to PREFIX.stageS-of-P.ckpt at the end, or at the next step after
+    /// Ctrl-C / SIGTERM (then exit status 130).
     #[arg(long)]
     pub save: Option<PathBuf>,
     /// Also save every N steps (with --save).

@@ -21,7 +21,11 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Train(args) => train(&args).map(|_| true),
+        Command::Train(args) => match train(&args) {
+            // Saved (when asked) and stopped at a step boundary: not a finished run.
+            Ok(true) => return ExitCode::from(nvsh_gpt::interrupt::EXIT_INTERRUPTED as u8),
+            other => other.map(|_| true),
+        },
         Command::Compare(args) => compare_logs(&args),
         Command::Summary(args) => summary(&args).map(|_| true),
     };
@@ -35,8 +39,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn train(args: &TrainArgs) -> Result<()> {
+/// Trains; true when Ctrl-C or SIGTERM stopped the run (after its checkpoints were saved).
+fn train(args: &TrainArgs) -> Result<bool> {
     let (run, opts) = args.to_config()?;
+    nvsh_gpt::interrupt::install()?;
     let data = Arc::new(Dataset::from_file(
         &args.data,
         args.val_frac,
@@ -47,8 +53,8 @@ fn train(args: &TrainArgs) -> Result<()> {
             return Err(GptError::Config("--tf32 applies to the GPU only".into()));
         }
         let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
-        run_local(&run, data, &opts, out)?;
-        return Ok(());
+        let results = run_local(&run, data, &opts, out)?;
+        return Ok(results.iter().any(|r| r.interrupted));
     }
     let slots = channel_slots(&run);
     let act = run.micro_batch * run.model.block_size * run.model.n_embd;
@@ -93,10 +99,10 @@ fn train(args: &TrainArgs) -> Result<()> {
     );
     let mut tr = fatal(Trainer::new(&be, comm, run, data), topo.pe);
     let mut out = std::io::stdout();
-    fatal(run_session(&mut tr, &opts, &mut out), topo.pe);
+    let result = fatal(run_session(&mut tr, &opts, &mut out), topo.pe);
     fatal(nvsh_gpt::backend::Backend::synchronize(&be), topo.pe);
     drop(tr); // collective frees, in the same order on every PE
-    Ok(())
+    Ok(result.interrupted)
 }
 
 /// Receive slots per channel: enough that a sender never waits within a step.

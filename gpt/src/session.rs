@@ -38,6 +38,8 @@ pub struct SessionResult {
     pub records: Vec<StepRecord>,
     /// The sampled text (last stage of replica 0).
     pub sample: Option<Vec<u8>>,
+    /// Stopped by Ctrl-C or SIGTERM ([`crate::interrupt`]), after saving when asked to.
+    pub interrupted: bool,
 }
 
 fn io<T>(path: &std::path::Path, r: std::io::Result<T>) -> Result<T> {
@@ -231,13 +233,19 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             }
         }
         if rep.stop && leader {
-            writeln!(
-                out,
-                "stopping: --max-seconds reached after step {}",
-                rep.step
-            )
-            .map_err(stdout_err)?;
+            let why = if rep.interrupted {
+                "interrupted (Ctrl-C or SIGTERM)"
+            } else {
+                "--max-seconds reached"
+            };
+            let then = if opts.save.is_some() {
+                "; saving the checkpoints, then exiting"
+            } else {
+                " (no --save: nothing is saved)"
+            };
+            writeln!(out, "stopping: {why} after step {}{then}", rep.step).map_err(stdout_err)?;
         }
+        result.interrupted = rep.interrupted;
         if rep.stop {
             break;
         }
@@ -259,7 +267,8 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             .map_err(stdout_err)?;
         }
     }
-    if opts.sample_tokens > 0 {
+    // An interrupted run ends as soon as its checkpoints are written.
+    if opts.sample_tokens > 0 && !result.interrupted {
         let text = tr.generate(opts.prompt.as_bytes(), opts.sample_tokens, opts.temperature)?;
         if let Some(text) = &text {
             writeln!(

@@ -146,8 +146,10 @@ pub struct StepReport {
     pub wait_pct: f64,
     pub bubble_pct: f64,
     pub transfer_pct: f64,
-    /// Some PE reached --max-seconds: everyone stops after this step.
+    /// Some PE reached --max-seconds, or was interrupted: everyone stops after this step.
     pub stop: bool,
+    /// Some PE got Ctrl-C or SIGTERM ([`crate::interrupt`]): the stop is an interruption.
+    pub interrupted: bool,
 }
 
 /// Per-PE statistics summed over all PEs once per step: these scalars, then per micro-batch
@@ -156,8 +158,9 @@ const STAT_NORM2: usize = 0;
 const STAT_LOSS: usize = 1;
 const STAT_COUNT: usize = 2;
 const STAT_STOP: usize = 3;
+const STAT_INTERRUPT: usize = 4;
 /// Scalar statistics per PE.
-const STAT_SCALARS: usize = 4;
+const STAT_SCALARS: usize = 5;
 /// Per-micro-batch series after the scalars, each `micro_batches` long.
 const SERIES_FWD_WAIT: usize = 0;
 const SERIES_BWD_WAIT: usize = 1;
@@ -351,6 +354,9 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         {
             mine[STAT_STOP] = 1.0;
         }
+        if crate::interrupt::requested() {
+            mine[STAT_INTERRUPT] = 1.0;
+        }
         self.comm.allreduce_host(be, &mut stats)?;
 
         let at = |pe: usize, k: usize| stats[pe * per_pe + k];
@@ -370,7 +376,8 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
                 self.step + 1
             )));
         }
-        let stop = pes.clone().any(|p| at(p, STAT_STOP) > 0.0);
+        let interrupted = pes.clone().any(|p| at(p, STAT_INTERRUPT) > 0.0);
+        let stop = interrupted || pes.clone().any(|p| at(p, STAT_STOP) > 0.0);
 
         let grad_scale = if run.clip > 0.0 && norm > run.clip as f64 {
             (run.clip as f64 / (norm + 1e-6)) as f32
@@ -431,6 +438,7 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             bubble_pct: bubble,
             transfer_pct: transfer,
             stop,
+            interrupted,
         })
     }
 

@@ -218,3 +218,151 @@ fn gpu_training_without_a_gpu_fails_cleanly() {
     assert!(!t.contains("panicked"), "{t}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The tiny 2-stage CPU job of the interrupt test, with every step inside warm-up (so the
+/// learning rate does not depend on --steps) and no validation or sample.
+fn interrupt_job(data: &Path, steps: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.args([
+        "train",
+        "--cpu",
+        "--pp",
+        "2",
+        "--data",
+        data.to_str().unwrap(),
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "8",
+        "-b",
+        "2",
+        "-m",
+        "4",
+        "--steps",
+        steps,
+        "--warmup",
+        "1000000",
+        "--lr",
+        "3e-3",
+        "--val-every",
+        "0",
+        "--val-batches",
+        "1",
+        "--sample-tokens",
+        "0",
+        "--timeout-ms",
+        "60000",
+    ])
+    .args(extra);
+    c
+}
+
+/// The losses of a JSON step log, by step.
+fn losses(log: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let r = nvsh_gpt::log::StepRecord::from_json(l).unwrap();
+            (r.step, r.loss)
+        })
+        .collect()
+}
+
+/// Ctrl-C mid-run: both stages stop after the same step and save, the exit status is 130, and a
+/// resume from those checkpoints trains the next step to the loss an uninterrupted run has.
+#[test]
+fn ctrl_c_saves_every_stage_and_the_resume_continues_the_run() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = workdir("sigint");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, common::text(20_000, 9)).unwrap();
+    let prefix = dir.join("ck");
+    // Far more steps than the test waits for: only the signal ends it.
+    let mut child = interrupt_job(&data, "1000000", &["--save", prefix.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the run ended before step 3: {seen}"
+        );
+        seen.push_str(&line);
+        if line.starts_with("step     3/") {
+            break;
+        }
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stdout.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}{err}");
+    let stop = seen
+        .lines()
+        .find(|l| l.starts_with("stopping: interrupted (Ctrl-C or SIGTERM) after step "))
+        .unwrap_or_else(|| panic!("no stop line: {seen}"));
+    assert!(
+        stop.ends_with("; saving the checkpoints, then exiting"),
+        "{stop}"
+    );
+    let step: u64 = stop
+        .split_whitespace()
+        .nth(7)
+        .unwrap()
+        .trim_end_matches(';')
+        .parse()
+        .unwrap();
+    assert!(step >= 3, "{stop}");
+    assert!(seen.contains("saved "), "{seen}");
+    for s in 0..2 {
+        let ck = nvsh_gpt::checkpoint::Checkpoint::load(&nvsh_gpt::checkpoint::stage_path(
+            &prefix, s, 2,
+        ))
+        .unwrap();
+        assert_eq!(ck.header.step, step, "stage {s}");
+    }
+
+    // Resumed to one more step, against a run that never stopped.
+    let next = (step + 1).to_string();
+    let (resumed, straight) = (dir.join("resumed.json"), dir.join("straight.json"));
+    let o = interrupt_job(
+        &data,
+        &next,
+        &[
+            "--resume",
+            prefix.to_str().unwrap(),
+            "--log-json",
+            resumed.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
+    let o = interrupt_job(&data, &next, &["--log-json", straight.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
+    let want = *losses(&straight).last().unwrap();
+    assert_eq!(want.0, step + 1);
+    assert_eq!(losses(&resumed), vec![want]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
