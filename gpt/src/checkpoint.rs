@@ -1,18 +1,30 @@
 //! Checkpoints: one file per pipeline stage holding its parameters, AdamW moments, the step
-//! and the data loader's state.
+//! and the data loader's state; the stages of one save form a set.
 //!
-//! Format (little-endian): the magic line `NVSHGPT-CKPT 1\n`, a text header of `key=value`
-//! lines ending with `end\n` (readable with `head`), then the parameter count (u64), the
-//! parameters, the first moments and the second moments (f32 each), and an FNV-1a 64 checksum
-//! of those arrays' bytes (u64). Files are written to a temporary name and renamed, so a crash
-//! never leaves a half-written checkpoint under the real name.
+//! Format (little-endian): the magic line `NVSHGPT-CKPT 2\n` (the number is the format version;
+//! version 1 files, without the schedule and tied-embedding lines, still load), a text header of
+//! `key=value` lines ending with `end\n` (readable with `head`), then the parameter count (u64),
+//! the parameters, the first moments and the second moments (f32 each), and an FNV-1a 64
+//! checksum of those arrays' bytes (u64). Files are written to a temporary name and renamed, so
+//! a crash never leaves a half-written checkpoint under the real name.
+//!
+//! Sets: `--save PREFIX` writes step N's stages into their own directory `PREFIX.step-N/`
+//! (`stageS-of-P.ckpt` each), and only after every stage has written moves the pointer
+//! `PREFIX.latest` (a one-line file naming that directory) to it, each write followed by an
+//! fsync of the file and its directory. A job killed between two stages' writes leaves the
+//! pointer on the last complete set. `--resume PREFIX` follows the pointer (or reads the
+//! version 1 layout `PREFIX.stageS-of-P.ckpt` when there is no pointer), and the stages agree on
+//! step, loader state, seed and the tied embedding's hash before training goes on.
 
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &str = "NVSHGPT-CKPT 1";
+/// The magic line without its version number.
+const MAGIC: &str = "NVSHGPT-CKPT";
+/// The format this program writes; it reads 1 and 2.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// What a checkpoint says about the run that wrote it.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +41,19 @@ pub struct CkptHeader {
     pub loader_state: u64,
     /// The run's seed (initialisation, sampling).
     pub seed: u64,
+    /// The schedule settings of the run that wrote it (None in version 1 files).
+    pub schedule: Option<ScheduleSettings>,
+    /// FNV-1a hash of the tied token embedding on a stage that holds one of its two copies (the
+    /// first and the last stage of a tied pipeline); None elsewhere and in version 1 files.
+    pub tied_hash: Option<u64>,
+}
+
+/// What a resumed run's learning-rate schedule and batches depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScheduleSettings {
+    pub steps: u64,
+    pub warmup: u64,
+    pub micro_batches: u64,
 }
 
 /// A stage's saved training state.
@@ -40,11 +65,104 @@ pub struct Checkpoint {
     pub v: Vec<f32>,
 }
 
-/// The file of `stage` of `stages` for the prefix `prefix` (`--save`/`--resume`).
+/// The version 1 layout's file of `stage` of `stages` for `prefix`: `PREFIX.stageS-of-P.ckpt`
+/// (read by `--resume` when there is no `PREFIX.latest`).
 pub fn stage_path(prefix: &Path, stage: usize, stages: usize) -> PathBuf {
+    with_suffix(prefix, &format!(".stage{stage}-of-{stages}.ckpt"))
+}
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     let mut name = prefix.as_os_str().to_owned();
-    name.push(format!(".stage{stage}-of-{stages}.ckpt"));
+    name.push(suffix);
     PathBuf::from(name)
+}
+
+/// The directory of the set saved after `step` steps: `PREFIX.step-00000042`.
+pub fn set_dir(prefix: &Path, step: u64) -> PathBuf {
+    with_suffix(prefix, &format!(".step-{step:08}"))
+}
+
+/// The pointer to the newest complete set: `PREFIX.latest`.
+pub fn latest_path(prefix: &Path) -> PathBuf {
+    with_suffix(prefix, ".latest")
+}
+
+/// A stage's file inside a set's directory.
+pub fn set_stage_path(dir: &Path, stage: usize, stages: usize) -> PathBuf {
+    dir.join(format!("stage{stage}-of-{stages}.ckpt"))
+}
+
+/// Flushes a directory's entries (a rename is durable only once its directory is).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Points `PREFIX.latest` at `dir` (through a temporary file, a rename and fsyncs): called once
+/// every stage of the set has written.
+pub fn commit_latest(prefix: &Path, dir: &Path) -> Result<()> {
+    let latest = latest_path(prefix);
+    let tmp = with_suffix(&latest, ".tmp");
+    let name = dir
+        .file_name()
+        .ok_or_else(|| GptError::Checkpoint(format!("{} has no file name", dir.display())))?;
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    writeln!(f, "{}", name.to_string_lossy())
+        .and_then(|_| f.sync_all())
+        .map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, &latest).map_err(io_err(&latest))?;
+    sync_dir(latest.parent().unwrap_or(Path::new(".")))
+}
+
+/// The file `--resume PREFIX` loads for `stage` of `stages`: the stage's file in the set
+/// `PREFIX.latest` names, else the version 1 layout's file.
+pub fn resume_path(prefix: &Path, stage: usize, stages: usize) -> Result<PathBuf> {
+    let latest = latest_path(prefix);
+    match std::fs::read_to_string(&latest) {
+        Ok(text) => {
+            let name = text.trim();
+            if name.is_empty() || name.contains('/') {
+                return Err(GptError::Checkpoint(format!(
+                    "{}: {name:?} is not the name of a set directory beside it",
+                    latest.display()
+                )));
+            }
+            let dir = latest.parent().unwrap_or(Path::new("")).join(name);
+            Ok(set_stage_path(&dir, stage, stages))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let old = stage_path(prefix, stage, stages);
+            if old.exists() {
+                Ok(old)
+            } else {
+                Err(GptError::Checkpoint(format!(
+                    "no checkpoint to resume from at {}: neither {} nor {} exists",
+                    prefix.display(),
+                    latest.display(),
+                    old.display()
+                )))
+            }
+        }
+        Err(e) => Err(GptError::Io {
+            path: latest,
+            source: e,
+        }),
+    }
+}
+
+/// FNV-1a 64 of the values' bytes (the tied embedding's hash).
+pub fn hash_f32(values: &[f32]) -> u64 {
+    let mut h = FNV_OFFSET;
+    for x in values {
+        h = fnv1a(h, &x.to_le_bytes());
+    }
+    h
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> GptError + '_ {
@@ -82,9 +200,20 @@ impl Checkpoint {
         let mut w = BufWriter::new(file);
         let h = &self.header;
         let m = &h.model;
+        let mut extra = String::new();
+        if let Some(sc) = &h.schedule {
+            extra += &format!(
+                "steps={}\nwarmup={}\nmicro_batches={}\n",
+                sc.steps, sc.warmup, sc.micro_batches
+            );
+        }
+        if let Some(t) = h.tied_hash {
+            extra += &format!("tied_hash={t}\n");
+        }
         let header = format!(
-            "{MAGIC}\nn_layer={}\nn_head={}\nn_embd={}\nblock_size={}\nvocab={}\ntied={}\n\
-             stages={}\nstage={}\nlayers={}..{}\nstep={}\nloader_state={}\nseed={}\nend\n",
+            "{MAGIC} {FORMAT_VERSION}\nn_layer={}\nn_head={}\nn_embd={}\nblock_size={}\n\
+             vocab={}\ntied={}\nstages={}\nstage={}\nlayers={}..{}\nstep={}\n\
+             loader_state={}\nseed={}\n{extra}end\n",
             m.n_layer,
             m.n_head,
             m.n_embd,
@@ -128,14 +257,24 @@ impl Checkpoint {
         // it is named as not a checkpoint, not as unreadable text.
         let mut first = Vec::new();
         (&mut r)
-            .take(MAGIC.len() as u64 + 1)
+            .take(MAGIC.len() as u64 + 12)
             .read_until(b'\n', &mut first)
             .map_err(io_err(path))?;
-        if first != format!("{MAGIC}\n").as_bytes() {
+        let version = first
+            .strip_prefix(format!("{MAGIC} ").as_bytes())
+            .and_then(|rest| rest.strip_suffix(b"\n"))
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u32>().ok());
+        let Some(version) = version else {
             return Err(bad(format!(
-                "not a checkpoint of this program (it does not start with {MAGIC:?}; its first \
-                 bytes are {:?})",
+                "not a checkpoint of this program (it does not start with \"{MAGIC} <version>\"; \
+                 its first bytes are {:?})",
                 String::from_utf8_lossy(&first[..first.len().min(16)])
+            )));
+        };
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(bad(format!(
+                "checkpoint format {version}; this program reads formats 1 to {FORMAT_VERSION} \
+                 (a newer nvsh-gpt wrote it?)"
             )));
         }
         let mut line = String::new();
@@ -182,6 +321,18 @@ impl Checkpoint {
             step: num("step")?,
             loader_state: num("loader_state")?,
             seed: num("seed")?,
+            schedule: match (kv.contains_key("steps"), version) {
+                (false, 1) => None,
+                _ => Some(ScheduleSettings {
+                    steps: num("steps")?,
+                    warmup: num("warmup")?,
+                    micro_batches: num("micro_batches")?,
+                }),
+            },
+            tied_hash: kv
+                .contains_key("tied_hash")
+                .then(|| num("tied_hash"))
+                .transpose()?,
         };
         let mut word = [0u8; 8];
         r.read_exact(&mut word)
@@ -275,6 +426,12 @@ mod tests {
                 step: 77,
                 loader_state: u64::MAX - 5,
                 seed: 1337,
+                schedule: Some(ScheduleSettings {
+                    steps: 100,
+                    warmup: 10,
+                    micro_batches: 4,
+                }),
+                tied_hash: Some(u64::MAX - 9),
             },
             params: (0..n).map(|i| (i as f32).sin()).collect(),
             m: (0..n).map(|i| i as f32 * 1e-3).collect(),
@@ -353,5 +510,46 @@ mod tests {
         let mut other = h.model.clone();
         other.n_embd = 16;
         assert!(c.check_fits(&other, 2, 1, &(2..4), 1000).is_err());
+    }
+
+    #[test]
+    fn version_1_files_load_and_newer_versions_are_named() {
+        let dir = tmpdir();
+        let path = dir.join("v.ckpt");
+        let mut ck = sample();
+        ck.save(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let text_end = bytes.windows(4).position(|w| w == b"end\n").unwrap() + 4;
+        let header = String::from_utf8(bytes[..text_end].to_vec()).unwrap();
+        assert!(header.starts_with("NVSHGPT-CKPT 2\n"), "{header}");
+        // Version 1: the old magic, no schedule or tied-hash lines.
+        let v1: String = header
+            .replace("NVSHGPT-CKPT 2", "NVSHGPT-CKPT 1")
+            .lines()
+            .filter(|l| {
+                !["steps=", "warmup=", "micro_batches=", "tied_hash="]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut old = v1.into_bytes();
+        old.extend_from_slice(&bytes[text_end..]);
+        std::fs::write(&path, &old).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        ck.header.schedule = None;
+        ck.header.tied_hash = None;
+        assert_eq!(back, ck);
+        let mut newer = header
+            .replace("NVSHGPT-CKPT 2", "NVSHGPT-CKPT 9")
+            .into_bytes();
+        newer.extend_from_slice(&bytes[text_end..]);
+        std::fs::write(&path, &newer).unwrap();
+        let e = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("checkpoint format 9; this program reads formats 1 to 2"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -127,14 +127,16 @@ pub struct TrainArgs {
     /// Per-step JSON records (step, loss, val_loss, lr, ms, tok_s, ...), one per line.
     #[arg(long)]
     pub log_json: Option<PathBuf>,
-    /// Save checkpoints to PREFIX.stageS-of-P.ckpt at the end, or at the next step after
-    /// Ctrl-C / SIGTERM (then exit status 130).
+    /// Save checkpoints at the end (or at the next step after Ctrl-C / SIGTERM, then exit
+    /// status 130): one directory PREFIX.step-N per save, and PREFIX.latest naming the last
+    /// complete one.
     #[arg(long)]
     pub save: Option<PathBuf>,
     /// Also save every N steps (with --save).
     #[arg(long, default_value_t = 0)]
     pub save_every: usize,
-    /// Continue from checkpoints PREFIX.stageS-of-P.ckpt (same model, --pp and --split).
+    /// Continue from the set PREFIX.latest names (or the older PREFIX.stageS-of-P.ckpt files);
+    /// same model, --pp and --split.
     #[arg(long)]
     pub resume: Option<PathBuf>,
 

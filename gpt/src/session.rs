@@ -3,7 +3,9 @@
 //! summary. Generic over backend and comm, so the GPU binary and the CPU simulation share it.
 
 use crate::backend::Backend;
-use crate::checkpoint::{stage_path, Checkpoint};
+use crate::checkpoint::{
+    commit_latest, latest_path, resume_path, set_dir, set_stage_path, sync_dir, Checkpoint,
+};
 use crate::comm::Comm;
 use crate::error::{GptError, Result};
 use crate::log::{summarize, StepRecord};
@@ -18,7 +20,8 @@ pub struct SessionOptions {
     pub val_every: usize,
     /// Per-step JSON records (written by the leader).
     pub log_json: Option<PathBuf>,
-    /// Checkpoint prefix: `PREFIX.stageS-of-P.ckpt` at the end (and every `save_every` steps).
+    /// Checkpoint prefix: a set `PREFIX.step-N/` and the pointer `PREFIX.latest` at the end (and
+    /// every `save_every` steps); see [`crate::checkpoint`].
     pub save: Option<PathBuf>,
     pub save_every: usize,
     /// Checkpoint prefix to continue from.
@@ -102,12 +105,30 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         source: e,
     };
     if let Some(prefix) = &opts.resume {
-        let path = stage_path(prefix, topo.stage(), topo.pp);
+        let path = resume_path(prefix, topo.stage(), topo.pp)?;
         let ck = Checkpoint::load(&path)?;
         tr.restore(&ck)?;
+        agree_on_resume(tr, &ck)?;
         if leader {
             writeln!(out, "resumed from {} at step {}", path.display(), tr.step)
                 .map_err(stdout_err)?;
+            if let Some(was) = ck.header.schedule {
+                let now = [tr.run.steps, tr.run.warmup, tr.run.micro_batches].map(|x| x as u64);
+                let then = [was.steps, was.warmup, was.micro_batches];
+                for ((name, a), b) in ["--steps", "--warmup", "--micro-batches"]
+                    .iter()
+                    .zip(now)
+                    .zip(then)
+                    .filter(|((_, a), b)| a != b)
+                {
+                    writeln!(
+                        out,
+                        "note: {name} is {a} now, {b} in the run that saved it (the learning-rate \
+                         schedule and batches follow the new value)"
+                    )
+                    .map_err(stdout_err)?;
+                }
+            }
         }
     }
     let run = tr.run.clone();
@@ -140,7 +161,11 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     // alone would leave its peers waiting.
     let mut problem = None;
     if let Some(prefix) = &opts.save {
-        problem = check_writable(&stage_path(prefix, topo.stage(), topo.pp), "--save").err();
+        // The sets and the pointer are created beside the pointer's name; each PE probes a name
+        // of its own (PEs may share a file system, or a process).
+        let mut probe = latest_path(prefix).into_os_string();
+        probe.push(format!(".pe{}", topo.pe));
+        problem = check_writable(std::path::Path::new(&probe), "--save").err();
     }
     let mut log = None;
     if let (Some(path), true) = (&opts.log_json, leader) {
@@ -258,11 +283,10 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         if leader {
             writeln!(
                 out,
-                "saved {}",
-                stage_path(prefix, 0, topo.pp)
-                    .display()
-                    .to_string()
-                    .replace(".stage0-", ".stage*-")
+                "saved {} ({} stage file(s)); {} points to it",
+                set_dir(prefix, tr.step as u64).display(),
+                topo.pp,
+                latest_path(prefix).display()
             )
             .map_err(stdout_err)?;
         }
@@ -308,13 +332,110 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     Ok(result)
 }
 
-/// Writes this stage's checkpoint (replica 0 only: replicas hold the same state).
-fn save<B: Backend, C: Comm<B>>(tr: &Trainer<'_, B, C>, prefix: &std::path::Path) -> Result<()> {
-    if tr.topo.replica() != 0 {
-        return Ok(());
+/// Saves one set: replica 0 of every stage writes its file into the step's directory, the PEs
+/// agree that every write succeeded, and only then the leader moves `PREFIX.latest` to the
+/// set. A PE whose write failed fails the save on every PE, and the pointer stays on the last
+/// complete set. Collective.
+fn save<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    prefix: &std::path::Path,
+) -> Result<()> {
+    let dir = set_dir(prefix, tr.step as u64);
+    let mut problem = None;
+    if tr.topo.replica() == 0 {
+        let write = || -> Result<()> {
+            std::fs::create_dir_all(&dir).map_err(|source| GptError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            tr.checkpoint()?
+                .save(&set_stage_path(&dir, tr.topo.stage(), tr.topo.pp))?;
+            sync_dir(&dir)
+        };
+        problem = write().err();
     }
-    let ck = tr.checkpoint()?;
-    ck.save(&stage_path(prefix, tr.topo.stage(), tr.topo.pp))
+    let mut failed = [f64::from(u8::from(problem.is_some()))];
+    tr.comm.allreduce_host(tr.be, &mut failed)?;
+    if let Some(e) = problem {
+        return Err(e);
+    }
+    if failed[0] > 0.0 {
+        return Err(GptError::Checkpoint(format!(
+            "{} other PE(s) could not write their stage of {} (each reported why); {} still \
+             points to the last complete set",
+            failed[0],
+            dir.display(),
+            latest_path(prefix).display()
+        )));
+    }
+    if tr.topo.is_leader() {
+        commit_latest(prefix, &dir)?;
+    }
+    Ok(())
+}
+
+/// Words each PE contributes to the resume agreement: step, loader state and seed (each as two
+/// exact 32-bit halves), whether it holds a tied-embedding copy, and that copy's hash.
+const AGREE_WORDS: usize = 9;
+
+fn halves(x: u64) -> [f64; 2] {
+    [(x >> 32) as f64, (x & 0xffff_ffff) as f64]
+}
+
+fn whole(h: &[f64]) -> u64 {
+    ((h[0] as u64) << 32) | h[1] as u64
+}
+
+/// Errors on every PE unless the stages just loaded form one set: the same step, loader state
+/// and seed everywhere, and the two copies of a tied embedding equal. Catches sets mixed by hand
+/// (or written by a job killed between stages, in the version 1 layout). Collective.
+fn agree_on_resume<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    ck: &Checkpoint,
+) -> Result<()> {
+    let (pe, n) = (tr.topo.pe, tr.topo.pp * tr.topo.dp);
+    let h = &ck.header;
+    let mut v = vec![0.0; n * AGREE_WORDS];
+    let mine = &mut v[pe * AGREE_WORDS..(pe + 1) * AGREE_WORDS];
+    mine[0..2].copy_from_slice(&halves(h.step));
+    mine[2..4].copy_from_slice(&halves(h.loader_state));
+    mine[4..6].copy_from_slice(&halves(h.seed));
+    let tied = tr.tied_copy(&ck.params).map(crate::checkpoint::hash_f32);
+    mine[6] = f64::from(u8::from(tied.is_some()));
+    mine[7..9].copy_from_slice(&halves(tied.unwrap_or(0)));
+    tr.comm.allreduce_host(tr.be, &mut v)?;
+    let of = |p: usize, k: usize| whole(&v[p * AGREE_WORDS + k..p * AGREE_WORDS + k + 2]);
+    let pp = tr.topo.pp;
+    let stage_of = |p: usize| p % pp;
+    let mut why = Vec::new();
+    for (k, what) in [(0, "step"), (2, "data-loader state"), (4, "seed")] {
+        if let Some(p) = (1..n).find(|&p| of(p, k) != of(0, k)) {
+            why.push(format!(
+                "stage {} is at {what} {}, stage {} at {}",
+                stage_of(0),
+                of(0, k),
+                stage_of(p),
+                of(p, k)
+            ));
+        }
+    }
+    let copies: Vec<usize> = (0..n).filter(|&p| v[p * AGREE_WORDS + 6] > 0.0).collect();
+    if let Some(&p) = copies.iter().find(|&&p| of(p, 7) != of(copies[0], 7)) {
+        why.push(format!(
+            "the tied token embedding differs between stage {} and stage {}",
+            stage_of(copies[0]),
+            stage_of(p)
+        ));
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(GptError::Checkpoint(format!(
+            "the checkpoints loaded are not one set ({}): resume from one save's files \
+             (PREFIX.latest points to the last complete one)",
+            why.join("; ")
+        )))
+    }
 }
 
 #[cfg(test)]

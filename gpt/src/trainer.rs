@@ -11,7 +11,7 @@
 //! 5. clip by the global norm and apply AdamW (decayed and non-decayed groups).
 
 use crate::backend::Backend;
-use crate::checkpoint::{Checkpoint, CkptHeader};
+use crate::checkpoint::{hash_f32, Checkpoint, CkptHeader, ScheduleSettings};
 use crate::comm::{Comm, Group, Reduce};
 use crate::config::{ModelConfig, StageSplit, Topology};
 use crate::data::{val_batch, Dataset, Loader};
@@ -581,11 +581,26 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
                 step: self.step as u64,
                 loader_state: self.loader.state(),
                 seed: self.run.seed,
+                schedule: Some(ScheduleSettings {
+                    steps: self.run.steps as u64,
+                    warmup: self.run.warmup as u64,
+                    micro_batches: self.run.micro_batches as u64,
+                }),
+                tied_hash: self.tied_copy(&params).map(hash_f32),
             },
             params,
             m,
             v,
         })
+    }
+
+    /// This stage's copy of the tied token embedding, when the pipeline keeps two (the first
+    /// and the last stage of a tied model over several stages).
+    pub fn tied_copy<'p>(&self, params: &'p [f32]) -> Option<&'p [f32]> {
+        let lo = &self.model.layout;
+        let two_copies = self.run.model.tied && self.topo.pp > 1;
+        let t = lo.tensor("wte").filter(|_| two_copies)?;
+        params.get(t.offset..t.offset + t.len)
     }
 
     /// Continues from a checkpoint of this stage.

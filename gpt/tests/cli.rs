@@ -334,10 +334,8 @@ fn ctrl_c_saves_every_stage_and_the_resume_continues_the_run() {
     assert!(step >= 3, "{stop}");
     assert!(seen.contains("saved "), "{seen}");
     for s in 0..2 {
-        let ck = nvsh_gpt::checkpoint::Checkpoint::load(&nvsh_gpt::checkpoint::stage_path(
-            &prefix, s, 2,
-        ))
-        .unwrap();
+        let path = nvsh_gpt::checkpoint::resume_path(&prefix, s, 2).unwrap();
+        let ck = nvsh_gpt::checkpoint::Checkpoint::load(&path).unwrap();
         assert_eq!(ck.header.step, step, "stage {s}");
     }
 

@@ -9,7 +9,7 @@ mod common;
 
 use common::{dataset, max_rel, run_config, run_cpu, tiny};
 use nvsh_gpt::backend::CpuBackend;
-use nvsh_gpt::checkpoint::stage_path;
+use nvsh_gpt::checkpoint::{latest_path, set_dir, set_stage_path};
 use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::cpu::run_local;
 use nvsh_gpt::data::Loader;
@@ -270,7 +270,7 @@ fn checkpoint_resume_continues_the_same_run() {
     first.steps = 3;
     run_local(&first, data.clone(), &opts(true, false), sink()).unwrap();
     for s in 0..2 {
-        assert!(stage_path(&prefix, s, 2).exists());
+        assert!(set_stage_path(&set_dir(&prefix, 3), s, 2).exists());
     }
     let resumed = run_local(&whole, data, &opts(false, true), sink()).unwrap();
     let a: Vec<(u64, f64)> = straight[0].records[3..]
@@ -284,6 +284,94 @@ fn checkpoint_resume_continues_the_same_run() {
         .collect();
     assert_eq!(b.len(), 3);
     assert_eq!(a, b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A 2-stage tied job saving into `prefix` (every `save_every` steps, and at the end), or
+/// resuming from it; its per-PE results or the error of the first PE that failed.
+fn set_job(
+    prefix: &std::path::Path,
+    steps: usize,
+    save_every: usize,
+    resume: bool,
+) -> nvsh_gpt::error::Result<Vec<nvsh_gpt::session::SessionResult>> {
+    let mut run = run_config(tiny(2, true), 2, 1, 2, ScheduleKind::OneFOneB);
+    run.warmup = 10;
+    run.steps = steps;
+    let opts = SessionOptions {
+        val_every: 0,
+        save: Some(prefix.to_path_buf()),
+        save_every,
+        resume: resume.then(|| prefix.to_path_buf()),
+        print_every: 1,
+        ..Default::default()
+    };
+    let sink: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::sink()));
+    run_local(&run, dataset(), &opts, sink)
+}
+
+fn latest_names(prefix: &std::path::Path) -> String {
+    std::fs::read_to_string(latest_path(prefix))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Each save is a set of its own; the pointer moves only when every stage has written, so a
+/// save that fails on one stage leaves it on the last complete set.
+#[test]
+fn the_latest_pointer_moves_only_after_every_stage_wrote() {
+    let dir = std::env::temp_dir().join(format!("nvsh-gpt-sets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("ck");
+    set_job(&prefix, 4, 2, false).unwrap();
+    for step in [2, 4] {
+        for s in 0..2 {
+            assert!(set_stage_path(&set_dir(&prefix, step), s, 2).exists());
+        }
+    }
+    assert_eq!(latest_names(&prefix), "ck.step-00000004");
+    // Stage 1 cannot write its file of step 6 (a directory holds its name): the save fails on
+    // every PE and the pointer stays on step 4, from which a resume still works.
+    std::fs::create_dir_all(set_stage_path(&set_dir(&prefix, 6), 1, 2).join("x")).unwrap();
+    let e = set_job(&prefix, 6, 0, true).unwrap_err().to_string();
+    // PE 1 names its file, PE 0 the set it could not complete.
+    assert!(e.contains("ck.step-00000006"), "{e}");
+    assert_eq!(latest_names(&prefix), "ck.step-00000004");
+    std::fs::remove_dir_all(set_dir(&prefix, 6)).unwrap();
+    let r = set_job(&prefix, 5, 0, true).unwrap();
+    assert_eq!(r[0].records.len(), 1);
+    assert_eq!(latest_names(&prefix), "ck.step-00000005");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Stage files from different saves, or a tied embedding whose two copies differ, are refused
+/// at resume on every PE before any step runs.
+#[test]
+fn a_mixed_set_is_refused_before_training() {
+    use nvsh_gpt::checkpoint::Checkpoint;
+    let dir = std::env::temp_dir().join(format!("nvsh-gpt-mixed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("ck");
+    set_job(&prefix, 4, 2, false).unwrap();
+    let (two, four) = (set_dir(&prefix, 2), set_dir(&prefix, 4));
+    let stage1 = |d: &std::path::Path| set_stage_path(d, 1, 2);
+    let good = std::fs::read(stage1(&four)).unwrap();
+    // Stage 1 of step 2 in the set of step 4.
+    std::fs::copy(stage1(&two), stage1(&four)).unwrap();
+    let e = set_job(&prefix, 6, 0, true).unwrap_err().to_string();
+    assert!(e.contains("not one set"), "{e}");
+    assert!(e.contains("stage 0 is at step 4, stage 1 at 2"), "{e}");
+    // Same step, but the last stage's copy of the tied embedding changed.
+    std::fs::write(stage1(&four), &good).unwrap();
+    let mut ck = Checkpoint::load(&stage1(&four)).unwrap();
+    ck.params[0] += 1.0;
+    ck.save(&stage1(&four)).unwrap();
+    let e = set_job(&prefix, 6, 0, true).unwrap_err().to_string();
+    assert!(
+        e.contains("the tied token embedding differs between stage 0 and stage 1"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
