@@ -722,6 +722,47 @@ mod tests {
     }
 
     #[test]
+    fn csv_has_a_line_per_size_and_candidate_read_back_by_a_csv_reader() {
+        let text = harness::render_csv(&sample_report());
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let head: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+        assert_eq!(
+            head.join(","),
+            "collective,size,count,type,redop,candidate,time_us,algbw_gbps,busbw_gbps,wrong,\
+             calls,checked,status"
+        );
+        let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 10);
+        let line = |i: usize| rows[i].iter().collect::<Vec<_>>();
+        assert_eq!(
+            line(0),
+            [
+                "allreduce",
+                "1048576",
+                "262144",
+                "f32",
+                "sum",
+                "oneshot",
+                "20.000",
+                "52.429",
+                "52.429",
+                "0",
+                "20",
+                "400",
+                "ok"
+            ]
+        );
+        // The reason keeps its quotes and commas inside one field.
+        assert_eq!(
+            line(4)[5..],
+            ["nvshmem", "", "", "", "", "", "", "n/a: status \"7\""]
+        );
+        assert_eq!(line(5)[5..7], ["oneshot", "30.000"]);
+        assert_eq!(line(5)[9], "3");
+        assert_eq!(line(5)[12], "wrong");
+    }
+
+    #[test]
     fn table_has_every_column_the_ratio_the_wrong_count_and_notes() {
         let t = render_table(&sample_report());
         assert!(t.contains("NCCL 2.27.3 (NCCL_NVLS_ENABLE=0)"), "{t}");

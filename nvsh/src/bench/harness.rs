@@ -990,6 +990,62 @@ pub fn render_json(r: &Report) -> String {
     Value::Object(m).to_string()
 }
 
+/// The report as CSV: a header line, then one line per size, dtype and candidate with
+/// nccl-tests' columns (size, count, type, redop, time, algbw, busbw, #wrong) and the
+/// candidate, its calls per group, outputs checked and status ("ok", "wrong" or "n/a: why").
+pub fn render_csv(r: &Report) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let header = [
+        "collective",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "candidate",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+        "calls",
+        "checked",
+        "status",
+    ];
+    // Writing into a Vec cannot fail; a field count off by one would be a bug here.
+    w.write_record(header).expect("CSV header");
+    let redop = r.op.map_or("none", ReduceOp::name);
+    for row in &r.rows {
+        for (c, o) in &row.results {
+            let fixed = [
+                r.collective.to_string(),
+                row.bytes.to_string(),
+                row.count.to_string(),
+                row.dtype.name().to_string(),
+                redop.to_string(),
+                c.to_string(),
+            ];
+            let rest = match o {
+                Outcome::Timed(t) => [
+                    format!("{:.3}", t.us),
+                    format!("{:.3}", t.algbw),
+                    format!("{:.3}", t.busbw),
+                    t.wrong.to_string(),
+                    t.iters.to_string(),
+                    t.checked.to_string(),
+                    if t.wrong == 0 { "ok" } else { "wrong" }.to_string(),
+                ],
+                Outcome::Unavailable(why) => {
+                    let mut v: [String; 7] = Default::default();
+                    v[6] = format!("n/a: {why}");
+                    v
+                }
+            };
+            w.write_record(fixed.iter().chain(rest.iter()))
+                .expect("CSV row");
+        }
+    }
+    String::from_utf8(w.into_inner().expect("CSV buffer")).expect("CSV is UTF-8")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -162,8 +162,12 @@ pub struct CollectiveArgs {
     #[allow(dead_code)]
     check: u8,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "csv")]
     json: bool,
+    /// Print CSV instead of a table: a line per size and candidate (time, algbw, busbw,
+    /// #wrong, status).
+    #[arg(long)]
+    csv: bool,
     /// Write the results to this file (from PE 0) instead of standard output.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -440,6 +444,8 @@ fn collective(
     if let Some(report) = bench(&nv)? {
         let text = if common.json {
             harness::render_json(&report) + "\n"
+        } else if common.csv {
+            harness::render_csv(&report)
         } else {
             harness::render_table(&report)
         };
@@ -572,6 +578,13 @@ mod tests {
         );
         let a = allreduce_args(&["--algos", "oneshot", "--algos", "twoshot"]).unwrap();
         assert_eq!(a.algos, vec![Candidate::OneShot, Candidate::TwoShot]);
+    }
+
+    #[test]
+    fn csv_or_json_not_both() {
+        assert!(allreduce_args(&["--csv"]).unwrap().common.csv);
+        let e = allreduce_args(&["--csv", "--json"]).err().unwrap();
+        assert!(e.contains("cannot be used with"), "{e}");
     }
 
     #[test]
