@@ -210,8 +210,11 @@ fetch_wheels() { # dest spec...
             rm -f "$f"
         fi
     done
-    say "wheels: downloading $*"
-    python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "$@" ||
+    say "wheels: downloading $* (hundreds of MB the first time; kept in $cache)"
+    # pip shows its progress: a bar on a terminal, its "Downloading NAME (SIZE)" lines in a log.
+    local bar=off
+    [ -t 1 ] && bar=on
+    python3 -m pip download --progress-bar "$bar" --no-deps --only-binary=:all: --dest "$cache" "$@" ||
         die "pip could not download $* (network, or no such version on PyPI?)"
     local files=()
     for spec in "$@"; do

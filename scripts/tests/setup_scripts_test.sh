@@ -33,6 +33,8 @@ import os, sys, zipfile
 args = sys.argv[3:]
 if args[0] != "download":
     sys.exit(0)
+with open(os.path.join(os.path.dirname(sys.argv[0]), "pip.args"), "a") as log:
+    log.write(" ".join(args) + "\n")
 dest = args[args.index("--dest") + 1]
 mode = os.environ.get("STUB_PIP", "good")
 arch = os.environ.get("STUB_ARCH", "x86_64")
@@ -41,6 +43,7 @@ for spec in [a for a in args if "==" in a]:
     path = os.path.join(dest, f"{name.replace('-', '_')}-{version}-py3-none-manylinux_2_17_{arch}.whl")
     if mode == "none" or os.path.exists(path):
         continue
+    print(f"  Downloading {os.path.basename(path)} (4.2 kB)")
     with zipfile.ZipFile(path, "w") as z:
         part = "nvshmem" if "nvshmem" in name else name
         z.writestr(f"nvidia/{part}/{arch}.txt", "x" * 4096)
@@ -84,6 +87,17 @@ t_no_wheel_for_this_cpu_is_reported() {
     [ $rc -ne 0 ] || fail "no wheel: exit status 0"
     grep -q "no x86_64 wheel of nvidia-nvshmem-cu13==3.4.5" "$WORK/err" ||
         fail "no wheel: no message (stderr: $(cat "$WORK/err"))"
+}
+
+t_downloads_show_their_progress() {
+    local p="$WORK/progress"
+    rm -f "$STUBS/pip.args"
+    setup "$p" --no-apt || fail "progress: set-up failed ($(cat "$WORK/err"))"
+    grep -q "Downloading nvidia_nvshmem_cu13-3.4.5-.*whl (4.2 kB)" "$WORK/out" ||
+        fail "progress: pip's download lines are hidden ($(cat "$WORK/out"))"
+    # Not a terminal here: pip's line per file, not its bar; and never --quiet.
+    grep -q -- "--progress-bar off" "$STUBS/pip.args" || fail "progress: $(cat "$STUBS/pip.args")"
+    ! grep -q -- "--quiet" "$STUBS/pip.args" || fail "progress: pip runs with --quiet"
 }
 
 t_a_truncated_wheel_is_removed_and_fetched_again() {
