@@ -32,6 +32,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Throughput and time shares of a --log-json file (key=value on one line).
     Summary(SummaryArgs),
+    /// Write the parameters of a --save (the checkpoints of every stage) as one file that
+    /// PyTorch loads (nanoGPT names; see gpt/README.md).
+    Export(ExportArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -179,6 +182,37 @@ pub struct SummaryArgs {
     /// Also report the first validation loss below this value and when it was logged.
     #[arg(long)]
     pub val_below: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["checkpoints", "from"])))]
+pub struct ExportArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "safetensors")]
+    pub format: crate::export::ExportFormat,
+    /// File to write (through a temporary file beside it, renamed when complete).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The checkpoint files of every stage of one save (any order), e.g.
+    /// run.step-00000100/stage0-of-2.ckpt run.step-00000100/stage1-of-2.ckpt.
+    pub checkpoints: Vec<PathBuf>,
+    /// Instead of listing the files: the --save prefix; exports the newest save (the set
+    /// PREFIX.latest names), as --resume would load it. Needs --stages.
+    #[arg(long, requires = "stages", conflicts_with = "checkpoints")]
+    pub from: Option<PathBuf>,
+    /// Pipeline stages of the save (with --from).
+    #[arg(long, requires = "from")]
+    pub stages: Option<usize>,
+}
+
+impl ExportArgs {
+    /// The checkpoint files to export.
+    pub fn checkpoint_paths(&self) -> Result<Vec<PathBuf>> {
+        match (&self.from, self.stages) {
+            (Some(prefix), Some(p)) => crate::export::prefix_paths(prefix, p),
+            _ => Ok(self.checkpoints.clone()),
+        }
+    }
 }
 
 impl TrainArgs {

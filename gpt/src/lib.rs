@@ -20,6 +20,7 @@ pub mod comm;
 pub mod config;
 pub mod cpu;
 pub mod data;
+pub mod export;
 pub mod interrupt;
 pub mod log;
 pub mod lr;

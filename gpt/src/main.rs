@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use nvsh_gpt::backend::GpuBackend;
-use nvsh_gpt::cli::{Cli, Command, CompareArgs, SummaryArgs, TrainArgs};
+use nvsh_gpt::cli::{Cli, Command, CompareArgs, ExportArgs, SummaryArgs, TrainArgs};
 use nvsh_gpt::config::Topology;
 use nvsh_gpt::cpu::run_local;
 use nvsh_gpt::data::Dataset;
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         },
         Command::Compare(args) => compare_logs(&args),
         Command::Summary(args) => summary(&args).map(|_| true),
+        Command::Export(args) => export(&args).map(|_| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -140,6 +141,19 @@ fn compare_logs(args: &CompareArgs) -> Result<bool> {
     }
     println!("{}", if c.ok { "PASS" } else { "FAIL" });
     Ok(c.ok)
+}
+
+fn export(args: &ExportArgs) -> Result<()> {
+    let s = nvsh_gpt::export::export(args.format, &args.checkpoint_paths()?, &args.out)?;
+    println!(
+        "exported {} tensors ({} parameters, step {}, {} stage(s)) to {}",
+        s.tensors,
+        s.elements,
+        s.step,
+        s.stages,
+        args.out.display()
+    );
+    Ok(())
 }
 
 fn summary(args: &SummaryArgs) -> Result<()> {
