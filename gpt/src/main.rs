@@ -6,7 +6,7 @@ use nvsh_gpt::backend::GpuBackend;
 use nvsh_gpt::cli::{Cli, Command, CompareArgs, ExportArgs, SummaryArgs, TrainArgs};
 use nvsh_gpt::config::Topology;
 use nvsh_gpt::cpu::run_local;
-use nvsh_gpt::data::Dataset;
+use nvsh_gpt::data::{generated_text, Dataset, GENERATED_BYTES};
 use nvsh_gpt::error::{GptError, Result};
 use nvsh_gpt::log::{compare, first_val_below, read_log, summarize};
 use nvsh_gpt::nvcomm::{symmetric_bytes, NvComm};
@@ -44,11 +44,23 @@ fn main() -> ExitCode {
 fn train(args: &TrainArgs) -> Result<bool> {
     let (run, opts) = args.to_config()?;
     nvsh_gpt::interrupt::install()?;
-    let data = Arc::new(Dataset::from_file(
-        &args.data,
-        args.val_frac,
-        run.model.block_size,
-    )?);
+    let data = Arc::new(match &args.data {
+        Some(path) => Dataset::from_file(path, args.val_frac, run.model.block_size)?,
+        None => {
+            if first_process() {
+                println!(
+                    "data: no --data given: {} KiB of generated pseudo-English (seed {})",
+                    GENERATED_BYTES >> 10,
+                    run.seed
+                );
+            }
+            Dataset::from_bytes(
+                &generated_text(GENERATED_BYTES, run.seed),
+                args.val_frac,
+                run.model.block_size,
+            )?
+        }
+    });
     if args.cpu {
         if args.tf32 {
             return Err(GptError::Config("--tf32 applies to the GPU only".into()));
@@ -104,6 +116,20 @@ fn train(args: &TrainArgs) -> Result<bool> {
     fatal(nvsh_gpt::backend::Backend::synchronize(&be), topo.pe);
     drop(tr); // collective frees, in the same order on every PE
     Ok(result.interrupted)
+}
+
+/// Whether this process is rank 0 of its job (or alone), before NVSHMEM says so: the
+/// launchers' rank variables.
+fn first_process() -> bool {
+    [
+        "NVSH_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok())
+    .is_none_or(|r| r.trim() == "0")
 }
 
 /// Receive slots per channel: enough that a sender never waits within a step.

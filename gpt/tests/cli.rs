@@ -364,3 +364,37 @@ fn ctrl_c_saves_every_stage_and_the_resume_continues_the_run() {
     assert_eq!(losses(&resumed), vec![want]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without --data the run trains on the generated corpus, and says so.
+#[test]
+fn without_data_the_generated_corpus_is_used() {
+    let o = run(&[
+        "train",
+        "--cpu",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--context",
+        "8",
+        "-b",
+        "2",
+        "-m",
+        "1",
+        "--steps",
+        "2",
+        "--val-batches",
+        "1",
+        "--sample-tokens",
+        "0",
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("data: no --data given: 1024 KiB of generated pseudo-English (seed "),
+        "{t}"
+    );
+    assert!(t.contains("step     2/2"), "{t}");
+}

@@ -13,37 +13,15 @@ use nvsh_gpt::backend::CpuBackend;
 use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, StageSplit};
 use nvsh_gpt::data::Dataset;
-use nvsh_gpt::rng::Rng;
 use nvsh_gpt::schedule::ScheduleKind;
 use nvsh_gpt::trainer::{RunConfig, Trainer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// About `n` bytes of pseudo-English: words from a small list, sentences, line breaks.
+/// About `n` bytes of pseudo-English (the trainer's generated corpus).
 pub fn text(n: usize, seed: u64) -> Vec<u8> {
-    const WORDS: &[&str] = &[
-        "the", "king", "queen", "shall", "speak", "of", "love", "and", "war", "my", "lord", "thou",
-        "art", "a", "fool", "to", "be", "or", "not", "night", "day", "sweet", "heart",
-    ];
-    let mut r = Rng::new(seed);
-    let mut out = Vec::with_capacity(n + 16);
-    while out.len() < n {
-        let words = 3 + r.below(6) as usize;
-        for w in 0..words {
-            let word = WORDS[r.below(WORDS.len() as u64) as usize];
-            if w == 0 {
-                out.push(word.as_bytes()[0].to_ascii_uppercase());
-                out.extend_from_slice(&word.as_bytes()[1..]);
-            } else {
-                out.push(b' ');
-                out.extend_from_slice(word.as_bytes());
-            }
-        }
-        out.extend_from_slice(if r.below(3) == 0 { b".\n" } else { b". " });
-    }
-    out.truncate(n);
-    out
+    nvsh_gpt::data::generated_text(n, seed)
 }
 
 /// A tiny model: `layers` blocks of width 16, 2 heads, context 8.
