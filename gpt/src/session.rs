@@ -180,18 +180,12 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             Err(e) => problem = problem.or(Some(e)),
         }
     }
-    let mut failed = [f64::from(u8::from(problem.is_some()))];
-    tr.comm.allreduce_host(tr.be, &mut failed)?;
-    if let Some(e) = problem {
-        return Err(e);
-    }
-    if failed[0] > 0.0 {
-        return Err(GptError::Config(format!(
-            "{} other PE(s) cannot write their outputs (each reported its path); nothing was \
-             trained",
-            failed[0]
-        )));
-    }
+    agree_no_problem(tr, problem, |n| {
+        GptError::Config(format!(
+            "{n} other PE(s) cannot write their outputs (each reported its path); nothing was \
+             trained"
+        ))
+    })?;
 
     let mut result = SessionResult::default();
     let mut last_val: Option<f64> = None;
@@ -354,24 +348,34 @@ fn save<B: Backend, C: Comm<B>>(
         };
         problem = write().err();
     }
-    let mut failed = [f64::from(u8::from(problem.is_some()))];
-    tr.comm.allreduce_host(tr.be, &mut failed)?;
-    if let Some(e) = problem {
-        return Err(e);
-    }
-    if failed[0] > 0.0 {
-        return Err(GptError::Checkpoint(format!(
-            "{} other PE(s) could not write their stage of {} (each reported why); {} still \
+    agree_no_problem(tr, problem, |n| {
+        GptError::Checkpoint(format!(
+            "{n} other PE(s) could not write their stage of {} (each reported why); {} still \
              points to the last complete set",
-            failed[0],
             dir.display(),
             latest_path(prefix).display()
-        )));
-    }
+        ))
+    })?;
     if tr.topo.is_leader() {
         commit_latest(prefix, &dir)?;
     }
     Ok(())
+}
+
+/// Every PE learns whether any PE had a problem (collective): this PE's own error first, else
+/// `others(n)` when `n` other PEs had one, so no PE goes on alone.
+fn agree_no_problem<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    problem: Option<GptError>,
+    others: impl FnOnce(f64) -> GptError,
+) -> Result<()> {
+    let mut failed = [f64::from(u8::from(problem.is_some()))];
+    tr.comm.allreduce_host(tr.be, &mut failed)?;
+    match problem {
+        Some(e) => Err(e),
+        None if failed[0] > 0.0 => Err(others(failed[0])),
+        None => Ok(()),
+    }
 }
 
 /// Words each PE contributes to the resume agreement: step, loader state and seed (each as two

@@ -6,49 +6,16 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::{run_gpt as run, text_of, workdir, QUIET_RUN_ARGS, TINY_MODEL_ARGS};
+
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_nvsh-gpt"))
 }
 
-fn run(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .output()
-        .expect("run nvsh-gpt")
-}
-
-fn text_of(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn workdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nvsh-gpt-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn tiny_train(data: &Path, log: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "train",
-        "--cpu",
-        "--data",
-        data.to_str().unwrap(),
-        "--layers",
-        "2",
-        "--heads",
-        "2",
-        "--width",
-        "16",
-        "--context",
-        "8",
-        "-b",
-        "2",
-        "-m",
-        "4",
+    let mut args = vec!["train", "--cpu", "--data", data.to_str().unwrap()];
+    args.extend_from_slice(TINY_MODEL_ARGS);
+    args.extend_from_slice(&[
         "--steps",
         "8",
         "--warmup",
@@ -65,14 +32,14 @@ fn tiny_train(data: &Path, log: &Path, extra: &[&str]) -> Output {
         "60000",
         "--log-json",
         log.to_str().unwrap(),
-    ];
+    ]);
     args.extend_from_slice(extra);
     run(&args)
 }
 
 #[test]
 fn cpu_pipeline_logs_compare_equal_to_a_single_pe() {
-    let dir = workdir("compare");
+    let dir = workdir("cli-compare");
     let data = dir.join("data.txt");
     std::fs::write(&data, common::text(20_000, 9)).unwrap();
     let (one, two) = (dir.join("pp1.json"), dir.join("pp2.json"));
@@ -160,7 +127,7 @@ fn cpu_pipeline_logs_compare_equal_to_a_single_pe() {
 
 #[test]
 fn user_errors_exit_with_status_1_and_say_what_to_do() {
-    let dir = workdir("errors");
+    let dir = workdir("cli-errors");
     let data = dir.join("data.txt");
     std::fs::write(&data, common::text(20_000, 9)).unwrap();
     let log = dir.join("x.json");
@@ -195,7 +162,7 @@ fn gpu_training_without_a_gpu_fails_cleanly() {
         common::skip("this machine has an NVIDIA driver");
         return;
     }
-    let dir = workdir("nogpu");
+    let dir = workdir("cli-nogpu");
     let data = dir.join("data.txt");
     std::fs::write(&data, common::text(20_000, 9)).unwrap();
     let o = run(&[
@@ -230,33 +197,10 @@ fn interrupt_job(data: &Path, steps: &str, extra: &[&str]) -> Command {
         "2",
         "--data",
         data.to_str().unwrap(),
-        "--layers",
-        "2",
-        "--heads",
-        "2",
-        "--width",
-        "16",
-        "--context",
-        "8",
-        "-b",
-        "2",
-        "-m",
-        "4",
-        "--steps",
-        steps,
-        "--warmup",
-        "1000000",
-        "--lr",
-        "3e-3",
-        "--val-every",
-        "0",
-        "--val-batches",
-        "1",
-        "--sample-tokens",
-        "0",
-        "--timeout-ms",
-        "60000",
     ])
+    .args(TINY_MODEL_ARGS)
+    .args(["--steps", steps, "--warmup", "1000000", "--lr", "3e-3"])
+    .args(QUIET_RUN_ARGS)
     .args(extra);
     c
 }
@@ -278,7 +222,7 @@ fn losses(log: &Path) -> Vec<(u64, f64)> {
 #[test]
 fn ctrl_c_saves_every_stage_and_the_resume_continues_the_run() {
     use std::io::{BufRead, BufReader, Read};
-    let dir = workdir("sigint");
+    let dir = workdir("cli-sigint");
     let data = dir.join("data.txt");
     std::fs::write(&data, common::text(20_000, 9)).unwrap();
     let prefix = dir.join("ck");
@@ -368,28 +312,10 @@ fn ctrl_c_saves_every_stage_and_the_resume_continues_the_run() {
 /// Without --data the run trains on the generated corpus, and says so.
 #[test]
 fn without_data_the_generated_corpus_is_used() {
-    let o = run(&[
-        "train",
-        "--cpu",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--width",
-        "16",
-        "--context",
-        "8",
-        "-b",
-        "2",
-        "-m",
-        "1",
-        "--steps",
-        "2",
-        "--val-batches",
-        "1",
-        "--sample-tokens",
-        "0",
-    ]);
+    let mut args = vec!["train", "--cpu", "--steps", "2"];
+    args.extend_from_slice(TINY_MODEL_ARGS);
+    args.extend_from_slice(QUIET_RUN_ARGS);
+    let o = run(&args);
     let t = text_of(&o);
     assert!(o.status.success(), "{t}");
     assert!(

@@ -11,28 +11,12 @@ use nvsh_gpt::params::StageLayout;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nvsh-gpt"))
-        .args(args)
-        .output()
-        .expect("run nvsh-gpt")
-}
-
-fn text_of(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::{run_gpt as run, text_of, QUIET_RUN_ARGS, TINY_MODEL_ARGS};
 
 fn workdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nvsh-gpt-export-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::workdir(&format!("export-{name}"))
 }
 
 fn s(p: &Path) -> &str {
@@ -44,42 +28,19 @@ fn s(p: &Path) -> &str {
 fn train_and_save(dir: &Path, prefix: &Path, extra: &[&str]) {
     let data = dir.join("data.txt");
     std::fs::write(&data, common::text(20_000, 9)).unwrap();
-    let mut args = vec![
-        "train",
-        "--cpu",
-        "--pp",
-        "2",
-        "--data",
-        s(&data),
-        "--layers",
-        "2",
-        "--heads",
-        "2",
-        "--width",
-        "16",
-        "--context",
-        "8",
-        "-b",
-        "2",
-        "-m",
-        "4",
+    let mut args = vec!["train", "--cpu", "--pp", "2", "--data", s(&data)];
+    args.extend_from_slice(TINY_MODEL_ARGS);
+    args.extend_from_slice(&[
         "--steps",
         "3",
         "--warmup",
         "2",
         "--lr",
         "3e-3",
-        "--val-every",
-        "0",
-        "--val-batches",
-        "1",
-        "--sample-tokens",
-        "0",
-        "--timeout-ms",
-        "60000",
         "--save",
         s(prefix),
-    ];
+    ]);
+    args.extend_from_slice(QUIET_RUN_ARGS);
     args.extend_from_slice(extra);
     let o = run(&args);
     assert!(o.status.success(), "{}", text_of(&o));

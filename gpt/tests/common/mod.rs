@@ -19,6 +19,61 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Runs this build's `nvsh-gpt` with `args`.
+pub fn run_gpt(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nvsh-gpt"))
+        .args(args)
+        .output()
+        .expect("run nvsh-gpt")
+}
+
+/// A command's standard output, then its standard error.
+pub fn text_of(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// An empty directory of this test process under the temporary directory.
+pub fn workdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("nvsh-gpt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny model of the CLI tests: 2 layers, 2 heads, width 16, context 8, 4 micro-batches
+/// of 2 sequences.
+pub const TINY_MODEL_ARGS: &[&str] = &[
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--width",
+    "16",
+    "--context",
+    "8",
+    "-b",
+    "2",
+    "-m",
+    "4",
+];
+
+/// No validation, one validation batch at the end, no sample, a 60 s wait limit: the quiet
+/// end of a CLI test's run.
+pub const QUIET_RUN_ARGS: &[&str] = &[
+    "--val-every",
+    "0",
+    "--val-batches",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--timeout-ms",
+    "60000",
+];
+
 /// About `n` bytes of pseudo-English (the trainer's generated corpus).
 pub fn text(n: usize, seed: u64) -> Vec<u8> {
     nvsh_gpt::data::generated_text(n, seed)

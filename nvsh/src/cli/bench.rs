@@ -38,45 +38,8 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct PutArgs {
-    /// Smallest message (bytes; K, M, G suffixes).
-    #[arg(
-        short = 'b',
-        long = "min",
-        visible_alias = "minbytes",
-        value_name = "BYTES",
-        default_value = "4K",
-        value_parser = parse_size
-    )]
-    min: usize,
-    /// Largest message: no size above it is run.
-    #[arg(
-        short = 'e',
-        long = "max",
-        visible_alias = "maxbytes",
-        value_name = "BYTES",
-        default_value = "256M",
-        value_parser = parse_size
-    )]
-    max: usize,
-    /// Size growth factor, a whole number of at least 2: sizes go --min, --min x F, --min x
-    /// F^2, ... up to --max.
-    #[arg(
-        short = 'f',
-        long = "factor",
-        visible_alias = "stepfactor",
-        value_name = "F",
-        default_value = "2",
-        value_parser = parse_factor
-    )]
-    factor: usize,
-    /// Timed repetitions per size (the median is reported).
-    #[arg(
-        short = 'n',
-        long = "reps",
-        visible_alias = "iters",
-        default_value_t = 20
-    )]
-    reps: usize,
+    #[command(flatten)]
+    sizes: SizeArgs,
     /// Also time a grid of launch shapes (blocks x threads) at 64K, 1M, 16M and 256M.
     #[arg(long)]
     sweep: bool,
@@ -88,9 +51,9 @@ pub struct PutArgs {
     out: Option<std::path::PathBuf>,
 }
 
-/// The options every collective bench takes.
+/// Sizes and repetitions, as every bench takes them.
 #[derive(Args)]
-pub struct CollectiveArgs {
+pub struct SizeArgs {
     /// Smallest message (bytes; K, M, G suffixes): nccl-tests' size, for allgather, alltoall
     /// and reduce-scatter the n x count buffer, count rounded down to 16 bytes.
     #[arg(
@@ -123,6 +86,22 @@ pub struct CollectiveArgs {
         value_parser = parse_factor
     )]
     factor: usize,
+    /// Timed repetitions per size (for the collectives, groups of calls per size and
+    /// candidate); the median is reported, and every timed call is checked.
+    #[arg(
+        short = 'n',
+        long = "reps",
+        visible_alias = "iters",
+        default_value_t = 20
+    )]
+    reps: usize,
+}
+
+/// The options every collective bench takes.
+#[derive(Args)]
+pub struct CollectiveArgs {
+    #[command(flatten)]
+    sizes: SizeArgs,
     /// Element types, comma-separated.
     #[arg(
         short = 'd',
@@ -134,14 +113,6 @@ pub struct CollectiveArgs {
         ignore_case = true
     )]
     dtypes: Vec<BenchDtype>,
-    /// Timed groups per size and candidate (the median is reported); every call is checked.
-    #[arg(
-        short = 'n',
-        long = "reps",
-        visible_alias = "iters",
-        default_value_t = 20
-    )]
-    reps: usize,
     /// Untimed calls before the groups.
     #[arg(
         short = 'w',
@@ -393,12 +364,12 @@ impl AllreduceArgs {
     fn options(&self) -> AllreduceBenchOptions {
         let c = &self.common;
         AllreduceBenchOptions {
-            min_bytes: c.min,
-            max_bytes: c.max,
-            factor: c.factor,
+            min_bytes: c.sizes.min,
+            max_bytes: c.sizes.max,
+            factor: c.sizes.factor,
             dtypes: dedup(&c.dtypes),
             op: self.reduction.op.into(),
-            reps: c.reps,
+            reps: c.sizes.reps,
             warmup: c.warmup,
             candidates: dedup(&self.algos),
             slot_bytes: self.reduction.slot,
@@ -416,11 +387,11 @@ fn family_options(
 ) -> FamilyBenchOptions {
     let c = &args.common;
     let mut o = FamilyBenchOptions::new(kind);
-    o.min_bytes = c.min;
-    o.max_bytes = c.max;
-    o.factor = c.factor;
+    o.min_bytes = c.sizes.min;
+    o.max_bytes = c.sizes.max;
+    o.factor = c.sizes.factor;
     o.dtypes = dedup(&c.dtypes);
-    o.reps = c.reps;
+    o.reps = c.sizes.reps;
     o.warmup = c.warmup;
     o.candidates = dedup(&args.algos);
     if let Some(r) = reduction {
@@ -439,7 +410,7 @@ fn collective(
     common: &CollectiveArgs,
     bench: impl FnOnce(&Nvshmem) -> Result<Option<Report>>,
 ) -> Result<()> {
-    check_min_max(common.min, common.max).unwrap_or_else(|e| e.exit());
+    check_min_max(common.sizes.min, common.sizes.max).unwrap_or_else(|e| e.exit());
     let nv = Nvshmem::init()?;
     if let Some(report) = bench(&nv)? {
         let text = if common.json {
@@ -475,10 +446,10 @@ fn family(
 impl PutArgs {
     fn options(&self) -> PutBenchOptions {
         PutBenchOptions {
-            min_bytes: self.min,
-            max_bytes: self.max,
-            factor: self.factor,
-            reps: self.reps,
+            min_bytes: self.sizes.min,
+            max_bytes: self.sizes.max,
+            factor: self.sizes.factor,
+            reps: self.sizes.reps,
             sweep: self.sweep,
             ..PutBenchOptions::default()
         }
@@ -486,7 +457,7 @@ impl PutArgs {
 }
 
 fn put(args: PutArgs) -> Result<()> {
-    check_min_max(args.min, args.max).unwrap_or_else(|e| e.exit());
+    check_min_max(args.sizes.min, args.sizes.max).unwrap_or_else(|e| e.exit());
     let nv = Nvshmem::init()?;
     let opts = args.options();
     if let Some(report) = put::run(&nv, &opts)? {
@@ -871,10 +842,6 @@ mod tests {
             "-f, --factor",
             "-n, --reps",
             "-w, --warmup",
-        ] {
-            assert!(help.contains(flag), "{flag} not in\n{help}");
-        }
-        for flag in [
             "-c, --check",
             "-d, --dtypes",
             "-o, --op",
