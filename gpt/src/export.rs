@@ -10,17 +10,17 @@
 //! | --- | --- | --- |
 //! | `transformer.wte.weight` | [vocab, C] | `wte` |
 //! | `transformer.wpe.weight` | [block_size, C] | `wpe` |
-//! | `transformer.h.{i}.ln_1.weight`, `.bias` | [C] | `h.{i}.ln1.w`, `.b` |
+//! | `transformer.h.{i}.ln_1.weight`, `.bias` | \[C\] | `h.{i}.ln1.w`, `.b` |
 //! | `transformer.h.{i}.attn.c_attn.weight` | [3C, C] | `h.{i}.qkv.w` |
-//! | `transformer.h.{i}.attn.c_attn.bias` | [3C] | `h.{i}.qkv.b` |
+//! | `transformer.h.{i}.attn.c_attn.bias` | \[3C\] | `h.{i}.qkv.b` |
 //! | `transformer.h.{i}.attn.c_proj.weight` | [C, C] | `h.{i}.attproj.w` |
-//! | `transformer.h.{i}.attn.c_proj.bias` | [C] | `h.{i}.attproj.b` |
-//! | `transformer.h.{i}.ln_2.weight`, `.bias` | [C] | `h.{i}.ln2.w`, `.b` |
+//! | `transformer.h.{i}.attn.c_proj.bias` | \[C\] | `h.{i}.attproj.b` |
+//! | `transformer.h.{i}.ln_2.weight`, `.bias` | \[C\] | `h.{i}.ln2.w`, `.b` |
 //! | `transformer.h.{i}.mlp.c_fc.weight` | [4C, C] | `h.{i}.fc.w` |
-//! | `transformer.h.{i}.mlp.c_fc.bias` | [4C] | `h.{i}.fc.b` |
+//! | `transformer.h.{i}.mlp.c_fc.bias` | \[4C\] | `h.{i}.fc.b` |
 //! | `transformer.h.{i}.mlp.c_proj.weight` | [C, 4C] | `h.{i}.fcproj.w` |
-//! | `transformer.h.{i}.mlp.c_proj.bias` | [C] | `h.{i}.fcproj.b` |
-//! | `transformer.ln_f.weight`, `.bias` | [C] | `lnf.w`, `lnf.b` |
+//! | `transformer.h.{i}.mlp.c_proj.bias` | \[C\] | `h.{i}.fcproj.b` |
+//! | `transformer.ln_f.weight`, `.bias` | \[C\] | `lnf.w`, `lnf.b` |
 //! | `lm_head.weight` (untied head only) | [vocab, C] | `lm_head` |
 //!
 //! Orientation: every matrix is stored as this code's matmuls use it, `y = x W^T + b` with `W`

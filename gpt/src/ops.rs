@@ -365,7 +365,7 @@ impl Ops {
     }
 
     /// LayerNorm of each of the n rows of width c (eps 1e-5): out = (x - mean) * rstd * w + bias;
-    /// saves mean[n] and rstd[n] for the backward pass.
+    /// saves mean\[n\] and rstd\[n\] for the backward pass.
     pub fn layernorm_forward(
         &self,
         out: F32Ptr,
@@ -483,7 +483,7 @@ impl Ops {
         )
     }
 
-    /// out[n, oc] = inp[n, c] . weight[oc, c]^T (+ bias[oc])
+    /// out\[n, oc\] = inp\[n, c\] . weight\[oc, c\]^T (+ bias\[oc\])
     pub fn matmul_forward(
         &self,
         out: F32Ptr,
@@ -515,7 +515,7 @@ impl Ops {
         Ok(())
     }
 
-    /// dinp[n, c] = dout . weight (OVERWRITTEN); dweight[oc, c] += dout^T . inp; dbias[oc] += column sums of dout
+    /// dinp\[n, c\] = dout . weight (OVERWRITTEN); dweight\[oc, c\] += dout^T . inp; dbias\[oc\] += column sums of dout
     pub fn matmul_backward(
         &self,
         dinp: F32Ptr,
@@ -722,7 +722,7 @@ impl Ops {
     }
 
     /// Softmax + cross-entropy over logits [n, vp] (only the first v columns are real; padded
-    /// columns get probability 0 and gradient 0). losses[i] = -log p[i, targets[i]].
+    /// columns get probability 0 and gradient 0). losses\[i\] = -log p[i, targets\[i\]].
     /// If `dloss` is Some(s): logits is OVERWRITTEN in place with d(s * sum losses)/dlogits = s*(p - onehot).
     ///
     /// A target outside 0..v gives a NaN loss for its row (and no one-hot term in the gradient).
@@ -826,7 +826,7 @@ impl Ops {
         self.launch_1d(K::Adamw, n, &args)
     }
 
-    /// out[0] = sum of squares of x[..n] (OVERWRITTEN, deterministic: fixed reduction order).
+    /// out\[0\] = sum of squares of x\[..n\] (OVERWRITTEN, deterministic: fixed reduction order).
     ///
     /// Accumulated in double precision; the block count depends only on n.
     pub fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()> {

@@ -125,7 +125,7 @@ pub fn layernorm_backward(
     }
 }
 
-/// out[n, oc] = inp[n, c] . weight[oc, c]^T (+ bias[oc]).
+/// out\[n, oc\] = inp\[n, c\] . weight\[oc, c\]^T (+ bias\[oc\]).
 pub fn matmul_forward(
     out: &mut [f32],
     inp: &[f32],
@@ -311,8 +311,8 @@ pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32], n: usize) {
     }
 }
 
-/// Softmax + cross-entropy over logits [n, vp] (first v columns real): losses[i] =
-/// -log p[i, targets[i]] (NaN for a target outside 0..v). With `dloss` = Some(s) the logits are
+/// Softmax + cross-entropy over logits \[n, vp\] (first v columns real): losses\[i\] =
+/// -log p[i, targets\[i\]] (NaN for a target outside 0..v). With `dloss` = Some(s) the logits are
 /// overwritten with s * (p - onehot) in the real columns and 0 in the padding.
 pub fn fused_classifier(
     logits: &mut [f32],

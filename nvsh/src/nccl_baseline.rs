@@ -135,7 +135,7 @@ impl<'nv> NcclBaseline<'nv> {
         Ok(())
     }
 
-    /// Block [r] of `output` (n x input.len() elements) = rank r's `input`, through
+    /// Block `[r]` of `output` (n x input.len() elements) = rank r's `input`, through
     /// `ncclAllGather`. Collective, like [`nvshmem::Allgather::run`].
     pub fn all_gather<'a, 'b, T: Element + NcclType>(
         &self,
@@ -183,7 +183,7 @@ impl<'nv> NcclBaseline<'nv> {
         Ok(())
     }
 
-    /// Block [s] of `output` = block [my rank] of rank s's `input` (both n blocks of the same
+    /// Block `[s]` of `output` = block `[my rank]` of rank s's `input` (both n blocks of the same
     /// length): one `ncclSend` and one `ncclRecv` per rank in one group, as nccl-tests' alltoall.
     /// Collective, like [`nvshmem::Alltoall::run`].
     pub fn all_to_all<'a, 'b, T: Element + NcclType>(

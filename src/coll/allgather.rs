@@ -25,7 +25,7 @@ pub struct Allgather<'nv> {
 }
 
 impl<'nv> Allgather<'nv> {
-    /// Block [r] of `output` (n_pes x input.len() elements) = member r's `input`, on every
+    /// Block \[r\] of `output` (n_pes x input.len() elements) = member r's `input`, on every
     /// member, in stream order. In place when `input` is this member's own block of `output`.
     pub fn run<'a, 'b, T: Element>(
         &mut self,

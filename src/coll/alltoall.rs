@@ -1,4 +1,4 @@
-//! Alltoall: block [r] of every member's input into block [its rank] of member r's output
+//! Alltoall: block \[r\] of every member's input into block \[its rank\] of member r's output
 //! (device/coll/alltoall.cu). Each member puts into the others' outputs once they have arrived.
 
 use crate::coll::family::{byte_range, call_of, check_blocks, refuse_overlap};
@@ -24,7 +24,7 @@ pub struct Alltoall<'nv> {
 }
 
 impl<'nv> Alltoall<'nv> {
-    /// Block [s] of `output` = block [my rank] of member s's `input`, on every member, in
+    /// Block \[s\] of `output` = block \[my rank\] of member s's `input`, on every member, in
     /// stream order. Both hold n_pes blocks of the same length; they must not overlap (as in
     /// NCCL, no in-place form).
     pub fn run<'a, 'b, T: Element>(

@@ -1,4 +1,4 @@
-//! Reduce-scatter: member r's output = op over members of their input block [r]
+//! Reduce-scatter: member r's output = op over members of their input block \[r\]
 //! (device/coll/reduce_scatter.cu). Through receive slots, a slot's worth per launch: every step
 //! is all-to-all, so slots of the same parity are free again two steps later without a
 //! handshake.
