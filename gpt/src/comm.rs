@@ -85,6 +85,14 @@ pub trait Comm<B: Backend> {
     ) -> Result<()>;
     /// Sums `values` over all PEs (host values; every PE calls it with the same length).
     fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()>;
+    /// [`Comm::allreduce_host`] waiting at most `timeout` instead of the run's limit: for the
+    /// points where some PEs legitimately keep the others waiting (a checkpoint write).
+    fn allreduce_host_within(
+        &mut self,
+        be: &B,
+        values: &mut [f64],
+        timeout: Duration,
+    ) -> Result<()>;
     /// Reports errors a transfer recorded asynchronously (device-side timeouts).
     fn check(&self) -> Result<()>;
 }
@@ -126,7 +134,13 @@ impl Hub {
         let mut st = self.state.lock().map_err(|_| lost())?;
         // Wait until the previous round has been collected by everyone.
         while st.result.is_some() {
-            st = wait_until(&self.cv, st, deadline, "a reduction round to drain")?;
+            st = wait_until(
+                &self.cv,
+                st,
+                deadline,
+                timeout,
+                "a reduction round to drain",
+            )?;
         }
         let round = st.round;
         st.parts[rank] = Some(data);
@@ -147,7 +161,13 @@ impl Hub {
             self.cv.notify_all();
         }
         while st.round == round && st.result.is_none() {
-            st = wait_until(&self.cv, st, deadline, "the other PEs to join a reduction")?;
+            st = wait_until(
+                &self.cv,
+                st,
+                deadline,
+                timeout,
+                "the other PEs to join a reduction",
+            )?;
         }
         let out = st.result.clone().ok_or_else(lost)?;
         st.taken += 1;
@@ -161,20 +181,20 @@ impl Hub {
     }
 }
 
-/// `waited_ms` of a rendezvous timeout (the wait spans several condition-variable waits).
-const TIMEOUT_UNKNOWN_START: u128 = 0;
-
+/// Waits on `cv` until `deadline`; past it, a timeout naming `what` and the whole `limit`
+/// (the wait spans several condition-variable waits from one start).
 fn wait_until<'a, T>(
     cv: &Condvar,
     guard: std::sync::MutexGuard<'a, T>,
     deadline: Instant,
+    limit: Duration,
     what: &str,
 ) -> Result<std::sync::MutexGuard<'a, T>> {
     let now = Instant::now();
     if now >= deadline {
         return Err(GptError::Timeout {
             what: what.to_string(),
-            waited_ms: TIMEOUT_UNKNOWN_START,
+            waited_ms: limit.as_millis(),
         });
     }
     cv.wait_timeout(guard, deadline - now)
@@ -431,10 +451,19 @@ impl<B: Backend> Comm<B> for LocalComm {
             .collect();
         be.upload_f32(ptr, &out)
     }
-    fn allreduce_host(&mut self, _be: &B, values: &mut [f64]) -> Result<()> {
+    fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()> {
+        let timeout = self.timeout;
+        self.allreduce_host_within(be, values, timeout)
+    }
+    fn allreduce_host_within(
+        &mut self,
+        _be: &B,
+        values: &mut [f64],
+        timeout: Duration,
+    ) -> Result<()> {
         let sum = self
             .world_hub
-            .reduce(self.topo.pe, values.to_vec(), self.timeout)?;
+            .reduce(self.topo.pe, values.to_vec(), timeout)?;
         values.copy_from_slice(&sum);
         Ok(())
     }
@@ -455,6 +484,42 @@ mod tests {
         assert_eq!(group_members(&t, Group::Tied), vec![3, 5]);
         let one = Topology::new(1, 2, 1, 2).unwrap();
         assert_eq!(group_members(&one, Group::Tied), vec![1]);
+    }
+
+    /// A PE late by more than the run's limit (a checkpoint write) times the others out in a
+    /// plain host reduction, not in one given a longer limit.
+    #[test]
+    fn a_longer_limit_waits_for_a_late_pe() {
+        let run_limit = Duration::from_millis(200);
+        for within in [None, Some(Duration::from_secs(20))] {
+            let comms = LocalComm::world(2, 1, 1, run_limit).unwrap();
+            let handles: Vec<_> = comms
+                .into_iter()
+                .map(|mut c| {
+                    std::thread::spawn(move || -> Result<Vec<f64>> {
+                        let be = CpuBackend::new();
+                        let pe = <LocalComm as Comm<CpuBackend>>::topology(&c).pe;
+                        if pe == 1 {
+                            std::thread::sleep(Duration::from_millis(800));
+                        }
+                        let mut v = vec![pe as f64 + 1.0];
+                        match within {
+                            Some(t) => c.allreduce_host_within(&be, &mut v, t)?,
+                            None => c.allreduce_host(&be, &mut v)?,
+                        }
+                        Ok(v)
+                    })
+                })
+                .collect();
+            let pe0 = handles.into_iter().next().unwrap().join().unwrap();
+            match within {
+                Some(_) => assert_eq!(pe0.unwrap(), vec![3.0]),
+                None => {
+                    let e = pe0.unwrap_err().to_string();
+                    assert!(e.contains("timed out after 200 ms"), "{e}");
+                }
+            }
+        }
     }
 
     #[test]

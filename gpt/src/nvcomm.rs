@@ -360,22 +360,33 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         Ok(())
     }
 
-    fn allreduce_host(&mut self, _be: &B, values: &mut [f64]) -> Result<()> {
+    fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()> {
+        let timeout = self.timeout;
+        self.allreduce_host_within(be, values, timeout)
+    }
+
+    fn allreduce_host_within(
+        &mut self,
+        _be: &B,
+        values: &mut [f64],
+        timeout: Duration,
+    ) -> Result<()> {
         if self.topo.pp * self.topo.dp == 1 {
             return Ok(()); // a sum over one PE
         }
         let view = self.stats.view(0..values.len()).map_err(nv_err)?;
-        // The copy is synchronous; the compute stream then reduces and we wait for it.
+        // The copy is synchronous; the compute stream then reduces and we wait for it. The
+        // device-side waits take the same limit as the host's, then the run's again.
         view.copy_from_host(values).map_err(nv_err)?;
-        self.world
+        self.world.set_timeout(timeout);
+        let run = self
+            .world
             .run_in_place(view, ReduceOp::Sum, AllreduceAlgo::Auto, &self.compute)
-            .map_err(nv_err)?;
+            .map_err(nv_err);
+        self.world.set_timeout(self.timeout);
+        run?;
         let done = self.compute.record_event(None)?;
-        wait_event(
-            &done,
-            self.timeout,
-            "the per-step statistics allreduce (all PEs)",
-        )?;
+        wait_event(&done, timeout, "the statistics allreduce (all PEs)")?;
         view.copy_to_host(values).map_err(nv_err)
     }
 

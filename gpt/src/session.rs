@@ -12,6 +12,7 @@ use crate::log::{summarize, StepRecord};
 use crate::trainer::Trainer;
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// What a run does besides training.
 #[derive(Clone, Debug, Default)]
@@ -180,7 +181,8 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             Err(e) => problem = problem.or(Some(e)),
         }
     }
-    agree_no_problem(tr, problem, |n| {
+    let wait = tr.run.timeout;
+    agree_no_problem(tr, problem, wait, |n| {
         GptError::Config(format!(
             "{n} other PE(s) cannot write their outputs (each reported its path); nothing was \
              trained"
@@ -326,6 +328,15 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     Ok(result)
 }
 
+/// How long the PEs wait for each other after a save: the run's limit plus the time to write
+/// the largest stage's file (parameters and both moments) at 20 MB/s, and at least 10 minutes
+/// more, so that a slow file system does not run out the deadline of the PEs (other replicas,
+/// faster stages) that wait for the writers; a dead PE still ends the wait.
+pub fn save_wait(run: &crate::trainer::RunConfig) -> Duration {
+    let bytes = 12.0 * run.max_stage_params() as f64;
+    run.timeout + Duration::from_secs_f64(bytes / 20e6).max(Duration::from_secs(600))
+}
+
 /// Saves one set: replica 0 of every stage writes its file into the step's directory, the PEs
 /// agree that every write succeeded, and only then the leader moves `PREFIX.latest` to the
 /// set. A PE whose write failed fails the save on every PE, and the pointer stays on the last
@@ -348,7 +359,8 @@ fn save<B: Backend, C: Comm<B>>(
         };
         problem = write().err();
     }
-    agree_no_problem(tr, problem, |n| {
+    let wait = save_wait(&tr.run);
+    agree_no_problem(tr, problem, wait, |n| {
         GptError::Checkpoint(format!(
             "{n} other PE(s) could not write their stage of {} (each reported why); {} still \
              points to the last complete set",
@@ -367,10 +379,11 @@ fn save<B: Backend, C: Comm<B>>(
 fn agree_no_problem<B: Backend, C: Comm<B>>(
     tr: &mut Trainer<'_, B, C>,
     problem: Option<GptError>,
+    wait: Duration,
     others: impl FnOnce(f64) -> GptError,
 ) -> Result<()> {
     let mut failed = [f64::from(u8::from(problem.is_some()))];
-    tr.comm.allreduce_host(tr.be, &mut failed)?;
+    tr.comm.allreduce_host_within(tr.be, &mut failed, wait)?;
     match problem {
         Some(e) => Err(e),
         None if failed[0] > 0.0 => Err(others(failed[0])),
