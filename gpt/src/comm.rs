@@ -83,8 +83,13 @@ pub trait Comm<B: Backend> {
         len: usize,
         op: Reduce,
     ) -> Result<()>;
+    /// The run's limit on every wait (`--timeout-ms`).
+    fn timeout(&self) -> Duration;
     /// Sums `values` over all PEs (host values; every PE calls it with the same length).
-    fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()>;
+    fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()> {
+        let timeout = self.timeout();
+        self.allreduce_host_within(be, values, timeout)
+    }
     /// [`Comm::allreduce_host`] waiting at most `timeout` instead of the run's limit: for the
     /// points where some PEs legitimately keep the others waiting (a checkpoint write).
     fn allreduce_host_within(
@@ -451,9 +456,8 @@ impl<B: Backend> Comm<B> for LocalComm {
             .collect();
         be.upload_f32(ptr, &out)
     }
-    fn allreduce_host(&mut self, be: &B, values: &mut [f64]) -> Result<()> {
-        let timeout = self.timeout;
-        self.allreduce_host_within(be, values, timeout)
+    fn timeout(&self) -> Duration {
+        self.timeout
     }
     fn allreduce_host_within(
         &mut self,
