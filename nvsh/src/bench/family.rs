@@ -175,15 +175,6 @@ impl Candidate {
             Candidate::Nccl => "nccl",
         }
     }
-
-    /// One of the names of [`Candidate::name`].
-    pub fn parse(s: &str) -> std::result::Result<Candidate, String> {
-        let s = s.trim().to_ascii_lowercase();
-        Candidate::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| format!("'{s}' is not a candidate: use ours or nccl"))
-    }
 }
 
 /// What to measure.
@@ -767,11 +758,12 @@ mod tests {
 
     #[test]
     fn names_parse_back() {
+        use clap::ValueEnum;
         for c in Candidate::ALL {
-            assert_eq!(Candidate::parse(c.name()), Ok(c));
+            assert_eq!(Candidate::from_str(c.name(), true), Ok(c));
         }
-        assert_eq!(Candidate::parse(" NCCL "), Ok(Candidate::Nccl));
-        assert!(Candidate::parse("auto").is_err());
+        assert_eq!(Candidate::from_str("NCCL", true), Ok(Candidate::Nccl));
+        assert!(Candidate::from_str("auto", true).is_err());
         let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(
             names,
