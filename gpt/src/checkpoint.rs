@@ -5,8 +5,8 @@
 //! version 1 files, without the schedule and tied-embedding lines, still load), a text header of
 //! `key=value` lines ending with `end\n` (readable with `head`), then the parameter count (u64),
 //! the parameters, the first moments and the second moments (f32 each), and an FNV-1a 64
-//! checksum of those arrays' bytes (u64). Files are written to a temporary name and renamed, so
-//! a crash never leaves a half-written checkpoint under the real name.
+//! checksum of those arrays' bytes (u64). Files are written through [`AtomicFile`], so a crash
+//! never leaves a half-written checkpoint under the real name.
 //!
 //! Sets: `--save PREFIX` writes step N's stages into their own directory `PREFIX.step-N/`
 //! (`stageS-of-P.ckpt` each), and only after every stage has written moves the pointer
@@ -16,9 +16,10 @@
 //! version 1 layout `PREFIX.stageS-of-P.ckpt` when there is no pointer), and the stages agree on
 //! step, loader state, seed and the tied embedding's hash before training goes on.
 
+use crate::atomic_file::AtomicFile;
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The magic line without its version number.
@@ -108,15 +109,12 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 /// every stage of the set has written.
 pub fn commit_latest(prefix: &Path, dir: &Path) -> Result<()> {
     let latest = latest_path(prefix);
-    let tmp = with_suffix(&latest, ".tmp");
     let name = dir
         .file_name()
         .ok_or_else(|| GptError::Checkpoint(format!("{} has no file name", dir.display())))?;
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    writeln!(f, "{}", name.to_string_lossy())
-        .and_then(|_| f.sync_all())
-        .map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, &latest).map_err(io_err(&latest))?;
+    AtomicFile::create(&latest)
+        .map_err(io_err(&latest))?
+        .commit(|w| writeln!(w, "{}", name.to_string_lossy()))?;
     sync_dir(latest.parent().unwrap_or(Path::new(".")))
 }
 
@@ -183,7 +181,7 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 
 impl Checkpoint {
-    /// Writes the checkpoint to `path` (through `path.tmp` and a rename).
+    /// Writes the checkpoint to `path` (through [`AtomicFile`]).
     pub fn save(&self, path: &Path) -> Result<()> {
         let n = self.params.len();
         if self.m.len() != n || self.v.len() != n {
@@ -193,11 +191,7 @@ impl Checkpoint {
                 self.v.len()
             )));
         }
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        let mut w = BufWriter::new(file);
+        let out = AtomicFile::create(path).map_err(io_err(path))?;
         let h = &self.header;
         let m = &h.model;
         let mut extra = String::new();
@@ -228,10 +222,10 @@ impl Checkpoint {
             h.loader_state,
             h.seed
         );
-        let mut sum = FNV_OFFSET;
-        let mut body = || -> std::io::Result<()> {
+        out.commit(|w| {
             w.write_all(header.as_bytes())?;
             w.write_all(&(n as u64).to_le_bytes())?;
+            let mut sum = FNV_OFFSET;
             for arr in [&self.params, &self.m, &self.v] {
                 let mut buf = Vec::with_capacity(arr.len() * 4);
                 for x in arr.iter() {
@@ -240,12 +234,8 @@ impl Checkpoint {
                 sum = fnv1a(sum, &buf);
                 w.write_all(&buf)?;
             }
-            w.write_all(&sum.to_le_bytes())?;
-            w.flush()?;
-            w.get_ref().sync_all()
-        };
-        body().map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io_err(path))
+            w.write_all(&sum.to_le_bytes())
+        })
     }
 
     /// Reads and verifies a checkpoint.

@@ -38,12 +38,13 @@
 //! `safetensors.torch.load_model`. The model is nanoGPT's with `bias=True`, `dropout=0.0`,
 //! LayerNorm eps 1e-5, and GELU with the tanh approximation (`nn.GELU(approximate="tanh")`).
 
+use crate::atomic_file::AtomicFile;
 use crate::checkpoint::{resume_path, Checkpoint};
 use crate::config::{ModelConfig, StageSplit};
 use crate::error::{GptError, Result};
 use crate::params::StageLayout;
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Output formats of `nvsh-gpt export`.
@@ -394,69 +395,22 @@ pub fn metadata(set: &StageSet) -> BTreeMap<String, String> {
     .collect()
 }
 
-/// A temporary file beside the output, removed unless renamed onto it.
-struct TempOut {
-    path: PathBuf,
-    file: Option<std::fs::File>,
-}
-
-impl TempOut {
-    /// Creates the temporary file: this is the check that `out` can be written, before any
-    /// checkpoint is read.
-    fn create(out: &Path) -> Result<TempOut> {
-        let cannot = |why: String| {
-            GptError::Config(format!(
-                "--out {}: {why}; give a file path in an existing, writable directory",
-                out.display()
-            ))
-        };
-        if out.as_os_str().is_empty() {
-            return Err(cannot("the path is empty".into()));
-        }
-        if out.is_dir() {
-            return Err(cannot("is a directory".into()));
-        }
-        let mut name = out.as_os_str().to_owned();
-        name.push(format!(".{}.tmp", std::process::id()));
-        let path = PathBuf::from(name);
-        let file = std::fs::File::create(&path)
-            .map_err(|e| cannot(format!("cannot create a file there ({e})")))?;
-        Ok(TempOut {
-            path,
-            file: Some(file),
-        })
+/// Opens the output (through [`AtomicFile`]): the check that `out` can be written, made before
+/// any checkpoint is read.
+fn create_out(out: &Path) -> Result<AtomicFile> {
+    let cannot = |why: String| {
+        GptError::Config(format!(
+            "--out {}: {why}; give a file path in an existing, writable directory",
+            out.display()
+        ))
+    };
+    if out.as_os_str().is_empty() {
+        return Err(cannot("the path is empty".into()));
     }
-
-    /// Writes the file with `write`, syncs it, and renames it onto `out`.
-    fn commit(
-        mut self,
-        write: impl FnOnce(&mut BufWriter<&std::fs::File>) -> std::io::Result<()>,
-        out: &Path,
-    ) -> Result<()> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| GptError::Io { path, source }
-        };
-        let file = self.file.take().expect("written once");
-        let mut w = BufWriter::with_capacity(1 << 20, &file);
-        write(&mut w)
-            .and_then(|_| w.flush())
-            .map_err(io(&self.path))?;
-        drop(w);
-        file.sync_all().map_err(io(&self.path))?;
-        drop(file);
-        std::fs::rename(&self.path, out).map_err(io(out))?;
-        self.path = PathBuf::new();
-        Ok(())
+    if out.is_dir() {
+        return Err(cannot("is a directory".into()));
     }
-}
-
-impl Drop for TempOut {
-    fn drop(&mut self) {
-        if !self.path.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
+    AtomicFile::create(out).map_err(|e| cannot(format!("cannot create a file there ({e})")))
 }
 
 /// Writes `tensors` with `meta` as a safetensors file: the header's length (u64), the JSON
@@ -511,7 +465,7 @@ pub fn write_safetensors(
 
 /// Exports the checkpoints `paths` (every stage of one save) to `out` in `format`.
 pub fn export(format: ExportFormat, paths: &[PathBuf], out: &Path) -> Result<ExportSummary> {
-    let tmp = TempOut::create(out)?;
+    let tmp = create_out(out)?;
     // Renaming onto an input would destroy the checkpoint being exported.
     if let Ok(o) = out.canonicalize() {
         if let Some(p) = paths
@@ -536,7 +490,7 @@ pub fn export(format: ExportFormat, paths: &[PathBuf], out: &Path) -> Result<Exp
     let meta = metadata(&set);
     drop(set); // the tensors hold copies of the parameters
     match format {
-        ExportFormat::Safetensors => tmp.commit(|w| write_safetensors(w, &tensors, &meta), out)?,
+        ExportFormat::Safetensors => tmp.commit(|w| write_safetensors(w, &tensors, &meta))?,
     }
     Ok(summary)
 }

@@ -2,6 +2,7 @@
 //! lines and JSON records (leader only), the sampled text (last stage of replica 0) and the
 //! summary. Generic over backend and comm, so the GPU binary and the CPU simulation share it.
 
+use crate::atomic_file::AtomicFile;
 use crate::backend::Backend;
 use crate::checkpoint::{
     commit_latest, latest_path, resume_path, set_dir, set_stage_path, sync_dir, Checkpoint,
@@ -65,21 +66,16 @@ fn progress(done: usize, total: usize, elapsed: f64, max_seconds: Option<f64>) -
     nvshmem::core::env_value::progress_label(fraction, left)
 }
 
-/// Checks that `path` can be written where the run will write it, by creating and removing
-/// its temporary name (`path.tmp`, which a checkpoint is written through) next to it.
+/// Checks that `path` can be written where the run will write it, by creating (and, on drop,
+/// removing) the temporary file a write to it would go through ([`AtomicFile`]).
 fn check_writable(path: &std::path::Path, flag: &str) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::File::create(&tmp)
-        .and_then(|_| std::fs::remove_file(&tmp))
-        .map_err(|e| {
-            GptError::Config(format!(
-                "{flag}: cannot write {} ({e}); fix the path: checked before training, so \
-                 nothing was trained",
-                path.display()
-            ))
-        })
+    AtomicFile::create(path).map(drop).map_err(|e| {
+        GptError::Config(format!(
+            "{flag}: cannot write {} ({e}); fix the path: checked before training, so \
+             nothing was trained",
+            path.display()
+        ))
+    })
 }
 
 fn human(x: f64) -> String {
