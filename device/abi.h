@@ -246,6 +246,82 @@ typedef struct nvshmemrs_family_args {
     int root;
 } nvshmemrs_family_args;
 
+/* ---- Exchanges: alltoallv, allgatherv, grouped send/recv (coll/exchange.h) ---- */
+
+#define NVSHMEMRS_COLL_ALLGATHERV 22
+#define NVSHMEMRS_COLL_ALLTOALLV 23
+#define NVSHMEMRS_COLL_GROUP 24
+/* Transfers one launch takes in its argument list (sends and receives together). */
+#define NVSHMEMRS_EXCHANGE_MAX_OPS 128
+/* Receives from one peer in one launch. */
+#define NVSHMEMRS_EXCHANGE_MAX_PER_PEER 8
+/* A mailbox: a head word (receives posted, | NVSHMEMRS_EXCHANGE_BAD), then (offset, size) per
+ * receive. */
+#define NVSHMEMRS_EXCHANGE_MAILBOX_WORDS (1 + 2 * NVSHMEMRS_EXCHANGE_MAX_PER_PEER)
+/*
+ * The exchange region (hdr.scratch, symmetric, zeroed at creation), u64 words, each array
+ * indexed by team rank and `world` long:
+ *   arrive[r]   set by r: r is ready for the k-th launch in which it receives from this PE
+ *               (value k), and has written mailbox[k & 1][r] here;
+ *   data[r]     added to by r: bytes it delivered here, + 1 per transfer (all launches);
+ *   expect[r]   local: what data[r] had reached when the last launch ended;
+ *   sent[r], received[r]  local: launches in which this PE sent to / received from r;
+ *   mailbox[parity][r][NVSHMEMRS_EXCHANGE_MAILBOX_WORDS]  written by r (see arrive).
+ */
+#define NVSHMEMRS_EXCHANGE_WORDS_PER_PE (5 + 2 * NVSHMEMRS_EXCHANGE_MAILBOX_WORDS)
+/* A size word: bytes | dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT (sizes below 2^56). */
+#define NVSHMEMRS_EXCHANGE_DTYPE_SHIFT 56
+/* Why a transfer did not match (the status record's `signal` word, with FAIL_LENGTH):
+ * SIZES: want = the receiver's size word, seen = the sender's;
+ * COUNT: the receiver posts `want` receives from the sender, which sends `seen`;
+ * PEER: the peer found the mismatch (its own error says what);
+ * PEER_ARGS: the peer's own arguments were out of range;
+ * BOUNDS: this PE's device counts reach element `seen` of a buffer of `want`. */
+#define NVSHMEMRS_EXCHANGE_SIZES 1
+#define NVSHMEMRS_EXCHANGE_COUNT 2
+#define NVSHMEMRS_EXCHANGE_PEER 3
+#define NVSHMEMRS_EXCHANGE_PEER_ARGS 4
+#define NVSHMEMRS_EXCHANGE_BOUNDS 5
+/* How a launch names its transfers (nvshmemrs_exchange_args.mode). */
+#define NVSHMEMRS_EXCHANGE_LIST 0
+#define NVSHMEMRS_EXCHANGE_ALLGATHERV 1
+#define NVSHMEMRS_EXCHANGE_ALLTOALLV 2
+
+/* One send or receive: `bytes` from local `addr` (send) or into symmetric `addr` (receive). */
+typedef struct nvshmemrs_transfer {
+    void *addr;
+    uint64_t bytes;
+    int32_t peer; /* team rank */
+    uint8_t dtype; /* NVSHMEMRS_DTYPE_*: both sides of a transfer must agree */
+    /* This transfer is the nth of the `of` between this PE and `peer` in its direction
+     * (matched in that order with the peer's). */
+    uint8_t nth;
+    uint8_t of;
+    uint8_t pad;
+} nvshmemrs_transfer;
+
+/*
+ * One exchange launch. LIST: ops[0 .. n_send) are sends, then n_recv receives. ALLGATHERV:
+ * counts[0], counts[1] are device arrays of n element counts and displacements (the same on
+ * every member); member r sends its input (counts[0][r] elements) to displacement counts[1][r]
+ * of every output. ALLTOALLV: counts[0..4] are send counts, send displacements, receive counts
+ * and receive displacements. Device counts are checked against in_count and hdr.count (input
+ * and output elements).
+ */
+typedef struct nvshmemrs_exchange_args {
+    nvshmemrs_coll_header hdr;
+    int mode;
+    int elem_bytes;
+    int dtype;
+    int n_send;
+    int n_recv;
+    /* The NVSHMEMRS_COLL_* a failure names. */
+    int code;
+    uint64_t in_count;
+    const uint64_t *counts[4];
+    nvshmemrs_transfer ops[NVSHMEMRS_EXCHANGE_MAX_OPS];
+} nvshmemrs_exchange_args;
+
 /* ---- Barrier and stream signal wait (core/barrier.h) ---- */
 
 typedef struct nvshmemrs_barrier_args {

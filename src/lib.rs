@@ -45,9 +45,13 @@ pub mod sys {
 pub use crate::core::result;
 
 pub use crate::coll::allgather::Allgather;
+pub use crate::coll::allgatherv::Allgatherv;
 pub use crate::coll::allreduce::{Allreduce, AllreduceAlgo};
 pub use crate::coll::alltoall::Alltoall;
+pub use crate::coll::alltoallv::Alltoallv;
 pub use crate::coll::broadcast::Broadcast;
+pub use crate::coll::family::{DeviceParts, Parts};
+pub use crate::coll::group::{P2p, P2pGroup};
 pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;

@@ -9,12 +9,12 @@
 
 mod common;
 
+use common::data::{expect, filled, me_n};
 use common::reference::{RefElem, Tag};
 use common::{gpu_test, runtime};
 use half::{bf16, f16};
 use nvshmem::{
-    Allgather, Alltoall, Broadcast, Error, Nvshmem, Reduce, ReduceOp, ReduceScatter,
-    SymmetricBuffer, TeamBarrier,
+    Allgather, Alltoall, Broadcast, Error, Nvshmem, Reduce, ReduceOp, ReduceScatter, TeamBarrier,
 };
 use std::time::{Duration, Instant};
 
@@ -40,30 +40,6 @@ impl<'nv> Family<'nv> {
             rs: ReduceScatter::world(nv, SLOT_BYTES).unwrap(),
             r: Reduce::world(nv, SLOT_BYTES).unwrap(),
         }
-    }
-}
-
-/// A symmetric buffer of `len` elements holding `f(i)`.
-fn filled<T: nvshmem::Element>(
-    nv: &Nvshmem,
-    len: usize,
-    f: impl Fn(usize) -> T,
-) -> SymmetricBuffer<'_, T> {
-    let b = nv.alloc::<T>(len).unwrap();
-    b.copy_from_host(&(0..len).map(f).collect::<Vec<_>>())
-        .unwrap();
-    b
-}
-
-fn me_n(nv: &Nvshmem) -> (usize, usize) {
-    (nv.my_pe() as usize, nv.n_pes() as usize)
-}
-
-/// Asserts `got[i] == want(i)` for every element.
-fn expect<T: Tag>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
-    for (i, g) in got.iter().enumerate() {
-        let w = want(i);
-        assert!(*g == w, "{what}: element {i} is {g:?}, want {w:?}");
     }
 }
 

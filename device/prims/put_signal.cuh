@@ -38,45 +38,49 @@ __device__ __forceinline__ char *direct_ptr(const nvshmemrs_coll_header &h, cons
 
 // Raised by the block's thread `t` after the barrier the caller has passed: a release at system
 // scope (the reader is another GPU), covering every thread's stores before that barrier, then
-// the signal. One fence per signalling thread instead of one per thread.
-__device__ __forceinline__ void release_signal(uint64_t *flag, uint64_t value, int pe) {
+// the signal (`sig_op`: NVSHMEM_SIGNAL_SET or _ADD). One fence per signalling thread instead of
+// one per thread.
+__device__ __forceinline__ void release_signal(uint64_t *flag, uint64_t value, int pe,
+                                               int sig_op = NVSHMEM_SIGNAL_SET) {
     fence_acq_rel_sys();
-    nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
+    nvshmemx_signal_op(flag, value, sig_op, pe);
 }
 
 // One peer's part, sent by the whole block: `bytes` from local `src` to `dst` (a symmetric
 // address) on `pe`. Where the peer is mapped, direct stores, and true: the caller raises `flag`
-// after a barrier (release_signal). Else an NVSHMEM put that sets `flag` to `value` after the
-// data (blocking with `reuse_src`, so that `src` may be overwritten next; direct stores have
-// read it by the time they return anyway), or the signal alone for 0 bytes.
+// after a barrier (release_signal). Else an NVSHMEM put that sets `flag` to `value` (adds it,
+// with sig_op NVSHMEM_SIGNAL_ADD) after the data (blocking with `reuse_src`, so that `src` may
+// be overwritten next; direct stores have read it by the time they return anyway), or the
+// signal alone for 0 bytes.
 __device__ __forceinline__ bool block_send_part(const nvshmemrs_coll_header &h, char *dst,
                                                 const char *src, size_t bytes, uint64_t *flag,
-                                                uint64_t value, int pe, bool reuse_src) {
+                                                uint64_t value, int pe, bool reuse_src,
+                                                int sig_op = NVSHMEM_SIGNAL_SET) {
     char *peer = direct_ptr(h, dst, pe);
     if (peer != NULL) {
         block_store(peer, src, bytes);
         return true;
     }
     if (bytes > 0 && reuse_src) {
-        nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
+        nvshmemx_putmem_signal_block(dst, src, bytes, flag, value, sig_op, pe);
     } else if (bytes > 0) {
-        nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, NVSHMEM_SIGNAL_SET, pe);
+        nvshmemx_putmem_signal_nbi_block(dst, src, bytes, flag, value, sig_op, pe);
     } else if (threadIdx.x == 0) {
-        nvshmemx_signal_op(flag, value, NVSHMEM_SIGNAL_SET, pe);
+        nvshmemx_signal_op(flag, value, sig_op, pe);
     }
     return false;
 }
 
 // Delivers `bytes` from local `src` to `dst` (a symmetric address) on `pe`, then sets the
-// counter `flag` on `pe` to `value`, ordered after the data (block_send_part). Called by the
-// whole block.
+// counter `flag` on `pe` to `value` (adds `value` with sig_op NVSHMEM_SIGNAL_ADD), ordered
+// after the data (block_send_part). Called by the whole block.
 __device__ void block_put_signal(const nvshmemrs_coll_header &h, char *dst, const char *src,
                                  size_t bytes, uint64_t *flag, uint64_t value, int pe,
-                                 bool reuse_src = false) {
+                                 bool reuse_src = false, int sig_op = NVSHMEM_SIGNAL_SET) {
     // The same answer on every thread (one peer, one address): the barrier is uniform.
-    if (block_send_part(h, dst, src, bytes, flag, value, pe, reuse_src)) {
+    if (block_send_part(h, dst, src, bytes, flag, value, pe, reuse_src, sig_op)) {
         __syncthreads();
-        if (threadIdx.x == 0) release_signal(flag, value, pe);
+        if (threadIdx.x == 0) release_signal(flag, value, pe, sig_op);
     }
     __syncthreads();
 }

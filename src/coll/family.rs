@@ -118,6 +118,83 @@ pub(crate) fn check_blocks(
     }
 }
 
+/// Per-member parts of a buffer, in elements: member r's part is `counts[r]` elements from
+/// `displs[r]` (MPI's counts and displacements). Counts may be 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts<'a> {
+    pub counts: &'a [usize],
+    pub displs: &'a [usize],
+}
+
+/// [`Parts`] in device memory: `n` u64 counts and `n` u64 displacements, read by the kernel, so
+/// that counts a kernel computed need no trip to the host. The kernel checks them against the
+/// buffers; out of range, the call fails with [`Error::TransferMismatch`] on every PE it
+/// exchanges with.
+pub struct DeviceParts<'a> {
+    pub counts: SymView<'a, u64>,
+    pub displs: SymView<'a, u64>,
+}
+
+impl Parts<'_> {
+    /// Checks the parts against a buffer of `len` elements shared among `n` members.
+    pub(crate) fn check(&self, what: &'static str, which: &str, n: i32, len: usize) -> Result<()> {
+        let shape = |detail: String| Err(Error::CollectiveShape { what, detail });
+        if self.counts.len() != n as usize || self.displs.len() != n as usize {
+            return shape(format!(
+                "the {which} parts have {} counts and {} displacements; pass one of each per \
+                 member ({n})",
+                self.counts.len(),
+                self.displs.len()
+            ));
+        }
+        for (r, (&c, &d)) in self.counts.iter().zip(self.displs).enumerate() {
+            match c.checked_add(d) {
+                Some(end) if end <= len => {}
+                _ => {
+                    return shape(format!(
+                        "part {r} of the {which} ({c} elements from {d}) reaches past its {len} \
+                         elements"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DeviceParts<'_> {
+    /// Device addresses of the counts and displacements, each checked to hold `n` values.
+    pub(crate) fn ptrs(&self, what: &'static str, which: &str, n: i32) -> Result<[*const u64; 2]> {
+        for (name, v) in [("counts", &self.counts), ("displacements", &self.displs)] {
+            if v.len() != n as usize {
+                return Err(Error::CollectiveShape {
+                    what,
+                    detail: format!(
+                        "the {which} {name} hold {} values; pass one per member ({n})",
+                        v.len()
+                    ),
+                });
+            }
+        }
+        Ok([self.counts.as_device_ptr(), self.displs.as_device_ptr()].map(|p| p.cast_const()))
+    }
+}
+
+/// A host-count exchange of `n` members takes 2 x n transfers: refused past the list's limit.
+pub(crate) fn check_host_counts(what: &'static str, n: i32) -> Result<()> {
+    let max = crate::proto::exchange::MAX_OPS / 2;
+    if n as usize <= max {
+        return Ok(());
+    }
+    Err(Error::CollectiveShape {
+        what,
+        detail: format!(
+            "counts on the host take up to {max} members, this team has {n}; pass the counts in \
+             device memory (run_device)"
+        ),
+    })
+}
+
 /// A checked-mode meta word of the family: element type, op (reductions), the collective's
 /// code and root + 1 (rooted ones; 0 otherwise).
 pub fn family_meta(dtype: Dtype, op: Option<ReduceOp>, code: u32, root: Option<i32>) -> u64 {
@@ -154,6 +231,9 @@ pub fn family_code_name(code: u64) -> &'static str {
         sys::NVSHMEMRS_COLL_REDUCE_SCATTER => "reduce-scatter, receive slots",
         sys::NVSHMEMRS_COLL_REDUCE => "reduce, receive slots",
         sys::NVSHMEMRS_COLL_BARRIER => "team barrier",
+        sys::NVSHMEMRS_COLL_ALLGATHERV => "allgatherv",
+        sys::NVSHMEMRS_COLL_ALLTOALLV => "alltoallv",
+        sys::NVSHMEMRS_COLL_GROUP => "grouped send/recv",
         _ => "header check",
     }
 }

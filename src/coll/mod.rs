@@ -2,10 +2,13 @@
 //! and one module per collective.
 
 pub mod allgather;
+pub mod allgatherv;
 pub mod allreduce;
 pub mod alltoall;
+pub mod alltoallv;
 pub mod broadcast;
 pub mod family;
+pub mod group;
 pub mod op;
 pub mod reduce;
 pub mod reduce_scatter;

@@ -285,6 +285,21 @@ pub enum Error {
         theirs: String,
     },
 
+    /// The two ends of a transfer of an exchange (alltoallv, allgatherv, grouped send/recv)
+    /// disagree on its size, type or number, or device counts reach past a buffer.
+    #[error(
+        "{what} (call {call} on PE {pe}): {detail}. Each send needs a receive of the same size \
+         and type on its peer, in the same order. The workspace is broken now (later calls move \
+         nothing)"
+    )]
+    TransferMismatch {
+        what: &'static str,
+        pe: i32,
+        peer: i32,
+        call: u64,
+        detail: String,
+    },
+
     /// The NVSHMEM host library loaded at run time is not the version this binary was built
     /// with.
     #[error(

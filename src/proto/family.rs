@@ -40,32 +40,51 @@ pub struct FamilyCall {
     pub root: i32,
 }
 
+/// What a family workspace holds besides its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scratch {
+    /// Nothing: the data goes straight into the outputs (broadcast, allgather, alltoall).
+    None,
+    /// Receive slots of this many bytes, 2 x world of them (reductions); larger messages go in
+    /// segments of a slot.
+    Slots(usize),
+    /// The exchange region (device/abi.h): counters, per-pair state and mailboxes of alltoallv,
+    /// allgatherv and grouped send/recv.
+    Exchange,
+}
+
 /// The shared part of a family collective: see the module documentation.
 pub struct FamilyWorkspace<'nv> {
     /// First field: its Drop waits for queued kernels before the buffers below are freed.
     ws: Workspace<'nv>,
     /// Counters [phase][parity][rank][block], only ever growing.
     flags: SymmetricBuffer<'nv, u64>,
-    /// Receive slots [parity][rank] of `slot_bytes` (reductions only).
+    /// Receive slots [parity][rank] of `slot_bytes` (reductions), or the exchange region.
     scratch: Option<SymmetricBuffer<'nv, u8>>,
+    /// 0 unless the scratch is receive slots.
     slot_bytes: usize,
 }
 
 impl<'nv> FamilyWorkspace<'nv> {
-    /// The workspace over `team` (None on PEs in no team of the split), with receive slots of
-    /// `slot_bytes` each when the collective reduces. Collective over the world.
+    /// The workspace over `team` (None on PEs in no team of the split), with `scratch`.
+    /// Collective over the world.
     pub fn new(
         nv: &'nv Nvshmem,
         team: Option<&Team<'_>>,
         text: &'static CollectiveText,
-        slot_bytes: Option<usize>,
+        scratch: Scratch,
     ) -> Result<FamilyWorkspace<'nv>> {
         let world = nv.n_pes() as usize;
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
         let flags = nv.alloc_zeroed::<u64>(phases * 2 * world * FAMILY_BLOCKS)?;
-        let (scratch, slot_bytes) = match slot_bytes {
-            Some(bytes) => {
+        let (scratch, slot_bytes) = match scratch {
+            Scratch::Exchange => {
+                let words = world * sys::NVSHMEMRS_EXCHANGE_WORDS_PER_PE as usize;
+                // Zeroed: the counters and per-pair sequences start at 0 on every PE.
+                (Some(nv.alloc_zeroed::<u8>(words * 8)?), 0)
+            }
+            Scratch::Slots(bytes) => {
                 let slot = bytes.max(4096).checked_next_multiple_of(256);
                 let total = slot.and_then(|s| s.checked_mul(2 * world));
                 let (Some(slot), Some(total)) = (slot, total) else {
@@ -77,7 +96,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
                 (Some(nv.alloc_zeroed::<u8>(total)?), slot)
             }
-            None => (None, 0),
+            Scratch::None => (None, 0),
         };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, all mapped: {}",
@@ -102,6 +121,18 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// The embedded workspace, mutably (timeouts, call numbering).
     pub fn ws_mut(&mut self) -> &mut Workspace<'nv> {
         &mut self.ws
+    }
+
+    /// Device address of the scratch (slots or exchange region), or null.
+    pub(crate) fn scratch_ptr(&self) -> *mut i8 {
+        self.scratch
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |s| s.as_device_ptr().cast())
+    }
+
+    /// Device address of the counters.
+    pub(crate) fn flags_ptr(&self) -> *mut u64 {
+        self.flags.as_device_ptr()
     }
 
     /// Bytes of one receive slot (0 without slots).
@@ -136,7 +167,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             call.code as i32,
             stream,
         )?;
-        let segment = if self.scratch.is_some() {
+        let segment = if self.slot_bytes > 0 {
             self.segment_elems(call.elem_bytes)
         } else {
             call.count
@@ -171,12 +202,9 @@ impl<'nv> FamilyWorkspace<'nv> {
                 input: call.input.cast::<u8>().wrapping_add(offset).cast(),
                 output: call.output.cast::<u8>().wrapping_add(offset).cast(),
                 count: len,
-                scratch: self
-                    .scratch
-                    .as_ref()
-                    .map_or(std::ptr::null_mut(), |s| s.as_device_ptr().cast()),
+                scratch: self.scratch_ptr(),
                 slot_bytes: self.slot_bytes,
-                flags: self.flags.as_device_ptr(),
+                flags: self.flags_ptr(),
                 ..self.ws.header(rank)
             },
             stride: call.stride,
@@ -204,6 +232,12 @@ pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
 /// (timeout, checks, failure). `$text` is its [`CollectiveText`].
 macro_rules! family_methods {
     ($ty:ident, $text:expr) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, None);
+    };
+    ($ty:ident, $text:expr, exchange) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange);
+    };
+    (@plain $ty:ident, $text:expr, $scratch:ident) => {
         impl<'nv> $ty<'nv> {
             /// Over `team` (None on PEs in no team of the split: they only take part in the
             /// allocation). Collective over the world.
@@ -212,7 +246,12 @@ macro_rules! family_methods {
                 team: Option<&$crate::Team<'_>>,
             ) -> $crate::Result<$ty<'nv>> {
                 Ok($ty {
-                    fam: $crate::proto::FamilyWorkspace::new(nv, team, $text, None)?,
+                    fam: $crate::proto::FamilyWorkspace::new(
+                        nv,
+                        team,
+                        $text,
+                        $crate::proto::family::Scratch::$scratch,
+                    )?,
                 })
             }
 
@@ -234,7 +273,12 @@ macro_rules! family_methods {
                 slot_bytes: usize,
             ) -> $crate::Result<$ty<'nv>> {
                 Ok($ty {
-                    fam: $crate::proto::FamilyWorkspace::new(nv, team, $text, Some(slot_bytes))?,
+                    fam: $crate::proto::FamilyWorkspace::new(
+                        nv,
+                        team,
+                        $text,
+                        $crate::proto::family::Scratch::Slots(slot_bytes),
+                    )?,
                 })
             }
 

@@ -3,6 +3,7 @@
 //! ([`FamilyWorkspace`]). Device primitives live in `device/prims/`.
 
 pub mod checked;
+pub mod exchange;
 pub mod family;
 pub mod workspace;
 

@@ -46,6 +46,13 @@ impl FailureText for CollectiveText {
     fn error(&self, f: &WaitFailure, me: i32) -> Error {
         let peer = f.peer;
         match f.kind {
+            FailureKind::LengthMismatch => Error::TransferMismatch {
+                what: self.call,
+                pe: me,
+                peer,
+                call: f.seq + 1,
+                detail: crate::proto::exchange::mismatch_detail(f, me),
+            },
             FailureKind::Mismatch => Error::CollectiveMismatch {
                 what: self.call,
                 pe: me,

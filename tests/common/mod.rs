@@ -61,5 +61,6 @@ pub fn runtime(pes: i32) -> Nvshmem {
     );
     nv
 }
+pub mod data;
 pub mod reference;
 pub mod sm_hold;

@@ -1,0 +1,117 @@
+//! Alltoallv: `send.counts[r]` elements from `input[send.displs[r]..]` to member r, which
+//! receives them at `output[recv.displs[s]..]` (its `recv.counts[s]` must be the same);
+//! counts may be skewed or 0. Counts on the host ([`Alltoallv::run`], up to 64 members) or in
+//! device memory ([`Alltoallv::run_device`]). An exchange ([`crate::proto::exchange`];
+//! device/coll/alltoallv.cu and group.cu): each receiver tells each sender where its part goes,
+//! so calls go back to back with no barrier; a count the two ends disagree on is an error on
+//! both.
+
+use crate::coll::family::{byte_range, check_host_counts, family_code_name, family_meta};
+use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
+use crate::core::buffer::SymView;
+use crate::core::element::Element;
+use crate::core::error::Result;
+use crate::proto::exchange::{Direction, ExchangeCall, Transfer, Transfers};
+use crate::proto::family::family_methods;
+use crate::proto::{CollectiveText, FamilyWorkspace};
+use crate::sys;
+use cudarc::driver::CudaStream;
+
+static TEXT: CollectiveText = CollectiveText {
+    type_name: "Alltoallv",
+    call: "alltoallv",
+    algorithm: family_code_name,
+    meta: describe_family_meta,
+};
+
+const CODE: u32 = sys::NVSHMEMRS_COLL_ALLTOALLV;
+
+/// An alltoallv over the world or a team; create and call it as [`crate::Allreduce`].
+pub struct Alltoallv<'nv> {
+    fam: FamilyWorkspace<'nv>,
+}
+
+impl<'nv> Alltoallv<'nv> {
+    /// Part r of `input` (`send`) to member r, part s of `output` (`recv`) from member s, in
+    /// stream order. Parts lie in their buffers; receive parts apart from each other; input and
+    /// output apart. Member r's `recv.counts[s]` must equal member s's `send.counts[r]`, else
+    /// both fail with [`crate::Error::TransferMismatch`].
+    pub fn run<'a, 'b, T: Element>(
+        &mut self,
+        input: impl Into<SymView<'a, T>>,
+        send: Parts<'_>,
+        output: impl Into<SymView<'b, T>>,
+        recv: Parts<'_>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (input, output) = (input.into(), output.into());
+        self.fam.ws().rank()?;
+        let n = self.n_pes();
+        check_host_counts("alltoallv", n)?;
+        send.check("alltoallv", "input", n, input.len())?;
+        recv.check("alltoallv", "output", n, output.len())?;
+        refuse_overlap("alltoallv", byte_range(&input), byte_range(&output), false)?;
+        let size = std::mem::size_of::<T>();
+        let part = |dir, base: usize, p: &Parts<'_>, r: i32| Transfer {
+            dir,
+            peer: r,
+            addr: base + p.displs[r as usize] * size,
+            bytes: p.counts[r as usize] * size,
+            dtype: T::DTYPE,
+        };
+        let (i, o) = (
+            input.as_device_ptr() as usize,
+            output.as_device_ptr() as usize,
+        );
+        let list: Vec<Transfer> = (0..n)
+            .map(|r| part(Direction::Send, i, &send, r))
+            .chain((0..n).map(|r| part(Direction::Recv, o, &recv, r)))
+            .collect();
+        self.fam.exchange(
+            "alltoallv kernel launch",
+            &ExchangeCall {
+                code: CODE,
+                // Counts differ between members by design: the meta word only.
+                checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
+                transfers: Transfers::List(&list),
+            },
+            stream,
+        )
+    }
+
+    /// [`Alltoallv::run`] with the counts and displacements in device memory (n each), read by
+    /// the kernel, which checks them against `input` and `output` (receive parts apart from
+    /// each other, as in `run`: not checked on the device).
+    pub fn run_device<'a, 'b, T: Element>(
+        &mut self,
+        input: impl Into<SymView<'a, T>>,
+        send: &DeviceParts<'_>,
+        output: impl Into<SymView<'b, T>>,
+        recv: &DeviceParts<'_>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (input, output) = (input.into(), output.into());
+        self.fam.ws().rank()?;
+        let n = self.n_pes();
+        let [sc, sd] = send.ptrs("alltoallv", "send", n)?;
+        let [rc, rd] = recv.ptrs("alltoallv", "receive", n)?;
+        refuse_overlap("alltoallv", byte_range(&input), byte_range(&output), false)?;
+        self.fam.exchange(
+            "alltoallv kernel launch",
+            &ExchangeCall {
+                code: CODE,
+                checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
+                transfers: Transfers::Device {
+                    mode: sys::NVSHMEMRS_EXCHANGE_ALLTOALLV,
+                    counts: [sc, sd, rc, rd],
+                    elem: (std::mem::size_of::<T>(), T::DTYPE),
+                    input: (input.as_device_ptr() as usize, input.len()),
+                    output: (output.as_device_ptr() as usize, output.len()),
+                },
+            },
+            stream,
+        )
+    }
+}
+
+family_methods!(Alltoallv, &TEXT, exchange);

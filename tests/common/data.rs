@@ -1,0 +1,29 @@
+//! Buffers filled from the host and element-by-element checks, shared by the collective tests.
+
+use super::reference::Tag;
+use nvshmem::{Nvshmem, SymmetricBuffer};
+
+/// A symmetric buffer of `len` elements holding `f(i)`.
+pub fn filled<T: nvshmem::Element>(
+    nv: &Nvshmem,
+    len: usize,
+    f: impl Fn(usize) -> T,
+) -> SymmetricBuffer<'_, T> {
+    let b = nv.alloc::<T>(len).unwrap();
+    b.copy_from_host(&(0..len).map(f).collect::<Vec<_>>())
+        .unwrap();
+    b
+}
+
+/// This PE and the PE count.
+pub fn me_n(nv: &Nvshmem) -> (usize, usize) {
+    (nv.my_pe() as usize, nv.n_pes() as usize)
+}
+
+/// Asserts `got[i] == want(i)` for every element.
+pub fn expect<T: Tag>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
+    for (i, g) in got.iter().enumerate() {
+        let w = want(i);
+        assert!(*g == w, "{what}: element {i} is {g:?}, want {w:?}");
+    }
+}

@@ -1,0 +1,699 @@
+//! The exchanges (alltoallv, allgatherv, grouped send/recv) against host-computed expectations:
+//! every element of every output on the receiving PE, outputs poisoned before each call (the
+//! gaps between parts must stay poisoned), exact comparison. Skewed and zero counts, counts on
+//! the host and in device memory, in place, send/recv patterns (ring, pairwise, all-to-all,
+//! self, several per peer, a subset of PEs), NVSHMEM puts only, back-to-back calls, graph
+//! replay, and mismatches ending in typed errors on both ends.
+//! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
+
+mod common;
+
+use common::data::{expect, filled, me_n};
+use common::reference::Tag;
+use common::{gpu_test, runtime};
+use half::bf16;
+use nvshmem::{
+    Allgatherv, Alltoallv, DeviceParts, Error, Nvshmem, P2p, P2pGroup, Parts, SymmetricBuffer,
+};
+
+/// Elements member `s` sends member `r` in alltoallv (scale `m`; 0 for some pairs).
+fn pair_count(s: usize, r: usize, m: usize, salt: usize) -> usize {
+    ((s * 5 + r * 3 + salt) % 4) * m + (s + r + salt) % 3
+}
+
+/// Element `k` of what `s` sends `r`: tags that differ by pair and position.
+fn pair_tag<T: Tag>(s: usize, r: usize, k: usize, salt: usize) -> T {
+    T::tag(s, k * 8 + r, salt)
+}
+
+/// Parts of `counts` laid out in order with `gap` poisoned elements before each.
+fn laid_out(counts: &[usize], gap: usize) -> (Vec<usize>, usize) {
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut end = 0;
+    for &c in counts {
+        displs.push(end + gap);
+        end += gap + c;
+    }
+    (displs, end + gap)
+}
+
+/// The owner part and offset of element `i` of a buffer laid out by `displs`/`counts`.
+fn part_of(i: usize, counts: &[usize], displs: &[usize]) -> Option<(usize, usize)> {
+    (0..counts.len())
+        .find_map(|p| (displs[p] <= i && i < displs[p] + counts[p]).then(|| (p, i - displs[p])))
+}
+
+/// A u64 device copy of `v` (the device-count forms).
+fn device_u64<'nv>(nv: &'nv Nvshmem, v: &[usize]) -> SymmetricBuffer<'nv, u64> {
+    filled(nv, v.len(), |i| v[i] as u64)
+}
+
+fn alltoallv<T: Tag>(nv: &Nvshmem, a: &mut Alltoallv<'_>, m: usize, salt: usize, device: bool) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let send_counts: Vec<usize> = (0..n).map(|r| pair_count(me, r, m, salt)).collect();
+    let recv_counts: Vec<usize> = (0..n).map(|s| pair_count(s, me, m, salt)).collect();
+    let (send_displs, in_len) = laid_out(&send_counts, 1);
+    let (recv_displs, out_len) = laid_out(&recv_counts, 2);
+    let input = filled(nv, in_len, |i| {
+        match part_of(i, &send_counts, &send_displs) {
+            Some((r, k)) => pair_tag::<T>(me, r, k, salt),
+            None => T::poison(),
+        }
+    });
+    let output = filled(nv, out_len, |_| T::poison());
+    if device {
+        let sc = device_u64(nv, &send_counts);
+        let sd = device_u64(nv, &send_displs);
+        let rc = device_u64(nv, &recv_counts);
+        let rd = device_u64(nv, &recv_displs);
+        let send = DeviceParts {
+            counts: (&sc).into(),
+            displs: (&sd).into(),
+        };
+        let recv = DeviceParts {
+            counts: (&rc).into(),
+            displs: (&rd).into(),
+        };
+        a.run_device(&input, &send, &output, &recv, &stream)
+            .unwrap();
+        a.sync(&stream).unwrap();
+    } else {
+        let send = Parts {
+            counts: &send_counts,
+            displs: &send_displs,
+        };
+        let recv = Parts {
+            counts: &recv_counts,
+            displs: &recv_displs,
+        };
+        a.run(&input, send, &output, recv, &stream).unwrap();
+        a.sync(&stream).unwrap();
+    }
+    let what = format!("alltoallv {} scale {m} (device counts: {device})", T::NAME);
+    expect(&what, &output.to_vec().unwrap(), |i| {
+        match part_of(i, &recv_counts, &recv_displs) {
+            Some((s, k)) => pair_tag(s, me, k, salt),
+            None => T::poison(),
+        }
+    });
+    nv.barrier_all().unwrap();
+}
+
+/// Elements member `r` contributes to allgatherv; the last member none at even salts.
+fn member_count(r: usize, n: usize, m: usize, salt: usize) -> usize {
+    if n > 1 && r == n - 1 && salt % 2 == 0 {
+        return 0;
+    }
+    ((r * 3 + salt) % 3) * m + (r + 1) % 2 + 1
+}
+
+fn allgatherv<T: Tag>(nv: &Nvshmem, a: &mut Allgatherv<'_>, m: usize, salt: usize, device: bool) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let counts: Vec<usize> = (0..n).map(|r| member_count(r, n, m, salt)).collect();
+    let (displs, len) = laid_out(&counts, 3);
+    let want = |i: usize| match part_of(i, &counts, &displs) {
+        Some((r, k)) => T::tag(r, k, salt),
+        None => T::poison(),
+    };
+    let what = format!("allgatherv {} scale {m} (device counts: {device})", T::NAME);
+    let (dc, dd) = (device_u64(nv, &counts), device_u64(nv, &displs));
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    let dparts = DeviceParts {
+        counts: (&dc).into(),
+        displs: (&dd).into(),
+    };
+    // Out of place; a zero-count member passes an empty view (every member allocates alike:
+    // the symmetric heap stays in step).
+    let input = filled(nv, counts[me].max(1), |k| T::tag(me, k, salt));
+    let view = input.view(..counts[me]).unwrap();
+    let output = filled(nv, len, |_| T::poison());
+    if device {
+        a.run_device(view, &output, &dparts, &stream).unwrap();
+    } else {
+        a.run(view, &output, parts, &stream).unwrap();
+    }
+    a.sync(&stream).unwrap();
+    expect(&what, &output.to_vec().unwrap(), want);
+    nv.barrier_all().unwrap();
+    // In place: the own part of the output is the input.
+    let buf = filled(nv, len, |i| match part_of(i, &counts, &displs) {
+        Some((r, k)) if r == me => T::tag(me, k, salt),
+        _ => T::poison(),
+    });
+    let own = buf.view(displs[me]..displs[me] + counts[me]).unwrap();
+    if device {
+        a.run_device(own, &buf, &dparts, &stream).unwrap();
+    } else {
+        a.run(own, &buf, parts, &stream).unwrap();
+    }
+    a.sync(&stream).unwrap();
+    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), want);
+    nv.barrier_all().unwrap();
+}
+
+/// The send/recv patterns of a group: ring (two messages per neighbour), pairwise, all-to-all
+/// with itself, itself only. Lengths differ per pair.
+fn group_patterns<T: Tag>(nv: &Nvshmem, g: &mut P2pGroup<'_>, m: usize, salt: usize) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let len = |s: usize, r: usize, j: usize| pair_count(s, r, m, salt + j) + 1;
+    let tag = |s: usize, r: usize, j: usize, k: usize| pair_tag::<T>(s, r, k * 2 + j, salt);
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    // Ring, two messages each way, matched in order.
+    let sends: Vec<_> = (0..2)
+        .map(|j| filled(nv, len(me, next, j), |k| tag(me, next, j, k)))
+        .collect();
+    let recvs: Vec<_> = (0..2)
+        .map(|j| filled(nv, len(prev, me, j), |_| T::poison()))
+        .collect();
+    let mut ops: Vec<P2p<'_>> = Vec::new();
+    for j in 0..2 {
+        ops.push(P2p::recv(&recvs[j], prev as i32));
+        ops.push(P2p::send(&sends[j], next as i32));
+    }
+    g.run(&ops, &stream).unwrap();
+    g.sync(&stream).unwrap();
+    for (j, r) in recvs.iter().enumerate() {
+        let what = format!("ring {} message {j} from {prev}", T::NAME);
+        expect(&what, &r.to_vec().unwrap(), |k| tag(prev, me, j, k));
+    }
+    drop(ops);
+    nv.barrier_all().unwrap();
+    // All to all, itself included, every PE a different length.
+    let sends: Vec<_> = (0..n)
+        .map(|r| filled(nv, len(me, r, 0), |k| tag(me, r, 0, k)))
+        .collect();
+    let recvs: Vec<_> = (0..n)
+        .map(|s| filled(nv, len(s, me, 0), |_| T::poison()))
+        .collect();
+    let ops: Vec<P2p<'_>> = (0..n)
+        .flat_map(|r| {
+            [
+                P2p::send(&sends[r], r as i32),
+                P2p::recv(&recvs[r], r as i32),
+            ]
+        })
+        .collect();
+    g.run(&ops, &stream).unwrap();
+    g.sync(&stream).unwrap();
+    for (s, r) in recvs.iter().enumerate() {
+        expect(
+            &format!("all to all {} from {s}", T::NAME),
+            &r.to_vec().unwrap(),
+            |k| tag(s, me, 0, k),
+        );
+    }
+    drop(ops);
+    nv.barrier_all().unwrap();
+    // Pairwise (rank ^ 1; an odd last PE sends to itself).
+    let partner = if (me ^ 1) < n { me ^ 1 } else { me };
+    let send = filled(nv, len(me, partner, 1), |k| tag(me, partner, 1, k));
+    let recv = filled(nv, len(partner, me, 1), |_| T::poison());
+    let ops = [
+        P2p::send(&send, partner as i32),
+        P2p::recv(&recv, partner as i32),
+    ];
+    g.run(&ops, &stream).unwrap();
+    g.sync(&stream).unwrap();
+    expect(
+        &format!("pairwise {} from {partner}", T::NAME),
+        &recv.to_vec().unwrap(),
+        |k| tag(partner, me, 1, k),
+    );
+    nv.barrier_all().unwrap();
+}
+
+fn every_exchange(nv: &Nvshmem, scales: &[usize]) {
+    let mut a2a = Alltoallv::world(nv).unwrap();
+    let mut agv = Allgatherv::world(nv).unwrap();
+    let mut g = P2pGroup::world(nv).unwrap();
+    for (k, &m) in scales.iter().enumerate() {
+        for device in [false, true] {
+            alltoallv::<f32>(nv, &mut a2a, m, k, device);
+            alltoallv::<u8>(nv, &mut a2a, m, k + 1, device);
+            alltoallv::<bf16>(nv, &mut a2a, m, k + 2, device);
+            alltoallv::<i64>(nv, &mut a2a, m, k + 3, device);
+            allgatherv::<f32>(nv, &mut agv, m, k, device);
+            allgatherv::<u8>(nv, &mut agv, m, k + 1, device);
+            allgatherv::<i64>(nv, &mut agv, m, k + 2, device);
+        }
+        group_patterns::<f32>(nv, &mut g, m, k);
+        group_patterns::<u8>(nv, &mut g, m, k + 1);
+        group_patterns::<f64>(nv, &mut g, m, k + 2);
+    }
+}
+
+/// Scales of the counts: a few elements, about 1000, about 65537, and over 1M (odd).
+const SCALES: [usize; 4] = [1, 1000, 65537, (1 << 20) + 1];
+
+gpu_test!(1, every_exchange_on_one_pe);
+fn every_exchange_on_one_pe() {
+    every_exchange(&runtime(1), &SCALES);
+}
+
+gpu_test!(2, every_exchange_skewed_and_zero_counts);
+fn every_exchange_skewed_and_zero_counts() {
+    every_exchange(&runtime(2), &SCALES);
+}
+
+gpu_test!(3, every_exchange_on_three_pes);
+fn every_exchange_on_three_pes() {
+    every_exchange(&runtime(3), &SCALES[..3]);
+}
+
+gpu_test!(4, every_exchange_on_four_pes);
+fn every_exchange_on_four_pes() {
+    every_exchange(&runtime(4), &SCALES[..3]);
+}
+
+gpu_test!(2, every_exchange_through_nvshmem_puts);
+/// NVSHMEM puts even to mapped peers: the path across nodes.
+fn every_exchange_through_nvshmem_puts() {
+    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    every_exchange(&runtime(2), &SCALES[..3]);
+}
+
+gpu_test!(3, a_group_among_some_pes_leaves_the_others_out);
+/// Grouped send/recv is not collective: PEs 0 and 1 exchange three times while PE 2 only
+/// sends to itself once; then all three take part in one call and every pair still matches.
+fn a_group_among_some_pes_leaves_the_others_out() {
+    let nv = runtime(3);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let bufs: Vec<_> = (0..4)
+        .map(|j| filled(&nv, 1000 + j, |_| u32::poison()))
+        .collect();
+    let srcs: Vec<_> = (0..4)
+        .map(|j| filled(&nv, 1000 + j, |k| u32::tag(me, k, j)))
+        .collect();
+    if me < 2 {
+        let peer = 1 - me;
+        for j in 0..3 {
+            let ops = [
+                P2p::send(&srcs[j], peer as i32),
+                P2p::recv(&bufs[j], peer as i32),
+            ];
+            g.run(&ops, &stream).unwrap();
+        }
+    } else {
+        g.run(&[P2p::send(&srcs[0], 2), P2p::recv(&bufs[0], 2)], &stream)
+            .unwrap();
+    }
+    // Now everyone: a ring over the three.
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    g.run(
+        &[
+            P2p::send(&srcs[3], next as i32),
+            P2p::recv(&bufs[3], prev as i32),
+        ],
+        &stream,
+    )
+    .unwrap();
+    g.sync(&stream).unwrap();
+    if me < 2 {
+        for (j, buf) in bufs.iter().enumerate().take(3) {
+            expect(&format!("pair call {j}"), &buf.to_vec().unwrap(), |k| {
+                u32::tag(1 - me, k, j)
+            });
+        }
+    } else {
+        expect("self call", &bufs[0].to_vec().unwrap(), |k| {
+            u32::tag(2, k, 0)
+        });
+    }
+    expect("ring", &bufs[3].to_vec().unwrap(), |k| u32::tag(prev, k, 3));
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, a_thousand_back_to_back_exchanges);
+/// 1000 calls back to back (alltoallv with host counts, allgatherv with device counts, a ring
+/// group), one sync at the end: each kind rotates over 4 outputs with inputs of their own.
+fn a_thousand_back_to_back_exchanges() {
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut a2a = Alltoallv::world(&nv).unwrap();
+    let mut agv = Allgatherv::world(&nv).unwrap();
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let m = 3000;
+    struct Slot<'nv> {
+        counts: Vec<usize>,
+        displs: Vec<usize>,
+        input: SymmetricBuffer<'nv, f32>,
+        output: SymmetricBuffer<'nv, f32>,
+    }
+    // alltoallv slot s: send counts of salt s; allgatherv and ring: member counts of salt s.
+    let a2a_slots: Vec<Slot> = (0..4)
+        .map(|s| {
+            let counts: Vec<usize> = (0..n).map(|r| pair_count(me, r, m, s)).collect();
+            let (displs, len) = laid_out(&counts, 1);
+            let input = filled(&nv, len, |i| match part_of(i, &counts, &displs) {
+                Some((r, k)) => pair_tag::<f32>(me, r, k, s),
+                None => f32::poison(),
+            });
+            let rc: Vec<usize> = (0..n).map(|p| pair_count(p, me, m, s)).collect();
+            let (rd, out_len) = laid_out(&rc, 0);
+            let output = filled(&nv, out_len, |_| f32::poison());
+            // counts/displs here: the receive side; the send side is recomputed below.
+            Slot {
+                counts: rc,
+                displs: rd,
+                input,
+                output,
+            }
+        })
+        .collect();
+    let agv_counts: Vec<Vec<usize>> = (0..4)
+        .map(|s| (0..n).map(|r| member_count(r, n, m, s + 1)).collect())
+        .collect();
+    let agv_slots: Vec<_> = (0..4)
+        .map(|s| {
+            let (displs, len) = laid_out(&agv_counts[s], 0);
+            let c = agv_counts[s][me].max(1);
+            let input = filled(&nv, c, |k| f32::tag(me, k, s));
+            let output = filled(&nv, len, |_| f32::poison());
+            let dc = device_u64(&nv, &agv_counts[s]);
+            let dd = device_u64(&nv, &displs);
+            (input, output, dc, dd, displs)
+        })
+        .collect();
+    let ring: Vec<_> = (0..4)
+        .map(|s| {
+            let input = filled(&nv, m + s, |k| f32::tag(me, k, s));
+            let output = filled(&nv, m + s, |_| f32::poison());
+            (input, output)
+        })
+        .collect();
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    for i in 0..1000 {
+        let s = (i / 3) % 4;
+        match i % 3 {
+            0 => {
+                let sl = &a2a_slots[s];
+                let sc: Vec<usize> = (0..n).map(|r| pair_count(me, r, m, s)).collect();
+                let (sd, _) = laid_out(&sc, 1);
+                let send = Parts {
+                    counts: &sc,
+                    displs: &sd,
+                };
+                let recv = Parts {
+                    counts: &sl.counts,
+                    displs: &sl.displs,
+                };
+                a2a.run(&sl.input, send, &sl.output, recv, &stream).unwrap();
+            }
+            1 => {
+                let (input, output, dc, dd, _) = &agv_slots[s];
+                let c = agv_counts[s][me];
+                let parts = DeviceParts {
+                    counts: dc.into(),
+                    displs: dd.into(),
+                };
+                let view = input.view(0..c).unwrap();
+                agv.run_device(view, output, &parts, &stream).unwrap();
+            }
+            _ => {
+                let (input, output) = &ring[s];
+                g.run(
+                    &[
+                        P2p::send(input, next as i32),
+                        P2p::recv(output, prev as i32),
+                    ],
+                    &stream,
+                )
+                .unwrap();
+            }
+        }
+    }
+    stream.synchronize().unwrap();
+    a2a.check().unwrap();
+    agv.check().unwrap();
+    g.check().unwrap();
+    for s in 0..4 {
+        let sl = &a2a_slots[s];
+        expect(
+            &format!("alltoallv slot {s}"),
+            &sl.output.to_vec().unwrap(),
+            |i| {
+                let (p, k) = part_of(i, &sl.counts, &sl.displs).unwrap();
+                pair_tag(p, me, k, s)
+            },
+        );
+        let (_, output, _, _, displs) = &agv_slots[s];
+        expect(
+            &format!("allgatherv slot {s}"),
+            &output.to_vec().unwrap(),
+            |i| {
+                let (r, k) = part_of(i, &agv_counts[s], displs).unwrap();
+                f32::tag(r, k, s)
+            },
+        );
+        expect(
+            &format!("ring slot {s}"),
+            &ring[s].1.to_vec().unwrap(),
+            |k| f32::tag(prev, k, s),
+        );
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, replays_of_a_captured_graph_of_exchanges_see_fresh_data);
+/// Alltoallv (host counts), allgatherv (device counts) and a group captured once, replayed 10
+/// times with fresh inputs and poisoned outputs.
+fn replays_of_a_captured_graph_of_exchanges_see_fresh_data() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut a2a = Alltoallv::world(&nv).unwrap();
+    let mut agv = Allgatherv::world(&nv).unwrap();
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let count = 70_001;
+    let counts = vec![count; n];
+    let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    let input = nv.alloc::<f32>(n * count).unwrap();
+    let out_a2a = nv.alloc::<f32>(n * count).unwrap();
+    let out_agv = nv.alloc::<f32>(n * count).unwrap();
+    let out_g = nv.alloc::<f32>(count).unwrap();
+    let (dc, dd) = (device_u64(&nv, &counts), device_u64(&nv, &displs));
+    let dparts = DeviceParts {
+        counts: (&dc).into(),
+        displs: (&dd).into(),
+    };
+    let own = input.view(..count).unwrap();
+    let peer = ((me + 1) % n) as i32;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    a2a.run(&input, parts, &out_a2a, parts, &stream).unwrap();
+    agv.run_device(own, &out_agv, &dparts, &stream).unwrap();
+    g.run(&[P2p::send(own, peer), P2p::recv(&out_g, peer)], &stream)
+        .unwrap();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph was captured");
+    for it in 0..10usize {
+        input
+            .copy_from_host(
+                &(0..n * count)
+                    .map(|i| f32::tag(me, i, it))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+        for out in [&out_a2a, &out_agv] {
+            out.copy_from_host(&vec![f32::NAN; n * count]).unwrap();
+        }
+        out_g.copy_from_host(&vec![f32::NAN; count]).unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        for c in [a2a.check(), agv.check(), g.check()] {
+            c.unwrap();
+        }
+        let what = |w: &str| format!("replay {it}, {w}");
+        expect(&what("alltoallv"), &out_a2a.to_vec().unwrap(), |i| {
+            f32::tag(i / count, me * count + i % count, it)
+        });
+        expect(&what("allgatherv"), &out_agv.to_vec().unwrap(), |i| {
+            f32::tag(i / count, i % count, it)
+        });
+        let from = (me + n - 1) % n;
+        expect(&what("group"), &out_g.to_vec().unwrap(), |k| {
+            f32::tag(from, k, it)
+        });
+        // Every PE checked this replay before anyone overwrites its input for the next.
+        nv.barrier_all().unwrap();
+    }
+}
+
+/// The error of a failed exchange, as text.
+fn mismatch(r: nvshmem::Result<()>) -> String {
+    match r {
+        Err(e @ Error::TransferMismatch { .. }) => e.to_string(),
+        other => panic!("want a transfer mismatch, got {other:?}"),
+    }
+}
+
+gpu_test!(
+    2,
+    mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on
+);
+/// A send of 10 f32 against a receive of 12, then of f32 against i32 of the same size, then
+/// device counts past the input: a typed error on both PEs each time, naming what differs;
+/// the failed workspace stays failed, and a new one works.
+fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
+    let nv = runtime(2);
+    let (me, _) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let peer = (1 - me) as i32;
+    let f10 = filled(&nv, 10, |k| f32::tag(me, k, 0));
+    let f12 = filled(&nv, 12, |_| f32::poison());
+    let i10 = filled(&nv, 10, |_| i32::poison());
+    // Sizes.
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let ops = if me == 0 {
+        [P2p::send(&f10, peer)]
+    } else {
+        [P2p::recv(&f12, peer)]
+    };
+    g.run(&ops, &stream).unwrap();
+    let err = mismatch(g.sync(&stream));
+    if me == 0 {
+        assert!(
+            err.contains(
+                "PE 1 receives 48 bytes of f32 from this PE where it sends 40 bytes of f32"
+            ),
+            "{err}"
+        );
+    } else {
+        assert!(err.contains("PE 0 found that its transfers"), "{err}");
+    }
+    // The failed workspace stays failed.
+    assert!(matches!(
+        g.run(&ops, &stream),
+        Err(Error::TransferMismatch { .. })
+    ));
+    nv.barrier_all().unwrap();
+    // Types.
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let ops = if me == 0 {
+        [P2p::send(&f10, peer)]
+    } else {
+        [P2p::recv(&i10, peer)]
+    };
+    g.run(&ops, &stream).unwrap();
+    let err = mismatch(g.sync(&stream));
+    if me == 0 {
+        assert!(
+            err.contains("40 bytes of i32 from this PE where it sends 40 bytes of f32"),
+            "{err}"
+        );
+    }
+    nv.barrier_all().unwrap();
+    // Device counts past the input on PE 1: out of range there, a peer's error on PE 0.
+    let mut a = Alltoallv::world(&nv).unwrap();
+    let send_counts = if me == 1 { [5usize, 50] } else { [5, 5] };
+    let sc = device_u64(&nv, &send_counts);
+    let sd = device_u64(&nv, &[0, 5]);
+    let rc = device_u64(&nv, &[5, 5]);
+    let rd = device_u64(&nv, &[0, 5]);
+    let input = filled(&nv, 10, |k| f32::tag(me, k, 1));
+    let output = filled(&nv, 10, |_| f32::poison());
+    let send = DeviceParts {
+        counts: (&sc).into(),
+        displs: (&sd).into(),
+    };
+    let recv = DeviceParts {
+        counts: (&rc).into(),
+        displs: (&rd).into(),
+    };
+    a.run_device(&input, &send, &output, &recv, &stream)
+        .unwrap();
+    let err = mismatch(a.sync(&stream));
+    if me == 1 {
+        assert!(
+            err.contains("reach element 55 of a buffer of 10 elements"),
+            "{err}"
+        );
+    } else {
+        assert!(err.contains("PE 1"), "{err}");
+    }
+    nv.barrier_all().unwrap();
+    // The runtime goes on: a fresh group moves data.
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let got = filled(&nv, 10, |_| f32::poison());
+    g.run(&[P2p::send(&f10, peer), P2p::recv(&got, peer)], &stream)
+        .unwrap();
+    g.sync(&stream).unwrap();
+    expect("after the failures", &got.to_vec().unwrap(), |k| {
+        f32::tag(peer as usize, k, 0)
+    });
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, wrong_parts_and_lists_are_refused_before_launch);
+/// Host checks: parts past a buffer, wrong numbers of counts, an input of the wrong length,
+/// overlapping receives, a peer outside the team; then good calls on the same workspaces.
+fn wrong_parts_and_lists_are_refused_before_launch() {
+    let nv = runtime(2);
+    let (me, _) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let mut a = Alltoallv::world(&nv).unwrap();
+    let mut agv = Allgatherv::world(&nv).unwrap();
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let input = filled(&nv, 8, |k| f32::tag(me, k, 0));
+    let output = filled(&nv, 8, |_| f32::poison());
+    let shape = |r: nvshmem::Result<()>| match r {
+        Err(Error::CollectiveShape { detail, .. }) => detail,
+        other => panic!("want a shape error, got {other:?}"),
+    };
+    let past = Parts {
+        counts: &[4, 5],
+        displs: &[0, 4],
+    };
+    let fine = Parts {
+        counts: &[4, 4],
+        displs: &[0, 4],
+    };
+    let d = shape(a.run(&input, past, &output, fine, &stream));
+    assert!(
+        d.contains("part 1 of the input (5 elements from 4) reaches past its 8"),
+        "{d}"
+    );
+    let short = Parts {
+        counts: &[8],
+        displs: &[0],
+    };
+    let d = shape(a.run(&input, fine, &output, short, &stream));
+    assert!(d.contains("1 counts and 1 displacements"), "{d}");
+    let d = shape(agv.run(&input, &output, fine, &stream));
+    assert!(
+        d.contains("the input holds 8 elements but this member's count is 4"),
+        "{d}"
+    );
+    let r0 = output.view(0..4).unwrap();
+    let r1 = output.view(2..6).unwrap();
+    let d = shape(g.run(&[P2p::recv(r0, 0), P2p::recv(r1, 1)], &stream));
+    assert!(d.contains("overlaps"), "{d}");
+    assert!(matches!(
+        g.run(&[P2p::send(&input, 2)], &stream),
+        Err(Error::InvalidPe { pe: 2, .. })
+    ));
+    // Nothing was launched: good calls go through.
+    a.run(&input, fine, &output, fine, &stream).unwrap();
+    a.sync(&stream).unwrap();
+    expect("alltoallv after refusals", &output.to_vec().unwrap(), |i| {
+        f32::tag(i / 4, me * 4 + i % 4, 0)
+    });
+    nv.barrier_all().unwrap();
+}
