@@ -20,10 +20,16 @@ pub fn me_n(nv: &Nvshmem) -> (usize, usize) {
     (nv.my_pe() as usize, nv.n_pes() as usize)
 }
 
-/// Asserts `got[i] == want(i)` for every element.
+/// Asserts `got[i] == want(i)` for every element. A NaN matches a NaN: the float poison is a
+/// NaN that must stay where nothing lands (tags are never NaN).
 pub fn expect<T: Tag>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
+    #[allow(clippy::eq_op)] // x != x: NaN
+    let nan = |x: &T| x != x;
     for (i, g) in got.iter().enumerate() {
         let w = want(i);
-        assert!(*g == w, "{what}: element {i} is {g:?}, want {w:?}");
+        assert!(
+            *g == w || (nan(g) && nan(&w)),
+            "{what}: element {i} is {g:?}, want {w:?}"
+        );
     }
 }
