@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn allreduce_rejects_unknown_names() {
         for bad in [
-            &["--dtypes", "f16"][..],
+            &["--dtypes", "int8"][..],
             &["--algos", "butterfly"],
             &["--op", "xor"],
             &["--max", "x"],
@@ -632,7 +632,7 @@ mod tests {
             ("allgather", &["--slot", "1M"]),
             ("reduce", &["--root", "-1"]),
             ("reduce", &["--algos", "auto"]),
-            ("broadcast", &["--dtypes", "f16"]),
+            ("broadcast", &["--dtypes", "int8"]),
             ("reducescatter", &[]),
         ] {
             assert!(family_opts(name, bad).is_err(), "{name} {bad:?}");
@@ -830,7 +830,7 @@ mod tests {
     fn help_lists_the_values_of_enum_flags() {
         let help = clap_text(&["allreduce", "-h"]);
         for values in [
-            "[possible values: f32, bf16]",
+            "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8]",
             "[possible values: sum, prod, min, max, avg]",
             "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem]",
         ] {
@@ -858,7 +858,10 @@ mod tests {
         );
         let help = clap_text(&["reduce", "-h"]);
         assert!(help.contains("[possible values: ours, nccl]"), "{help}");
-        assert!(help.contains("[possible values: f32, bf16]"), "{help}");
+        assert!(
+            help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8]"),
+            "{help}"
+        );
         let help = clap_text(&["put", "-h"]);
         assert!(
             help.contains("-f, --factor") && help.contains("--stepfactor"),
