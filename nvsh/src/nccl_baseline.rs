@@ -441,6 +441,7 @@ impl<'nv> HostExchange<'nv> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::harness::{BenchDtype, BenchElement};
 
     #[test]
     fn version_codes_of_old_and_new_nccl() {
@@ -449,13 +450,46 @@ mod tests {
         assert_eq!(nccl_version_string(2804), "2.8.4");
     }
 
+    /// The bench type and the NCCL type its buffers are passed to NCCL as (cudarc's
+    /// NcclType, which the baseline's calls take from the element type).
+    fn nccl_type_of<T: BenchElement>() -> (BenchDtype, nccl_sys::ncclDataType_t) {
+        (T::BENCH_DTYPE, T::as_nccl_type())
+    }
+
+    /// Every bench type reaches NCCL as its own ncclDataType_t, with NCCL's ABI code (what
+    /// crosses into libnccl), so NCCL reduces and moves the same elements ours do.
     #[test]
-    fn bench_types_are_nccl_types() {
-        assert_eq!(f32::as_nccl_type(), nccl_sys::ncclDataType_t::ncclFloat32);
-        assert_eq!(
-            half::bf16::as_nccl_type(),
-            nccl_sys::ncclDataType_t::ncclBfloat16
-        );
+    fn every_bench_type_goes_to_nccl_as_its_own_type() {
+        use nccl_sys::ncclDataType_t::*;
+        let got = [
+            nccl_type_of::<f32>(),
+            nccl_type_of::<half::bf16>(),
+            nccl_type_of::<half::f16>(),
+            nccl_type_of::<f64>(),
+            nccl_type_of::<i32>(),
+            nccl_type_of::<u32>(),
+            nccl_type_of::<i64>(),
+            nccl_type_of::<u64>(),
+            nccl_type_of::<u8>(),
+        ];
+        let want = [
+            (BenchDtype::F32, ncclFloat32, 7),
+            (BenchDtype::Bf16, ncclBfloat16, 9),
+            (BenchDtype::F16, ncclFloat16, 6),
+            (BenchDtype::F64, ncclFloat64, 8),
+            (BenchDtype::I32, ncclInt32, 2),
+            (BenchDtype::U32, ncclUint32, 3),
+            (BenchDtype::I64, ncclInt64, 4),
+            (BenchDtype::U64, ncclUint64, 5),
+            (BenchDtype::U8, ncclUint8, 1),
+        ];
+        for ((dtype, nccl), (want_dtype, want_nccl, code)) in got.into_iter().zip(want) {
+            assert_eq!((dtype, nccl), (want_dtype, want_nccl));
+            assert_eq!(nccl as u32, code, "{dtype:?}");
+        }
+        // Every bench type is in the table.
+        let dtypes: Vec<BenchDtype> = got.iter().map(|&(d, _)| d).collect();
+        assert_eq!(dtypes, BenchDtype::ALL);
     }
 
     #[test]

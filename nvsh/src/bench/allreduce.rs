@@ -8,13 +8,14 @@
 //! every PE (NCCL not installed, an op NVSHMEM lacks) is reported as n/a and the run goes on.
 
 use crate::bench::harness::{
-    self, pattern_hash, power_of_two_value, quarter_value, size_steps, BenchElement, Collective,
-    Harness, Report, QUARTER_MAX,
+    self, check_dtypes, dtype_refusal, integer_power_value, integer_value, pattern_hash,
+    power_of_two_value, quarter_value, size_steps, BenchElement, Collective, Harness, Reduction,
+    Report, QUARTER_MAX,
 };
 use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
-use nvshmem::coll::op::ReduceOp;
+use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymView;
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
@@ -132,7 +133,7 @@ impl Default for AllreduceBenchOptions {
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
             factor: 2,
-            dtypes: BenchDtype::ALL.to_vec(),
+            dtypes: BenchDtype::DEFAULT.to_vec(),
             op: ReduceOp::Sum,
             reps: 20,
             warmup: 3,
@@ -151,24 +152,56 @@ pub fn busbw_factor(n_pes: i32) -> f64 {
     2.0 * (n - 1.0) / n
 }
 
-/// Element `i` of PE `pe`'s input with salt `salt`, hashed from all three. Prod: one of
-/// +-1/2, +-1, +-2 (products stay signed powers of two); every other op: a quarter-integer in
-/// [-8, 8] (sums of up to 8 stay exact in bf16, in any order).
-pub fn input_value(op: ReduceOp, pe: i32, i: usize, salt: u64) -> f64 {
+/// PEs from this rank on give products only a sign (their magnitudes are 1), so that a
+/// product over any PE count stays within 2^8 in magnitude: exact in every type, f16's small
+/// range and the integers included.
+pub const PROD_MAGNITUDE_PES: i32 = 8;
+
+/// Element `i` of PE `pe`'s input with salt `salt` for element type `dtype`, hashed from all
+/// three. Float types: for prod one of +-1/2, +-1, +-2 (products stay signed powers of two),
+/// for every other op a quarter-integer in [-8, 8] (sums of up to 8 stay exact in bf16, in any
+/// order). Integer types: for prod 1 or 2 (with a sign when signed), for the others an
+/// integer in [-32, 32] (signed) or [0, 64] (unsigned), so every result is exact and no sum
+/// overflows. PEs from [`PROD_MAGNITUDE_PES`] on give prod only a sign.
+pub fn input_value(op: ReduceOp, dtype: BenchDtype, pe: i32, i: usize, salt: u64) -> f64 {
     let h = pattern_hash(pe, i, salt);
+    let signed = dtype.is_signed_int();
     match op {
-        ReduceOp::Prod => power_of_two_value(h),
-        _ => quarter_value(h),
+        ReduceOp::Prod => {
+            let v = if dtype.is_float() {
+                power_of_two_value(h)
+            } else {
+                integer_power_value(h, signed)
+            };
+            if pe >= PROD_MAGNITUDE_PES {
+                v.signum()
+            } else {
+                v
+            }
+        }
+        _ if dtype.is_float() => quarter_value(h),
+        _ => integer_value(h, signed),
     }
 }
 
+/// The integer average of a sum over `n_pes` PEs: truncated toward zero (Rust's `/`), as
+/// [`ReduceOp::Avg`] documents for integer types and device/prims/reduce.cuh's finish()
+/// computes. NCCL 2.28's ncclAvg on integers gives the same (it divides the magnitude of the
+/// sum and restores the sign), so its results are checked against the same values.
+pub fn integer_avg(sum: i64, n_pes: i32) -> i64 {
+    sum / i64::from(n_pes.max(1))
+}
+
 /// The exact result at element `i` for the inputs of [`input_value`] on `n_pes` PEs, reduced
-/// in f64 (exact for these values; avg is the exact sum divided once).
-pub fn expected_value(op: ReduceOp, i: usize, salt: u64, n_pes: i32) -> f64 {
-    let vals = (0..n_pes).map(|pe| input_value(op, pe, i, salt));
+/// in f64 (exact for these values); float avg is the exact sum divided once, integer avg
+/// [`integer_avg`].
+pub fn expected_value(op: ReduceOp, dtype: BenchDtype, i: usize, salt: u64, n_pes: i32) -> f64 {
+    let vals = (0..n_pes).map(|pe| input_value(op, dtype, pe, i, salt));
     match op {
         ReduceOp::Sum => vals.sum(),
-        ReduceOp::Avg => vals.sum::<f64>() / n_pes as f64,
+        ReduceOp::Avg if dtype.is_float() => vals.sum::<f64>() / n_pes as f64,
+        // The sums are small integers, exact in f64 and in i64.
+        ReduceOp::Avg => integer_avg(vals.sum::<f64>() as i64, n_pes) as f64,
         ReduceOp::Prod => vals.product(),
         ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
         ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
@@ -176,16 +209,21 @@ pub fn expected_value(op: ReduceOp, i: usize, salt: u64, n_pes: i32) -> f64 {
 }
 
 /// Whether every partial sum of [`input_value`]s over `n_pes` PEs is exact in `dtype`: at most
-/// n * 32 quarters in magnitude, within the dtype's exact integers.
+/// n * 32 quarters (floats) or units (integers) in magnitude, within the dtype's exact
+/// integers.
 pub fn sums_exact(dtype: BenchDtype, n_pes: i32) -> bool {
     n_pes as f64 * QUARTER_MAX * 4.0 <= dtype.exact_integer_limit()
 }
 
-/// How far a correct result may be from [`expected_value`]: 0 where every step is exact; for
-/// avg (which NCCL computes as a sum of inputs pre-scaled by 1/n, and whose expected value is
-/// itself rounded to the dtype) and for sums past [`sums_exact`], a bound on the rounding of
-/// 2n + 2 operations on values no larger than the largest partial sum.
+/// How far a correct result may be from [`expected_value`]: 0 where every step is exact, which
+/// is always for the integer types; for float avg (which NCCL computes as a sum of inputs
+/// pre-scaled by 1/n, and whose expected value is itself rounded to the dtype) and for sums
+/// past [`sums_exact`], a bound on the rounding of 2n + 2 operations on values no larger than
+/// the largest partial sum.
 pub fn tolerance(op: ReduceOp, dtype: BenchDtype, n_pes: i32) -> f64 {
+    if !dtype.is_float() {
+        return 0.0;
+    }
     let n = n_pes.max(1) as f64;
     match op {
         ReduceOp::Avg => QUARTER_MAX * (2.0 * n + 2.0) * dtype.unit_roundoff(),
@@ -196,7 +234,8 @@ pub fn tolerance(op: ReduceOp, dtype: BenchDtype, n_pes: i32) -> f64 {
     }
 }
 
-/// Element types with an NVSHMEM reduce on a stream.
+/// Element types with an NVSHMEM reduce on a stream (every reducible type; u8 has none here,
+/// since no reduction of ours takes it).
 trait NvshmemReduce: BenchElement {
     /// NVSHMEM's host reduce on a stream for `op` and its name; None where NVSHMEM has none.
     ///
@@ -213,69 +252,151 @@ trait NvshmemReduce: BenchElement {
     ) -> Option<(&'static str, i32)>;
 }
 
-/// The four NVSHMEM reductions of one C type name, with NVSHMEM's pointer type.
-macro_rules! nvshmem_reduce_fns {
-    ($op:expr, $team:expr, $dest:expr, $src:expr, $n:expr, $stream:expr, $raw:ty,
-     $sum:ident, $prod:ident, $min:ident, $max:ident) => {{
-        let (dest, src) = ($dest as *mut $raw, $src as *const $raw);
-        match $op {
-            ReduceOp::Sum => Some((stringify!($sum), sys::$sum($team, dest, src, $n, $stream))),
-            ReduceOp::Prod => Some((stringify!($prod), sys::$prod($team, dest, src, $n, $stream))),
-            ReduceOp::Min => Some((stringify!($min), sys::$min($team, dest, src, $n, $stream))),
-            ReduceOp::Max => Some((stringify!($max), sys::$max($team, dest, src, $n, $stream))),
-            ReduceOp::Avg => None,
+/// [`NvshmemReduce`] for a type from NVSHMEM's four reductions of its C type name, with
+/// NVSHMEM's pointer type (the same bits as ours: half::f16 and `half`, half::bf16 and
+/// `__nv_bfloat16` are both 16-bit IEEE / bfloat16 values).
+macro_rules! nvshmem_reduce {
+    ($t:ty, $raw:ty, $sum:ident, $prod:ident, $min:ident, $max:ident) => {
+        impl NvshmemReduce for $t {
+            unsafe fn nvshmem_reduce(
+                op: ReduceOp,
+                team: sys::nvshmem_team_t,
+                dest: *mut Self,
+                src: *const Self,
+                n: usize,
+                stream: sys::cudaStream_t,
+            ) -> Option<(&'static str, i32)> {
+                let (dest, src) = (dest as *mut $raw, src as *const $raw);
+                match op {
+                    ReduceOp::Sum => {
+                        Some((stringify!($sum), sys::$sum(team, dest, src, n, stream)))
+                    }
+                    ReduceOp::Prod => {
+                        Some((stringify!($prod), sys::$prod(team, dest, src, n, stream)))
+                    }
+                    ReduceOp::Min => {
+                        Some((stringify!($min), sys::$min(team, dest, src, n, stream)))
+                    }
+                    ReduceOp::Max => {
+                        Some((stringify!($max), sys::$max(team, dest, src, n, stream)))
+                    }
+                    ReduceOp::Avg => None,
+                }
+            }
         }
-    }};
+    };
 }
 
-impl NvshmemReduce for f32 {
+nvshmem_reduce!(
+    f32,
+    f32,
+    nvshmemx_float_sum_reduce_on_stream,
+    nvshmemx_float_prod_reduce_on_stream,
+    nvshmemx_float_min_reduce_on_stream,
+    nvshmemx_float_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    half::bf16,
+    sys::__nv_bfloat16,
+    nvshmemx_bfloat16_sum_reduce_on_stream,
+    nvshmemx_bfloat16_prod_reduce_on_stream,
+    nvshmemx_bfloat16_min_reduce_on_stream,
+    nvshmemx_bfloat16_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    half::f16,
+    sys::half,
+    nvshmemx_half_sum_reduce_on_stream,
+    nvshmemx_half_prod_reduce_on_stream,
+    nvshmemx_half_min_reduce_on_stream,
+    nvshmemx_half_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    f64,
+    f64,
+    nvshmemx_double_sum_reduce_on_stream,
+    nvshmemx_double_prod_reduce_on_stream,
+    nvshmemx_double_min_reduce_on_stream,
+    nvshmemx_double_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    i32,
+    i32,
+    nvshmemx_int32_sum_reduce_on_stream,
+    nvshmemx_int32_prod_reduce_on_stream,
+    nvshmemx_int32_min_reduce_on_stream,
+    nvshmemx_int32_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    u32,
+    u32,
+    nvshmemx_uint32_sum_reduce_on_stream,
+    nvshmemx_uint32_prod_reduce_on_stream,
+    nvshmemx_uint32_min_reduce_on_stream,
+    nvshmemx_uint32_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    i64,
+    i64,
+    nvshmemx_int64_sum_reduce_on_stream,
+    nvshmemx_int64_prod_reduce_on_stream,
+    nvshmemx_int64_min_reduce_on_stream,
+    nvshmemx_int64_max_reduce_on_stream
+);
+nvshmem_reduce!(
+    u64,
+    u64,
+    nvshmemx_uint64_sum_reduce_on_stream,
+    nvshmemx_uint64_prod_reduce_on_stream,
+    nvshmemx_uint64_min_reduce_on_stream,
+    nvshmemx_uint64_max_reduce_on_stream
+);
+
+impl NvshmemReduce for u8 {
     unsafe fn nvshmem_reduce(
-        op: ReduceOp,
-        team: sys::nvshmem_team_t,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: sys::cudaStream_t,
+        _op: ReduceOp,
+        _team: sys::nvshmem_team_t,
+        _dest: *mut Self,
+        _src: *const Self,
+        _n: usize,
+        _stream: sys::cudaStream_t,
     ) -> Option<(&'static str, i32)> {
-        nvshmem_reduce_fns!(
-            op,
-            team,
-            dest,
-            src,
-            n,
-            stream,
-            f32,
-            nvshmemx_float_sum_reduce_on_stream,
-            nvshmemx_float_prod_reduce_on_stream,
-            nvshmemx_float_min_reduce_on_stream,
-            nvshmemx_float_max_reduce_on_stream
-        )
+        None
     }
 }
 
-impl NvshmemReduce for half::bf16 {
-    unsafe fn nvshmem_reduce(
+/// One of our algorithms or NCCL's allreduce, as a [`Reduction`] (the harness is generic over
+/// every element type; these calls take reducible ones). Its output is what auto picked.
+enum AllreduceCall<'r, 'nv, 's> {
+    Ours {
+        ws: &'r mut Allreduce<'nv>,
+        algo: AllreduceAlgo,
         op: ReduceOp,
-        team: sys::nvshmem_team_t,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: sys::cudaStream_t,
-    ) -> Option<(&'static str, i32)> {
-        // half::bf16 and __nv_bfloat16 are both the 16 bits of a bfloat16.
-        nvshmem_reduce_fns!(
-            op,
-            team,
-            dest,
-            src,
-            n,
-            stream,
-            sys::__nv_bfloat16,
-            nvshmemx_bfloat16_sum_reduce_on_stream,
-            nvshmemx_bfloat16_prod_reduce_on_stream,
-            nvshmemx_bfloat16_min_reduce_on_stream,
-            nvshmemx_bfloat16_max_reduce_on_stream
-        )
+        stream: &'s CudaStream,
+    },
+    Nccl {
+        nccl: &'r NcclBaseline<'nv>,
+        op: ReduceOp,
+    },
+}
+
+impl Reduction for AllreduceCall<'_, '_, '_> {
+    type Output = Option<AllreduceAlgo>;
+
+    fn run<T: BenchElement + Reducible>(
+        self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+    ) -> Result<Self::Output> {
+        match self {
+            AllreduceCall::Ours {
+                ws,
+                algo,
+                op,
+                stream,
+            } => ws.run(input, output, op, algo, stream).map(Some),
+            AllreduceCall::Nccl { nccl, op } => nccl.all_reduce(input, output, op).map(|()| None),
+        }
     }
 }
 
@@ -296,6 +417,10 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
 
     // Decided from state every PE shares, so every PE skips the same candidates.
     fn available(&self, c: Candidate) -> std::result::Result<(), String> {
+        // run() refuses such types first; this keeps the report's reason in the user's terms.
+        if let Some(why) = dtype_refusal("allreduce", true, T::BENCH_DTYPE) {
+            return Err(why);
+        }
         match c {
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nvshmem if self.op == ReduceOp::Avg => {
@@ -319,14 +444,20 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
                 let ws = self.ours.as_mut().map_err(|why| Error::Driver {
                     message: why.clone(),
                 })?;
-                let picked = ws.run(input, output, op, algo, stream)?;
-                Ok((c == Candidate::Auto).then(|| algo_name(picked)))
+                let call = AllreduceCall::Ours {
+                    ws,
+                    algo,
+                    op,
+                    stream,
+                };
+                let picked = T::reduction(call, input, output)?;
+                Ok(picked.filter(|_| c == Candidate::Auto).map(algo_name))
             }
             (None, Candidate::Nccl) => {
                 let nccl = self.nccl.as_ref().map_err(|why| Error::Driver {
                     message: why.clone(),
                 })?;
-                nccl.all_reduce(input, output, op).map(|()| None)
+                T::reduction(AllreduceCall::Nccl { nccl, op }, input, output).map(|_| None)
             }
             (None, _) => {
                 // SAFETY: equal-length views of the benchmark's symmetric buffers, allocated on
@@ -354,15 +485,23 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
         }
     }
 
-    fn input_value(&self, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
-        input_value(self.op, pe, i, salt)
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
+        input_value(self.op, dtype, pe, i, salt)
     }
 
-    fn expected_value(&self, _pe: i32, i: usize, _count: usize, salt: u64, n_pes: i32) -> f64 {
-        expected_value(self.op, i, salt, n_pes)
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        _pe: i32,
+        i: usize,
+        _count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64 {
+        expected_value(self.op, dtype, i, salt, n_pes)
     }
 
-    fn tolerance(&self, dtype: BenchDtype, n_pes: i32, _expected: f64) -> f64 {
+    fn tolerance(&self, dtype: BenchDtype, n_pes: i32) -> f64 {
         tolerance(self.op, dtype, n_pes)
     }
 
@@ -375,6 +514,11 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
 /// on the others. Wrong results and candidates that could not run are recorded in the report,
 /// not returned as errors: call [`Report::verify`] after printing it.
 pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>> {
+    // The same options on every PE, so every PE refuses alike, before anything collective.
+    check_dtypes("allreduce", true, &opts.dtypes).map_err(|why| Error::Io {
+        what: "allreduce benchmark, --dtypes".into(),
+        message: why,
+    })?;
     let h = Harness::new(nv, opts.reps, opts.warmup)?;
     let ours = if opts.candidates.iter().any(|c| c.algo().is_some()) {
         h.agree("our workspace", nv.allreduce_workspace(opts.slot_bytes))?
@@ -502,6 +646,7 @@ mod tests {
                     bytes,
                     count: bytes / 4,
                     dtype: BenchDtype::F32,
+                    tolerance: 0.0,
                     results: vec![
                         ("oneshot", timing(20.0, bytes, 2)),
                         ("twoshot", timing(10.0, bytes, 2)),
@@ -515,6 +660,7 @@ mod tests {
                     bytes: 4096,
                     count: 2048,
                     dtype: BenchDtype::Bf16,
+                    tolerance: 0.0,
                     results: vec![
                         ("oneshot", wrong),
                         (
@@ -579,8 +725,10 @@ mod tests {
             assert_eq!(BenchDtype::from_str(d.name(), true), Ok(d));
         }
         assert_eq!(BenchDtype::from_str("BFloat16", true), Ok(BenchDtype::Bf16));
+        assert_eq!(BenchDtype::from_str("f16", true), Ok(BenchDtype::F16));
         assert!(Candidate::from_str("butterfly", true).is_err());
-        assert!(BenchDtype::from_str("f16", true).is_err());
+        // A type the library does not have.
+        assert!(BenchDtype::from_str("int8", true).is_err());
     }
 
     /// No period p up to half the window repeats the inputs or the expected results over the
@@ -588,88 +736,262 @@ mod tests {
     #[test]
     fn pattern_is_not_periodic_over_4096_elements() {
         const N: usize = 4096;
-        for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max] {
-            for s in [salt(4096, 0), salt(1 << 28, 3)] {
-                let series: Vec<Vec<f64>> = vec![
-                    (0..N).map(|i| input_value(op, 0, i, s)).collect(),
-                    (0..N).map(|i| input_value(op, 1, i, s)).collect(),
-                    (0..N).map(|i| expected_value(op, i, s, 2)).collect(),
-                    (0..N).map(|i| expected_value(op, i, s, 8)).collect(),
-                ];
-                for v in &series {
-                    for p in 1..=N / 2 {
-                        assert!(
-                            (0..N - p).any(|i| v[i] != v[i + p]),
-                            "{op:?} salt {s}: period {p}"
-                        );
-                    }
-                }
-            }
-        }
-        // Another salt or another PE gives other data (stale or misrouted data is seen).
-        let a: Vec<f64> = (0..64)
-            .map(|i| input_value(ReduceOp::Sum, 0, i, 1))
-            .collect();
-        let b: Vec<f64> = (0..64)
-            .map(|i| input_value(ReduceOp::Sum, 0, i, 2))
-            .collect();
-        let c: Vec<f64> = (0..64)
-            .map(|i| input_value(ReduceOp::Sum, 1, i, 1))
-            .collect();
-        assert!(a != b && a != c);
-    }
-
-    fn bf16_fold(vals: &[f64], f: fn(f64, f64) -> f64) -> f64 {
-        let r = |x: f64| half::bf16::from_f64(x).to_f64();
-        vals[1..].iter().fold(r(vals[0]), |acc, &v| r(f(acc, r(v))))
-    }
-
-    fn f32_fold(vals: &[f64], f: fn(f64, f64) -> f64) -> f64 {
-        let r = |x: f64| x as f32 as f64;
-        vals[1..].iter().fold(r(vals[0]), |acc, &v| r(f(acc, r(v))))
-    }
-
-    /// Every input and every expected sum, product, min and max is exact in f32 and bf16 up to
-    /// 8 PEs, and so is every step of a reduction in the dtype (forward, backward and pairwise,
-    /// as rings, two-shots and recursive doubling combine).
-    #[test]
-    fn values_and_results_are_exact_in_f32_and_bf16_up_to_8_pes() {
-        let exact_bf16 = |x: f64| half::bf16::from_f64(x).to_f64() == x;
-        let exact_f32 = |x: f64| x as f32 as f64 == x;
-        for n in 1..=8 {
-            assert!(sums_exact(BenchDtype::Bf16, n) && sums_exact(BenchDtype::F32, n));
-            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
-                assert_eq!(tolerance(op, BenchDtype::Bf16, n), 0.0);
-                assert_eq!(tolerance(op, BenchDtype::F32, n), 0.0);
-                let f: fn(f64, f64) -> f64 = match op {
-                    ReduceOp::Sum => |a, b| a + b,
-                    ReduceOp::Prod => |a, b| a * b,
-                    ReduceOp::Min => f64::min,
-                    _ => f64::max,
-                };
-                for s in [salt(4096, 0), salt(65536, 5)] {
-                    for i in 0..4096 {
-                        let vals: Vec<f64> = (0..n).map(|p| input_value(op, p, i, s)).collect();
-                        let e = expected_value(op, i, s, n);
-                        assert!(vals.iter().all(|&v| exact_bf16(v) && exact_f32(v)));
-                        assert!(exact_bf16(e) && exact_f32(e), "{op:?} n={n} i={i}: {e}");
-                        let back: Vec<f64> = vals.iter().rev().copied().collect();
-                        let pairs: Vec<f64> = vals
-                            .chunks(2)
-                            .map(|c| if c.len() == 2 { f(c[0], c[1]) } else { c[0] })
-                            .collect();
-                        for order in [&vals, &back, &pairs] {
-                            assert_eq!(bf16_fold(order, f), e, "{op:?} n={n} i={i} bf16");
-                            assert_eq!(f32_fold(order, f), e, "{op:?} n={n} i={i} f32");
+        for dtype in [BenchDtype::F32, BenchDtype::I32, BenchDtype::U64] {
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max] {
+                for s in [salt(4096, 0), salt(1 << 28, 3)] {
+                    let series: Vec<Vec<f64>> = vec![
+                        (0..N).map(|i| input_value(op, dtype, 0, i, s)).collect(),
+                        (0..N).map(|i| input_value(op, dtype, 1, i, s)).collect(),
+                        (0..N).map(|i| expected_value(op, dtype, i, s, 2)).collect(),
+                        (0..N).map(|i| expected_value(op, dtype, i, s, 8)).collect(),
+                    ];
+                    for v in &series {
+                        for p in 1..=N / 2 {
+                            assert!(
+                                (0..N - p).any(|i| v[i] != v[i + p]),
+                                "{dtype:?} {op:?} salt {s}: period {p}"
+                            );
                         }
                     }
                 }
             }
         }
-        // Past 8 PEs bf16 sums may round; the check then allows it.
+        // Another salt or another PE gives other data (stale or misrouted data is seen).
+        for dtype in BenchDtype::REDUCIBLE {
+            let v = |pe: i32, s: u64| -> Vec<f64> {
+                (0..64)
+                    .map(|i| input_value(ReduceOp::Sum, dtype, pe, i, s))
+                    .collect()
+            };
+            assert!(v(0, 1) != v(0, 2) && v(0, 1) != v(1, 1), "{dtype:?}");
+        }
+    }
+
+    /// `x` rounded to a float dtype, as the device stores each partial result.
+    fn round_to(dtype: BenchDtype, x: f64) -> f64 {
+        match dtype {
+            BenchDtype::F32 => x as f32 as f64,
+            BenchDtype::Bf16 => half::bf16::from_f64(x).to_f64(),
+            BenchDtype::F16 => half::f16::from_f64(x).to_f64(),
+            BenchDtype::F64 => x,
+            _ => panic!("{dtype:?} is not a float type"),
+        }
+    }
+
+    fn fold_in(dtype: BenchDtype, vals: &[f64], f: fn(f64, f64) -> f64) -> f64 {
+        let r = |x: f64| round_to(dtype, x);
+        vals[1..].iter().fold(r(vals[0]), |acc, &v| r(f(acc, r(v))))
+    }
+
+    const FLOATS: [BenchDtype; 4] = [
+        BenchDtype::F32,
+        BenchDtype::Bf16,
+        BenchDtype::F16,
+        BenchDtype::F64,
+    ];
+    const INTEGERS: [BenchDtype; 4] = [
+        BenchDtype::I32,
+        BenchDtype::U32,
+        BenchDtype::I64,
+        BenchDtype::U64,
+    ];
+
+    /// Every input and every expected sum, product, min and max is exact in every float type
+    /// up to 8 PEs, and so is every step of a reduction in the dtype (forward, backward and
+    /// pairwise, as rings, two-shots and recursive doubling combine).
+    #[test]
+    fn values_and_results_are_exact_in_every_float_type_up_to_8_pes() {
+        for dtype in FLOATS {
+            let exact = |x: f64| round_to(dtype, x) == x;
+            for n in 1..=8 {
+                assert!(sums_exact(dtype, n), "{dtype:?} {n}");
+                for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
+                    assert_eq!(tolerance(op, dtype, n), 0.0);
+                    let f: fn(f64, f64) -> f64 = match op {
+                        ReduceOp::Sum => |a, b| a + b,
+                        ReduceOp::Prod => |a, b| a * b,
+                        ReduceOp::Min => f64::min,
+                        _ => f64::max,
+                    };
+                    for s in [salt(4096, 0), salt(65536, 5)] {
+                        for i in 0..4096 {
+                            let vals: Vec<f64> =
+                                (0..n).map(|p| input_value(op, dtype, p, i, s)).collect();
+                            let e = expected_value(op, dtype, i, s, n);
+                            assert!(vals.iter().all(|&v| exact(v)));
+                            assert!(exact(e), "{dtype:?} {op:?} n={n} i={i}: {e}");
+                            let back: Vec<f64> = vals.iter().rev().copied().collect();
+                            let pairs: Vec<f64> = vals
+                                .chunks(2)
+                                .map(|c| if c.len() == 2 { f(c[0], c[1]) } else { c[0] })
+                                .collect();
+                            for order in [&vals, &back, &pairs] {
+                                assert_eq!(fold_in(dtype, order, f), e, "{dtype:?} {op:?} n={n}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Past 8 PEs bf16 sums may round, past 64 f16's; the check then allows it.
         assert!(!sums_exact(BenchDtype::Bf16, 9));
+        assert!(sums_exact(BenchDtype::F16, 64) && !sums_exact(BenchDtype::F16, 65));
         assert!(tolerance(ReduceOp::Sum, BenchDtype::Bf16, 16) > 0.0);
+        assert_eq!(tolerance(ReduceOp::Sum, BenchDtype::F16, 64), 0.0);
+        assert!(tolerance(ReduceOp::Sum, BenchDtype::F16, 65) > 0.0);
         assert!(tolerance(ReduceOp::Avg, BenchDtype::F32, 2) > 0.0);
+        assert!(tolerance(ReduceOp::Avg, BenchDtype::F64, 3) < 1e-13);
+    }
+
+    /// Products stay exact on any PE count: PEs from the eighth on give only a sign, so no
+    /// product leaves f16's range (65504) or overflows an integer.
+    #[test]
+    fn products_are_exact_on_many_pes() {
+        let s = salt(4096, 2);
+        for dtype in BenchDtype::REDUCIBLE {
+            for i in 0..512 {
+                for pe in PROD_MAGNITUDE_PES..PROD_MAGNITUDE_PES + 56 {
+                    assert_eq!(
+                        input_value(ReduceOp::Prod, dtype, pe, i, s).abs(),
+                        1.0,
+                        "{dtype:?} pe {pe}"
+                    );
+                }
+                let e = expected_value(ReduceOp::Prod, dtype, i, s, 64);
+                assert!((1.0 / 256.0..=256.0).contains(&e.abs()), "{dtype:?} {e}");
+                if dtype.is_float() {
+                    assert_eq!(round_to(dtype, e), e, "{dtype:?} {e}");
+                }
+            }
+        }
+        // Unsigned products are 1 or 2 per PE, signed ones take a sign too.
+        let vals: Vec<f64> = (0..4096)
+            .map(|i| input_value(ReduceOp::Prod, BenchDtype::U32, 0, i, s))
+            .collect();
+        assert!(vals.iter().all(|&v| v == 1.0 || v == 2.0));
+        assert!(vals.contains(&1.0) && vals.contains(&2.0));
+        let vals: Vec<f64> = (0..4096)
+            .map(|i| input_value(ReduceOp::Prod, BenchDtype::I64, 0, i, s))
+            .collect();
+        for want in [-2.0, -1.0, 1.0, 2.0] {
+            assert!(vals.contains(&want), "{want}");
+        }
+    }
+
+    /// The integer op over `vals` in i128 (no overflow there), with every partial result checked
+    /// to fit `dtype`, so a result that would wrap on the device is caught here.
+    fn integer_fold(dtype: BenchDtype, op: ReduceOp, vals: &[f64]) -> i128 {
+        let (lo, hi): (i128, i128) = match dtype {
+            BenchDtype::I32 => (i32::MIN.into(), i32::MAX.into()),
+            BenchDtype::U32 => (0, u32::MAX.into()),
+            BenchDtype::I64 => (i64::MIN.into(), i64::MAX.into()),
+            BenchDtype::U64 => (0, u64::MAX.into()),
+            _ => panic!("{dtype:?} is not an integer type"),
+        };
+        let vals: Vec<i128> = vals.iter().map(|&v| v as i128).collect();
+        let mut acc = vals[0];
+        for &v in &vals[1..] {
+            acc = match op {
+                ReduceOp::Sum | ReduceOp::Avg => acc + v,
+                ReduceOp::Prod => acc * v,
+                ReduceOp::Min => acc.min(v),
+                ReduceOp::Max => acc.max(v),
+            };
+            assert!(
+                (lo..=hi).contains(&acc),
+                "{dtype:?} {op:?}: {acc} overflows"
+            );
+        }
+        if op == ReduceOp::Avg {
+            // Rust's i128 `/` truncates toward zero, as the device and NCCL do.
+            acc / vals.len() as i128
+        } else {
+            acc
+        }
+    }
+
+    /// Every integer input is a whole number in the type's range (unsigned types never
+    /// negative), and every expected result, avg included, is the integer op's exact result.
+    #[test]
+    fn integer_results_are_exact_and_never_overflow() {
+        for dtype in INTEGERS {
+            for n in [1, 2, 3, 5, 8, 9, 64] {
+                for op in ReduceOp::ALL {
+                    assert_eq!(tolerance(op, dtype, n), 0.0, "{dtype:?} {op:?}");
+                    let s = salt(4096, n as usize);
+                    for i in 0..1024 {
+                        let vals: Vec<f64> =
+                            (0..n).map(|p| input_value(op, dtype, p, i, s)).collect();
+                        for &v in &vals {
+                            assert_eq!(v.fract(), 0.0);
+                            assert!(dtype.is_signed_int() || v >= 0.0, "{dtype:?} {v}");
+                        }
+                        let e = expected_value(op, dtype, i, s, n);
+                        assert_eq!(
+                            e as i128,
+                            integer_fold(dtype, op, &vals),
+                            "{dtype:?} {op:?}"
+                        );
+                        assert_eq!(e.fract(), 0.0);
+                    }
+                }
+            }
+            assert!(sums_exact(dtype, 1 << 20));
+        }
+        // Signed types see negative values, unsigned ones values up to 64.
+        let signed: Vec<f64> = (0..4096)
+            .map(|i| input_value(ReduceOp::Sum, BenchDtype::I32, 0, i, 9))
+            .collect();
+        assert!(signed.contains(&-32.0) && signed.contains(&32.0));
+        let unsigned: Vec<f64> = (0..4096)
+            .map(|i| input_value(ReduceOp::Min, BenchDtype::U64, 0, i, 9))
+            .collect();
+        assert!(unsigned.contains(&0.0) && unsigned.contains(&64.0));
+    }
+
+    /// Integer avg truncates toward zero (ReduceOp::Avg's documented rounding, and NCCL's),
+    /// not toward minus infinity.
+    #[test]
+    fn integer_avg_truncates_toward_zero() {
+        for (sum, n, want) in [
+            (7, 2, 3),
+            (-7, 2, -3),
+            (-1, 8, 0),
+            (-9, 4, -2),
+            (9, 4, 2),
+            (-8, 4, -2),
+            (5, 1, 5),
+            (-5, 0, -5),
+        ] {
+            assert_eq!(integer_avg(sum, n), want, "{sum} / {n}");
+        }
+        // A negative sum over 3 PEs that a floor would round down: i32 and i64 alike.
+        let s = salt(4096, 0);
+        let i = 1;
+        for dtype in [BenchDtype::I32, BenchDtype::I64] {
+            let vals: Vec<f64> = (0..3)
+                .map(|p| input_value(ReduceOp::Avg, dtype, p, i, s))
+                .collect();
+            assert_eq!(vals, [-11.0, -20.0, 5.0], "{dtype:?}");
+            assert_eq!(expected_value(ReduceOp::Sum, dtype, i, s, 3), -26.0);
+            // -26 / 3 = -8.67: -8, where a floor would give -9.
+            assert_eq!(expected_value(ReduceOp::Avg, dtype, i, s, 3), -8.0);
+            // -31 / 2 = -15.5: -15, not -16.
+            assert_eq!(expected_value(ReduceOp::Avg, dtype, i, s, 2), -15.0);
+        }
+        // Unsigned: the same hashes shifted to [0, 64]; 70 / 3 = 23.33 and 33 / 2 = 16.5.
+        let vals: Vec<f64> = (0..3)
+            .map(|p| input_value(ReduceOp::Avg, BenchDtype::U32, p, i, s))
+            .collect();
+        assert_eq!(vals, [21.0, 12.0, 37.0]);
+        assert_eq!(
+            expected_value(ReduceOp::Avg, BenchDtype::U32, i, s, 3),
+            23.0
+        );
+        assert_eq!(
+            expected_value(ReduceOp::Avg, BenchDtype::U64, i, s, 2),
+            16.0
+        );
     }
 
     #[test]
@@ -692,7 +1014,7 @@ mod tests {
         assert_eq!(
             head.join(","),
             "collective,size,count,type,redop,candidate,time_us,algbw_gbps,busbw_gbps,wrong,\
-             calls,checked,status"
+             calls,checked,status,tolerance"
         );
         let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 10);
@@ -712,13 +1034,14 @@ mod tests {
                 "0",
                 "20",
                 "400",
-                "ok"
+                "ok",
+                "0"
             ]
         );
         // The reason keeps its quotes and commas inside one field.
         assert_eq!(
             line(4)[5..],
-            ["nvshmem", "", "", "", "", "", "", "n/a: status \"7\""]
+            ["nvshmem", "", "", "", "", "", "", "n/a: status \"7\"", "0"]
         );
         assert_eq!(line(5)[5..7], ["oneshot", "30.000"]);
         assert_eq!(line(5)[9], "3");
@@ -737,6 +1060,12 @@ mod tests {
             t.contains("# checked: every timed call writes its own output"),
             "{t}"
         );
+        assert!(
+            t.contains("\n# types checked: f32 exact, bf16 exact\n"),
+            "{t}"
+        );
+        // Not an avg: no word on integer rounding.
+        assert!(!t.contains("integer avg"), "{t}");
         for c in Candidate::ALL {
             assert!(t.contains(&format!(" {} ", c.name())), "{t}");
         }
@@ -809,6 +1138,8 @@ mod tests {
             "{j}"
         );
         assert!(j.contains("\"busbw\":104.858"), "{j}");
+        assert!(j.contains("\"dtypes\":[\"f32\",\"bf16\"],"), "{j}");
+        assert!(j.contains("\"dtype\":\"bf16\",\"tolerance\":0.0,"), "{j}");
         let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
         assert_eq!(v["schema"], 1);
         assert_eq!(v["rows"][0]["results"]["nvshmem"]["na"], "status \"7\"");
@@ -834,5 +1165,98 @@ mod tests {
         // Every candidate unavailable: an error, not success.
         r.rows[0].results = vec![("nccl", Outcome::Unavailable("NCCL: not found".into()))];
         assert!(r.verify().is_err());
+    }
+
+    /// An avg over a float and an integer type: the table names each type with its tolerance
+    /// and says how integer averages round; JSON and CSV carry the same.
+    #[test]
+    fn reports_name_the_types_checked_and_integer_avg_rounding() {
+        let opts = AllreduceBenchOptions {
+            op: ReduceOp::Avg,
+            dtypes: vec![BenchDtype::F32, BenchDtype::I32],
+            ..AllreduceBenchOptions::default()
+        };
+        let row = |dtype: BenchDtype| Row {
+            bytes: 4096,
+            count: 1024,
+            dtype,
+            tolerance: tolerance(ReduceOp::Avg, dtype, 2),
+            results: vec![
+                ("auto", timing(5.0, 4096, 2)),
+                ("nccl", timing(6.0, 4096, 2)),
+            ],
+            note: Some("oneshot"),
+        };
+        let r = report(
+            2,
+            "NVIDIA H200".into(),
+            &opts,
+            8 << 20,
+            None,
+            Some("2.28.9".into()),
+            None,
+            vec![row(BenchDtype::F32), row(BenchDtype::I32)],
+        );
+        assert_eq!(r.rows[0].tolerance, 48.0 * 2f64.powi(-24));
+        assert_eq!(r.rows[1].tolerance, 0.0);
+        let t = render_table(&r);
+        assert!(
+            t.contains("\n# types checked: f32 within 2.86e-6, i32 exact\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "\n# integer avg: the sum divided by the PE count, truncated toward zero (-7 \
+                 over 2 PEs is -3), as our ReduceOp::Avg documents; NCCL 2.28's ncclAvg on \
+                 integers rounds the same way, so both are checked against the same values\n"
+            ),
+            "{t}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("4K") && l.contains(" i32 "))
+            .unwrap();
+        assert!(row.contains(" avg "), "{row}");
+        let j = render_json(&r);
+        assert!(j.contains("\"dtypes\":[\"f32\",\"i32\"]"), "{j}");
+        assert!(
+            j.contains("\"dtype\":\"f32\",\"tolerance\":2.86102294921875e-6"),
+            "{j}"
+        );
+        let csv = harness::render_csv(&r);
+        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').next().unwrap()).collect();
+        assert_eq!(
+            last,
+            [
+                "tolerance",
+                "0.00000286102294921875",
+                "0.00000286102294921875",
+                "0",
+                "0"
+            ]
+        );
+        // A float avg alone says nothing about integer rounding.
+        let mut r = r;
+        r.rows.pop();
+        assert!(!render_table(&r).contains("integer avg"));
+    }
+
+    /// u8 is refused before anything runs, in the user's terms; every reducible type is taken.
+    #[test]
+    fn allreduce_takes_the_eight_reducible_types_and_refuses_u8() {
+        assert_eq!(
+            check_dtypes("allreduce", true, &BenchDtype::REDUCIBLE),
+            Ok(())
+        );
+        assert_eq!(
+            check_dtypes("allreduce", true, &[BenchDtype::F32, BenchDtype::U8]),
+            Err(
+                "allreduce reduces f32, bf16, f16, f64, i32, u32, i64, u64; u8 is data \
+                 movement only (broadcast, allgather and alltoall take it)"
+                    .to_string()
+            )
+        );
+        let defaults = AllreduceBenchOptions::default();
+        assert_eq!(defaults.dtypes, [BenchDtype::F32, BenchDtype::Bf16]);
     }
 }

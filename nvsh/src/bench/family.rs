@@ -4,18 +4,19 @@
 //!
 //! Sizes, counts and bus factors are nccl-tests' (see [`Kind`]); the inputs and the exact
 //! expected outputs are built from allreduce's patterns, so the reductions are checked as
-//! exactly as allreduce is and data movement bit for bit. The shared harness
-//! ([`crate::bench::harness`]) times every candidate and checks every timed call; for reduce,
-//! whose output is defined at the root only, only the root compares.
+//! exactly as allreduce is (over its eight reducible types) and data movement bit for bit
+//! (over those and u8). The shared harness ([`crate::bench::harness`]) times every candidate
+//! and checks every timed call; for reduce, whose output is defined at the root only, only the
+//! root compares.
 
 use crate::bench::allreduce;
 use crate::bench::harness::{
-    self, pattern_hash, quarter_value, size_steps, BenchDtype, BenchElement, Collective, Harness,
-    Report,
+    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, BenchDtype,
+    BenchElement, Collective, Harness, Reduction, Report,
 };
 use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
-use nvshmem::coll::op::ReduceOp;
+use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymView;
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
@@ -142,12 +143,14 @@ impl Kind {
             }
             Kind::ReduceScatter => {
                 "expected: PE r's output = op over PEs of block r of their inputs, exact as \
-                 allreduce's (avg, and sums past the dtype's exact range, within rounding)"
+                 allreduce's (float avg, and float sums past the dtype's exact range, within \
+                 rounding; integers exactly)"
             }
             Kind::Reduce => {
                 "expected: the root's output = op over PEs of their inputs, exact as \
-                 allreduce's (avg, and sums past the dtype's exact range, within rounding); \
-                 the other PEs' outputs are not defined and not compared"
+                 allreduce's (float avg, and float sums past the dtype's exact range, within \
+                 rounding; integers exactly); the other PEs' outputs are not defined and not \
+                 compared"
             }
         }
     }
@@ -212,7 +215,7 @@ impl FamilyBenchOptions {
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
             factor: 2,
-            dtypes: BenchDtype::ALL.to_vec(),
+            dtypes: BenchDtype::DEFAULT.to_vec(),
             op: ReduceOp::Sum,
             root: 0,
             reps: 20,
@@ -223,14 +226,22 @@ impl FamilyBenchOptions {
     }
 }
 
-/// Element `i` of PE `pe`'s input with salt `salt`: allreduce's pattern for the reductions (so
-/// results are exact); quarter-integers in [-8, 8] for data movement, where any value exact in
-/// the dtype will do.
-pub fn input_value(kind: Kind, op: ReduceOp, pe: i32, i: usize, salt: u64) -> f64 {
+/// Element `i` of PE `pe`'s input with salt `salt` for element type `dtype`: allreduce's
+/// pattern for the reductions (so results are exact); for data movement, where any value exact
+/// in the dtype will do, [`movement_value`] (quarter-integers for floats, integers over most of
+/// the type's bits).
+pub fn input_value(
+    kind: Kind,
+    op: ReduceOp,
+    dtype: BenchDtype,
+    pe: i32,
+    i: usize,
+    salt: u64,
+) -> f64 {
     if kind.reduces() {
-        allreduce::input_value(op, pe, i, salt)
+        allreduce::input_value(op, dtype, pe, i, salt)
     } else {
-        quarter_value(pattern_hash(pe, i, salt))
+        movement_value(dtype, pattern_hash(pe, i, salt))
     }
 }
 
@@ -240,6 +251,7 @@ pub fn input_value(kind: Kind, op: ReduceOp, pe: i32, i: usize, salt: u64) -> f6
 pub fn expected_value(
     kind: Kind,
     op: ReduceOp,
+    dtype: BenchDtype,
     root: i32,
     pe: i32,
     i: usize,
@@ -249,12 +261,15 @@ pub fn expected_value(
 ) -> f64 {
     let count = count.max(1);
     let (block, j) = (i / count, i % count);
+    let input = |src: i32, at: usize| input_value(kind, op, dtype, src, at, salt);
     match kind {
-        Kind::Broadcast => input_value(kind, op, root, i, salt),
-        Kind::Allgather => input_value(kind, op, block as i32, j, salt),
-        Kind::Alltoall => input_value(kind, op, block as i32, pe as usize * count + j, salt),
-        Kind::ReduceScatter => allreduce::expected_value(op, pe as usize * count + i, salt, n_pes),
-        Kind::Reduce => allreduce::expected_value(op, i, salt, n_pes),
+        Kind::Broadcast => input(root, i),
+        Kind::Allgather => input(block as i32, j),
+        Kind::Alltoall => input(block as i32, pe as usize * count + j),
+        Kind::ReduceScatter => {
+            allreduce::expected_value(op, dtype, pe as usize * count + i, salt, n_pes)
+        }
+        Kind::Reduce => allreduce::expected_value(op, dtype, i, salt, n_pes),
     }
 }
 
@@ -304,6 +319,40 @@ impl<'nv> Ours<'nv> {
     }
 }
 
+/// Our reduce-scatter or reduce, or NCCL's, as a [`Reduction`] (the harness is generic over
+/// every element type; these calls take reducible ones).
+enum FamilyReduction<'r, 'nv, 's> {
+    OursReduceScatter(&'r mut ReduceScatter<'nv>, &'s CudaStream),
+    OursReduce(&'r mut Reduce<'nv>, &'s CudaStream),
+    NcclReduceScatter(&'r NcclBaseline<'nv>),
+    NcclReduce(&'r NcclBaseline<'nv>),
+}
+
+/// A [`FamilyReduction`] with its op and root.
+struct FamilyReductionCall<'r, 'nv, 's> {
+    which: FamilyReduction<'r, 'nv, 's>,
+    op: ReduceOp,
+    root: i32,
+}
+
+impl Reduction for FamilyReductionCall<'_, '_, '_> {
+    type Output = ();
+
+    fn run<T: BenchElement + Reducible>(
+        self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+    ) -> Result<()> {
+        let (op, root) = (self.op, self.root);
+        match self.which {
+            FamilyReduction::OursReduceScatter(rs, stream) => rs.run(input, output, op, stream),
+            FamilyReduction::OursReduce(r, stream) => r.run(input, output, op, root, stream),
+            FamilyReduction::NcclReduceScatter(nccl) => nccl.reduce_scatter(input, output, op),
+            FamilyReduction::NcclReduce(nccl) => nccl.reduce(input, output, op, root),
+        }
+    }
+}
+
 /// One of the five collectives as the harness sees it.
 struct FamilyBench<'nv> {
     kind: Kind,
@@ -329,6 +378,10 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
 
     // Decided from state every PE shares, so every PE skips the same candidates.
     fn available(&self, c: Candidate) -> std::result::Result<(), String> {
+        // run() refuses such types first; this keeps the report's reason in the user's terms.
+        if let Some(why) = dtype_refusal(self.kind.name(), self.kind.reduces(), T::BENCH_DTYPE) {
+            return Err(why);
+        }
         match c {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
@@ -343,13 +396,22 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
         stream: &CudaStream,
     ) -> Result<Option<&'static str>> {
         let (op, root) = (self.op, self.root);
+        let reduction = |which| FamilyReductionCall { which, op, root };
         let done = match c {
             Candidate::Ours => match ready(&mut self.ours)? {
                 Ours::Broadcast(b) => b.run(input, output, root, stream),
                 Ours::Allgather(a) => a.run(input, output, stream),
                 Ours::Alltoall(a) => a.run(input, output, stream),
-                Ours::ReduceScatter(rs) => rs.run(input, output, op, stream),
-                Ours::Reduce(r) => r.run(input, output, op, root, stream),
+                Ours::ReduceScatter(rs) => T::reduction(
+                    reduction(FamilyReduction::OursReduceScatter(rs, stream)),
+                    input,
+                    output,
+                ),
+                Ours::Reduce(r) => T::reduction(
+                    reduction(FamilyReduction::OursReduce(r, stream)),
+                    input,
+                    output,
+                ),
             },
             Candidate::Nccl => {
                 let nccl = ready(&mut self.nccl)?;
@@ -357,8 +419,14 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                     Kind::Broadcast => nccl.broadcast(input, output, root),
                     Kind::Allgather => nccl.all_gather(input, output),
                     Kind::Alltoall => nccl.all_to_all(input, output),
-                    Kind::ReduceScatter => nccl.reduce_scatter(input, output, op),
-                    Kind::Reduce => nccl.reduce(input, output, op, root),
+                    Kind::ReduceScatter => T::reduction(
+                        reduction(FamilyReduction::NcclReduceScatter(nccl)),
+                        input,
+                        output,
+                    ),
+                    Kind::Reduce => {
+                        T::reduction(reduction(FamilyReduction::NcclReduce(nccl)), input, output)
+                    }
                 }
             }
         };
@@ -377,15 +445,25 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
         self.kind.output_len(count, n_pes)
     }
 
-    fn input_value(&self, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
-        input_value(self.kind, self.op, pe, i, salt)
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
+        input_value(self.kind, self.op, dtype, pe, i, salt)
     }
 
-    fn expected_value(&self, pe: i32, i: usize, count: usize, salt: u64, n_pes: i32) -> f64 {
-        expected_value(self.kind, self.op, self.root, pe, i, count, salt, n_pes)
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        pe: i32,
+        i: usize,
+        count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64 {
+        expected_value(
+            self.kind, self.op, dtype, self.root, pe, i, count, salt, n_pes,
+        )
     }
 
-    fn tolerance(&self, dtype: BenchDtype, n_pes: i32, _expected: f64) -> f64 {
+    fn tolerance(&self, dtype: BenchDtype, n_pes: i32) -> f64 {
         tolerance(self.kind, self.op, dtype, n_pes)
     }
 
@@ -404,6 +482,11 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
 /// is an error on every PE before anything runs.
 pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     let kind = opts.kind;
+    // The same options on every PE, so every PE refuses alike, before anything collective.
+    check_dtypes(kind.name(), kind.reduces(), &opts.dtypes).map_err(|why| Error::Io {
+        what: format!("{} benchmark, --dtypes", kind.name()),
+        message: why,
+    })?;
     if kind.rooted() {
         // Named after the option: the world's ranks are the job's PEs.
         check_root("--root", opts.root, nv.n_pes())?;
@@ -602,37 +685,49 @@ mod tests {
         assert_eq!(plan(Kind::Broadcast, &[3, 4096, 4096], 2, 2).len(), 1);
     }
 
+    /// `x` as `dtype` holds it: rounded for floats (as the device stores each partial result),
+    /// unchanged for integers (whose patterns are exact).
+    fn stored(dtype: BenchDtype, x: f64) -> f64 {
+        match dtype {
+            BenchDtype::F32 => x as f32 as f64,
+            BenchDtype::Bf16 => half::bf16::from_f64(x).to_f64(),
+            BenchDtype::F16 => half::f16::from_f64(x).to_f64(),
+            _ => x,
+        }
+    }
+
     /// Each PE's output computed by moving and reducing host vectors, as the collective's
-    /// definition says, in rank order and in the dtype.
+    /// definition says, in rank order and in the dtype (integer avg truncated toward zero).
     fn simulate(
         kind: Kind,
         op: ReduceOp,
+        dtype: BenchDtype,
         root: i32,
         n: i32,
         count: usize,
         s: u64,
     ) -> Vec<Vec<f64>> {
-        let bf = |x: f64| half::bf16::from_f64(x).to_f64();
+        let r = |x: f64| stored(dtype, x);
         let inputs: Vec<Vec<f64>> = (0..n)
             .map(|pe| {
                 (0..kind.input_len(count, n))
-                    .map(|i| bf(input_value(kind, op, pe, i, s)))
+                    .map(|i| r(input_value(kind, op, dtype, pe, i, s)))
                     .collect()
             })
             .collect();
         let fold = |vals: Vec<f64>| -> f64 {
-            let r = vals[1..].iter().fold(vals[0], |acc, &v| {
-                bf(match op {
+            let acc = vals[1..].iter().fold(vals[0], |acc, &v| {
+                r(match op {
                     ReduceOp::Sum | ReduceOp::Avg => acc + v,
                     ReduceOp::Prod => acc * v,
                     ReduceOp::Min => acc.min(v),
                     ReduceOp::Max => acc.max(v),
                 })
             });
-            if op == ReduceOp::Avg {
-                r / n as f64
-            } else {
-                r
+            match op {
+                ReduceOp::Avg if dtype.is_float() => acc / n as f64,
+                ReduceOp::Avg => (acc / n as f64).trunc(),
+                _ => acc,
             }
         };
         let block = |pe: i32, b: usize| inputs[pe as usize][b * count..(b + 1) * count].to_vec();
@@ -651,25 +746,43 @@ mod tests {
             .collect()
     }
 
+    /// The expected values are each collective's definition, exactly, in every type a
+    /// collective takes: floats for sum, prod, min and max (avg rounds, see allreduce's
+    /// tolerance tests), integers for every op, avg truncated toward zero.
     #[test]
-    fn expected_values_are_the_collectives_definitions_exactly_in_bf16() {
-        let ops = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
+    fn expected_values_are_the_collectives_definitions_exactly_in_every_type() {
         for kind in Kind::ALL {
-            for n in [1, 2, 3, 8] {
-                for root in [0, n - 1] {
-                    for op in ops {
-                        let count = 24;
-                        let s = salt(count * 2, 1);
-                        let want = simulate(kind, op, root, n, count, s);
-                        for pe in 0..n {
-                            if !checks_output(kind, root, pe) {
-                                continue;
+            for &dtype in BenchDtype::taken_by(kind.reduces()) {
+                let ops: &[ReduceOp] = if !kind.reduces() {
+                    &[ReduceOp::Sum]
+                } else if dtype.is_float() {
+                    &[ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max]
+                } else {
+                    &ReduceOp::ALL
+                };
+                for n in [1, 2, 3, 8] {
+                    for root in [0, n - 1] {
+                        for &op in ops {
+                            let count = 24;
+                            let s = salt(count * 2, 1);
+                            let want = simulate(kind, op, dtype, root, n, count, s);
+                            for pe in 0..n {
+                                if !checks_output(kind, root, pe) {
+                                    continue;
+                                }
+                                let got: Vec<f64> = (0..kind.output_len(count, n))
+                                    .map(|i| {
+                                        expected_value(kind, op, dtype, root, pe, i, count, s, n)
+                                    })
+                                    .collect();
+                                assert_eq!(
+                                    got, want[pe as usize],
+                                    "{kind:?} {dtype:?} {op:?} n={n} pe={pe}"
+                                );
+                                if op != ReduceOp::Avg {
+                                    assert_eq!(tolerance(kind, op, dtype, n), 0.0);
+                                }
                             }
-                            let got: Vec<f64> = (0..kind.output_len(count, n))
-                                .map(|i| expected_value(kind, op, root, pe, i, count, s, n))
-                                .collect();
-                            assert_eq!(got, want[pe as usize], "{kind:?} {op:?} n={n} pe={pe}");
-                            assert_eq!(tolerance(kind, op, BenchDtype::Bf16, n), 0.0);
                         }
                     }
                 }
@@ -677,12 +790,85 @@ mod tests {
         }
     }
 
+    /// Data movement of integers fills most of each type's bits, so every byte carries data,
+    /// and never produces the value outputs are poisoned with.
+    #[test]
+    fn integer_data_movement_spreads_over_the_bytes_and_avoids_the_poison() {
+        let values = |dtype: BenchDtype| -> Vec<f64> {
+            (0..4096)
+                .map(|i| input_value(Kind::Alltoall, ReduceOp::Sum, dtype, 1, i, 7))
+                .collect()
+        };
+        for (dtype, lo, hi) in [
+            (BenchDtype::U8, 0.0, 254.0),
+            (BenchDtype::U32, 0.0, (u32::MAX - 1) as f64),
+            (BenchDtype::I32, -(2f64.powi(30)), 2f64.powi(30) - 1.0),
+            (BenchDtype::U64, 0.0, 2f64.powi(53) - 1.0),
+            (BenchDtype::I64, -(2f64.powi(52)), 2f64.powi(52) - 1.0),
+        ] {
+            let v = values(dtype);
+            assert!(v
+                .iter()
+                .all(|&x| (lo..=hi).contains(&x) && x.fract() == 0.0));
+            // The top quarter and the bottom quarter of the range both occur.
+            let quarter = (hi - lo) / 4.0;
+            assert!(v.iter().any(|&x| x > hi - quarter), "{dtype:?}");
+            assert!(v.iter().any(|&x| x < lo + quarter), "{dtype:?}");
+        }
+        // Reductions still take allreduce's small integers.
+        let v: Vec<f64> = (0..64)
+            .map(|i| input_value(Kind::ReduceScatter, ReduceOp::Sum, BenchDtype::I64, 1, i, 7))
+            .collect();
+        assert!(v.iter().all(|x| x.abs() <= 32.0));
+    }
+
+    /// Each collective takes the types the library gives it: reductions the eight reducible
+    /// ones, data movement u8 too; the refusal says so in the command line's terms.
+    #[test]
+    fn reductions_refuse_u8_and_data_movement_takes_every_type() {
+        for kind in Kind::ALL {
+            let taken = BenchDtype::taken_by(kind.reduces());
+            assert_eq!(taken.len(), if kind.reduces() { 8 } else { 9 }, "{kind:?}");
+            assert_eq!(check_dtypes(kind.name(), kind.reduces(), taken), Ok(()));
+        }
+        assert_eq!(
+            dtype_refusal("reduce-scatter", true, BenchDtype::U8).unwrap(),
+            "reduce-scatter reduces f32, bf16, f16, f64, i32, u32, i64, u64; u8 is data \
+             movement only (broadcast, allgather and alltoall take it)"
+        );
+        assert_eq!(
+            check_dtypes("reduce", true, &[BenchDtype::I64, BenchDtype::U8])
+                .unwrap_err()
+                .split(';')
+                .next(),
+            Some("reduce reduces f32, bf16, f16, f64, i32, u32, i64, u64")
+        );
+        assert_eq!(dtype_refusal("broadcast", false, BenchDtype::U8), None);
+        // The bench as the harness sees it gives the same reason as its n/a.
+        let b = bench(Kind::Reduce, ReduceOp::Sum, 0);
+        let why = <FamilyBench<'_> as Collective<u8>>::available(&b, Candidate::Ours);
+        assert!(why.unwrap_err().starts_with("reduce reduces f32"));
+        let b = bench(Kind::Allgather, ReduceOp::Sum, 0);
+        let why = <FamilyBench<'_> as Collective<u8>>::available(&b, Candidate::Ours);
+        assert_eq!(why.unwrap_err(), "no GPU");
+    }
+
     #[test]
     fn misrouted_or_stale_data_does_not_match() {
         let (n, count) = (4, 64);
         let s = salt(4096, 0);
         let e = |kind: Kind, root: i32, pe: i32, i: usize, s: u64| {
-            expected_value(kind, ReduceOp::Sum, root, pe, i, count, s, n)
+            expected_value(
+                kind,
+                ReduceOp::Sum,
+                BenchDtype::F32,
+                root,
+                pe,
+                i,
+                count,
+                s,
+                n,
+            )
         };
         let differ = |a: &dyn Fn(usize) -> f64, b: &dyn Fn(usize) -> f64, len: usize| {
             (0..len).filter(|&i| a(i) != b(i)).count() > len / 2
@@ -711,13 +897,23 @@ mod tests {
         // Alltoall: block s of PE r's output is block r of PE s's input, not block s.
         assert!(differ(
             &|i| e(Kind::Alltoall, 0, 1, i, s),
-            &|i| input_value(Kind::Alltoall, ReduceOp::Sum, (i / count) as i32, i, s),
+            &|i| {
+                let pe = (i / count) as i32;
+                input_value(Kind::Alltoall, ReduceOp::Sum, BenchDtype::F32, pe, i, s)
+            },
             len
         ));
         // Allgather: block r is PE r's input, not the receiving PE's.
         assert!(differ(
             &|i| e(Kind::Allgather, 0, 2, i, s),
-            &|i| input_value(Kind::Allgather, ReduceOp::Sum, 2, i % count, s),
+            &|i| input_value(
+                Kind::Allgather,
+                ReduceOp::Sum,
+                BenchDtype::F32,
+                2,
+                i % count,
+                s
+            ),
             len
         ));
     }
@@ -806,6 +1002,7 @@ mod tests {
                 bytes,
                 count,
                 dtype: BenchDtype::F32,
+                tolerance: 0.0,
                 results: vec![("ours", ours), ("nccl", timing(10.0, bytes, kind, n, pes))],
                 note: None,
             }

@@ -22,7 +22,7 @@ use cudarc::driver::CudaStream;
 use cudarc::nccl::NcclType;
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::{SymView, SymmetricBuffer};
-use nvshmem::core::element::HostValue;
+use nvshmem::core::element::{Dtype, Element, HostValue};
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
@@ -45,61 +45,256 @@ pub const MIN_SLOTS: usize = 4;
 /// ...and as many more as fit in this many bytes of outputs (and as many of inputs).
 pub const SLOT_BUDGET_BYTES: usize = 256 << 20;
 
-/// Element types the benches run (the command line's names; clap lists them in `--help`).
+/// Element types the benches run (the command line's names, with nccl-tests' and NCCL's names
+/// as aliases; clap lists the names in `--help`). Every element type of the library: the
+/// reductions take all but u8, data movement (broadcast, allgather, alltoall) all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum BenchDtype {
     #[value(name = "f32", alias = "float32", alias = "float")]
     F32,
     #[value(name = "bf16", alias = "bfloat16")]
     Bf16,
+    #[value(name = "f16", alias = "float16", alias = "half")]
+    F16,
+    #[value(name = "f64", alias = "float64", alias = "double")]
+    F64,
+    #[value(name = "i32", alias = "int32", alias = "int")]
+    I32,
+    #[value(name = "u32", alias = "uint32")]
+    U32,
+    #[value(name = "i64", alias = "int64")]
+    I64,
+    #[value(name = "u64", alias = "uint64")]
+    U64,
+    #[value(name = "u8", alias = "uint8")]
+    U8,
 }
 
 impl BenchDtype {
-    pub const ALL: [BenchDtype; 2] = [BenchDtype::F32, BenchDtype::Bf16];
+    /// Every type, in `--help`'s order: what data movement takes.
+    pub const ALL: [BenchDtype; 9] = [
+        BenchDtype::F32,
+        BenchDtype::Bf16,
+        BenchDtype::F16,
+        BenchDtype::F64,
+        BenchDtype::I32,
+        BenchDtype::U32,
+        BenchDtype::I64,
+        BenchDtype::U64,
+        BenchDtype::U8,
+    ];
 
-    pub fn name(self) -> &'static str {
-        match self {
-            BenchDtype::F32 => "f32",
-            BenchDtype::Bf16 => "bf16",
+    /// The library's eight reducible types ([`Reducible`]): what the reductions take.
+    pub const REDUCIBLE: [BenchDtype; 8] = [
+        BenchDtype::F32,
+        BenchDtype::Bf16,
+        BenchDtype::F16,
+        BenchDtype::F64,
+        BenchDtype::I32,
+        BenchDtype::U32,
+        BenchDtype::I64,
+        BenchDtype::U64,
+    ];
+
+    /// What `-d` defaults to: the training types, as before the other types were added.
+    pub const DEFAULT: [BenchDtype; 2] = [BenchDtype::F32, BenchDtype::Bf16];
+
+    /// The types a collective takes: [`BenchDtype::REDUCIBLE`] for a reduction, else all.
+    pub fn taken_by(reduces: bool) -> &'static [BenchDtype] {
+        if reduces {
+            &Self::REDUCIBLE
+        } else {
+            &Self::ALL
         }
+    }
+
+    /// The library's dtype of the same element type.
+    pub fn library(self) -> Dtype {
+        match self {
+            BenchDtype::F32 => Dtype::F32,
+            BenchDtype::Bf16 => Dtype::Bf16,
+            BenchDtype::F16 => Dtype::F16,
+            BenchDtype::F64 => Dtype::F64,
+            BenchDtype::I32 => Dtype::I32,
+            BenchDtype::U32 => Dtype::U32,
+            BenchDtype::I64 => Dtype::I64,
+            BenchDtype::U64 => Dtype::U64,
+            BenchDtype::U8 => Dtype::U8,
+        }
+    }
+
+    /// The library's name ([`Dtype::name`]), which is also the command line's.
+    pub fn name(self) -> &'static str {
+        self.library().name()
     }
 
     /// Bytes per element.
     pub fn size(self) -> usize {
-        match self {
-            BenchDtype::F32 => 4,
-            BenchDtype::Bf16 => 2,
-        }
+        self.library().size()
     }
 
-    /// Every integer up to this is exact in the type (2^significand bits).
+    /// Whether the reductions take it (all but u8).
+    pub fn reducible(self) -> bool {
+        self != BenchDtype::U8
+    }
+
+    /// f32, bf16, f16 and f64.
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            BenchDtype::F32 | BenchDtype::Bf16 | BenchDtype::F16 | BenchDtype::F64
+        )
+    }
+
+    /// Signed integers (the float types are signed too, but take other patterns).
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, BenchDtype::I32 | BenchDtype::I64)
+    }
+
+    /// Every integer up to this is exact in the type (2^significand bits for floats; for the
+    /// 64-bit integers 2^53, since the host reference goes through f64).
     pub fn exact_integer_limit(self) -> f64 {
         match self {
             BenchDtype::F32 => (1u64 << 24) as f64,
             BenchDtype::Bf16 => 256.0,
+            BenchDtype::F16 => 2048.0,
+            BenchDtype::F64 | BenchDtype::I64 | BenchDtype::U64 => (1u64 << 53) as f64,
+            BenchDtype::I32 => (1u64 << 31) as f64,
+            BenchDtype::U32 => (1u64 << 32) as f64,
+            BenchDtype::U8 => 256.0,
         }
     }
 
-    /// Relative rounding error of one operation (half an ulp at 1).
+    /// Relative rounding error of one operation (half an ulp at 1); 0 for integers, whose
+    /// operations on the benches' data are exact.
     pub fn unit_roundoff(self) -> f64 {
         match self {
             BenchDtype::F32 => 2f64.powi(-24),
             BenchDtype::Bf16 => 2f64.powi(-8),
+            BenchDtype::F16 => 2f64.powi(-11),
+            BenchDtype::F64 => 2f64.powi(-53),
+            _ => 0.0,
+        }
+    }
+
+    /// The byte outputs are filled with before a timed group: one whose element no correct
+    /// output holds, so an element left unwritten is always caught. All ones: NaN in every
+    /// float type and the maximum of an unsigned one (the patterns stay below it); 0x80 for
+    /// the signed integers, a value near their minimum that the patterns never reach (all
+    /// ones would be -1, a common sum).
+    pub fn poison_byte(self) -> u8 {
+        if self.is_signed_int() {
+            0x80
+        } else {
+            0xff
         }
     }
 }
 
+/// Why a collective refuses `dtype`, in the command line's terms; None when it takes it.
+pub fn dtype_refusal(collective: &str, reduces: bool, dtype: BenchDtype) -> Option<String> {
+    if BenchDtype::taken_by(reduces).contains(&dtype) {
+        return None;
+    }
+    let names: Vec<&str> = BenchDtype::REDUCIBLE.iter().map(|d| d.name()).collect();
+    Some(format!(
+        "{collective} reduces {}; {} is data movement only (broadcast, allgather and alltoall \
+         take it)",
+        names.join(", "),
+        dtype.name()
+    ))
+}
+
+/// An error naming the first of `dtypes` that `collective` does not take.
+pub fn check_dtypes(
+    collective: &str,
+    reduces: bool,
+    dtypes: &[BenchDtype],
+) -> std::result::Result<(), String> {
+    match dtypes
+        .iter()
+        .find_map(|&d| dtype_refusal(collective, reduces, d))
+    {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
+
+/// A call of a reduction on a reducible element type: how a bench generic over every
+/// [`BenchElement`] reaches the library's and NCCL's reductions, which take [`Reducible`]
+/// types only ([`BenchElement::reduction`]).
+pub trait Reduction {
+    type Output;
+    fn run<T: BenchElement + Reducible>(
+        self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+    ) -> Result<Self::Output>;
+}
+
 /// Element types of the benches: ours, NCCL's, and host conversion.
-pub trait BenchElement: Reducible + NcclType + HostValue {
+pub trait BenchElement: Element + NcclType {
     const BENCH_DTYPE: BenchDtype;
+
+    /// The element of a host value (exact for the benches' values, which the types hold).
+    fn from_value(v: f64) -> Self;
+
+    /// The element as a host value (exact below 2^53).
+    fn value(self) -> f64;
+
+    /// `r` run on this type where it is reducible; an error for u8, which no reduction takes
+    /// (the benches refuse it before they start, so this is a backstop).
+    fn reduction<R: Reduction>(
+        r: R,
+        input: SymView<'_, Self>,
+        output: SymView<'_, Self>,
+    ) -> Result<R::Output>;
 }
 
-impl BenchElement for f32 {
-    const BENCH_DTYPE: BenchDtype = BenchDtype::F32;
+/// The reducible types: the library's own host conversion, and the reduction runs.
+macro_rules! reducible_bench_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl BenchElement for $t {
+            const BENCH_DTYPE: BenchDtype = BenchDtype::$d;
+            fn from_value(v: f64) -> Self {
+                <$t as HostValue>::from_f64(v)
+            }
+            fn value(self) -> f64 {
+                HostValue::to_f64(self)
+            }
+            fn reduction<R: Reduction>(
+                r: R,
+                input: SymView<'_, Self>,
+                output: SymView<'_, Self>,
+            ) -> Result<R::Output> {
+                r.run(input, output)
+            }
+        }
+    )*};
 }
+reducible_bench_element!(
+    f32 => F32, half::bf16 => Bf16, half::f16 => F16, f64 => F64,
+    i32 => I32, u32 => U32, i64 => I64, u64 => U64
+);
 
-impl BenchElement for half::bf16 {
-    const BENCH_DTYPE: BenchDtype = BenchDtype::Bf16;
+impl BenchElement for u8 {
+    const BENCH_DTYPE: BenchDtype = BenchDtype::U8;
+    fn from_value(v: f64) -> Self {
+        v as u8
+    }
+    fn value(self) -> f64 {
+        self as f64
+    }
+    fn reduction<R: Reduction>(
+        _r: R,
+        _input: SymView<'_, Self>,
+        _output: SymView<'_, Self>,
+    ) -> Result<R::Output> {
+        Err(Error::Io {
+            what: "benchmark".into(),
+            message: "u8 is data movement only: no reduction takes it".into(),
+        })
+    }
 }
 
 /// A well-mixed 64-bit hash of (pe, element, salt): splitmix64 at position `i` of a stream
@@ -117,20 +312,61 @@ pub fn pattern_hash(pe: i32, i: usize, salt: u64) -> u64 {
 /// Largest magnitude of [`quarter_value`].
 pub const QUARTER_MAX: f64 = 8.0;
 
-/// A quarter-integer in [-8, 8] from a hash: 65 values, each exact in f32 and bf16, and any sum
-/// of up to 8 of them (at most 256 quarters in magnitude) exact in bf16 too.
+/// A quarter-integer in [-8, 8] from a hash: 65 values, each exact in every float type, and
+/// any sum of up to 8 of them (at most 256 quarters in magnitude) exact in bf16 too.
 pub fn quarter_value(h: u64) -> f64 {
     ((h >> 32) % 65) as f64 / 4.0 - QUARTER_MAX
 }
 
 /// One of -2, -1, -1/2, 1/2, 1, 2 from a hash: products of up to 126 of them are exact powers
-/// of two (with a sign) in f32 and bf16.
+/// of two (with a sign) in f32 and bf16, of up to 15 in f16.
 pub fn power_of_two_value(h: u64) -> f64 {
     let magnitude = [0.5, 1.0, 2.0][((h >> 32) % 3) as usize];
     if (h >> 40) & 1 == 1 {
         -magnitude
     } else {
         magnitude
+    }
+}
+
+/// [`quarter_value`]'s 65 steps as integers: [-32, 32] for signed types, [0, 64] for unsigned
+/// ones. Sums of n stay within 32n in magnitude, far inside every integer type for any PE
+/// count a job can have, so every reduction of them is exact.
+pub fn integer_value(h: u64, signed: bool) -> f64 {
+    let q = ((h >> 32) % 65) as f64;
+    if signed {
+        q - 32.0
+    } else {
+        q
+    }
+}
+
+/// 1 or 2 from a hash, with a random sign for signed types: the integer counterpart of
+/// [`power_of_two_value`].
+pub fn integer_power_value(h: u64, signed: bool) -> f64 {
+    let magnitude = [1.0, 2.0][((h >> 32) % 2) as usize];
+    if signed && (h >> 40) & 1 == 1 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// An element for data movement (broadcast, allgather, alltoall) from a hash: quarter-integers
+/// for the float types (exact in each); for the integers, values spread over most of the
+/// type's bits, so that every byte moves data, yet never the poison
+/// ([`BenchDtype::poison_byte`]) and exact in the f64 the reference goes through: u8 in
+/// [0, 254], u32 in [0, 2^32 - 2], i32 in [-2^30, 2^30), u64 in [0, 2^53), i64 in
+/// [-2^52, 2^52).
+pub fn movement_value(dtype: BenchDtype, h: u64) -> f64 {
+    let top = h >> 32;
+    match dtype {
+        BenchDtype::U8 => (top % 255) as f64,
+        BenchDtype::U32 => (top % 0xffff_ffff) as f64,
+        BenchDtype::I32 => (top >> 1) as f64 - (1u64 << 30) as f64,
+        BenchDtype::U64 => (h >> 11) as f64,
+        BenchDtype::I64 => (h >> 11) as f64 - (1u64 << 52) as f64,
+        BenchDtype::F32 | BenchDtype::Bf16 | BenchDtype::F16 | BenchDtype::F64 => quarter_value(h),
     }
 }
 
@@ -204,12 +440,20 @@ pub trait Collective<T: BenchElement> {
         count
     }
 
-    /// Element `i` of PE `pe`'s input with salt `salt`.
-    fn input_value(&self, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+    /// Element `i` of PE `pe`'s input with salt `salt`, for element type `dtype`.
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
 
     /// The exact value of element `i` of PE `pe`'s output for count argument `count`, when
     /// every PE's input used `salt`. Only asked where [`Collective::checks_output`] holds.
-    fn expected_value(&self, pe: i32, i: usize, count: usize, salt: u64, n_pes: i32) -> f64;
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        pe: i32,
+        i: usize,
+        count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64;
 
     /// Whether PE `pe`'s output is defined, and so compared with the expected values (reduce:
     /// only at the root).
@@ -218,7 +462,7 @@ pub trait Collective<T: BenchElement> {
     }
 
     /// How far a correct output may be from the expected value (0 where every step is exact).
-    fn tolerance(&self, dtype: BenchDtype, n_pes: i32, expected: f64) -> f64;
+    fn tolerance(&self, dtype: BenchDtype, n_pes: i32) -> f64;
 
     /// busbw / algbw at `n_pes` (nccl-tests' definitions).
     fn busbw_factor(&self, n_pes: i32) -> f64;
@@ -307,6 +551,9 @@ pub struct Row {
     /// allreduce, broadcast and reduce, per block for allgather, reduce-scatter and alltoall.
     pub count: usize,
     pub dtype: BenchDtype,
+    /// How far a checked output element could be from the host reference and still count as
+    /// right: 0 is exact (bit for bit for data movement), more only for float rounding.
+    pub tolerance: f64,
     /// By candidate name, in the report's candidate order.
     pub results: Vec<(&'static str, Outcome)>,
     /// The collective's note for this row (allreduce: what auto picked).
@@ -359,6 +606,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// The types that ran, each with its tolerance, in the rows' order: every output of every
+    /// timed call of these was checked.
+    pub fn checked_dtypes(&self) -> Vec<(BenchDtype, f64)> {
+        let mut out: Vec<(BenchDtype, f64)> = Vec::new();
+        for row in &self.rows {
+            if !out.iter().any(|&(d, _)| d == row.dtype) {
+                out.push((row.dtype, row.tolerance));
+            }
+        }
+        out
+    }
+
     /// "candidate dtype size: detail" for each candidate with wrong outputs.
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -462,6 +721,7 @@ impl<'nv> Harness<'nv> {
     }
 
     /// [`Harness::run_dtype`] for each of `dtypes` in turn: the report's rows. Collective.
+    /// The caller has refused the types its collective does not take ([`check_dtypes`]).
     pub fn run_dtypes<K, C>(
         &self,
         coll: &mut C,
@@ -471,15 +731,31 @@ impl<'nv> Harness<'nv> {
     ) -> Result<Vec<Row>>
     where
         K: Copy,
-        C: Collective<f32, Candidate = K> + Collective<half::bf16, Candidate = K>,
+        C: Collective<f32, Candidate = K>
+            + Collective<half::bf16, Candidate = K>
+            + Collective<half::f16, Candidate = K>
+            + Collective<f64, Candidate = K>
+            + Collective<i32, Candidate = K>
+            + Collective<u32, Candidate = K>
+            + Collective<i64, Candidate = K>
+            + Collective<u64, Candidate = K>
+            + Collective<u8, Candidate = K>,
     {
         let mut rows = Vec::new();
         for &dtype in dtypes {
+            let rows = &mut rows;
             match dtype {
-                BenchDtype::F32 => self.run_dtype::<f32, _>(coll, candidates, sizes, &mut rows)?,
+                BenchDtype::F32 => self.run_dtype::<f32, _>(coll, candidates, sizes, rows)?,
                 BenchDtype::Bf16 => {
-                    self.run_dtype::<half::bf16, _>(coll, candidates, sizes, &mut rows)?
+                    self.run_dtype::<half::bf16, _>(coll, candidates, sizes, rows)?
                 }
+                BenchDtype::F16 => self.run_dtype::<half::f16, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::F64 => self.run_dtype::<f64, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::I32 => self.run_dtype::<i32, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::U32 => self.run_dtype::<u32, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::I64 => self.run_dtype::<i64, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::U64 => self.run_dtype::<u64, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::U8 => self.run_dtype::<u8, _>(coll, candidates, sizes, rows)?,
             }
         }
         Ok(rows)
@@ -517,6 +793,7 @@ impl<'nv> Harness<'nv> {
                 bytes,
                 count,
                 dtype: T::BENCH_DTYPE,
+                tolerance: slots.tolerance,
                 results: Vec::new(),
                 note: None,
             };
@@ -595,7 +872,7 @@ impl<'nv> Harness<'nv> {
                 .view(..group * slots.out_len)?
                 .copy_to_host(&mut host)?;
             for (k, got) in host.chunks(slots.out_len).enumerate() {
-                if let Some((i, got, expected)) = slots.first_mismatch(coll, k, got) {
+                if let Some((i, got, expected)) = slots.first_mismatch(k, got) {
                     wrong += 1;
                     first.get_or_insert(Mismatch {
                         rep,
@@ -688,7 +965,8 @@ struct Slots<'p, T: BenchElement> {
     checks: bool,
     /// Slot k's expected output on this PE, slot after slot (empty where not compared).
     expected: Vec<T>,
-    n_pes: i32,
+    /// How far an output element may be from its expected value ([`Collective::tolerance`]).
+    tolerance: f64,
 }
 
 impl<'p, T: BenchElement> Slots<'p, T> {
@@ -705,14 +983,16 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         let (in_len, out_len) = (coll.input_len(count, n), coll.output_len(count, n));
         let bytes = message_bytes(in_len, out_len, std::mem::size_of::<T>());
         let checks = coll.checks_output(me, n);
+        let dtype = T::BENCH_DTYPE;
         let mut host = Vec::with_capacity(n_slots * in_len);
         let mut expected = Vec::with_capacity(if checks { n_slots * out_len } else { 0 });
         for k in 0..n_slots {
             let s = salt(bytes, k);
-            host.extend((0..in_len).map(|i| T::from_f64(coll.input_value(me, i, s, n))));
+            host.extend((0..in_len).map(|i| T::from_value(coll.input_value(dtype, me, i, s, n))));
             if checks {
                 expected.extend(
-                    (0..out_len).map(|i| T::from_f64(coll.expected_value(me, i, count, s, n))),
+                    (0..out_len)
+                        .map(|i| T::from_value(coll.expected_value(dtype, me, i, count, s, n))),
                 );
             }
         }
@@ -731,7 +1011,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
             out_len,
             checks,
             expected,
-            n_pes: n,
+            tolerance: coll.tolerance(dtype, n),
         })
     }
 
@@ -743,7 +1023,8 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         self.outputs.view(k * self.out_len..(k + 1) * self.out_len)
     }
 
-    /// Fills the first `group` outputs with all-ones bytes (NaN in f32 and bf16).
+    /// Fills the first `group` outputs with a value no correct output holds
+    /// ([`BenchDtype::poison_byte`]: NaN for floats).
     fn poison(&self, group: usize) -> Result<()> {
         let first = self.outputs.view(..group * self.out_len)?;
         if first.is_empty() {
@@ -753,7 +1034,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         unsafe {
             cudarc::driver::result::memset_d8_sync(
                 first.as_device_ptr() as cudarc::driver::sys::CUdeviceptr,
-                0xff,
+                T::BENCH_DTYPE.poison_byte(),
                 first.num_bytes(),
             )
         }?;
@@ -762,12 +1043,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
 
     /// The first element of slot `k`'s output `got` outside the tolerance: (index, got,
     /// expected). NaN is always wrong.
-    fn first_mismatch<C: Collective<T>>(
-        &self,
-        coll: &C,
-        k: usize,
-        got: &[T],
-    ) -> Option<(usize, f64, f64)> {
+    fn first_mismatch(&self, k: usize, got: &[T]) -> Option<(usize, f64, f64)> {
         let expected = &self.expected[k * self.out_len..(k + 1) * self.out_len];
         // Equal bytes are equal values, and comparing bytes runs near memory speed; only an
         // output that differs is compared element by element (which accepts avg's rounding).
@@ -778,8 +1054,8 @@ impl<'p, T: BenchElement> Slots<'p, T> {
             .zip(expected)
             .enumerate()
             .find_map(|(i, (&g, &e))| {
-                let (g, e) = (g.to_f64(), e.to_f64());
-                let ok = g == e || (g - e).abs() <= coll.tolerance(T::BENCH_DTYPE, self.n_pes, e);
+                let (g, e) = (g.value(), e.value());
+                let ok = g == e || (g - e).abs() <= self.tolerance;
                 (!ok).then_some((i, g, e))
             })
     }
@@ -808,13 +1084,37 @@ pub fn failed_elsewhere(what: &str, failed: &[i32]) -> Error {
 pub fn checked_wording(checked_by: Option<&str>) -> String {
     format!(
         "# checked: every timed call writes its own output buffer (one per call of a group, \
-         filled with NaN before it) from inputs hashed from (PE, element, salt), the salt \
-         different for every call of a group; after each group, outside the timed events, {} \
-         compares every output with the exact host reference; #wrong counts wrong outputs \
-         summed over PEs",
+         filled before it with a value no correct output holds: NaN, or an integer outside the \
+         data's range) from inputs hashed from (PE, element, salt), the salt different for \
+         every call of a group; after each group, outside the timed events, {} compares every \
+         output with the exact host reference; #wrong counts wrong outputs summed over PEs",
         checked_by.unwrap_or("every PE")
     )
 }
+
+/// The table's line on which types were checked and how closely: "types checked: f32 exact,
+/// bf16 exact, i32 exact" (a float type whose results round says "within" its tolerance).
+pub fn dtypes_wording(checked: &[(BenchDtype, f64)]) -> String {
+    let each: Vec<String> = checked
+        .iter()
+        .map(|&(d, tol)| {
+            if tol == 0.0 {
+                format!("{} exact", d.name())
+            } else {
+                format!("{} within {tol:.2e}", d.name())
+            }
+        })
+        .collect();
+    format!("# types checked: {}", each.join(", "))
+}
+
+/// How integer averages round, for reports of an avg over integer types. NCCL's rounding was
+/// read in NCCL 2.28.9's source (hostToDevRedOp in src/enqueue.cc maps ncclAvg on integers to
+/// FuncSumPostDiv, whose divide() in src/device/reduce_kernel.h divides the magnitude and
+/// restores the sign); it is ours too, so one reference checks both.
+pub const INTEGER_AVG_WORDING: &str = "# integer avg: the sum divided by the PE count, \
+     truncated toward zero (-7 over 2 PEs is -3), as our ReduceOp::Avg documents; NCCL 2.28's \
+     ncclAvg on integers rounds the same way, so both are checked against the same values";
 
 /// Width of one candidate's group of columns.
 const GROUP: usize = 32;
@@ -844,6 +1144,15 @@ pub fn render_table(r: &Report) -> String {
     s += "\n";
     s += &checked_wording(r.checked_by.as_deref());
     s += "\n";
+    let checked = r.checked_dtypes();
+    if !checked.is_empty() {
+        s += &dtypes_wording(&checked);
+        s += "\n";
+    }
+    if r.op == Some(ReduceOp::Avg) && checked.iter().any(|(d, _)| !d.is_float()) {
+        s += INTEGER_AVG_WORDING;
+        s += "\n";
+    }
     s += &format!("{:>10} {:>11} {:>5} {:>5}", "", "", "", "");
     for c in &r.candidates {
         s += &format!(" {:-^GROUP$}", format!(" {c} "));
@@ -946,6 +1255,7 @@ pub fn render_json(r: &Report) -> String {
         m.insert("bytes".into(), json!(row.bytes));
         m.insert("count".into(), json!(row.count));
         m.insert("dtype".into(), json!(row.dtype.name()));
+        m.insert("tolerance".into(), json!(row.tolerance));
         if let Some((_, key)) = r.note_column {
             m.insert(key.into(), json!(row.note));
         }
@@ -974,6 +1284,9 @@ pub fn render_json(r: &Report) -> String {
     for (k, v) in &r.json_fields {
         m.insert(k.to_string(), v.clone());
     }
+    // Every output of every timed call of these types was checked (per-row tolerances).
+    let checked: Vec<&str> = r.checked_dtypes().iter().map(|(d, _)| d.name()).collect();
+    m.insert("dtypes".into(), json!(checked));
     m.insert("candidates".into(), json!(r.candidates));
     m.insert(
         "rows".into(),
@@ -984,7 +1297,8 @@ pub fn render_json(r: &Report) -> String {
 
 /// The report as CSV: a header line, then one line per size, dtype and candidate with
 /// nccl-tests' columns (size, count, type, redop, time, algbw, busbw, #wrong) and the
-/// candidate, its calls per group, outputs checked and status ("ok", "wrong" or "n/a: why").
+/// candidate, its calls per group, outputs checked, status ("ok", "wrong" or "n/a: why") and
+/// the tolerance the type's outputs were checked with (0: exact).
 pub fn render_csv(r: &Report) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let header = [
@@ -1001,6 +1315,7 @@ pub fn render_csv(r: &Report) -> String {
         "calls",
         "checked",
         "status",
+        "tolerance",
     ];
     // Writing into a Vec cannot fail; a field count off by one would be a bug here.
     w.write_record(header).expect("CSV header");
@@ -1031,7 +1346,8 @@ pub fn render_csv(r: &Report) -> String {
                     v
                 }
             };
-            w.write_record(fixed.iter().chain(rest.iter()))
+            let tolerance = row.tolerance.to_string();
+            w.write_record(fixed.iter().chain(rest.iter()).chain([&tolerance]))
                 .expect("CSV row");
         }
     }
@@ -1072,23 +1388,173 @@ mod tests {
         assert_eq!(size_steps(1, 4, 0), vec![1, 2, 4]);
     }
 
-    /// What `-d` takes (clap's ValueEnum, any case): the report's names and the aliases.
+    /// What `-d` takes (clap's ValueEnum, any case): the report's names and the aliases, for
+    /// every type, and nothing else.
     #[test]
     fn dtype_names_and_aliases_parse() {
         use clap::ValueEnum;
+        let names: Vec<String> = BenchDtype::value_variants()
+            .iter()
+            .map(|d| d.to_possible_value().unwrap().get_name().to_string())
+            .collect();
+        // --help's order, which is ALL's.
+        assert_eq!(
+            names,
+            ["f32", "bf16", "f16", "f64", "i32", "u32", "i64", "u64", "u8"]
+        );
+        assert_eq!(BenchDtype::value_variants(), BenchDtype::ALL);
         for d in BenchDtype::ALL {
             assert_eq!(BenchDtype::from_str(d.name(), true), Ok(d));
-            let v = d.to_possible_value().unwrap();
-            assert_eq!(v.get_name(), d.name());
+            assert_eq!(d.to_possible_value().unwrap().get_name(), d.name());
         }
         for (s, d) in [
             ("float32", BenchDtype::F32),
             ("Float", BenchDtype::F32),
             ("BF16", BenchDtype::Bf16),
             ("bfloat16", BenchDtype::Bf16),
+            ("float16", BenchDtype::F16),
+            ("half", BenchDtype::F16),
+            ("float64", BenchDtype::F64),
+            ("double", BenchDtype::F64),
+            ("int32", BenchDtype::I32),
+            ("int", BenchDtype::I32),
+            ("uint32", BenchDtype::U32),
+            ("int64", BenchDtype::I64),
+            ("uint64", BenchDtype::U64),
+            ("uint8", BenchDtype::U8),
+            ("UINT8", BenchDtype::U8),
         ] {
             assert_eq!(BenchDtype::from_str(s, true), Ok(d), "{s}");
         }
-        assert!(BenchDtype::from_str("f16", true).is_err());
+        // Types the library does not have, and `all` (the command line's, not a type).
+        for bad in ["int8", "i8", "fp8", "f8e4m3", "char", "all", ""] {
+            assert!(BenchDtype::from_str(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    /// (dtype, the library's name, size) of a bench element type.
+    fn described<T: BenchElement>() -> (BenchDtype, &'static str, usize) {
+        (T::BENCH_DTYPE, T::NAME, std::mem::size_of::<T>())
+    }
+
+    /// Each Rust type's dtype agrees with the library's element table, and the lists are the
+    /// library's: eight reducible types, u8 on top for data movement.
+    #[test]
+    fn dtypes_are_the_librarys_element_types() {
+        let all = [
+            described::<f32>(),
+            described::<half::bf16>(),
+            described::<half::f16>(),
+            described::<f64>(),
+            described::<i32>(),
+            described::<u32>(),
+            described::<i64>(),
+            described::<u64>(),
+            described::<u8>(),
+        ];
+        for (d, name, size) in all {
+            assert_eq!((d.name(), d.size()), (name, size), "{d:?}");
+            assert_eq!(d.library().name(), name);
+        }
+        let dtypes: Vec<BenchDtype> = all.iter().map(|t| t.0).collect();
+        assert_eq!(dtypes, BenchDtype::ALL);
+        assert_eq!(BenchDtype::REDUCIBLE, BenchDtype::ALL[..8]);
+        assert!(BenchDtype::ALL
+            .iter()
+            .all(|d| d.reducible() != (*d == BenchDtype::U8)));
+        assert_eq!(BenchDtype::taken_by(true), BenchDtype::REDUCIBLE);
+        assert_eq!(BenchDtype::taken_by(false), BenchDtype::ALL);
+        assert_eq!(BenchDtype::DEFAULT, [BenchDtype::F32, BenchDtype::Bf16]);
+        let floats: Vec<&str> = BenchDtype::ALL
+            .iter()
+            .filter(|d| d.is_float())
+            .map(|d| d.name())
+            .collect();
+        assert_eq!(floats, ["f32", "bf16", "f16", "f64"]);
+        let signed: Vec<&str> = BenchDtype::ALL
+            .iter()
+            .filter(|d| d.is_signed_int())
+            .map(|d| d.name())
+            .collect();
+        assert_eq!(signed, ["i32", "i64"]);
+    }
+
+    /// The poison byte's value in each type, as the checker reads it.
+    fn poison<T: BenchElement>() -> T {
+        let bytes = vec![T::BENCH_DTYPE.poison_byte(); std::mem::size_of::<T>()];
+        // SAFETY: every bit pattern is a valid element (Element's contract).
+        unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+    }
+
+    /// No correct output holds the poison: NaN for floats, an integer outside every pattern's
+    /// range otherwise (so an element a call leaves unwritten is always wrong).
+    #[test]
+    fn poison_is_never_a_value_the_patterns_produce() {
+        assert!(poison::<f32>().is_nan() && poison::<f64>().is_nan());
+        assert!(poison::<half::f16>().is_nan() && poison::<half::bf16>().is_nan());
+        assert_eq!(poison::<u8>(), u8::MAX);
+        assert_eq!(poison::<u32>(), u32::MAX);
+        assert_eq!(poison::<u64>(), u64::MAX);
+        assert_eq!(poison::<i32>(), -0x7f7f_7f80);
+        assert_eq!(poison::<i64>(), -0x7f7f_7f7f_7f7f_7f80);
+        // Hashes at the ends of each pattern's range, and every data movement value between.
+        for h in [
+            0,
+            1,
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 63,
+            (1 << 63) - 1,
+            0xffff_fffe << 32,
+        ] {
+            for &d in &BenchDtype::ALL {
+                let v = movement_value(d, h);
+                assert!(v.fract() == 0.0 || d.is_float(), "{d:?} {h:x}");
+                let (lo, hi) = match d {
+                    BenchDtype::U8 => (0.0, 254.0),
+                    BenchDtype::U32 => (0.0, (u32::MAX - 1) as f64),
+                    BenchDtype::I32 => (-(2f64.powi(30)), 2f64.powi(30) - 1.0),
+                    BenchDtype::U64 => (0.0, 2f64.powi(53) - 1.0),
+                    BenchDtype::I64 => (-(2f64.powi(52)), 2f64.powi(52) - 1.0),
+                    _ => (-QUARTER_MAX, QUARTER_MAX),
+                };
+                assert!((lo..=hi).contains(&v), "{d:?} {h:x}: {v}");
+            }
+            for signed in [true, false] {
+                assert!(integer_value(h, signed).abs() <= 64.0);
+                assert!(integer_power_value(h, signed).abs() <= 2.0);
+            }
+        }
+        // The ends themselves are reached, and convert to the type exactly.
+        assert_eq!(
+            movement_value(BenchDtype::U32, 0xffff_fffe << 32),
+            4294967294.0
+        );
+        assert_eq!(movement_value(BenchDtype::U32, u64::MAX), 0.0);
+        assert_eq!(movement_value(BenchDtype::I32, u64::MAX), 1073741823.0);
+        assert_eq!(movement_value(BenchDtype::I32, 0), -1073741824.0);
+        assert_eq!(movement_value(BenchDtype::U8, 254 << 32), 254.0);
+        assert_eq!(movement_value(BenchDtype::I64, 0), -4503599627370496.0);
+        assert_eq!(
+            movement_value(BenchDtype::U64, u64::MAX),
+            9007199254740991.0
+        );
+        assert_eq!(i64::from_value(-4503599627370496.0), -(1 << 52));
+        assert_eq!(u64::from_value(9007199254740991.0), (1 << 53) - 1);
+        assert_eq!(u8::from_value(254.0), 254);
+        assert_eq!(i32::from_value(-1073741824.0).value(), -1073741824.0);
+    }
+
+    #[test]
+    fn types_line_names_each_type_and_its_tolerance() {
+        assert_eq!(
+            dtypes_wording(&[
+                (BenchDtype::F32, 0.0),
+                (BenchDtype::Bf16, 0.125),
+                (BenchDtype::U8, 0.0)
+            ]),
+            "# types checked: f32 exact, bf16 within 1.25e-1, u8 exact"
+        );
+        assert!(checked_wording(None).contains("NaN, or an integer outside the data's range"));
     }
 }

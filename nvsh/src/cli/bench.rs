@@ -1,5 +1,6 @@
 //! `nvsh bench ...`: benchmarks, run on every PE of a job; PE 0 prints the results.
 
+use clap::builder::PossibleValue;
 use clap::{Args, Subcommand, ValueEnum};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
@@ -102,7 +103,9 @@ pub struct SizeArgs {
 pub struct CollectiveArgs {
     #[command(flatten)]
     sizes: SizeArgs,
-    /// Element types, comma-separated.
+    /// Element types, comma-separated, or `all` (every type the collective takes: the reductions
+    /// all but u8). nccl-tests' and NCCL's names are taken too (float, half, double, bfloat16,
+    /// int32, uint32, int64, uint64, uint8, ...).
     #[arg(
         short = 'd',
         long = "dtypes",
@@ -112,7 +115,7 @@ pub struct CollectiveArgs {
         value_delimiter = ',',
         ignore_case = true
     )]
-    dtypes: Vec<BenchDtype>,
+    dtypes: Vec<DtypeArg>,
     /// Untimed calls before the groups.
     #[arg(
         short = 'w',
@@ -142,6 +145,76 @@ pub struct CollectiveArgs {
     /// Write the results to this file (from PE 0) instead of standard output.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+}
+
+/// What `-d` takes: one element type, or `all` (nccl-tests' `-d all`), which stands for every
+/// type the collective takes and so is resolved per bench ([`resolve_dtypes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtypeArg {
+    One(BenchDtype),
+    All,
+}
+
+impl DtypeArg {
+    const VARIANTS: [DtypeArg; 10] = [
+        DtypeArg::One(BenchDtype::F32),
+        DtypeArg::One(BenchDtype::Bf16),
+        DtypeArg::One(BenchDtype::F16),
+        DtypeArg::One(BenchDtype::F64),
+        DtypeArg::One(BenchDtype::I32),
+        DtypeArg::One(BenchDtype::U32),
+        DtypeArg::One(BenchDtype::I64),
+        DtypeArg::One(BenchDtype::U64),
+        DtypeArg::One(BenchDtype::U8),
+        DtypeArg::All,
+    ];
+}
+
+// By hand rather than derived: the types' names and aliases stay BenchDtype's, with `all` added.
+impl ValueEnum for DtypeArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::VARIANTS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self {
+            DtypeArg::One(d) => d.to_possible_value(),
+            DtypeArg::All => Some(PossibleValue::new("all")),
+        }
+    }
+}
+
+/// The types `-d` names for a collective (`all`: every type it takes), without repeats, in the
+/// order given.
+pub fn resolve_dtypes(args: &[DtypeArg], reduces: bool) -> Vec<BenchDtype> {
+    let mut out: Vec<BenchDtype> = Vec::new();
+    for a in args {
+        let each: &[BenchDtype] = match a {
+            DtypeArg::One(d) => std::slice::from_ref(d),
+            DtypeArg::All => BenchDtype::taken_by(reduces),
+        };
+        for &d in each {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// A type the collective does not take is a usage error, reported as clap reports a bad flag
+/// value (its exit status too), before the PE starts.
+fn check_dtype_flag(
+    collective: &str,
+    reduces: bool,
+    dtypes: &[BenchDtype],
+) -> std::result::Result<(), clap::Error> {
+    harness::check_dtypes(collective, reduces, dtypes).map_err(|why| {
+        clap::Error::raw(
+            clap::error::ErrorKind::InvalidValue,
+            format!("--dtypes (-d): {why}\n"),
+        )
+    })
 }
 
 /// The reductions as the command line names them: the library's [`ReduceOp`] is not a clap
@@ -367,7 +440,7 @@ impl AllreduceArgs {
             min_bytes: c.sizes.min,
             max_bytes: c.sizes.max,
             factor: c.sizes.factor,
-            dtypes: dedup(&c.dtypes),
+            dtypes: resolve_dtypes(&c.dtypes, true),
             op: self.reduction.op.into(),
             reps: c.sizes.reps,
             warmup: c.warmup,
@@ -390,7 +463,7 @@ fn family_options(
     o.min_bytes = c.sizes.min;
     o.max_bytes = c.sizes.max;
     o.factor = c.sizes.factor;
-    o.dtypes = dedup(&c.dtypes);
+    o.dtypes = resolve_dtypes(&c.dtypes, kind.reduces());
     o.reps = c.sizes.reps;
     o.warmup = c.warmup;
     o.candidates = dedup(&args.algos);
@@ -430,6 +503,7 @@ fn collective(
 
 fn allreduce(args: AllreduceArgs) -> Result<()> {
     let opts = args.options();
+    check_dtype_flag("allreduce", true, &opts.dtypes).unwrap_or_else(|e| e.exit());
     collective(&args.common, |nv| allreduce::run(nv, &opts))
 }
 
@@ -440,6 +514,7 @@ fn family(
     root: Option<&RootArg>,
 ) -> Result<()> {
     let opts = family_options(kind, args, reduction, root);
+    check_dtype_flag(kind.name(), kind.reduces(), &opts.dtypes).unwrap_or_else(|e| e.exit());
     collective(&args.common, |nv| family::run(nv, &opts))
 }
 
@@ -561,7 +636,7 @@ mod tests {
     #[test]
     fn allreduce_rejects_unknown_names() {
         for bad in [
-            &["--dtypes", "f16"][..],
+            &["--dtypes", "int8"][..],
             &["--algos", "butterfly"],
             &["--op", "xor"],
             &["--max", "x"],
@@ -632,7 +707,7 @@ mod tests {
             ("allgather", &["--slot", "1M"]),
             ("reduce", &["--root", "-1"]),
             ("reduce", &["--algos", "auto"]),
-            ("broadcast", &["--dtypes", "f16"]),
+            ("broadcast", &["--dtypes", "int8"]),
             ("reducescatter", &[]),
         ] {
             assert!(family_opts(name, bad).is_err(), "{name} {bad:?}");
@@ -830,7 +905,7 @@ mod tests {
     fn help_lists_the_values_of_enum_flags() {
         let help = clap_text(&["allreduce", "-h"]);
         for values in [
-            "[possible values: f32, bf16]",
+            "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
             "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem]",
         ] {
@@ -858,7 +933,10 @@ mod tests {
         );
         let help = clap_text(&["reduce", "-h"]);
         assert!(help.contains("[possible values: ours, nccl]"), "{help}");
-        assert!(help.contains("[possible values: f32, bf16]"), "{help}");
+        assert!(
+            help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]"),
+            "{help}"
+        );
         let help = clap_text(&["put", "-h"]);
         assert!(
             help.contains("-f, --factor") && help.contains("--stepfactor"),
@@ -874,5 +952,74 @@ mod tests {
         assert_eq!(parse_size("1g"), Ok(1 << 30));
         assert!(parse_size("0").is_err());
         assert!(parse_size("x").is_err());
+    }
+
+    /// Every type and its nccl-tests / NCCL aliases reach the options, in any case; `all` is
+    /// every type the collective takes.
+    #[test]
+    fn dtypes_take_every_type_its_aliases_and_all() {
+        let all = "f32,bf16,f16,f64,i32,u32,i64,u64,u8";
+        let o = family_opts("allgather", &["-d", all]).unwrap();
+        assert_eq!(o.dtypes, BenchDtype::ALL);
+        let aliases = "float,bfloat16,half,double,int32,uint32,int64,uint64,uint8";
+        assert_eq!(
+            family_opts("alltoall", &["-d", aliases]).unwrap().dtypes,
+            BenchDtype::ALL
+        );
+        let o = family_opts("broadcast", &["--datatype", "FLOAT16,Float64,INT,uint8"]).unwrap();
+        assert_eq!(
+            o.dtypes,
+            [
+                BenchDtype::F16,
+                BenchDtype::F64,
+                BenchDtype::I32,
+                BenchDtype::U8
+            ]
+        );
+        // `all`: the reductions' eight, data movement's nine; with repeats dropped.
+        let o = allreduce_args(&["-d", "all"]).unwrap().options();
+        assert_eq!(o.dtypes, BenchDtype::REDUCIBLE);
+        for name in ["reduce-scatter", "reduce"] {
+            let o = family_opts(name, &["-d", "i64,all"]).unwrap();
+            assert_eq!(o.dtypes[0], BenchDtype::I64);
+            assert_eq!(o.dtypes.len(), 8, "{name}");
+            assert!(!o.dtypes.contains(&BenchDtype::U8), "{name}");
+        }
+        for name in ["broadcast", "allgather", "alltoall"] {
+            let o = family_opts(name, &["-d", "all,u8,f32"]).unwrap();
+            assert_eq!(o.dtypes, BenchDtype::ALL, "{name}");
+        }
+        assert_eq!(
+            resolve_dtypes(&[DtypeArg::One(BenchDtype::U8), DtypeArg::All], true)[..2],
+            [BenchDtype::U8, BenchDtype::F32]
+        );
+    }
+
+    /// u8 (named or not) is refused by the reductions before a PE starts, as a usage error in
+    /// the flag's terms; data movement takes it.
+    #[test]
+    fn reductions_refuse_u8_in_the_flags_terms() {
+        let want = |name: &str| {
+            format!(
+                "--dtypes (-d): {name} reduces f32, bf16, f16, f64, i32, u32, i64, u64; u8 is \
+                 data movement only (broadcast, allgather and alltoall take it)"
+            )
+        };
+        let o = allreduce_args(&["-d", "f32,uint8"]).unwrap().options();
+        let err = check_dtype_flag("allreduce", true, &o.dtypes).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+        assert!(err.to_string().contains(&want("allreduce")), "{err}");
+        for kind in [Kind::ReduceScatter, Kind::Reduce] {
+            let o = family_opts(kind.name(), &["-d", "u8"]).unwrap();
+            let err = check_dtype_flag(kind.name(), kind.reduces(), &o.dtypes).unwrap_err();
+            assert!(err.to_string().contains(&want(kind.name())), "{err}");
+            // `all` never brings u8 into a reduction.
+            let o = family_opts(kind.name(), &["-d", "all"]).unwrap();
+            assert!(check_dtype_flag(kind.name(), true, &o.dtypes).is_ok());
+        }
+        for kind in [Kind::Broadcast, Kind::Allgather, Kind::Alltoall] {
+            let o = family_opts(kind.name(), &["-d", "u8"]).unwrap();
+            assert!(check_dtype_flag(kind.name(), kind.reduces(), &o.dtypes).is_ok());
+        }
     }
 }
