@@ -1,6 +1,8 @@
 //! `nvsh soak`: a long run of mixed allreduces (random sizes, types, ops, algorithms, offsets,
 //! in place or not), calls of the rest of the collective family (broadcast, allgather,
-//! alltoall, reduce-scatter, reduce: random sizes and roots) and channel transfers, every result checked against a CPU reference, with
+//! alltoall, reduce-scatter, reduce: random sizes and roots; alltoallv and allgatherv with
+//! skewed counts, a grouped send/recv ring) and channel transfers, every result checked
+//! against a CPU reference, with
 //! host and device memory watched for growth. With `die` it is also the fault-injection test:
 //! one PE kills itself (SIGKILL) at a chosen iteration and the others must end with a timeout
 //! that names it.
@@ -18,7 +20,8 @@ use nvshmem::core::env_value::progress_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::pipeline::channel::Channel;
-use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter};
+use nvshmem::{Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Reduce, ReduceScatter};
+use nvshmem::{P2p, P2pGroup, Parts};
 use std::time::{Duration, Instant};
 
 /// What the soak exercises.
@@ -251,6 +254,17 @@ impl<'nv, T: SoakValue> Buffers<'nv, T> {
     }
 }
 
+/// Displacements of parts of `counts` laid out back to back.
+fn back_to_back(counts: &[usize]) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0, |at, &c| {
+            *at += c;
+            Some(*at - c)
+        })
+        .collect()
+}
+
 /// Largest element offset at which a call's data starts (unaligned starts are exercised).
 const OFFSET_ROOM: usize = 16;
 
@@ -264,6 +278,9 @@ struct Family<'nv> {
     a2a: Alltoall<'nv>,
     rs: ReduceScatter<'nv>,
     reduce: Reduce<'nv>,
+    a2av: Alltoallv<'nv>,
+    agv: Allgatherv<'nv>,
+    group: P2pGroup<'nv>,
 }
 
 struct Soak<'nv> {
@@ -312,6 +329,9 @@ pub fn run(nv: &Nvshmem, opts: &SoakOptions) -> Result<SoakReport> {
             a2a: Alltoall::world(nv)?,
             rs: ReduceScatter::world(nv, 1 << 20)?,
             reduce: Reduce::world(nv, 1 << 20)?,
+            a2av: Alltoallv::world(nv)?,
+            agv: Allgatherv::world(nv)?,
+            group: P2pGroup::world(nv)?,
         },
         channel: Channel::new(nv, 4, opts.max_message.max(1))?,
         send_buf: stream.alloc_zeros::<u32>(opts.max_message.max(1) * 4)?,
@@ -420,13 +440,13 @@ impl Soak<'_> {
         by_type!(0 => f32s, 1 => f64s, 2 => f16s, 3 => bf16s, 4 => i32s, 5 => i64s, 6 => u32s, 7 => u64s)
     }
 
-    /// One call of a family collective (drawn alike on every PE) on u32 data with a random
+    /// One call of a family collective or exchange (drawn alike on every PE) on u32 data with a random
     /// count and root, checked where it lands: each element is a hash of (PE, iteration,
     /// index), so a block from the wrong PE or place shows; the reductions sum with wrapping.
     fn family_round(&mut self, rng: &mut Rng, iter: u64) -> Result<()> {
         let (me, n) = (self.nv.my_pe() as usize, self.nv.n_pes() as usize);
         let stream = self.nv.stream().clone();
-        let kind = rng.below(5);
+        let kind = rng.below(8);
         let root = rng.below(n as u64) as usize;
         let room = self.u32s.input.len() - OFFSET_ROOM;
         let count = rng.log_uniform((room / n).max(1));
@@ -471,12 +491,73 @@ impl Soak<'_> {
                     Box::new(move |i| Some(sum(me * count + i))),
                 )
             }
-            _ => {
+            4 => {
                 f.reduce
                     .run(in_one, out_one, ReduceOp::Sum, root as i32, &stream)?;
                 f.reduce.sync(&stream)?;
                 let want = move |i: usize| (me == root).then(|| sum(i));
                 ("reduce", count, Box::new(want))
+            }
+            5 => {
+                // Skewed counts every PE draws alike: c(s, r) elements from s to r.
+                let c = move |s: usize, r: usize| {
+                    mix(iter ^ (s as u64) << 40 ^ (r as u64) << 48) as usize % (count + 1)
+                };
+                let at = |counts: Vec<usize>| {
+                    let displs = back_to_back(&counts);
+                    (counts, displs)
+                };
+                let (sc, sd) = at((0..n).map(|r| c(me, r)).collect());
+                let (rc, rd) = at((0..n).map(|p| c(p, me)).collect());
+                let send = Parts {
+                    counts: &sc,
+                    displs: &sd,
+                };
+                let recv = Parts {
+                    counts: &rc,
+                    displs: &rd,
+                };
+                f.a2av.run(in_all, send, out_all, recv, &stream)?;
+                f.a2av.sync(&stream)?;
+                // Element k from PE p sat at p's displacement for me, + k.
+                let want = move |i: usize| {
+                    let p = (0..n).find(|&p| rd[p] <= i && i < rd[p] + rc[p])?;
+                    let from = back_to_back(&(0..n).map(|r| c(p, r)).collect::<Vec<_>>());
+                    Some(value(p, from[me] + i - rd[p]))
+                };
+                ("alltoallv", n * count, Box::new(want))
+            }
+            6 => {
+                let counts: Vec<usize> = (0..n)
+                    .map(|r| mix(iter ^ (r as u64) << 40) as usize % (count + 1))
+                    .collect();
+                let displs = back_to_back(&counts);
+                let parts = Parts {
+                    counts: &counts,
+                    displs: &displs,
+                };
+                f.agv
+                    .run(input.view(..counts[me])?, out_all, parts, &stream)?;
+                f.agv.sync(&stream)?;
+                let want = move |i: usize| {
+                    let r = (0..n).find(|&r| displs[r] <= i && i < displs[r] + counts[r])?;
+                    Some(value(r, i - displs[r]))
+                };
+                ("allgatherv", n * count, Box::new(want))
+            }
+            _ => {
+                let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+                let ops = [
+                    P2p::send(in_one, next as i32),
+                    P2p::recv(out_one, prev as i32),
+                ];
+                f.group.run(&ops, &stream)?;
+                f.group.sync(&stream)?;
+                (
+                    "grouped send/recv",
+                    count,
+                    Box::new(move |i| Some(value(prev, i))),
+                )
             }
         };
         let got = output.view(..len)?.to_vec()?;
