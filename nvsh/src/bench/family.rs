@@ -1,6 +1,8 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
-//! alltoall | reduce-scatter | reduce`: ours against NCCL's regular path, per message size and
-//! dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
+//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
+//! and grouped send/recv alltoall.
 //!
 //! Sizes, counts and bus factors are nccl-tests' (see [`Kind`]); the inputs and the exact
 //! expected outputs are built from allreduce's patterns, so the reductions are checked as
@@ -22,7 +24,9 @@ use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::proto::family::check_root;
-use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter};
+use nvshmem::{
+    Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Parts, Reduce, ReduceScatter,
+};
 
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,15 +34,19 @@ pub enum Kind {
     Broadcast,
     Allgather,
     Alltoall,
+    Allgatherv,
+    Alltoallv,
     ReduceScatter,
     Reduce,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Broadcast,
         Kind::Allgather,
         Kind::Alltoall,
+        Kind::Allgatherv,
+        Kind::Alltoallv,
         Kind::ReduceScatter,
         Kind::Reduce,
     ];
@@ -49,6 +57,8 @@ impl Kind {
             Kind::Broadcast => "broadcast",
             Kind::Allgather => "allgather",
             Kind::Alltoall => "alltoall",
+            Kind::Allgatherv => "allgatherv",
+            Kind::Alltoallv => "alltoallv",
             Kind::ReduceScatter => "reduce-scatter",
             Kind::Reduce => "reduce",
         }
@@ -66,7 +76,7 @@ impl Kind {
 
     /// Whether a message is one block per PE (nccl-tests divides the size by the PE count).
     fn blocked(self) -> bool {
-        matches!(self, Kind::Allgather | Kind::Alltoall | Kind::ReduceScatter)
+        !matches!(self, Kind::Broadcast | Kind::Reduce)
     }
 
     /// busbw / algbw as nccl-tests defines it: 1 for broadcast and reduce, (n-1)/n for
@@ -106,15 +116,17 @@ impl Kind {
     /// Input elements per PE for count argument `count`.
     pub fn input_len(self, count: usize, n_pes: i32) -> usize {
         match self {
-            Kind::Alltoall | Kind::ReduceScatter => count * n_pes as usize,
-            Kind::Broadcast | Kind::Allgather | Kind::Reduce => count,
+            Kind::Alltoall | Kind::Alltoallv | Kind::ReduceScatter => count * n_pes as usize,
+            Kind::Broadcast | Kind::Allgather | Kind::Allgatherv | Kind::Reduce => count,
         }
     }
 
     /// Output elements per PE for count argument `count`.
     pub fn output_len(self, count: usize, n_pes: i32) -> usize {
         match self {
-            Kind::Allgather | Kind::Alltoall => count * n_pes as usize,
+            Kind::Allgather | Kind::Allgatherv | Kind::Alltoall | Kind::Alltoallv => {
+                count * n_pes as usize
+            }
             Kind::Broadcast | Kind::ReduceScatter | Kind::Reduce => count,
         }
     }
@@ -123,8 +135,10 @@ impl Kind {
     fn size_text(self) -> &'static str {
         match self {
             Kind::Broadcast | Kind::Reduce => "size = count elements, each PE's buffer",
-            Kind::Allgather => "count = elements of each PE's input; size = the output, n x count",
-            Kind::Alltoall => {
+            Kind::Allgather | Kind::Allgatherv => {
+                "count = elements of each PE's input; size = the output, n x count"
+            }
+            Kind::Alltoall | Kind::Alltoallv => {
                 "count = elements per block; size = the input (and output), n x count"
             }
             Kind::ReduceScatter => {
@@ -137,8 +151,10 @@ impl Kind {
     fn expected_text(self) -> &'static str {
         match self {
             Kind::Broadcast => "expected: every PE's output = the root's input, bit for bit",
-            Kind::Allgather => "expected: block r of every output = PE r's input, bit for bit",
-            Kind::Alltoall => {
+            Kind::Allgather | Kind::Allgatherv => {
+                "expected: block r of every output = PE r's input, bit for bit"
+            }
+            Kind::Alltoall | Kind::Alltoallv => {
                 "expected: block s of PE r's output = block r of PE s's input, bit for bit"
             }
             Kind::ReduceScatter => {
@@ -264,8 +280,8 @@ pub fn expected_value(
     let input = |src: i32, at: usize| input_value(kind, op, dtype, src, at, salt);
     match kind {
         Kind::Broadcast => input(root, i),
-        Kind::Allgather => input(block as i32, j),
-        Kind::Alltoall => input(block as i32, pe as usize * count + j),
+        Kind::Allgather | Kind::Allgatherv => input(block as i32, j),
+        Kind::Alltoall | Kind::Alltoallv => input(block as i32, pe as usize * count + j),
         Kind::ReduceScatter => {
             allreduce::expected_value(op, dtype, pe as usize * count + i, salt, n_pes)
         }
@@ -293,6 +309,8 @@ enum Ours<'nv> {
     Broadcast(Broadcast<'nv>),
     Allgather(Allgather<'nv>),
     Alltoall(Alltoall<'nv>),
+    Allgatherv(Allgatherv<'nv>),
+    Alltoallv(Alltoallv<'nv>),
     ReduceScatter(ReduceScatter<'nv>),
     Reduce(Reduce<'nv>),
 }
@@ -304,6 +322,8 @@ impl<'nv> Ours<'nv> {
             Kind::Broadcast => Ours::Broadcast(Broadcast::world(nv)?),
             Kind::Allgather => Ours::Allgather(Allgather::world(nv)?),
             Kind::Alltoall => Ours::Alltoall(Alltoall::world(nv)?),
+            Kind::Allgatherv => Ours::Allgatherv(Allgatherv::world(nv)?),
+            Kind::Alltoallv => Ours::Alltoallv(Alltoallv::world(nv)?),
             Kind::ReduceScatter => Ours::ReduceScatter(ReduceScatter::world(nv, slot_bytes)?),
             Kind::Reduce => Ours::Reduce(Reduce::world(nv, slot_bytes)?),
         })
@@ -402,6 +422,23 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                 Ours::Broadcast(b) => b.run(input, output, root, stream),
                 Ours::Allgather(a) => a.run(input, output, stream),
                 Ours::Alltoall(a) => a.run(input, output, stream),
+                Ours::Allgatherv(a) => {
+                    let (counts, displs) = equal_parts(input.len(), a.n_pes());
+                    let parts = Parts {
+                        counts: &counts,
+                        displs: &displs,
+                    };
+                    a.run(input, output, parts, stream)
+                }
+                Ours::Alltoallv(a) => {
+                    let n = a.n_pes();
+                    let (counts, displs) = equal_parts(input.len() / n.max(1) as usize, n);
+                    let parts = Parts {
+                        counts: &counts,
+                        displs: &displs,
+                    };
+                    a.run(input, parts, output, parts, stream)
+                }
                 Ours::ReduceScatter(rs) => T::reduction(
                     reduction(FamilyReduction::OursReduceScatter(rs, stream)),
                     input,
@@ -417,8 +454,8 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                 let nccl = ready(&mut self.nccl)?;
                 match self.kind {
                     Kind::Broadcast => nccl.broadcast(input, output, root),
-                    Kind::Allgather => nccl.all_gather(input, output),
-                    Kind::Alltoall => nccl.all_to_all(input, output),
+                    Kind::Allgather | Kind::Allgatherv => nccl.all_gather(input, output),
+                    Kind::Alltoall | Kind::Alltoallv => nccl.all_to_all(input, output),
                     Kind::ReduceScatter => T::reduction(
                         reduction(FamilyReduction::NcclReduceScatter(nccl)),
                         input,
@@ -474,6 +511,12 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
     fn busbw_factor(&self, n_pes: i32) -> f64 {
         self.kind.busbw_factor(n_pes)
     }
+}
+
+/// `n` parts of `count` elements back to back (the v forms' equal counts).
+fn equal_parts(count: usize, n: i32) -> (Vec<usize>, Vec<usize>) {
+    let n = n.max(1) as usize;
+    (vec![count; n], (0..n).map(|r| r * count).collect())
 }
 
 /// Runs the benchmark on every PE (collective; any PE count). Returns the report on PE 0, None
@@ -734,8 +777,10 @@ mod tests {
         (0..n)
             .map(|pe| match kind {
                 Kind::Broadcast => inputs[root as usize].clone(),
-                Kind::Allgather => inputs.concat(),
-                Kind::Alltoall => (0..n).flat_map(|s| block(s, pe as usize)).collect(),
+                Kind::Allgather | Kind::Allgatherv => inputs.concat(),
+                Kind::Alltoall | Kind::Alltoallv => {
+                    (0..n).flat_map(|s| block(s, pe as usize)).collect()
+                }
                 Kind::ReduceScatter => (0..count)
                     .map(|j| fold((0..n).map(|s| block(s, pe as usize)[j]).collect()))
                     .collect(),
@@ -967,6 +1012,8 @@ mod tests {
                 "broadcast",
                 "allgather",
                 "alltoall",
+                "allgatherv",
+                "alltoallv",
                 "reduce-scatter",
                 "reduce"
             ]

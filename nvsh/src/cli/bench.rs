@@ -25,6 +25,12 @@ pub enum BenchCommand {
     /// Alltoall: ours and NCCL (grouped sends and receives) per size and dtype, with the time
     /// ratio ours / NCCL (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
     Alltoall(FamilyArgs),
+    /// Allgatherv with equal counts on the host (the exchange path; NCCL has no allgatherv, so
+    /// it is timed against ncclAllGather on the same sizes): ours / NCCL as allgather.
+    Allgatherv(FamilyArgs),
+    /// Alltoallv with equal counts on the host (the exchange path) against NCCL's grouped
+    /// sends and receives: ours / NCCL as alltoall.
+    Alltoallv(FamilyArgs),
     /// Reduce-scatter: ours and NCCL per size and dtype, with the time ratio ours / NCCL
     /// (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
     ReduceScatter(ReduceScatterArgs),
@@ -382,6 +388,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Broadcast(a) => family(Kind::Broadcast, &a.family, None, Some(&a.root)),
         BenchCommand::Allgather(a) => family(Kind::Allgather, &a, None, None),
         BenchCommand::Alltoall(a) => family(Kind::Alltoall, &a, None, None),
+        BenchCommand::Allgatherv(a) => family(Kind::Allgatherv, &a, None, None),
+        BenchCommand::Alltoallv(a) => family(Kind::Alltoallv, &a, None, None),
         BenchCommand::ReduceScatter(a) => {
             family(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
         }
@@ -575,6 +583,8 @@ mod tests {
                 }
                 BenchCommand::Allgather(a) => family_options(Kind::Allgather, &a, None, None),
                 BenchCommand::Alltoall(a) => family_options(Kind::Alltoall, &a, None, None),
+                BenchCommand::Allgatherv(a) => family_options(Kind::Allgatherv, &a, None, None),
+                BenchCommand::Alltoallv(a) => family_options(Kind::Alltoallv, &a, None, None),
                 BenchCommand::ReduceScatter(a) => {
                     family_options(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
                 }
