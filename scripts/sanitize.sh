@@ -37,7 +37,7 @@ jobs=${SANITIZE_JOBS:-1}
 logdir=${SANITIZE_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 [ -x "$san" ] || { echo "sanitize.sh: compute-sanitizer not found (set SANITIZER)" >&2; exit 2; }
-for f in nvsh ring_exchange test-allreduce test-channel test-rma test-collectives; do
+for f in nvsh ring_exchange test-allreduce test-channel test-rma test-collectives test-exchange; do
     [ -x "$bin/$f" ] || { echo "sanitize.sh: no $bin/$f; run scripts/build_gpu_bins.sh" >&2; exit 2; }
 done
 # NVSHMEM's VMM-based heap confuses the sanitizer's allocation tracking.
@@ -152,6 +152,14 @@ check collectives_back_to_back -- "$bin/test-collectives" --ignored --exact \
     pe2_a_thousand_back_to_back_calls_mixing_every_collective --test-threads=1
 check team_barrier -- "$bin/test-collectives" --ignored --exact \
     pe2_a_team_barrier_waits_for_every_member_and_orders_their_puts --test-threads=1
+# The exchanges (alltoallv, allgatherv, grouped send/recv): a replayed graph of all three, then
+# 1000 calls back to back, then the same through NVSHMEM puts only.
+check exchange_graph -- "$bin/test-exchange" --ignored --exact \
+    pe2_replays_of_a_captured_graph_of_exchanges_see_fresh_data --test-threads=1
+check exchange_back_to_back -- "$bin/test-exchange" --ignored --exact \
+    pe2_a_thousand_back_to_back_exchanges --test-threads=1
+check exchange_mismatch -- "$bin/test-exchange" --ignored --exact \
+    pe2_mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on --test-threads=1
 check channel -- "$bin/test-channel" --ignored --exact \
     pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
 check barrier -- "$bin/test-rma" --ignored --exact pe2_barrier_orders_puts_before_reads \
