@@ -62,7 +62,7 @@ fn run() -> nvshmem::Result<bool> {
     let data: Vec<f32> = (0..n)
         .flat_map(|r| std::iter::repeat((me * 1000 + r) as f32).take(count(me, r)))
         .collect();
-    input.copy_from_host(&data)?;
+    input.view(..in_len)?.copy_from_host(&data)?;
     let mut a2av = Alltoallv::world(&nv)?;
     a2av.run(
         input.view(..in_len)?,
