@@ -48,6 +48,15 @@ fn device_u64<'nv>(nv: &'nv Nvshmem, v: &[usize]) -> SymmetricBuffer<'nv, u64> {
     filled(nv, v.len(), |i| v[i] as u64)
 }
 
+/// One workspace of each exchange over the world.
+fn exchanges(nv: &Nvshmem) -> (Alltoallv<'_>, Allgatherv<'_>, P2pGroup<'_>) {
+    (
+        Alltoallv::world(nv).unwrap(),
+        Allgatherv::world(nv).unwrap(),
+        P2pGroup::world(nv).unwrap(),
+    )
+}
+
 fn alltoallv<T: Tag>(nv: &Nvshmem, a: &mut Alltoallv<'_>, m: usize, salt: usize, device: bool) {
     let (me, n) = me_n(nv);
     let stream = nv.stream().clone();
@@ -229,9 +238,7 @@ fn group_patterns<T: Tag>(nv: &Nvshmem, g: &mut P2pGroup<'_>, m: usize, salt: us
 }
 
 fn every_exchange(nv: &Nvshmem, scales: &[usize]) {
-    let mut a2a = Alltoallv::world(nv).unwrap();
-    let mut agv = Allgatherv::world(nv).unwrap();
-    let mut g = P2pGroup::world(nv).unwrap();
+    let (mut a2a, mut agv, mut g) = exchanges(nv);
     for (k, &m) in scales.iter().enumerate() {
         for device in [false, true] {
             alltoallv::<f32>(nv, &mut a2a, m, k, device);
@@ -338,9 +345,7 @@ fn a_thousand_back_to_back_exchanges() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let mut a2a = Alltoallv::world(&nv).unwrap();
-    let mut agv = Allgatherv::world(&nv).unwrap();
-    let mut g = P2pGroup::world(&nv).unwrap();
+    let (mut a2a, mut agv, mut g) = exchanges(&nv);
     let m = 3000;
     struct Slot<'nv> {
         counts: Vec<usize>,
@@ -471,9 +476,7 @@ fn replays_of_a_captured_graph_of_exchanges_see_fresh_data() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let mut a2a = Alltoallv::world(&nv).unwrap();
-    let mut agv = Allgatherv::world(&nv).unwrap();
-    let mut g = P2pGroup::world(&nv).unwrap();
+    let (mut a2a, mut agv, mut g) = exchanges(&nv);
     let count = 70_001;
     let counts = vec![count; n];
     let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
@@ -648,9 +651,7 @@ fn wrong_parts_and_lists_are_refused_before_launch() {
     let nv = runtime(2);
     let (me, _) = me_n(&nv);
     let stream = nv.stream().clone();
-    let mut a = Alltoallv::world(&nv).unwrap();
-    let mut agv = Allgatherv::world(&nv).unwrap();
-    let mut g = P2pGroup::world(&nv).unwrap();
+    let (mut a, mut agv, mut g) = exchanges(&nv);
     let input = filled(&nv, 8, |k| f32::tag(me, k, 0));
     let output = filled(&nv, 8, |_| f32::poison());
     let shape = |r: nvshmem::Result<()>| match r {
