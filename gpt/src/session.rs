@@ -285,7 +285,19 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     }
     // An interrupted run ends as soon as its checkpoints are written.
     if opts.sample_tokens > 0 && !result.interrupted {
-        let text = tr.generate(opts.prompt.as_bytes(), opts.sample_tokens, opts.temperature)?;
+        // Only replica 0 samples; the other replicas wait here for it, past the run's limit,
+        // instead of running into the frees at the end (collective, under the deadline) alone.
+        let sampled = tr.generate(opts.prompt.as_bytes(), opts.sample_tokens, opts.temperature);
+        let (text, problem) = match sampled {
+            Ok(text) => (text, None),
+            Err(e) => (None, Some(e)),
+        };
+        let wait = sample_wait(&tr.run, opts.sample_tokens);
+        agree_no_problem(tr, problem, wait, |n| {
+            GptError::Comm(format!(
+                "{n} other PE(s) failed while sampling (each said why)"
+            ))
+        })?;
         if let Some(text) = &text {
             writeln!(
                 out,
@@ -331,6 +343,13 @@ pub fn run_session<B: Backend, C: Comm<B>>(
 pub fn save_wait(run: &crate::trainer::RunConfig) -> Duration {
     let bytes = 12.0 * run.max_stage_params() as f64;
     run.timeout + Duration::from_secs_f64(bytes / 20e6).max(Duration::from_secs(600))
+}
+
+/// How long the PEs wait for replica 0's sample of `tokens` tokens: the run's limit plus a
+/// second per token (a forward pass over the context window each, far less on every model this
+/// trainer builds), and at least 10 minutes more; a dead PE still ends the wait.
+pub fn sample_wait(run: &crate::trainer::RunConfig, tokens: usize) -> Duration {
+    run.timeout + Duration::from_secs(tokens as u64).max(Duration::from_secs(600))
 }
 
 /// Saves one set: replica 0 of every stage writes its file into the step's directory, the PEs

@@ -447,3 +447,46 @@ fn a_failing_peer_stops_the_job_with_an_error() {
     let e = tr.train_step().unwrap_err().to_string();
     assert!(e.contains("stopped") || e.contains("timed out"), "{e}");
 }
+
+/// Two replicas with a 100 ms limit; replica 0 samples 3000 tokens, which takes longer. Each
+/// PE then makes one more collective call under the limit, as a GPU job's frees at the end do:
+/// it succeeds only if the session kept replica 1 waiting for the sample (with a wait past the
+/// limit) instead of letting it run ahead into a call that times out.
+#[test]
+fn the_other_replicas_wait_for_the_sample_past_the_limit() {
+    use nvsh_gpt::comm::Comm;
+    let mut run = run_config(tiny(2, true), 1, 2, 2, ScheduleKind::OneFOneB);
+    run.steps = 2;
+    run.timeout = std::time::Duration::from_millis(100);
+    let opts = SessionOptions {
+        val_every: 0,
+        sample_tokens: 3000,
+        print_every: 1,
+        ..Default::default()
+    };
+    let comms = LocalComm::world(1, 2, 2, run.timeout).unwrap();
+    let data = dataset();
+    let handles: Vec<_> = comms
+        .into_iter()
+        .map(|comm| {
+            let (run, data, opts) = (run.clone(), data.clone(), opts.clone());
+            std::thread::spawn(move || -> nvsh_gpt::error::Result<f64> {
+                let be = CpuBackend::new();
+                let mut tr = Trainer::new(&be, comm, run, data)?;
+                let start = std::time::Instant::now();
+                nvsh_gpt::session::run_session(&mut tr, &opts, &mut std::io::sink())?;
+                let took = start.elapsed().as_secs_f64();
+                let mut v = [1.0];
+                tr.comm.allreduce_host(&be, &mut v)?;
+                assert_eq!(v[0], 2.0);
+                Ok(took)
+            })
+        })
+        .collect();
+    let took: Vec<f64> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    // The sample really outlasted the limit, so the test shows the longer wait.
+    assert!(took[0] > 0.2, "replica 0's session took only {} s", took[0]);
+}
