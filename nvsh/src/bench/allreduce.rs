@@ -615,6 +615,8 @@ mod tests {
         Outcome::Timed(Timing {
             iters: 20,
             us,
+            // After a compute kernel, as if the tail no longer overlapped: 2 us more.
+            us_after_compute: us + 2.0,
             algbw,
             busbw: algbw * busbw_factor(n),
             checked: 400,
@@ -1006,6 +1008,33 @@ mod tests {
         }
     }
 
+    /// The time after a compute kernel is a column of its own, with its own ratio, in the
+    /// table, the JSON and the CSV (auto 10 + 2 us against NCCL 12.5 + 2 us).
+    #[test]
+    fn the_time_after_a_compute_kernel_is_reported_beside_back_to_back() {
+        let r = sample_report();
+        let t = harness::render_table(&r);
+        assert!(
+            t.contains("# t|compute: us per call when each call follows"),
+            "{t}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("1M"))
+            .unwrap();
+        // 12/14.5 after compute, 10/12.5 back to back.
+        assert!(row.ends_with(" 0.80      0.83 twoshot"), "{row}");
+        assert!(
+            row.contains("     10.00   104.9   104.9      0     12.00"),
+            "{row}"
+        );
+        let j = render_json(&r);
+        assert!(j.contains("\"us\":10.0,\"us_after_compute\":12.0"), "{j}");
+        let csv = harness::render_csv(&r);
+        let auto = csv.lines().find(|l| l.contains(",auto,")).unwrap();
+        assert!(auto.ends_with(",12.000"), "{auto}");
+    }
+
     #[test]
     fn csv_has_a_line_per_size_and_candidate_read_back_by_a_csv_reader() {
         let text = harness::render_csv(&sample_report());
@@ -1014,7 +1043,7 @@ mod tests {
         assert_eq!(
             head.join(","),
             "collective,size,count,type,redop,candidate,time_us,algbw_gbps,busbw_gbps,wrong,\
-             calls,checked,status,tolerance"
+             calls,checked,status,tolerance,time_after_compute_us"
         );
         let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 10);
@@ -1035,13 +1064,25 @@ mod tests {
                 "20",
                 "400",
                 "ok",
-                "0"
+                "0",
+                "22.000"
             ]
         );
         // The reason keeps its quotes and commas inside one field.
         assert_eq!(
             line(4)[5..],
-            ["nvshmem", "", "", "", "", "", "", "n/a: status \"7\"", "0"]
+            [
+                "nvshmem",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "n/a: status \"7\"",
+                "0",
+                ""
+            ]
         );
         assert_eq!(line(5)[5..7], ["oneshot", "30.000"]);
         assert_eq!(line(5)[9], "3");
@@ -1224,7 +1265,8 @@ mod tests {
             "{j}"
         );
         let csv = harness::render_csv(&r);
-        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').next().unwrap()).collect();
+        // The tolerance column, the one before the time after compute.
+        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').nth(1).unwrap()).collect();
         assert_eq!(
             last,
             [

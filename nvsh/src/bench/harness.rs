@@ -520,6 +520,10 @@ pub struct Timing {
     pub iters: usize,
     /// Median time of one call over the groups, microseconds.
     pub us: f64,
+    /// Median time of one call when each call follows a compute kernel on the same stream (as
+    /// in a training step, where a collective cannot overlap the previous one's tail): the
+    /// group of (kernel, call) pairs less the group of kernels alone, per call, microseconds.
+    pub us_after_compute: f64,
     /// Bytes / time, GB/s (1e9 bytes per second).
     pub algbw: f64,
     /// algbw times the collective's bus factor.
@@ -576,6 +580,12 @@ impl Row {
     /// `ours`'s time over `theirs`'s, where both ran correctly.
     pub fn ratio(&self, ours: &str, theirs: &str) -> Option<f64> {
         Some(time_ratio(self.timing(ours)?.us, self.timing(theirs)?.us))
+    }
+
+    /// The same ratio of the times after a compute kernel.
+    pub fn ratio_after_compute(&self, ours: &str, theirs: &str) -> Option<f64> {
+        let (o, t) = (self.timing(ours)?, self.timing(theirs)?);
+        Some(time_ratio(o.us_after_compute, t.us_after_compute))
     }
 }
 
@@ -689,6 +699,8 @@ pub struct Harness<'nv> {
     pub nv: &'nv Nvshmem,
     pub stream: Arc<CudaStream>,
     pub(crate) exchange: HostExchange<'nv>,
+    /// What the compute kernel between calls writes ([`COMPUTE_BYTES`], a memset).
+    compute: std::cell::RefCell<cudarc::driver::CudaSlice<u8>>,
     /// Timed groups per size and candidate.
     pub reps: usize,
     /// Untimed calls before them.
@@ -702,9 +714,17 @@ impl<'nv> Harness<'nv> {
             nv,
             stream: nv.stream().clone(),
             exchange: HostExchange::new(nv, EXCHANGE_BYTES)?,
+            compute: std::cell::RefCell::new(nv.stream().alloc_zeros::<u8>(COMPUTE_BYTES)?),
             reps: reps.max(1),
             warmup: warmup.max(1),
         })
+    }
+
+    /// Enqueues the compute kernel that separates calls in the second timing: a memset of
+    /// [`COMPUTE_BYTES`] on the bench stream (bound by memory bandwidth, tens of microseconds).
+    fn compute_kernel(&self) -> Result<()> {
+        self.stream.memset_zeros(&mut *self.compute.borrow_mut())?;
+        Ok(())
     }
 
     /// Agrees on a step's result across PEs: Ok(Some(value)) when it worked everywhere,
@@ -843,6 +863,7 @@ impl<'nv> Harness<'nv> {
         let group = iters.min(slots.n_slots);
 
         let mut us = Vec::with_capacity(self.reps);
+        let (mut with_compute, mut compute_alone) = (Vec::new(), Vec::new());
         let mut wrong = 0u64;
         let mut first: Option<Mismatch> = None;
         let host_len = if slots.checks {
@@ -851,7 +872,11 @@ impl<'nv> Harness<'nv> {
             0
         };
         let mut host = vec![T::default(); host_len];
-        for rep in 0..self.reps {
+        // Back to back, then each call after a compute kernel; every timed call is checked.
+        for (rep, after_compute) in (0..self.reps)
+            .map(|r| (r, false))
+            .chain((0..self.reps).map(|r| (r, true)))
+        {
             // NaN in every output, so a call that writes nothing (or only part) is caught.
             slots.poison(group)?;
             nv.context().synchronize()?;
@@ -859,11 +884,25 @@ impl<'nv> Harness<'nv> {
             nv.barrier_all()?;
             let ms = elapsed_ms(nv, stream, || {
                 for k in 0..group {
+                    if after_compute {
+                        self.compute_kernel()?;
+                    }
                     coll.call(c, slots.input(k)?, slots.output(k)?, stream)?;
                 }
                 Ok(())
             })?;
-            us.push(ms * 1e3 / group as f64);
+            if after_compute {
+                with_compute.push(ms * 1e3 / group as f64);
+                let ms = elapsed_ms(nv, stream, || {
+                    for _ in 0..group {
+                        self.compute_kernel()?;
+                    }
+                    Ok(())
+                })?;
+                compute_alone.push(ms * 1e3 / group as f64);
+            } else {
+                us.push(ms * 1e3 / group as f64);
+            }
             if !slots.checks {
                 continue;
             }
@@ -885,14 +924,16 @@ impl<'nv> Harness<'nv> {
             }
         }
         let (wrong, wrong_detail) = self.gather_wrong(wrong, first)?;
+        let us_after_compute = (median(&with_compute) - median(&compute_alone)).max(0.0);
         let us = median(&us);
         let algbw = algbw_gbps(slots.bytes, us);
         Ok(Outcome::Timed(Timing {
             iters: group,
             us,
+            us_after_compute,
             algbw,
             busbw: algbw * coll.busbw_factor(n),
-            checked: (group * self.reps) as u64,
+            checked: (2 * group * self.reps) as u64,
             checked_pes: (0..n).filter(|&pe| coll.checks_output(pe, n)).count() as i32,
             wrong,
             wrong_detail,
@@ -1117,7 +1158,7 @@ pub const INTEGER_AVG_WORDING: &str = "# integer avg: the sum divided by the PE 
      ncclAvg on integers rounds the same way, so both are checked against the same values";
 
 /// Width of one candidate's group of columns.
-const GROUP: usize = 32;
+const GROUP: usize = 42;
 
 /// The report as a table: one row per size and dtype, time / algbw / busbw / #wrong per
 /// candidate, then the ratio and the row note.
@@ -1136,6 +1177,12 @@ pub fn render_table(r: &Report) -> String {
          (CUDA events around each group; `calls` per group in the JSON), after {} warm-up \
          calls\n",
         r.reps, r.warmup
+    );
+    s += &format!(
+        "# t|compute: us per call when each call follows a compute kernel on the stream (a \
+         {} memset, as a training step's work before its collective): median of the groups of \
+         (kernel, call) less median of the kernels alone; |compute: the ratio of those\n",
+        size_label(COMPUTE_BYTES)
     );
     s += "# algbw = bytes / time, busbw = algbw * bus factor, GB/s (1e9 B/s)";
     if let Some((ours, theirs)) = r.ratio {
@@ -1164,13 +1211,13 @@ pub fn render_table(r: &Report) -> String {
     );
     for _ in &r.candidates {
         s += &format!(
-            " {:>9} {:>7} {:>7} {:>6}",
-            "time", "algbw", "busbw", "#wrong"
+            " {:>9} {:>7} {:>7} {:>6} {:>9}",
+            "time", "algbw", "busbw", "#wrong", "t|compute"
         );
     }
     let ratio_head = r.ratio.map(|(a, b)| format!("{a}/{b}"));
     if let Some(h) = &ratio_head {
-        s += &format!(" {h:>9}");
+        s += &format!(" {h:>9} {:>9}", "|compute");
     }
     if let Some((head, _)) = r.note_column {
         s += &format!(" {head:>7}");
@@ -1187,24 +1234,24 @@ pub fn render_table(r: &Report) -> String {
         for &c in &r.candidates {
             s += &match row.outcome(c) {
                 Some(Outcome::Timed(t)) => format!(
-                    " {:>9.2} {:>7.1} {:>7.1} {:>6}",
-                    t.us, t.algbw, t.busbw, t.wrong
+                    " {:>9.2} {:>7.1} {:>7.1} {:>6} {:>9.2}",
+                    t.us, t.algbw, t.busbw, t.wrong, t.us_after_compute
                 ),
                 Some(Outcome::Unavailable(why)) => {
                     let note = format!("# {c}: n/a ({why})");
                     if !notes.contains(&note) {
                         notes.push(note);
                     }
-                    format!(" {:>9} {:>7} {:>7} {:>6}", "n/a", "-", "-", "-")
+                    format!(" {:>9} {:>7} {:>7} {:>6} {:>9}", "n/a", "-", "-", "-", "-")
                 }
-                None => format!(" {:>9} {:>7} {:>7} {:>6}", "-", "-", "-", "-"),
+                None => format!(" {:>9} {:>7} {:>7} {:>6} {:>9}", "-", "-", "-", "-", "-"),
             };
         }
         if let Some((ours, theirs)) = r.ratio {
-            let ratio = row
-                .ratio(ours, theirs)
-                .map_or("-".to_string(), |x| format!("{x:.2}"));
-            s += &format!(" {ratio:>9}");
+            let shown = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+            let ratio = shown(row.ratio(ours, theirs));
+            let after = shown(row.ratio_after_compute(ours, theirs));
+            s += &format!(" {ratio:>9} {after:>9}");
         }
         if r.note_column.is_some() {
             s += &format!(" {:>7}", row.note.unwrap_or("-"));
@@ -1226,6 +1273,9 @@ pub fn render_table(r: &Report) -> String {
     s
 }
 
+/// Bytes the compute kernel between calls writes.
+pub const COMPUTE_BYTES: usize = 64 << 20;
+
 /// Version of the benches' JSON (its `"schema"` field), for whoever reads the files.
 pub const BENCH_SCHEMA: u32 = 1;
 
@@ -1240,6 +1290,7 @@ pub fn render_json(r: &Report) -> String {
     let outcome = |o: &Outcome| match o {
         Outcome::Timed(t) => json!({
             "us": rounded(t.us, 3),
+            "us_after_compute": rounded(t.us_after_compute, 3),
             "algbw": rounded(t.algbw, 3),
             "busbw": rounded(t.busbw, 3),
             "calls": t.iters,
@@ -1316,6 +1367,7 @@ pub fn render_csv(r: &Report) -> String {
         "checked",
         "status",
         "tolerance",
+        "time_after_compute_us",
     ];
     // Writing into a Vec cannot fail; a field count off by one would be a bug here.
     w.write_record(header).expect("CSV header");
@@ -1347,7 +1399,11 @@ pub fn render_csv(r: &Report) -> String {
                 }
             };
             let tolerance = row.tolerance.to_string();
-            w.write_record(fixed.iter().chain(rest.iter()).chain([&tolerance]))
+            let after = match o {
+                Outcome::Timed(t) => format!("{:.3}", t.us_after_compute),
+                Outcome::Unavailable(_) => String::new(),
+            };
+            w.write_record(fixed.iter().chain(rest.iter()).chain([&tolerance, &after]))
                 .expect("CSV row");
         }
     }
