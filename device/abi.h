@@ -365,4 +365,60 @@ struct nvshmemrs_channel_op {
     int32_t flags;       /* NVSHMEMRS_CHANNEL_* */
 };
 
+/* ---- Sparse selection and sparse sets (sparse/sparse.h; src/sparse/) ---- */
+
+/*
+ * A sparse set in device memory: `capacity` (index, value) pairs and one count word. Indexes
+ * are int32_t or int64_t (the call's index_type: NVSHMEMRS_DTYPE_I32 or _I64), values of the
+ * call's dtype (NVSHMEMRS_DTYPE_F32 or _BF16). The selection kernels and the merge write pairs
+ * sorted by index, no index twice. *count is the true number of pairs, which may exceed
+ * capacity: then the first `capacity` pairs (the lowest indexes) are held, and readers take
+ * min(*count, capacity).
+ */
+typedef struct nvshmemrs_sparse_set {
+    void *idx;
+    void *val;
+    uint64_t *count;
+    uint64_t capacity;
+} nvshmemrs_sparse_set;
+
+/* Top-k by magnitude or threshold compaction of a dense gradient of n elements. */
+typedef struct nvshmemrs_sparse_select_args {
+    const void *grad;
+    uint64_t n;
+    /* Top-k: how many to select. */
+    uint64_t k;
+    /* Threshold: select |g| >= threshold (not NaN; 0 or below selects every element). */
+    float threshold;
+    int32_t dtype;
+    int32_t index_type;
+    int32_t pad;
+    /* Workspace: nvshmemrs_sparse_select_scratch_words(n or more) words of device memory. */
+    uint64_t *scratch;
+    uint64_t scratch_words;
+    nvshmemrs_sparse_set out;
+} nvshmemrs_sparse_select_args;
+
+/* Union by index of two sparse sets, values added where both hold an index. */
+typedef struct nvshmemrs_sparse_merge_args {
+    nvshmemrs_sparse_set a;
+    nvshmemrs_sparse_set b;
+    nvshmemrs_sparse_set out;
+    /* Workspace: nvshmemrs_sparse_merge_scratch_words(a.capacity, b.capacity) words or more. */
+    uint64_t *scratch;
+    uint64_t scratch_words;
+    int32_t dtype;
+    int32_t index_type;
+} nvshmemrs_sparse_merge_args;
+
+/* dense[idx[j]] += val[j] for j < min(*input.count, input.capacity); indexes outside 0..n are
+ * skipped. */
+typedef struct nvshmemrs_sparse_scatter_args {
+    nvshmemrs_sparse_set input;
+    void *dense;
+    uint64_t n;
+    int32_t dtype;
+    int32_t index_type;
+} nvshmemrs_sparse_scatter_args;
+
 #endif

@@ -33,6 +33,7 @@ pub mod core;
 pub mod p2p;
 pub mod pipeline;
 pub mod proto;
+pub mod sparse;
 pub mod sync;
 pub mod team;
 
@@ -64,5 +65,8 @@ pub use crate::core::version_string;
 pub use crate::p2p::device_put::{Completion, LaunchShape};
 pub use crate::p2p::signal::{Cmp, SignalOp};
 pub use crate::pipeline::channel::{Channel, Received};
+pub use crate::sparse::{
+    scatter_add, HostSparse, SparseIndex, SparseMerge, SparseSet, SparseValue, TopK,
+};
 pub use bootstrap::Bootstrap;
 pub use team::Team;

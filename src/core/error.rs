@@ -324,6 +324,49 @@ pub enum Error {
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
     Bootstrap { call: &'static str, status: i32 },
+
+    /// A sparse output set too small for what the call always writes (top-k: min(k, n) pairs).
+    #[error(
+        "{what}: the output set holds {capacity} pairs but the call writes {needed}; create it \
+         with SparseSet::new(stream, {needed}) or more"
+    )]
+    SparseCapacity {
+        what: &'static str,
+        needed: usize,
+        capacity: usize,
+    },
+
+    /// A gradient longer than the index type of the sparse set can number.
+    #[error(
+        "{what}: a gradient of {len} elements needs indexes up to {last}, more than {index} holds \
+         (at most {max}); use i64 indexes (SparseSet<T, i64>)"
+    )]
+    IndexTooNarrow {
+        what: &'static str,
+        len: usize,
+        last: usize,
+        index: &'static str,
+        max: u64,
+    },
+
+    /// A sparse workspace created for smaller inputs than a call passes.
+    #[error(
+        "{what}: the input holds {len} elements but the workspace was created for at most \
+         {max_len}; create it for the largest input ({create})"
+    )]
+    WorkspaceTooSmall {
+        what: &'static str,
+        len: usize,
+        max_len: usize,
+        create: &'static str,
+    },
+
+    /// A threshold that selects nothing meaningful.
+    #[error(
+        "{what}: the threshold is NaN; pass a number (elements with |g| >= threshold are \
+         selected, so 0 or less selects every element)"
+    )]
+    InvalidThreshold { what: &'static str },
 }
 
 /// Result with the runtime's [`Error`].
