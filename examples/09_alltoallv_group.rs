@@ -60,7 +60,7 @@ fn run() -> nvshmem::Result<bool> {
     let input = nv.alloc::<f32>(most)?;
     let output = nv.alloc::<f32>(most)?;
     let data: Vec<f32> = (0..n)
-        .flat_map(|r| std::iter::repeat((me * 1000 + r) as f32).take(count(me, r)))
+        .flat_map(|r| std::iter::repeat_n((me * 1000 + r) as f32, count(me, r)))
         .collect();
     input.copy_from_host(&data)?;
     let mut a2av = Alltoallv::world(&nv)?;
