@@ -32,6 +32,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Throughput and time shares of a --log-json file (key=value on one line).
     Summary(SummaryArgs),
+    /// Draw the loss curves of one or more --log-json files as a PNG chart: training loss solid,
+    /// validation loss dashed, a colour per log, against step.
+    Plot(PlotArgs),
     /// Write the parameters of a --save (the checkpoints of every stage) as one file that
     /// PyTorch loads (nanoGPT names; see gpt/README.md).
     Export(ExportArgs),
@@ -184,6 +187,16 @@ pub struct SummaryArgs {
     /// Also report the first validation loss below this value and when it was logged.
     #[arg(long)]
     pub val_below: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PlotArgs {
+    /// --log-json files of `nvsh-gpt train` (the legend names each by its file name).
+    #[arg(required = true, value_name = "LOG.json")]
+    pub logs: Vec<PathBuf>,
+    /// The PNG to write (checked before any log is read; written whole or not at all).
+    #[arg(long, value_name = "FILE.png")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -1,9 +1,9 @@
-//! `nvsh-gpt`: train a GPT on a text file, pipeline-parallel over NVSHMEM PEs; compare and
-//! summarise the JSON logs it writes. See `nvsh-gpt --help` and gpt/README.md.
+//! `nvsh-gpt`: train a GPT on a text file, pipeline-parallel over NVSHMEM PEs; compare,
+//! summarise and plot the JSON logs it writes. See `nvsh-gpt --help` and gpt/README.md.
 
 use clap::Parser;
 use nvsh_gpt::backend::GpuBackend;
-use nvsh_gpt::cli::{Cli, Command, CompareArgs, ExportArgs, SummaryArgs, TrainArgs};
+use nvsh_gpt::cli::{Cli, Command, CompareArgs, ExportArgs, PlotArgs, SummaryArgs, TrainArgs};
 use nvsh_gpt::config::Topology;
 use nvsh_gpt::cpu::run_local;
 use nvsh_gpt::data::{generated_text, Dataset, GENERATED_BYTES};
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare_logs(&args),
         Command::Summary(args) => summary(&args).map(|_| true),
         Command::Export(args) => export(&args).map(|_| true),
+        Command::Plot(args) => plot(&args).map(|_| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -179,6 +180,21 @@ fn export(args: &ExportArgs) -> Result<()> {
         s.stages,
         args.out.display()
     );
+    Ok(())
+}
+
+fn plot(args: &PlotArgs) -> Result<()> {
+    let r = nvsh_gpt::plot::plot_logs(&args.logs, &args.out)?;
+    println!(
+        "wrote {} ({}x{} pixels, {} log(s))",
+        args.out.display(),
+        r.width,
+        r.height,
+        args.logs.len()
+    );
+    if let Some(w) = r.warning {
+        eprintln!("nvsh-gpt: warning: {w}");
+    }
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 
 mod cli;
 
-use cli::{bench, doctor, info, run, soak};
+use cli::{bench, doctor, info, plot, run, soak};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +28,9 @@ enum Command {
     /// Long checked run of mixed allreduces and channel transfers (run as a job:
     /// `nvsh run -n 2 -- nvsh soak --seconds 600`); with --die-pe, fault injection.
     Soak(soak::SoakArgs),
+    /// Draw a bench result stored with --json as a PNG chart (no GPU needed): `nvsh plot
+    /// allreduce.json --out allreduce.png`.
+    Plot(plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

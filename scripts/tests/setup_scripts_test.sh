@@ -162,6 +162,14 @@ t_sudo_never_waits_for_a_password() {
     grep -q "sudo wants a password" "$WORK/err" || fail "sudo: no message ($(cat "$WORK/err"))"
 }
 
+t_the_font_of_the_charts_is_among_the_packages() {
+    # dpkg-query says nothing is installed: the refusal lists every package it would install.
+    local p="$WORK/font"
+    STUB_UID=1000 setup "$p"
+    grep -q "installing .*fonts-dejavu-core.* needs root" "$WORK/err" ||
+        fail "fonts-dejavu-core is not installed by the set-up ($(cat "$WORK/err"))"
+}
+
 t_check_sh_sources_the_env_file_of_the_prefix_it_set_up() {
     local repo="$WORK/repo"
     mkdir -p "$repo/scripts" "$WORK/bin"

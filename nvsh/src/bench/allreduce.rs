@@ -584,6 +584,7 @@ fn report(
         collective: "allreduce",
         n_pes,
         gpu,
+        date: nvsh_plot::today(),
         op: Some(opts.op),
         reps: opts.reps.max(1),
         warmup: opts.warmup.max(1),
@@ -1184,6 +1185,46 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
         assert_eq!(v["schema"], 1);
         assert_eq!(v["rows"][0]["results"]["nvshmem"]["na"], "status \"7\"");
+    }
+
+    /// What the bench writes `nvsh plot` reads: the report's JSON parses back into the
+    /// charts' lines, wrong and missing results left out with a note.
+    #[test]
+    fn json_reads_back_for_the_charts() {
+        use crate::bench::plot::{parse_bench_json, BenchJson};
+        let r = sample_report();
+        let j = render_json(&r);
+        assert!(
+            j.contains(&format!("\"op\":\"sum\",\"date\":\"{}\"", r.date)),
+            "{j}"
+        );
+        let BenchJson::Collective(c) = parse_bench_json(&j).unwrap() else {
+            panic!("not a collective: {j}")
+        };
+        assert_eq!(c.candidates, r.candidates);
+        let (fig, notes) = BenchJson::Collective(c).figure();
+        assert_eq!(
+            fig.title,
+            format!("allreduce (sum), 2 PEs, NVIDIA H200, {}", r.date)
+        );
+        // f32 and bf16: a row of time and busbw each, a line per candidate.
+        assert_eq!(fig.panels.len(), 4);
+        let twoshot = &fig.panels[0].series[1];
+        assert_eq!(twoshot.label, "twoshot");
+        assert_eq!(twoshot.points, vec![((1 << 20) as f64, 10.0)]);
+        let busbw = fig.panels[1].series[1].points[0].1;
+        assert!((busbw - 104.858).abs() < 1e-9, "{busbw}");
+        // bf16's one-shot had wrong outputs: no point, and a note.
+        assert!(fig.panels[2].series[0].points.is_empty());
+        assert_eq!(fig.panels[2].series[5].points, vec![(4096.0, 8.0)]);
+        assert!(
+            notes.contains(&"oneshot bf16 4K: left out, 3 wrong output(s)".to_string()),
+            "{notes:?}"
+        );
+        assert!(
+            notes.contains(&"nvshmem: not run (status \"7\")".to_string()),
+            "{notes:?}"
+        );
     }
 
     /// The CLI returns verify()'s error, which makes the exit status non-zero.

@@ -618,6 +618,7 @@ fn report(
         collective: kind.name(),
         n_pes,
         gpu,
+        date: nvsh_plot::today(),
         op: kind.reduces().then_some(opts.op),
         reps: opts.reps.max(1),
         warmup: opts.warmup.max(1),

@@ -596,6 +596,8 @@ pub struct Report {
     pub collective: &'static str,
     pub n_pes: i32,
     pub gpu: String,
+    /// When the bench ran: the UTC date, YYYY-MM-DD (the JSON's `date`, the charts' title).
+    pub date: String,
     /// The reduction, for reductions.
     pub op: Option<ReduceOp>,
     pub reps: usize,
@@ -1330,6 +1332,7 @@ pub fn render_json(r: &Report) -> String {
     m.insert("n_pes".into(), json!(r.n_pes));
     m.insert("gpu".into(), json!(r.gpu));
     m.insert("op".into(), json!(r.op.map(ReduceOp::name)));
+    m.insert("date".into(), json!(r.date));
     m.insert("reps".into(), json!(r.reps));
     m.insert("warmup".into(), json!(r.warmup));
     for (k, v) in &r.json_fields {

@@ -88,6 +88,8 @@ pub struct LatencyResult {
 pub struct PutBenchReport {
     pub n_pes: i32,
     pub gpu: String,
+    /// When the bench ran: the UTC date, YYYY-MM-DD.
+    pub date: String,
     pub rows: Vec<BandwidthRow>,
     pub sweep: Vec<BandwidthRow>,
     pub latency: LatencyResult,
@@ -214,6 +216,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     Ok(Some(PutBenchReport {
         n_pes: nv.n_pes(),
         gpu: nv.context().name()?,
+        date: nvsh_plot::today(),
         rows,
         sweep,
         latency: latency.expect("PE 0 measures latency"),
@@ -393,12 +396,14 @@ pub fn render_json(r: &PutBenchReport) -> String {
             "gbps": rounded(b.gbps, 3),
             "gbps_min": rounded(b.gbps_min, 3),
             "gbps_max": rounded(b.gbps_max, 3),
+            "gbps_in_kernel": rounded(b.gbps_in_kernel, 3),
         })
     };
     json!({
         "schema": BENCH_SCHEMA,
         "n_pes": r.n_pes,
         "gpu": r.gpu,
+        "date": r.date,
         "bandwidth": r.rows.iter().map(row).collect::<Vec<_>>(),
         "sweep": r.sweep.iter().map(row).collect::<Vec<_>>(),
         "latency": {
@@ -468,6 +473,7 @@ mod tests {
         let r = PutBenchReport {
             n_pes: 2,
             gpu: "NVIDIA H200".into(),
+            date: "2026-11-22".into(),
             rows: vec![row],
             sweep: vec![],
             latency: LatencyResult {
@@ -486,6 +492,14 @@ mod tests {
         assert!(j.contains("\"blocks\":32,\"threads\":1024"), "{j}");
         let v: serde_json::Value = serde_json::from_str(&j).expect("valid JSON");
         assert_eq!(v["latency"]["one_way_us"], 1.2);
+        assert_eq!(v["date"], "2026-11-22");
+        // `nvsh plot` reads it back, in-kernel bandwidth included.
+        use crate::bench::plot::{parse_bench_json, BenchJson};
+        let Ok(BenchJson::Put(p)) = parse_bench_json(&j) else {
+            panic!("not read back as put: {j}")
+        };
+        assert_eq!(p.bandwidth[0].gbps_in_kernel, Some(371.0));
+        assert_eq!(p.date.as_deref(), Some("2026-11-22"));
         let t = render_table(&r);
         assert!(
             t.contains("16M") && t.contains("32x1024") && t.contains("372.0"),

@@ -8,6 +8,7 @@ use nvsh::bench::harness::{self, Report};
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvshmem::core::env_value::size_label;
 use nvshmem::{Error, Nvshmem, ReduceOp, Result};
+use std::path::Path;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -56,6 +57,10 @@ pub struct PutArgs {
     /// Write the results to this file (from PE 0) instead of standard output.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Also draw the results as a PNG chart: time and bandwidth against message size, log
+    /// axes, a line per candidate (from PE 0; the path is checked before the bench starts).
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Sizes and repetitions, as every bench takes them.
@@ -151,6 +156,11 @@ pub struct CollectiveArgs {
     /// Write the results to this file (from PE 0) instead of standard output.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Also draw the results as a PNG chart: time and bus bandwidth against message size, log
+    /// axes, a line per candidate, two charts per dtype (from PE 0; the path is checked before
+    /// the bench starts).
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// What `-d` takes: one element type, or `all` (nccl-tests' `-d all`), which stands for every
@@ -416,10 +426,12 @@ fn check_min_max(min: usize, max: usize) -> std::result::Result<(), clap::Error>
     Ok(())
 }
 
-/// The results to --out, else standard output.
-fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
+/// The results to --out, else standard output. The file is written whole or not at all
+/// (through a temporary file renamed onto it), so an earlier result under that name survives a
+/// failed write.
+fn emit(text: &str, out: Option<&Path>) -> Result<()> {
     match out {
-        Some(path) => std::fs::write(path, text).map_err(|e| Error::Io {
+        Some(path) => nvsh_plot::write_atomic(path, text.as_bytes()).map_err(|e| Error::Io {
             what: format!("writing {}", path.display()),
             message: e.to_string(),
         }),
@@ -428,6 +440,72 @@ fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Whether this process will be PE 0, the one that writes --out and --plot: rank 0 of `nvsh
+/// run` or of an MPI-style launcher, or a process started alone. Read before NVSHMEM starts.
+fn writes_results() -> bool {
+    match nvshmem::bootstrap::launcher_env() {
+        Ok(Some(l)) => l.rank == 0,
+        _ => nvshmem::bootstrap::step_env().is_none_or(|s| s.rank == 0),
+    }
+}
+
+/// Checks --out and --plot before the bench starts, on the process that will write them: a
+/// mistyped path must not cost a run (or overwrite the results with a chart).
+fn check_outputs(out: Option<&Path>, plot: Option<&Path>) -> Result<()> {
+    if !writes_results() {
+        return Ok(());
+    }
+    check_output_paths(out, plot)
+}
+
+fn check_output_paths(out: Option<&Path>, plot: Option<&Path>) -> Result<()> {
+    let refuse = |flag: &str, why: String| Error::Io {
+        what: flag.to_string(),
+        message: format!("{why}; checked before the bench, so nothing was run"),
+    };
+    if let (Some(o), Some(p)) = (out, plot) {
+        if std::path::absolute(o).ok() == std::path::absolute(p).ok() {
+            return Err(refuse(
+                "--plot",
+                format!(
+                    "{} is also --out; give the chart a file of its own",
+                    p.display()
+                ),
+            ));
+        }
+    }
+    if let Some(o) = out {
+        nvsh_plot::probe_writable(o).map_err(|why| refuse("--out", why))?;
+    }
+    if let Some(p) = plot {
+        nvsh_plot::check_writable(p).map_err(|why| refuse("--plot", why))?;
+    }
+    Ok(())
+}
+
+/// Draws the results to --plot from the JSON they are written as, which is what `nvsh plot`
+/// reads: a stored result draws as the live run did.
+fn draw(json: &str, plot: &Path) -> Result<()> {
+    let plotted =
+        nvsh::bench::plot::plot_json(json, "the bench's results", plot).map_err(|why| {
+            Error::Io {
+                what: "--plot".into(),
+                message: why,
+            }
+        })?;
+    super::plot::tell(plot, &plotted);
+    Ok(())
+}
+
+/// Fails with `verify`'s error first (wrong results matter more than a chart), then with the
+/// chart's; both are printed.
+fn verify_then(verify: Result<()>, drawn: Result<()>) -> Result<()> {
+    if let (Err(_), Err(e)) = (&verify, &drawn) {
+        eprintln!("nvsh: error: {e}");
+    }
+    verify.and(drawn)
 }
 
 /// A list without repeats, first occurrence kept.
@@ -492,19 +570,22 @@ fn collective(
     bench: impl FnOnce(&Nvshmem) -> Result<Option<Report>>,
 ) -> Result<()> {
     check_min_max(common.sizes.min, common.sizes.max).unwrap_or_else(|e| e.exit());
+    check_outputs(common.out.as_deref(), common.plot.as_deref())?;
     let nv = Nvshmem::init()?;
     if let Some(report) = bench(&nv)? {
+        let json = harness::render_json(&report);
         let text = if common.json {
-            harness::render_json(&report) + "\n"
+            json.clone() + "\n"
         } else if common.csv {
             harness::render_csv(&report)
         } else {
             harness::render_table(&report)
         };
         emit(&text, common.out.as_deref())?;
-        // Printed first, so the table shows which results were wrong or missing; then the
-        // exit status says so.
-        report.verify()?;
+        // Printed (and drawn) first, so the table shows which results were wrong or missing;
+        // then the exit status says so.
+        let drawn = common.plot.as_deref().map_or(Ok(()), |p| draw(&json, p));
+        verify_then(report.verify(), drawn)?;
     }
     Ok(())
 }
@@ -541,15 +622,20 @@ impl PutArgs {
 
 fn put(args: PutArgs) -> Result<()> {
     check_min_max(args.sizes.min, args.sizes.max).unwrap_or_else(|e| e.exit());
+    check_outputs(args.out.as_deref(), args.plot.as_deref())?;
     let nv = Nvshmem::init()?;
     let opts = args.options();
     if let Some(report) = put::run(&nv, &opts)? {
+        let json = put::render_json(&report);
         let text = if args.json {
-            put::render_json(&report) + "\n"
+            json.clone() + "\n"
         } else {
             put::render_table(&report)
         };
         emit(&text, args.out.as_deref())?;
+        if let Some(p) = args.plot.as_deref() {
+            draw(&json, p)?;
+        }
     }
     Ok(())
 }

@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod doctor;
 pub mod info;
+pub mod plot;
 pub mod run;
 pub mod soak;

@@ -1,0 +1,436 @@
+//! The benches' results as charts: time per call and bus bandwidth against message size, log
+//! axes, a line per candidate (ours per algorithm, NCCL, NVSHMEM's reduce) and a row of two
+//! charts per dtype. `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh
+//! plot RESULT.json --out FILE.png` one stored with `--json` (no GPU needed): both read the
+//! bench's JSON (`"schema":1`, see [`harness::render_json`] and [`put::render_json`]), so a
+//! stored file and a live run draw the same.
+//!
+//! [`harness::render_json`]: crate::bench::harness::render_json
+//! [`put::render_json`]: crate::bench::put::render_json
+
+use crate::bench::harness::BENCH_SCHEMA;
+use nvsh_plot::{Axis, Corner, Figure, Panel, Scale, Series, Stroke};
+use nvshmem::core::env_value::size_label;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Pixels of one chart; two side by side.
+pub const PANEL_SIZE: (u32, u32) = (760, 480);
+
+/// Just enough of a bench JSON to tell which bench wrote it.
+#[derive(Deserialize)]
+struct Head {
+    schema: Option<u32>,
+    collective: Option<String>,
+    bandwidth: Option<serde::de::IgnoredAny>,
+}
+
+/// A collective bench's JSON (allreduce, broadcast, ...), the fields the charts use; the others
+/// are left alone.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CollectiveJson {
+    pub collective: String,
+    pub n_pes: i32,
+    pub gpu: String,
+    #[serde(default)]
+    pub op: Option<String>,
+    /// When the bench ran (UTC, YYYY-MM-DD); files of older builds have none.
+    #[serde(default)]
+    pub date: Option<String>,
+    pub candidates: Vec<String>,
+    pub rows: Vec<RowJson>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RowJson {
+    pub bytes: u64,
+    pub dtype: String,
+    pub results: BTreeMap<String, ResultJson>,
+}
+
+/// One candidate at one size: timed (`us`, `busbw`, `wrong`) or not run (`na`: why).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResultJson {
+    pub us: Option<f64>,
+    pub busbw: Option<f64>,
+    #[serde(default)]
+    pub wrong: u64,
+    pub na: Option<String>,
+}
+
+/// The put bench's JSON.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PutJson {
+    pub n_pes: i32,
+    pub gpu: String,
+    #[serde(default)]
+    pub date: Option<String>,
+    pub bandwidth: Vec<PutRowJson>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PutRowJson {
+    pub bytes: u64,
+    pub us_per_put: f64,
+    pub gbps: f64,
+    /// Absent from files of older builds.
+    #[serde(default)]
+    pub gbps_in_kernel: Option<f64>,
+}
+
+/// A bench result as read.
+#[derive(Debug, Clone)]
+pub enum BenchJson {
+    Collective(CollectiveJson),
+    Put(PutJson),
+}
+
+/// Why a JSON text is not a bench result: the line and column where serde_json stopped (0 when
+/// the text as a whole is wrong) and what it found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonProblem {
+    pub line: usize,
+    pub column: usize,
+    pub why: String,
+}
+
+impl From<serde_json::Error> for JsonProblem {
+    fn from(e: serde_json::Error) -> Self {
+        // serde_json ends its message with the position, which the caller puts first.
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let text = e.to_string();
+        JsonProblem {
+            line: e.line(),
+            column: e.column(),
+            why: text.strip_suffix(&suffix).unwrap_or(&text).to_string(),
+        }
+    }
+}
+
+/// Parses the JSON `nvsh bench ... --json` writes.
+pub fn parse_bench_json(text: &str) -> Result<BenchJson, JsonProblem> {
+    let whole = |why: String| JsonProblem {
+        line: 0,
+        column: 0,
+        why,
+    };
+    let head: Head = serde_json::from_str(text)?;
+    match head.schema {
+        Some(BENCH_SCHEMA) => {}
+        Some(other) => {
+            return Err(whole(format!(
+                "a bench result of schema {other}; this nvsh reads schema {BENCH_SCHEMA}"
+            )))
+        }
+        None => {
+            return Err(whole(
+                "no \"schema\" field: not a result of `nvsh bench ... --json`".into(),
+            ))
+        }
+    }
+    if head.collective.is_some() {
+        Ok(BenchJson::Collective(serde_json::from_str(text)?))
+    } else if head.bandwidth.is_some() {
+        Ok(BenchJson::Put(serde_json::from_str(text)?))
+    } else {
+        Err(whole(
+            "neither a \"collective\" nor a \"bandwidth\" field: not a result of `nvsh bench \
+             ... --json`"
+                .into(),
+        ))
+    }
+}
+
+/// Reads a stored bench result; the error names the file and, where it can, the line.
+pub fn read_bench_json(path: &Path) -> Result<BenchJson, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "cannot read {} ({e}); give the file `nvsh bench ... --json --out FILE` wrote",
+            path.display()
+        )
+    })?;
+    parse_bench_json(&text).map_err(|p| {
+        if p.line == 0 {
+            format!("{}: {}", path.display(), p.why)
+        } else {
+            format!(
+                "{}:{}:{}: not a result of `nvsh bench ... --json`: {}",
+                path.display(),
+                p.line,
+                p.column,
+                p.why
+            )
+        }
+    })
+}
+
+fn bytes_tick(v: f64) -> String {
+    size_label(v.round() as usize)
+}
+
+fn size_axis() -> Axis {
+    Axis {
+        label: "message size (bytes)".into(),
+        scale: Scale::Log2,
+        format: bytes_tick,
+    }
+}
+
+fn log_axis(label: &str) -> Axis {
+    Axis {
+        label: label.into(),
+        scale: Scale::Log10,
+        format: nvsh_plot::short_number,
+    }
+}
+
+fn pes(n: i32) -> String {
+    format!("{n} PE{}", if n == 1 { "" } else { "s" })
+}
+
+/// A chart's title line: what ran, on how many PEs, which GPU, when.
+fn title(what: &str, n_pes: i32, gpu: &str, date: Option<&str>) -> String {
+    format!(
+        "{what}, {}, {gpu}, {}",
+        pes(n_pes),
+        date.unwrap_or("date not recorded")
+    )
+}
+
+/// What [`BenchJson::figure`] left out, for the user.
+pub type Notes = Vec<String>;
+
+impl BenchJson {
+    /// The charts: for a collective a row per dtype (time, bus bandwidth); for put one row
+    /// (time per put, bandwidth), per call and in kernel. Results with wrong outputs and
+    /// candidates that did not run have no points; the notes say which.
+    pub fn figure(&self) -> (Figure, Notes) {
+        match self {
+            BenchJson::Collective(c) => collective_figure(c),
+            BenchJson::Put(p) => (put_figure(p), Vec::new()),
+        }
+    }
+}
+
+fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
+    let mut dtypes: Vec<&str> = Vec::new();
+    for r in &c.rows {
+        if !dtypes.contains(&r.dtype.as_str()) {
+            dtypes.push(&r.dtype);
+        }
+    }
+    let mut notes: Notes = Vec::new();
+    let mut panels = Vec::new();
+    for dtype in &dtypes {
+        let mut time = Vec::new();
+        let mut bw = Vec::new();
+        for (i, cand) in c.candidates.iter().enumerate() {
+            let (mut t, mut b) = (Vec::new(), Vec::new());
+            for row in c.rows.iter().filter(|r| r.dtype == *dtype) {
+                let Some(res) = row.results.get(cand) else {
+                    continue;
+                };
+                if res.wrong > 0 {
+                    notes.push(format!(
+                        "{cand} {dtype} {}: left out, {} wrong output(s)",
+                        size_label(row.bytes as usize),
+                        res.wrong
+                    ));
+                    continue;
+                }
+                if let Some(why) = &res.na {
+                    let note = format!("{cand}: not run ({why})");
+                    if !notes.contains(&note) {
+                        notes.push(note);
+                    }
+                    continue;
+                }
+                let x = row.bytes as f64;
+                if let Some(us) = res.us {
+                    t.push((x, us));
+                }
+                if let Some(busbw) = res.busbw {
+                    b.push((x, busbw));
+                }
+            }
+            // Allreduce's auto runs one of the other lines' algorithms at each size: dashed,
+            // so that the line it lies on still shows.
+            let stroke = if cand == "auto" {
+                Stroke::Dashed
+            } else {
+                Stroke::Solid
+            };
+            let series = |points| Series {
+                label: cand.clone(),
+                points,
+                stroke,
+                color: i,
+                markers: true,
+            };
+            time.push(series(t));
+            bw.push(series(b));
+        }
+        panels.push(Panel {
+            title: format!("{dtype}: time per call"),
+            x: size_axis(),
+            y: log_axis("time (us)"),
+            series: time,
+            legend: Corner::UpperLeft,
+        });
+        panels.push(Panel {
+            title: format!("{dtype}: bus bandwidth"),
+            x: size_axis(),
+            y: log_axis("busbw (GB/s)"),
+            series: bw,
+            legend: Corner::UpperLeft,
+        });
+    }
+    let what = match &c.op {
+        Some(op) => format!("{} ({op})", c.collective),
+        None => c.collective.clone(),
+    };
+    let fig = Figure {
+        title: title(&what, c.n_pes, &c.gpu, c.date.as_deref()),
+        panels,
+        columns: 2,
+        panel_size: PANEL_SIZE,
+    };
+    (fig, notes)
+}
+
+fn put_figure(p: &PutJson) -> Figure {
+    let x = |r: &PutRowJson| r.bytes as f64;
+    let series = |label: &str, color, points| Series {
+        label: label.into(),
+        points,
+        stroke: Stroke::Solid,
+        color,
+        markers: true,
+    };
+    let per_call_t = p.bandwidth.iter().map(|r| (x(r), r.us_per_put)).collect();
+    let per_call_b = p.bandwidth.iter().map(|r| (x(r), r.gbps)).collect();
+    // In kernel: the same bytes at the in-kernel bandwidth (GB/s = 1e3 bytes per us).
+    let in_kernel_t = p
+        .bandwidth
+        .iter()
+        .filter_map(|r| r.gbps_in_kernel.map(|g| (x(r), x(r) / (g * 1e3))))
+        .collect();
+    let in_kernel_b = p
+        .bandwidth
+        .iter()
+        .filter_map(|r| r.gbps_in_kernel.map(|g| (x(r), g)))
+        .collect();
+    Figure {
+        title: title(
+            "device-initiated put, PE 0 -> PE 1",
+            p.n_pes,
+            &p.gpu,
+            p.date.as_deref(),
+        ),
+        panels: vec![
+            Panel {
+                title: "time per put".into(),
+                x: size_axis(),
+                y: log_axis("time (us)"),
+                series: vec![
+                    series("per call", 0, per_call_t),
+                    series("in kernel", 1, in_kernel_t),
+                ],
+                legend: Corner::UpperLeft,
+            },
+            Panel {
+                title: "bandwidth".into(),
+                x: size_axis(),
+                y: log_axis("GB/s"),
+                series: vec![
+                    series("per call", 0, per_call_b),
+                    series("in kernel", 1, in_kernel_b),
+                ],
+                legend: Corner::UpperLeft,
+            },
+        ],
+        columns: 2,
+        panel_size: PANEL_SIZE,
+    }
+}
+
+/// What [`plot_json`] drew: the image's size, the notes on what was left out, and a warning
+/// when the chart has no text (no font).
+#[derive(Debug, Clone)]
+pub struct Plotted {
+    pub width: u32,
+    pub height: u32,
+    pub notes: Notes,
+    pub warning: Option<String>,
+}
+
+/// Draws a bench's JSON text (`source` names it in errors) to `out` as PNG.
+pub fn plot_json(text: &str, source: &str, out: &Path) -> Result<Plotted, String> {
+    let bench = parse_bench_json(text).map_err(|p| format!("{source}: {}", p.why))?;
+    plot_bench(&bench, out)
+}
+
+/// Draws a bench result to `out` as PNG.
+pub fn plot_bench(bench: &BenchJson, out: &Path) -> Result<Plotted, String> {
+    let (fig, notes) = bench.figure();
+    let r = nvsh_plot::write(&fig, out).map_err(|e| e.to_string())?;
+    Ok(Plotted {
+        width: r.width,
+        height: r.height,
+        notes,
+        warning: r.warning,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PUT: &str = r#"{"schema":1,"n_pes":2,"gpu":"NVIDIA H200","date":"2026-11-22",
+        "bandwidth":[{"bytes":65536,"blocks":4,"threads":256,"iters":1000,"us_per_put":2.7,
+        "gbps":24.3,"gbps_min":20.0,"gbps_max":25.0,"gbps_in_kernel":165.1},
+        {"bytes":1048576,"blocks":64,"threads":512,"iters":512,"us_per_put":5.08,
+        "gbps":206.4,"gbps_min":200.0,"gbps_max":210.0}],
+        "sweep":[],"latency":{"one_way_us":1.25,"one_way_us_min":1.2,"one_way_us_max":1.4,
+        "iters":1000,"reps":20}}"#;
+
+    #[test]
+    fn put_results_draw_per_call_and_in_kernel_lines() {
+        let BenchJson::Put(p) = parse_bench_json(PUT).unwrap() else {
+            panic!("not put")
+        };
+        let fig = put_figure(&p);
+        assert_eq!(
+            fig.title,
+            "device-initiated put, PE 0 -> PE 1, 2 PEs, NVIDIA H200, 2026-11-22"
+        );
+        let time = &fig.panels[0].series;
+        assert_eq!(time[0].points, vec![(65536.0, 2.7), (1048576.0, 5.08)]);
+        // Only the row that has an in-kernel bandwidth: 64 KiB at 165.1 GB/s.
+        assert_eq!(time[1].points.len(), 1);
+        assert!((time[1].points[0].1 - 65536.0 / 165.1e3).abs() < 1e-9);
+        assert_eq!(fig.panels[1].series[1].points, vec![(65536.0, 165.1)]);
+    }
+
+    #[test]
+    fn what_is_not_a_bench_result_is_refused_with_where_and_why() {
+        let p = parse_bench_json("{\"schema\":1,\n\"collective\":\"allreduce\",\n\"n_pes\":}")
+            .unwrap_err();
+        assert_eq!((p.line, p.column), (3, 9));
+        assert!(p.why.starts_with("expected value"), "{p:?}");
+        let p = parse_bench_json(&PUT.replace("\"schema\":1", "\"schema\":2")).unwrap_err();
+        assert!(
+            p.why.contains("schema 2; this nvsh reads schema 1"),
+            "{p:?}"
+        );
+        let p = parse_bench_json("{\"step\":1,\"loss\":2.0}").unwrap_err();
+        assert!(p.why.contains("no \"schema\" field"), "{p:?}");
+        let p = parse_bench_json("{\"schema\":1,\"gpu\":\"x\"}").unwrap_err();
+        assert!(p.why.contains("neither"), "{p:?}");
+        // A field of the wrong type: where it is.
+        let p = parse_bench_json(&PUT.replace("\"n_pes\":2", "\"n_pes\":\"two\"")).unwrap_err();
+        assert_eq!(p.line, 1, "{p:?}");
+        assert!(p.why.contains("invalid type"), "{p:?}");
+    }
+}
