@@ -508,6 +508,20 @@ fn local_includes(file: &Path, device_dir: &Path, found: &mut BTreeSet<PathBuf>)
         let Some(rest) = directive.trim_start().strip_prefix("include") else {
             continue;
         };
+        // Once one header of a unit has skipped NVSHMEM's device collectives, <nvshmem.h>
+        // would pull in headers that need them (see core/nvshmem_device.cuh).
+        let system = rest
+            .trim_start()
+            .strip_prefix('<')
+            .and_then(|r| r.split('>').next());
+        if matches!(system, Some("nvshmem.h" | "nvshmemx.h")) {
+            fail(&format!(
+                "{} includes <{}>: device code includes \"core/nvshmem_device.cuh\" instead \
+                 (the NVSHMEM API without its device collectives, which no kernel here calls)",
+                file.display(),
+                system.unwrap_or_default()
+            ));
+        }
         let Some(name) = rest
             .trim_start()
             .strip_prefix('"')

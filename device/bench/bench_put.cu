@@ -1,7 +1,6 @@
 // Latency kernel of the put benchmark (src/bench_put.rs): p + wait ping-pong, one thread.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "bench/bench_put.h"
 #include "prims/chunks.cuh"

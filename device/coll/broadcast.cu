@@ -1,8 +1,7 @@
 // Broadcast (coll/family.h): the root puts its input into every member's output once the
 // member has arrived.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "coll/family.h"
 #include "coll/family_args.cuh"

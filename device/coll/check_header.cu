@@ -1,7 +1,6 @@
 // Checked mode's header exchange (NVSHMEMRS_FAIL_MISMATCH), the entry point of coll/check.h.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "coll/check.h"
 #include "prims/deadline.cuh"

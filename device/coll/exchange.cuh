@@ -8,8 +8,7 @@
 #ifndef NVSHMEM_RS_EXCHANGE_CUH
 #define NVSHMEM_RS_EXCHANGE_CUH
 
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 #include <stdint.h>
 
 #include "abi.h"

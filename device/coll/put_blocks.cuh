@@ -5,8 +5,7 @@
 #ifndef NVSHMEM_RS_PUT_BLOCKS_CUH
 #define NVSHMEM_RS_PUT_BLOCKS_CUH
 
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "abi.h"
 #include "prims/chunks.cuh"

@@ -2,8 +2,7 @@
 // other member it has arrived (ARRIVE counters of the family's step layout), and waits for
 // every other member's arrival. The deadline and checked mode come with the family's header.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "coll/family.h"
 #include "coll/family_args.cuh"

@@ -1,7 +1,6 @@
 // One-thread kernels behind the host API's 64-bit atomics (src/rma.rs).
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "core/atomics.h"
 

@@ -1,7 +1,6 @@
 // Barrier and stream signal wait with deadlines; core/barrier.h has the protocol.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "core/barrier.h"
 #include "prims/deadline.cuh"

@@ -2,8 +2,7 @@
 // with direct stores into the peer's mapping when nvshmem_ptr gives one (NVLink/PCIe peers),
 // else with a block-scoped NVSHMEM put (InfiniBand: one thread posts the transfer).
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "prims/chunks.cuh"
 #include "prims/pdl.cuh"

@@ -3,8 +3,7 @@
 // .cu under device/: nvshmemi_init_thread registers the device state of this module, so kernels
 // that call NVSHMEM device functions must live in the same device link.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "core/runtime.h"
 

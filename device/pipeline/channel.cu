@@ -4,8 +4,7 @@
 // nodes). Every wait has a deadline (prims/deadline.cuh): a dead peer ends the kernel, not the
 // stream.
 #include <cuda_runtime.h>
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 
 #include "pipeline/channel.h"
 #include "prims/chunks.cuh"

@@ -6,7 +6,7 @@
 #ifndef NVSHMEM_RS_DEADLINE_CUH
 #define NVSHMEM_RS_DEADLINE_CUH
 
-#include <nvshmem.h>
+#include "core/nvshmem_device.cuh"
 #include <stdint.h>
 
 #include "abi.h"

@@ -3,8 +3,7 @@
 #ifndef NVSHMEM_RS_DIRECT_CUH
 #define NVSHMEM_RS_DIRECT_CUH
 
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 #include <stddef.h>
 #include <stdint.h>
 

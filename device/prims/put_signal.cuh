@@ -4,8 +4,7 @@
 #ifndef NVSHMEM_RS_PUT_SIGNAL_CUH
 #define NVSHMEM_RS_PUT_SIGNAL_CUH
 
-#include <nvshmem.h>
-#include <nvshmemx.h>
+#include "core/nvshmem_device.cuh"
 #include <stddef.h>
 #include <stdint.h>
 

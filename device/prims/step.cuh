@@ -4,7 +4,7 @@
 #ifndef NVSHMEM_RS_STEP_CUH
 #define NVSHMEM_RS_STEP_CUH
 
-#include <nvshmem.h>
+#include "core/nvshmem_device.cuh"
 #include <stddef.h>
 #include <stdint.h>
 
