@@ -57,6 +57,7 @@ pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;
 pub use crate::coll::team_barrier::TeamBarrier;
+pub use crate::coll::tuning::{Measurement, Tuner, UserCandidate};
 pub use crate::core::buffer::{SymView, SymmetricBuffer};
 pub use crate::core::element::{Atomic64, Dtype, Element};
 pub use crate::core::error::{Error, Result};
@@ -65,6 +66,7 @@ pub use crate::core::version_string;
 pub use crate::p2p::device_put::{Completion, LaunchShape};
 pub use crate::p2p::signal::{Cmp, SignalOp};
 pub use crate::pipeline::channel::{Channel, Received};
+pub use crate::proto::family::FamilyProtocol;
 pub use crate::sparse::{
     scatter_add, HostSparse, SparseIndex, SparseMerge, SparseSet, SparseValue, TopK,
 };

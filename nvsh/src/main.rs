@@ -2,7 +2,7 @@
 
 mod cli;
 
-use cli::{bench, doctor, info, plot, run, soak};
+use cli::{bench, doctor, info, plot, run, soak, tune};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +31,9 @@ enum Command {
     /// Draw a bench result stored with --json as a PNG chart (no GPU needed): `nvsh plot
     /// allreduce.json --out allreduce.png`.
     Plot(plot::PlotArgs),
+    /// Time every collective's candidates per size and dtype class and write this machine's
+    /// tuning file, which `Auto` then follows (run as a job: `nvsh run -n 2 -- nvsh tune`).
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
         Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Tune(args) => tune::run(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

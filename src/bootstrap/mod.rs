@@ -359,6 +359,11 @@ pub(crate) mod tests {
         crate::coll::allreduce::DIRECT_BLOCKS_ENV,
         crate::coll::allreduce::DIRECT_BLOCK_BYTES_ENV,
         crate::proto::checked::CHECKED_ENV,
+        crate::core::tuning::TUNE_ENV,
+        crate::core::tuning::TUNING_FILE_ENV,
+        crate::core::tuning::TUNE_BUDGET_ENV,
+        "XDG_CACHE_HOME",
+        "HOME",
     ];
 
     /// Runs `f` with exactly `vars` set among the variables the bootstraps (and the allreduce

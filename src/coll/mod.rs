@@ -14,3 +14,4 @@ pub mod reduce;
 pub mod reduce_scatter;
 pub mod select;
 pub mod team_barrier;
+pub mod tuning;

@@ -1,5 +1,5 @@
 //! The runtime core: init and the handle, symmetric buffers, element types, errors, the raw
-//! call layer, environment values, leak tracking and streams.
+//! call layer, environment values, leak tracking, streams and tuning files.
 
 pub mod buffer;
 pub mod element;
@@ -9,6 +9,7 @@ pub mod leak;
 pub mod result;
 pub mod runtime;
 pub mod stream;
+pub mod tuning;
 
 /// Lowest compute capability the device code is built for (sm_80, INSTALL.md requirements);
 /// `nvsh doctor` checks it and `Nvshmem::init` refuses GPUs below it.

@@ -53,6 +53,43 @@ pub enum Scratch {
     Exchange,
 }
 
+/// How a family collective moves data to peers that are mapped (NVLink or PCIe in one node);
+/// unmapped peers always get NVSHMEM puts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FamilyProtocol {
+    /// The tuned table's choice for the call's size and dtype class ("direct" or "put"), else
+    /// direct stores.
+    Auto,
+    /// Direct stores (unless `NVSH_NO_DIRECT`).
+    Direct,
+    /// NVSHMEM puts with signal, as across nodes.
+    Put,
+}
+
+impl FamilyProtocol {
+    /// Every concrete protocol (not `Auto`), as tuning times them.
+    pub const ALL: [FamilyProtocol; 2] = [FamilyProtocol::Direct, FamilyProtocol::Put];
+
+    /// The name in tuning files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FamilyProtocol::Auto => "auto",
+            FamilyProtocol::Direct => "direct",
+            FamilyProtocol::Put => "put",
+        }
+    }
+
+    /// Parses a [`FamilyProtocol::name`].
+    pub fn parse(s: &str) -> Option<FamilyProtocol> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => FamilyProtocol::Auto,
+            "direct" => FamilyProtocol::Direct,
+            "put" => FamilyProtocol::Put,
+            _ => return None,
+        })
+    }
+}
+
 /// The shared part of a family collective: see the module documentation.
 pub struct FamilyWorkspace<'nv> {
     /// First field: its Drop waits for queued kernels before the buffers below are freed.
@@ -63,6 +100,9 @@ pub struct FamilyWorkspace<'nv> {
     scratch: Option<SymmetricBuffer<'nv, u8>>,
     /// 0 unless the scratch is receive slots.
     slot_bytes: usize,
+    protocol: FamilyProtocol,
+    /// This workspace's key in the tuned tables (`tuning::collective_key`).
+    tuning_key: String,
 }
 
 impl<'nv> FamilyWorkspace<'nv> {
@@ -104,12 +144,15 @@ impl<'nv> FamilyWorkspace<'nv> {
             ws.n_pes(),
             ws.all_mapped()
         );
+        let tuning_key = crate::core::tuning::collective_key(text.call, ws.n_pes(), nv.n_pes());
         ws.ready()?;
         Ok(FamilyWorkspace {
             ws,
             flags,
             scratch,
             slot_bytes,
+            protocol: FamilyProtocol::Auto,
+            tuning_key,
         })
     }
 
@@ -121,6 +164,32 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// The embedded workspace, mutably (timeouts, call numbering).
     pub fn ws_mut(&mut self) -> &mut Workspace<'nv> {
         &mut self.ws
+    }
+
+    /// How calls move data to mapped peers from now on.
+    pub fn set_protocol(&mut self, protocol: FamilyProtocol) {
+        self.protocol = protocol;
+    }
+
+    /// The protocol set by [`FamilyWorkspace::set_protocol`] (`Auto` by default).
+    pub fn protocol(&self) -> FamilyProtocol {
+        self.protocol
+    }
+
+    /// Whether a call of `bytes` in `elem_bytes`-byte elements stores directly into mapped
+    /// peers: the set protocol, or under `Auto` the tuned table ("put" turns it off).
+    fn direct_for(&self, bytes: usize, elem_bytes: usize) -> bool {
+        match self.protocol {
+            FamilyProtocol::Direct => true,
+            FamilyProtocol::Put => false,
+            FamilyProtocol::Auto => {
+                self.ws
+                    .runtime()
+                    .tuned(&self.tuning_key, bytes, elem_bytes, |c| {
+                        c.and_then(FamilyProtocol::parse) != Some(FamilyProtocol::Put)
+                    })
+            }
+        }
     }
 
     /// Device address of the scratch (slots or exchange region), or null.
@@ -159,6 +228,8 @@ impl<'nv> FamilyWorkspace<'nv> {
         entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
     ) -> Result<()> {
         let rank = self.ws.begin_call()?;
+        let direct = self.direct_for(call.count * call.elem_bytes, call.elem_bytes);
+        self.ws.set_direct(direct);
         let header = self.args(rank, call, 0, call.count);
         self.ws.exchange_header(
             header.hdr,
@@ -335,6 +406,18 @@ macro_rules! family_methods {
             pub fn failure(&self) -> Option<crate::sync::status::WaitFailure> {
                 self.fam.ws().failure()
             }
+
+            /// How calls move data to mapped peers from now on: direct stores, NVSHMEM puts,
+            /// or (`Auto`, the default) what the tuned table says for the call's size. Every
+            /// member sets the same.
+            pub fn set_protocol(&mut self, protocol: $crate::proto::family::FamilyProtocol) {
+                self.fam.set_protocol(protocol);
+            }
+
+            /// The protocol set ([`Self::set_protocol`]).
+            pub fn protocol(&self) -> $crate::proto::family::FamilyProtocol {
+                self.fam.protocol()
+            }
         }
     };
 }
@@ -343,6 +426,18 @@ pub(crate) use family_methods;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protocol_names_round_trip() {
+        for p in FamilyProtocol::ALL
+            .into_iter()
+            .chain([FamilyProtocol::Auto])
+        {
+            assert_eq!(FamilyProtocol::parse(p.name()), Some(p));
+        }
+        assert_eq!(FamilyProtocol::parse(" Put "), Some(FamilyProtocol::Put));
+        assert_eq!(FamilyProtocol::parse("nvlink"), None);
+    }
 
     #[test]
     fn roots_outside_the_team_are_refused() {

@@ -115,8 +115,12 @@ pub struct Workspace<'nv> {
     /// Every member is reachable by direct stores (nvshmem_ptr non-null), and direct stores
     /// are not turned off ([`NO_DIRECT_ENV`]).
     all_mapped: bool,
-    /// [`NO_DIRECT_ENV`]: NVSHMEM puts even to mapped peers.
+    /// [`NO_DIRECT_ENV`], or [`Workspace::set_direct`] off: NVSHMEM puts even to mapped peers.
     no_direct: bool,
+    /// Every member is reachable by direct stores (the probe, whatever no_direct says).
+    mapped: bool,
+    /// [`NO_DIRECT_ENV`] as read at creation.
+    env_no_direct: bool,
     /// Device-resident sequence state of the collective's kernels (zeroed at creation).
     state: SymmetricBuffer<'nv, u64>,
     headers: Option<Headers<'nv>>,
@@ -166,10 +170,11 @@ impl<'nv> Workspace<'nv> {
         let pes_buf = nv.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
         // The mapping probe: nvshmem_ptr answers alike for every address of the heap.
-        let mut all_mapped = !no_direct;
+        let mut mapped = true;
         for &pe in pes.iter().take(n as usize) {
-            all_mapped &= pe == nv.my_pe() || pes_buf.peer_ptr(pe)?.is_some();
+            mapped &= pe == nv.my_pe() || pes_buf.peer_ptr(pe)?.is_some();
         }
+        let all_mapped = mapped && !no_direct;
         Ok(Workspace {
             nv,
             text,
@@ -178,6 +183,8 @@ impl<'nv> Workspace<'nv> {
             rank,
             all_mapped,
             no_direct,
+            mapped,
+            env_no_direct: no_direct,
             state,
             headers,
             calls: 0,
@@ -215,9 +222,19 @@ impl<'nv> Workspace<'nv> {
         self.all_mapped
     }
 
-    /// Whether [`NO_DIRECT_ENV`] turned direct stores off for this workspace.
+    /// Whether direct stores are off for this workspace's calls ([`NO_DIRECT_ENV`], or
+    /// [`Workspace::set_direct`]).
     pub fn no_direct(&self) -> bool {
         self.no_direct
+    }
+
+    /// Turns direct stores to mapped peers on or off for the calls from now on (on only where
+    /// [`NO_DIRECT_ENV`] allows). For the family's kernels, whose receivers wait on the same
+    /// counters either way (a sender stores then signals, or puts with the signal); members
+    /// set it alike, as tuning does.
+    pub fn set_direct(&mut self, direct: bool) {
+        self.no_direct = self.env_no_direct || !direct;
+        self.all_mapped = self.mapped && !self.no_direct;
     }
 
     /// The common argument header (device/abi.h) with what the workspace owns: members, this

@@ -169,7 +169,7 @@ fn bytes_tick(v: f64) -> String {
     size_label(v.round() as usize)
 }
 
-fn size_axis() -> Axis {
+pub(crate) fn size_axis() -> Axis {
     Axis {
         label: "message size (bytes)".into(),
         scale: Scale::Log2,
@@ -177,7 +177,7 @@ fn size_axis() -> Axis {
     }
 }
 
-fn log_axis(label: &str) -> Axis {
+pub(crate) fn log_axis(label: &str) -> Axis {
     Axis {
         label: label.into(),
         scale: Scale::Log10,

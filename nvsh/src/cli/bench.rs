@@ -429,7 +429,7 @@ fn check_min_max(min: usize, max: usize) -> std::result::Result<(), clap::Error>
 /// The results to --out, else standard output. The file is written whole or not at all
 /// (through a temporary file renamed onto it), so an earlier result under that name survives a
 /// failed write.
-fn emit(text: &str, out: Option<&Path>) -> Result<()> {
+pub(crate) fn emit(text: &str, out: Option<&Path>) -> Result<()> {
     match out {
         Some(path) => nvsh_plot::write_atomic(path, text.as_bytes()).map_err(|e| Error::Io {
             what: format!("writing {}", path.display()),
@@ -444,7 +444,7 @@ fn emit(text: &str, out: Option<&Path>) -> Result<()> {
 
 /// Whether this process will be PE 0, the one that writes --out and --plot: rank 0 of `nvsh
 /// run` or of an MPI-style launcher, or a process started alone. Read before NVSHMEM starts.
-fn writes_results() -> bool {
+pub(crate) fn writes_results() -> bool {
     match nvshmem::bootstrap::launcher_env() {
         Ok(Some(l)) => l.rank == 0,
         _ => nvshmem::bootstrap::step_env().is_none_or(|s| s.rank == 0),
@@ -453,7 +453,7 @@ fn writes_results() -> bool {
 
 /// Checks --out and --plot before the bench starts, on the process that will write them: a
 /// mistyped path must not cost a run (or overwrite the results with a chart).
-fn check_outputs(out: Option<&Path>, plot: Option<&Path>) -> Result<()> {
+pub(crate) fn check_outputs(out: Option<&Path>, plot: Option<&Path>) -> Result<()> {
     if !writes_results() {
         return Ok(());
     }

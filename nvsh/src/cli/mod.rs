@@ -6,3 +6,4 @@ pub mod info;
 pub mod plot;
 pub mod run;
 pub mod soak;
+pub mod tune;

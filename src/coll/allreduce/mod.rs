@@ -9,6 +9,7 @@
 use crate::coll::family::check_elementwise;
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::coll::select::{rule, select, SelectionRule};
+use crate::coll::tuning::{is_capturing, measurement, Online, OnlineTuning};
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
@@ -419,6 +420,11 @@ pub struct Allreduce<'nv> {
     /// Low-latency one-shot up to this many bytes (0: never).
     ll_max: usize,
     direct_shape: DirectShape,
+    /// This workspace's key in the tuned tables (`tuning::collective_key`).
+    tuning_key: String,
+    /// Online tuning's timer and records (NVSH_TUNE=online, or
+    /// [`Nvshmem::allreduce_workspace_online`]); None: tables only.
+    online: Option<Box<Online<'nv>>>,
 }
 
 /// Receive-slot bytes as allocated: at least 4 KiB, a multiple of 256, and 2 x world of them
@@ -458,6 +464,37 @@ impl Nvshmem {
         team: Option<&Team<'_>>,
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
+        let online = self.tune_mode() == crate::core::tuning::TuneMode::Online;
+        self.allreduce_workspace_with(team, slot_bytes, online)
+    }
+
+    /// [`Nvshmem::allreduce_workspace_for`] with online tuning on, whatever `NVSH_TUNE` says:
+    /// the first `Auto` call at a size bucket and dtype class the tuned table does not cover
+    /// times every algorithm there (outside graph capture) and records the winner. Collective
+    /// over the world; every PE must ask for it alike.
+    pub fn allreduce_workspace_online(
+        &self,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+    ) -> Result<Allreduce<'_>> {
+        self.allreduce_workspace_with(team, slot_bytes, true)
+    }
+
+    /// A workspace that never tunes (the tuner's own MAX over PEs).
+    pub(crate) fn allreduce_workspace_untuned(
+        &self,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+    ) -> Result<Allreduce<'_>> {
+        self.allreduce_workspace_with(team, slot_bytes, false)
+    }
+
+    fn allreduce_workspace_with(
+        &self,
+        team: Option<&Team<'_>>,
+        slot_bytes: usize,
+        online: bool,
+    ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
         let world = self.n_pes() as usize;
         let (slot_bytes, scratch_bytes) =
@@ -486,6 +523,12 @@ impl Nvshmem {
         let flags =
             self.alloc_zeroed::<u64>(AllreduceAlgo::ALL.len() * 2 * 2 * world * SLOT_BLOCKS_MAX)?;
         let direct_flags = self.alloc_zeroed::<u64>(DIRECT_PHASES * world * DIRECT_BLOCKS_MAX)?;
+        let online = if online {
+            Some(Box::new(Online::new(self, team)?))
+        } else {
+            None
+        };
+        let tuning_key = crate::core::tuning::collective_key(TEXT.call, ws.n_pes(), self.n_pes());
         ws.ready()?;
         Ok(Allreduce {
             ws,
@@ -498,6 +541,8 @@ impl Nvshmem {
             env_algo,
             ll_max,
             direct_shape,
+            tuning_key,
+            online,
         })
     }
 }
@@ -592,12 +637,151 @@ impl<'nv> Allreduce<'nv> {
     }
 
     /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
-    /// else the [`SELECTION`] table.
+    /// else the tuned table (a tuning file's, online tuning's: [`Nvshmem::tuning_table`]),
+    /// else the built-in [`SELECTION`] table.
     pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
         match self.env_algo {
             Some(a) if a != AllreduceAlgo::Auto => a,
-            _ => select(SELECTION, self.ws.n_pes(), bytes, dtype).unwrap_or(AllreduceAlgo::Ring),
+            _ => self
+                .tuned(bytes, dtype)
+                .unwrap_or_else(|| self.table_choice(bytes, dtype)),
         }
+    }
+
+    /// The built-in table's choice.
+    fn table_choice(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
+        select(SELECTION, self.ws.n_pes(), bytes, dtype).unwrap_or(AllreduceAlgo::Ring)
+    }
+
+    /// The tuned table's choice, if it has one (a name this runtime does not know counts as
+    /// none).
+    fn tuned(&self, bytes: usize, dtype: Dtype) -> Option<AllreduceAlgo> {
+        self.ws
+            .runtime()
+            .tuned(&self.tuning_key, bytes, dtype.size(), |c| {
+                c.and_then(AllreduceAlgo::parse)
+            })
+            .filter(|&a| a != AllreduceAlgo::Auto)
+    }
+
+    /// The online tunings this workspace made, in order.
+    pub fn online_tunings(&self) -> &[OnlineTuning] {
+        self.online.as_ref().map_or(&[], |o| &o.records)
+    }
+
+    /// Whether `Auto` calls here tune unseen sizes ([`Nvshmem::allreduce_workspace_online`]).
+    pub fn tunes_online(&self) -> bool {
+        self.online.is_some()
+    }
+
+    /// Online tuning of the bucket of `input`'s size: every algorithm runs on the call's own
+    /// buffers (in place, the data is saved first and put back after), timed as
+    /// [`crate::coll::tuning`] says; the winner goes into the runtime's tuned table. The
+    /// output's contents are undefined afterwards (the real call overwrites them).
+    fn tune_online<T: Reducible>(
+        &mut self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        let Some(mut online) = self.online.take() else {
+            return Ok(self.table_choice(input.num_bytes(), T::DTYPE));
+        };
+        let r = self.tune_with(&mut online, input, output, op, stream);
+        self.online = Some(online);
+        r
+    }
+
+    fn tune_with<T: Reducible>(
+        &mut self,
+        online: &mut Online<'nv>,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        use cudarc::driver::result as cu;
+        let started = std::time::Instant::now();
+        let bytes = input.num_bytes();
+        let algos = AllreduceAlgo::ALL;
+        let runs = crate::coll::tuning::online_runs(bytes, algos.len(), online.budget_ms);
+        online.timer.set_timeout(self.ws.timeout());
+        let in_place = input.as_device_ptr() == output.as_device_ptr();
+        self.ws.runtime().bind()?;
+        // In place, every run reduces the buffer again: keep the data to put back.
+        let backup = if in_place {
+            // SAFETY: a fresh allocation on this context, freed on the same stream below.
+            let b = unsafe { cu::malloc_async(stream.cu_stream(), bytes) }?;
+            // SAFETY: `bytes` of device memory on both sides, in stream order.
+            unsafe {
+                cu::memcpy_dtod_async(b, input.as_device_ptr() as u64, bytes, stream.cu_stream())
+            }?;
+            Some(b)
+        } else {
+            None
+        };
+        let timed = (|| -> Result<_> {
+            let mut run =
+                |i: usize, s: &CudaStream| self.run(input, output, op, algos[i], s).map(|_| ());
+            let local = online.timer.run(algos.len(), 1, runs, &mut run, stream)?;
+            self.check()?;
+            let samples = online.timer.samples(local.len())?;
+            self.run(
+                samples,
+                samples,
+                ReduceOp::Max,
+                AllreduceAlgo::OneShot,
+                stream,
+            )?;
+            self.sync(stream)?;
+            Ok((local, samples.to_vec()?))
+        })();
+        if let Some(b) = backup {
+            // Every peer's last run is over once our MAX completed (theirs came after it in
+            // their stream order), so nothing reads the buffer while it is put back.
+            // SAFETY: as above; `b` is freed after the copy in stream order.
+            unsafe {
+                let _ = cu::memcpy_dtod_async(
+                    input.as_device_ptr() as u64,
+                    b,
+                    bytes,
+                    stream.cu_stream(),
+                );
+                let _ = cu::free_async(b, stream.cu_stream());
+            }
+        }
+        let (local, maxed) = timed?;
+        let names: Vec<String> = algos.iter().map(|a| a.name().to_string()).collect();
+        let m = measurement(&names, &local, &maxed, runs);
+        let choice = algos[m.best];
+        let bucket = crate::core::tuning::size_bucket(bytes);
+        self.ws
+            .runtime()
+            .record_tuned(&self.tuning_key, T::DTYPE.size(), bucket, choice.name());
+        let wall = started.elapsed();
+        log::info!(
+            "allreduce online tuning at {} {}: {} ({:.1} us; {}) in {:.2} ms",
+            crate::core::env_value::size_label(bytes),
+            T::DTYPE.name(),
+            choice.name(),
+            m.winner().us,
+            m.candidates
+                .iter()
+                .map(|c| format!("{} {:.1}", c.name, c.us))
+                .collect::<Vec<_>>()
+                .join(", "),
+            wall.as_secs_f64() * 1e3
+        );
+        online.records.push(OnlineTuning {
+            bytes,
+            bucket,
+            dtype: T::DTYPE,
+            choice,
+            wall,
+            measurement: m,
+        });
+        Ok(choice)
     }
 
     /// `output = op(input of every PE)`, element-wise, in stream order. `input` and `output`
@@ -617,11 +801,22 @@ impl<'nv> Allreduce<'nv> {
     ) -> Result<AllreduceAlgo> {
         let (input, output) = (input.into(), output.into());
         check_elementwise("allreduce", &self.ws, &input, &output)?;
-        let rank = self.ws.begin_call()?;
         let algo = match algo {
-            AllreduceAlgo::Auto => self.choose(input.num_bytes(), T::DTYPE),
+            AllreduceAlgo::Auto => {
+                let bytes = input.num_bytes();
+                let env = self.env_algo.filter(|&a| a != AllreduceAlgo::Auto);
+                match (env, self.tuned(bytes, T::DTYPE)) {
+                    (Some(a), _) | (None, Some(a)) => a,
+                    // Never while capturing: the tuning synchronises the stream.
+                    (None, None) if self.online.is_some() && !is_capturing(stream) => {
+                        self.tune_online(input, output, op, stream)?
+                    }
+                    (None, None) => self.table_choice(bytes, T::DTYPE),
+                }
+            }
             a => a,
         };
+        let rank = self.ws.begin_call()?;
         let count = input.len();
         let elem = std::mem::size_of::<T>();
         let protocol = self.protocol(algo, &input, &output);
