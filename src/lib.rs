@@ -66,7 +66,8 @@ pub use crate::p2p::device_put::{Completion, LaunchShape};
 pub use crate::p2p::signal::{Cmp, SignalOp};
 pub use crate::pipeline::channel::{Channel, Received};
 pub use crate::sparse::{
-    scatter_add, HostSparse, SparseIndex, SparseMerge, SparseSet, SparseValue, TopK,
+    scatter_add, HostSparse, SparseAllreduce, SparseIndex, SparseMerge, SparseMethod,
+    SparseOptions, SparseSet, SparseValue, TopK,
 };
 pub use bootstrap::Bootstrap;
 pub use team::Team;
