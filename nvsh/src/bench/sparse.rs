@@ -402,7 +402,12 @@ pub fn render_json(r: &SparseBenchReport) -> String {
                 "bytes": row.bytes,
                 "density": row.density,
                 "k": row.k,
-                "time_us": if row.us.is_nan() { json!(null) } else { rounded(row.us, 2) },
+                // A row that did not run has no time.
+                "time_us": if row.na.is_some() || row.us.is_nan() {
+                    json!(null)
+                } else {
+                    rounded(row.us, 2)
+                },
                 "sent_bytes_per_pe": rounded(row.sent_bytes_per_pe, 0),
                 "rel_error": row.rel_error,
                 "na": row.na,
