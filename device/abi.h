@@ -397,6 +397,9 @@ typedef struct nvshmemrs_sparse_select_args {
     uint64_t *scratch;
     uint64_t scratch_words;
     nvshmemrs_sparse_set out;
+    /* Threshold: when not NULL, the threshold is read from this device word instead (so a
+     * kernel may compute it without a host round trip); a NaN there counts as +infinity. */
+    const float *device_threshold;
 } nvshmemrs_sparse_select_args;
 
 /* Union by index of two sparse sets, values added where both hold an index. */

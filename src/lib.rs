@@ -68,7 +68,8 @@ pub use crate::p2p::signal::{Cmp, SignalOp};
 pub use crate::pipeline::channel::{Channel, Received};
 pub use crate::proto::family::FamilyProtocol;
 pub use crate::sparse::{
-    scatter_add, HostSparse, SparseIndex, SparseMerge, SparseSet, SparseValue, TopK,
+    scatter_add, HostSparse, SparseAllreduce, SparseIndex, SparseMerge, SparseMethod,
+    SparseOptions, SparseSet, SparseValue, TopK,
 };
 pub use bootstrap::Bootstrap;
 pub use team::Team;

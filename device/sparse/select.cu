@@ -56,8 +56,24 @@ uint64_t tiles_of(uint64_t n) { return n == 0 ? 1 : (n + TILE - 1) / TILE; }
 // exclusive sums (above, equal).
 uint64_t scratch_words(uint64_t n) { return STATE_WORDS + HIST_WORDS + 3 * tiles_of(n); }
 
-__global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t remaining) {
+// The first key at or above threshold t (t <= 0: every key). A bf16 key is the top half of the
+// f32 key of the same value, so the first bf16 key at or above t's f32 key is that key rounded
+// up to a multiple of 2^16.
+__host__ __device__ uint32_t threshold_key(float t, int key_bits) {
+    uint32_t bits = 0;
+    if (t > 0.0f) memcpy(&bits, &t, 4);
+    return key_bits == 16 ? (bits + 0xFFFFu) >> 16 : bits;
+}
+
+// device_t: when not null, the threshold to read here (a NaN counts as +infinity) instead of
+// the prefix given.
+__global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t remaining,
+                                   const float *device_t, int key_bits) {
     wait_for_previous_kernel();
+    if (device_t != nullptr) {
+        const float t = *device_t;
+        prefix = threshold_key(t != t ? __int_as_float(0x7F800000) : t, key_bits);
+    }
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
     unsigned long long *hist = reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS);
     for (int i = threadIdx.x; i < (int)HIST_WORDS; i += blockDim.x) hist[i] = 0;
@@ -302,19 +318,16 @@ struct SelectLaunch {
         uint64_t take = TAKE_ALL;
         if (!topk) {
             float t = args.threshold;
-            if (t != t) return cudaErrorInvalidValue;
-            // |g| >= t in key terms: every key from t's up (t <= 0: every key). A bf16 key is
-            // the top half of the f32 key of the same value, so the first bf16 key at or above
-            // t's f32 key is that key rounded up to a multiple of 2^16.
-            uint32_t bits = 0;
-            if (t > 0.0f) memcpy(&bits, &t, 4);
-            prefix = Key<T>::BITS == 16 ? (bits + 0xFFFFu) >> 16 : bits;
+            if (t != t && args.device_threshold == nullptr) return cudaErrorInvalidValue;
+            // |g| >= t in key terms: every key from t's up.
+            if (args.device_threshold == nullptr) prefix = threshold_key(t, Key<T>::BITS);
         } else if (args.k < n) {
             // Radix passes find the key; k >= n takes every element (prefix 0, take all).
             take = args.k;
         }
+        const float *device_t = topk ? nullptr : args.device_threshold;
         cudaError_t err = launch_pdl(select_init_kernel, 1, SPARSE_THREADS, stream, scratch,
-                                     prefix, take);
+                                     prefix, take, device_t, Key<T>::BITS);
         if (err != cudaSuccess) return err;
         if (topk && args.k < n) {
             int blocks = 0;

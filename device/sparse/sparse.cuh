@@ -1,5 +1,5 @@
-// Device helpers shared by sparse/select.cu and sparse/sparse_ops.cu: magnitude keys, 16-byte
-// runs of elements, and the (value type, index type) dispatch.
+// Device helpers shared by the sparse kernels (sparse/*.cu): magnitude keys, 16-byte runs of
+// elements, set lengths, index search, value adds, and the (value type, index type) dispatch.
 #ifndef NVSHMEM_RS_SPARSE_CUH
 #define NVSHMEM_RS_SPARSE_CUH
 
@@ -61,6 +61,48 @@ __device__ __forceinline__ int load_run(const T *g, uint64_t n, uint64_t i0, boo
 
 __device__ __forceinline__ bool aligned16(const void *p) {
     return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// Pairs a set holds: its count, or its capacity when the count ran past it.
+__device__ __forceinline__ uint64_t held(const nvshmemrs_sparse_set &s) {
+    const uint64_t c = *s.count;
+    return c < s.capacity ? c : s.capacity;
+}
+
+// How many of idx[0 .. c) are below x (idx sorted ascending).
+template <typename I>
+__device__ __forceinline__ uint64_t lower_bound(const I *idx, uint64_t c, I x) {
+    uint64_t lo = 0, hi = c;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (idx[mid] < x) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+template <typename T> __device__ __forceinline__ T add_values(T x, T y) { return x + y; }
+// In f32, rounded once to bf16 (as the collectives reduce bf16).
+template <>
+__device__ __forceinline__ __nv_bfloat16 add_values<__nv_bfloat16>(__nv_bfloat16 x,
+                                                                   __nv_bfloat16 y) {
+    return __float2bfloat16_rn(__bfloat162float(x) + __bfloat162float(y));
+}
+
+__device__ __forceinline__ void atomic_add_value(float *p, float v) { atomicAdd(p, v); }
+// A compare-and-swap loop on the 16-bit word: the add is the one merge does (f32, rounded once),
+// the same on every architecture.
+__device__ __forceinline__ void atomic_add_value(__nv_bfloat16 *p, __nv_bfloat16 v) {
+    unsigned short *word = reinterpret_cast<unsigned short *>(p);
+    unsigned short seen = *word, was;
+    do {
+        was = seen;
+        const __nv_bfloat16 sum = add_values(__ushort_as_bfloat16(was), v);
+        seen = atomicCAS(word, was, __bfloat16_as_ushort(sum));
+    } while (seen != was);
 }
 
 // Calls F::template run<T, I>() for the runtime value type and index type codes.

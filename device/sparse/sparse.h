@@ -36,7 +36,8 @@ int nvshmemrs_sparse_topk(nvshmemrs_sparse_select_args args, cudaStream_t stream
 /*
  * Every element with |g| >= args.threshold (NaN counts as above every threshold) into args.out,
  * sorted by index; *out.count = how many there are, even beyond capacity (then the lowest
- * `capacity` indexes are written). args.threshold must not be NaN.
+ * `capacity` indexes are written). args.threshold must not be NaN; with args.device_threshold
+ * set, the threshold is read from there on the device instead.
  */
 int nvshmemrs_sparse_threshold(nvshmemrs_sparse_select_args args, cudaStream_t stream);
 

@@ -35,27 +35,6 @@ uint64_t merge_words(uint64_t cap_a, uint64_t cap_b) {
     return 2 * (merge_tiles(cap_a) + merge_tiles(cap_b)) + 1;
 }
 
-// Pairs a set holds: its count, or its capacity when the count ran past it.
-__device__ __forceinline__ uint64_t held(const nvshmemrs_sparse_set &s) {
-    const uint64_t c = *s.count;
-    return c < s.capacity ? c : s.capacity;
-}
-
-// How many of idx[0 .. c) are below x (idx sorted ascending).
-template <typename I>
-__device__ __forceinline__ uint64_t lower_bound(const I *idx, uint64_t c, I x) {
-    uint64_t lo = 0, hi = c;
-    while (lo < hi) {
-        const uint64_t mid = lo + (hi - lo) / 2;
-        if (idx[mid] < x) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-
 // What one block of a merge kernel works on: blocks [0, tiles_a) take a's tiles, the rest b's.
 struct MergeSide {
     nvshmemrs_sparse_set own, other;
@@ -121,14 +100,6 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     const uint64_t common = scan_range<Scan>(tmp, scratch, scratch + tiles, 0, tiles_a);
     scan_range<Scan>(tmp, scratch, scratch + tiles, tiles_a, tiles);
     if (threadIdx.x == 0) *out.count = held(a) + held(b) - common;
-}
-
-template <typename T> __device__ __forceinline__ T add_values(T x, T y) { return x + y; }
-// In f32, rounded once to bf16 (as the collectives reduce bf16).
-template <>
-__device__ __forceinline__ __nv_bfloat16 add_values<__nv_bfloat16>(__nv_bfloat16 x,
-                                                                   __nv_bfloat16 y) {
-    return __float2bfloat16_rn(__bfloat162float(x) + __bfloat162float(y));
 }
 
 template <typename T, typename I>
@@ -199,19 +170,6 @@ struct MergeLaunch {
                           args.b, args.out, tiles_a, tiles_b, (const uint64_t *)args.scratch);
     }
 };
-
-__device__ __forceinline__ void atomic_add_value(float *p, float v) { atomicAdd(p, v); }
-// A compare-and-swap loop on the 16-bit word: the add is the one merge does (f32, rounded once),
-// the same on every architecture.
-__device__ __forceinline__ void atomic_add_value(__nv_bfloat16 *p, __nv_bfloat16 v) {
-    unsigned short *word = reinterpret_cast<unsigned short *>(p);
-    unsigned short seen = *word, was;
-    do {
-        was = seen;
-        const __nv_bfloat16 sum = add_values(__ushort_as_bfloat16(was), v);
-        seen = atomicCAS(word, was, __bfloat16_as_ushort(sum));
-    } while (seen != was);
-}
 
 template <typename T, typename I>
 __global__ void __launch_bounds__(SPARSE_THREADS)

@@ -122,6 +122,14 @@ pub struct TrainArgs {
     /// TF32 tensor-core math in cuBLAS (faster, less exact).
     #[arg(long)]
     pub tf32: bool,
+    /// Sparse data-parallel gradient averaging, METHOD:DENSITY (e.g. gtopk:0.01; methods:
+    /// topk, topk_aopt, gaussiank, gaussiank_concat, gtopk), with error feedback; the
+    /// density is of the gradient arena (the largest stage's parameters). Default: dense.
+    #[arg(long, value_name = "METHOD:DENSITY")]
+    pub grad_compress: Option<String>,
+    /// With --grad-compress: drop what is not sent instead of keeping it for the next step.
+    #[arg(long, requires = "grad_compress")]
+    pub no_error_feedback: bool,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -231,6 +239,19 @@ impl ExportArgs {
 }
 
 impl TrainArgs {
+    /// The sparse gradient averaging of --grad-compress (None: dense), averaging over the
+    /// replicas, with error feedback unless --no-error-feedback.
+    pub fn grad_compress(&self) -> Result<Option<nvshmem::SparseOptions>> {
+        let Some(spec) = &self.grad_compress else {
+            return Ok(None);
+        };
+        let mut o = nvshmem::SparseOptions::parse(spec)
+            .map_err(|e| GptError::Config(format!("--grad-compress: {e}")))?;
+        o.error_feedback = !self.no_error_feedback;
+        o.average = true;
+        Ok(Some(o))
+    }
+
     /// The run's configuration and session options.
     pub fn to_config(&self) -> Result<(RunConfig, SessionOptions)> {
         let model = ModelConfig {
@@ -323,6 +344,26 @@ mod tests {
             Command::Train(t) => *t,
             c => panic!("not train: {c:?}"),
         }
+    }
+
+    #[test]
+    fn grad_compress_parses_method_density_and_error_feedback() {
+        let t = train(&["train", "--dp", "2", "--grad-compress", "gtopk:0.01"]);
+        let o = t.grad_compress().unwrap().unwrap();
+        assert_eq!(o.method, nvshmem::SparseMethod::GTopK);
+        assert!(o.error_feedback && o.average && o.density == 0.01);
+        let t = train(&[
+            "train",
+            "--grad-compress",
+            "topk:0.1",
+            "--no-error-feedback",
+        ]);
+        assert!(!t.grad_compress().unwrap().unwrap().error_feedback);
+        assert!(train(&["train"]).grad_compress().unwrap().is_none());
+        let err = train(&["train", "--grad-compress", "topk:2"])
+            .grad_compress()
+            .unwrap_err();
+        assert!(err.to_string().contains("--grad-compress"), "{err}");
     }
 
     #[test]

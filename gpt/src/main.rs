@@ -62,9 +62,15 @@ fn train(args: &TrainArgs) -> Result<bool> {
             )?
         }
     });
+    let compress = args.grad_compress()?;
     if args.cpu {
         if args.tf32 {
             return Err(GptError::Config("--tf32 applies to the GPU only".into()));
+        }
+        if compress.is_some() {
+            return Err(GptError::Config(
+                "--grad-compress applies to the GPU only (the CPU run averages densely)".into(),
+            ));
         }
         let out: Arc<Mutex<dyn std::io::Write + Send>> = Arc::new(Mutex::new(std::io::stdout()));
         let results = run_local(&run, data, &opts, out)?;
@@ -83,6 +89,7 @@ fn train(args: &TrainArgs) -> Result<bool> {
             slots,
             act,
             n_pes * stats_len(run.micro_batches),
+            compress.map(|c| c.density),
         );
         let mib = (need + need / 4).div_ceil(1 << 20) + 256;
         std::env::set_var("NVSHMEM_SYMMETRIC_SIZE", format!("{mib}M"));
@@ -108,6 +115,7 @@ fn train(args: &TrainArgs) -> Result<bool> {
             n_pes * stats_len(run.micro_batches),
             run.model.tied,
             run.timeout,
+            compress,
         ),
         topo.pe,
     );

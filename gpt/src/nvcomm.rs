@@ -19,7 +19,10 @@ use crate::ops::{F32Ptr, I32Ptr};
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaStream};
 use nvshmem::pipeline::channel::Channel;
-use nvshmem::{Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SymmetricBuffer, Team};
+use nvshmem::{
+    Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SparseAllreduce, SparseOptions, SymmetricBuffer,
+    Team,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +32,9 @@ const GRAD_SLOT_BYTES: usize = 4 << 20;
 /// Slot bytes of the statistics allreduce (a few hundred values).
 const STATS_SLOT_BYTES: usize = 64 << 10;
 
-/// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init).
+/// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init);
+/// `compress`: the density of sparse gradient averaging, if any.
+#[allow(clippy::too_many_arguments)]
 pub fn symmetric_bytes(
     n_pes: usize,
     pp: usize,
@@ -38,7 +43,14 @@ pub fn symmetric_bytes(
     slots: usize,
     act_elems: usize,
     stats_len: usize,
+    compress: Option<f64>,
 ) -> usize {
+    // Sparse sets of up to 2k (index, value) pairs: this PE's, n_pes gathered (buffers are
+    // sized for the world), gTop-k's three more; plus the collectives' workspaces.
+    let sparse = compress.map_or(0, |d| {
+        let k = nvshmem::sparse::sparse_k(grad_elems.max(1), d);
+        (n_pes + 4) * 2 * k * 8 + (8 << 20)
+    });
     let channels = if pp > 1 {
         2 * slots * act_elems * 4 + (1 << 20)
     } else {
@@ -52,7 +64,7 @@ pub fn symmetric_bytes(
     if pp > 1 {
         ar += workspace(GRAD_SLOT_BYTES);
     }
-    grad_elems * 4 + channels + ar + stats_len * 8
+    grad_elems * 4 + channels + ar + stats_len * 8 + sparse
 }
 
 /// Team allreduce of one gradient group (None on PEs outside every team of the split).
@@ -75,6 +87,10 @@ pub struct NvComm<'nv> {
     world: Allreduce<'nv>,
     stats: SymmetricBuffer<'nv, f64>,
     grads: Option<SymmetricBuffer<'nv, f32>>,
+    /// Sparse data-parallel averaging (--grad-compress): the options until the gradient arena
+    /// exists, then the allreduce over the whole arena.
+    compress: Option<SparseOptions>,
+    sparse: Option<SparseAllreduce<'nv, f32>>,
     /// Source address -> event after the last send that reads it.
     pending: HashMap<u64, CudaEvent>,
     /// Timing events (start, end) on the transfer stream of the sends since `time_sends`
@@ -102,6 +118,7 @@ impl<'nv> NvComm<'nv> {
         stats_len: usize,
         tied: bool,
         timeout: Duration,
+        compress: Option<SparseOptions>,
     ) -> Result<NvComm<'nv>> {
         let (pp, dp) = (topo.pp, topo.dp);
         // The highest priority: a send's blocks get SMs as soon as compute kernels free some,
@@ -196,6 +213,8 @@ impl<'nv> NvComm<'nv> {
             world,
             stats,
             grads: None,
+            compress,
+            sparse: None,
             pending: HashMap::new(),
             send_events: None,
             nv,
@@ -262,6 +281,16 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         let buf = self.nv.alloc_zeroed::<f32>(len.max(1)).map_err(nv_err)?;
         let p = F32Ptr(buf.as_device_ptr() as u64);
         self.grads = Some(buf);
+        // Over the stage's replicas, for the whole arena (the same length on every PE, as the
+        // allocation is collective); the arena past a stage's parameters stays zero.
+        if let (Some(opts), Some(g)) = (self.compress, &self.stage_group) {
+            let world = self.nv.team_world();
+            let team = g._team.as_ref().unwrap_or(&world);
+            let mut sp =
+                SparseAllreduce::new(self.nv, Some(team), len.max(1), opts).map_err(nv_err)?;
+            sp.set_timeout(self.timeout);
+            self.sparse = Some(sp);
+        }
         Ok(p)
     }
 
@@ -355,6 +384,19 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
             Reduce::Avg => ReduceOp::Avg,
         };
         debug_assert!(g.members.contains(&self.topo.pe));
+        if let (Group::StageReplicas, Some(sp)) = (group, self.sparse.as_mut()) {
+            if offset != 0 || op != ReduceOp::Avg {
+                return Err(GptError::Comm(
+                    "sparse gradient averaging takes the whole arena, averaged".into(),
+                ));
+            }
+            // The whole arena: past `len` it holds zeros, which stay zero.
+            let all = grads.as_device_ptr() as u64;
+            // SAFETY: the arena is symmetric device memory of sp.len() elements on this PE,
+            // used in order on the compute stream.
+            unsafe { sp.run_raw(all, all, &self.compute) }.map_err(nv_err)?;
+            return Ok(());
+        }
         g.ar.run_in_place(view, op, AllreduceAlgo::Auto, &self.compute)
             .map_err(nv_err)?;
         Ok(())
@@ -406,10 +448,11 @@ mod tests {
 
     #[test]
     fn symmetric_size_grows_with_the_pipeline_and_replicas() {
-        let single = symmetric_bytes(1, 1, 1, 1000, 4, 100, 8);
+        let single = symmetric_bytes(1, 1, 1, 1000, 4, 100, 8, None);
         assert!(single >= 4000);
-        let pipe = symmetric_bytes(2, 2, 1, 1000, 4, 100, 16);
+        let pipe = symmetric_bytes(2, 2, 1, 1000, 4, 100, 16, None);
         assert!(pipe >= single + 2 * 4 * 100 * 4);
-        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32) > pipe);
+        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32, None) > pipe);
+        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32, Some(0.01)) > pipe);
     }
 }

@@ -23,7 +23,7 @@ use nvsh_gpt::nvcomm::NvComm;
 use nvsh_gpt::schedule::ScheduleKind;
 use nvsh_gpt::session::{run_session, SessionOptions};
 use nvsh_gpt::trainer::{stats_len, RunConfig, StepReport, Trainer};
-use nvshmem::Nvshmem;
+use nvshmem::{Nvshmem, SparseMethod, SparseOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,6 +205,7 @@ fn nvshmem_session_trains_logs_and_samples() {
         stats_len(run.micro_batches),
         true,
         run.timeout,
+        None,
     )
     .unwrap();
     let mut tr = Trainer::new(&be, comm, run.clone(), dataset()).unwrap();
@@ -246,6 +247,18 @@ fn run_pe2(
     steps: usize,
     sample: usize,
 ) -> (Vec<f64>, Option<Vec<u8>>) {
+    run_pe2_with(nv, run, data, steps, sample, None)
+}
+
+/// [`run_pe2`] with sparse data-parallel averaging (`compress`).
+fn run_pe2_with(
+    nv: &Nvshmem,
+    run: &RunConfig,
+    data: Arc<Dataset>,
+    steps: usize,
+    sample: usize,
+    compress: Option<SparseOptions>,
+) -> (Vec<f64>, Option<Vec<u8>>) {
     let topo = Topology::new(run.pp, run.dp, nv.my_pe() as usize, nv.n_pes() as usize).unwrap();
     let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
     let act = run.micro_batch * run.model.block_size * run.model.n_embd;
@@ -258,6 +271,7 @@ fn run_pe2(
         2 * stats_len(run.micro_batches),
         run.model.tied,
         run.timeout,
+        compress,
     )
     .unwrap();
     let mut tr = Trainer::new(&be, comm, run.clone(), data).unwrap();
@@ -382,5 +396,38 @@ fn data_parallel_matches_one_pe_with_the_combined_batch() {
         r <= 2e-5,
         "PE {}: relative difference {r:e}\n{got:?}\n{want:?}",
         nv.my_pe()
+    );
+}
+
+gpu_test!(2, sparse_averaging_at_density_one_matches_the_dense_one);
+/// `--grad-compress topk:1` sends every element: two replicas then train as with the dense
+/// average (up to the average's rounding: the sum times 1/2 against the dense kernel's).
+/// gTop-k at 10% trains too: its loss falls.
+fn sparse_averaging_at_density_one_matches_the_dense_one() {
+    let nv = Nvshmem::init().expect("NVSHMEM init");
+    assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
+    let data = odd_data();
+    let model = odd_model(2, true);
+    let run = run_config(model, 1, 2, 2, ScheduleKind::OneFOneB);
+    let (want, _) = run_pe2(&nv, &run, data.clone(), 10, 0);
+    let mut all = SparseOptions::new(SparseMethod::TopK, 1.0);
+    all.average = true;
+    let (got, _) = run_pe2_with(&nv, &run, data.clone(), 10, 0, Some(all));
+    let r = max_rel(&got, &want, 1e-3);
+    assert!(
+        r <= 2e-5,
+        "PE {}: relative difference {r:e}\n{got:?}\n{want:?}",
+        nv.my_pe()
+    );
+    let mut g = SparseOptions::new(SparseMethod::GTopK, 0.1);
+    g.average = true;
+    let (sparse, _) = run_pe2_with(&nv, &run, data, 30, 0, Some(g));
+    let (first, last) = (
+        sparse[..3].iter().sum::<f64>(),
+        sparse[27..].iter().sum::<f64>(),
+    );
+    assert!(
+        last < first,
+        "gTop-k at 10%: the loss did not fall: {sparse:?}"
     );
 }

@@ -367,6 +367,12 @@ pub enum Error {
          selected, so 0 or less selects every element)"
     )]
     InvalidThreshold { what: &'static str },
+
+    /// A sparse allreduce asked for something it cannot do (a density outside (0, 1], an
+    /// unknown method, an empty gradient, a call on a PE outside its team); `detail` says what
+    /// to pass instead.
+    #[error("{what}: {detail}")]
+    SparseConfig { what: &'static str, detail: String },
 }
 
 /// Result with the runtime's [`Error`].

@@ -3,6 +3,8 @@
 //! and scatter-add into a dense buffer ([`scatter_add`]), with their CPU reference
 //! ([`reference`]). Local work on one stream (cudarc device memory, not symmetric), with no
 //! host round trip: counts stay on the device ([`SparseSet`]), where later kernels read them.
+//! [`SparseAllreduce`] builds the sparse gradient allreduce (top-k, GaussianK, gTop-k, with
+//! error feedback) from them and the collectives.
 //!
 //! The order: the magnitude |g|, with NaN above every number (infinity included) and all NaNs
 //! equal, so a diverging gradient is sent rather than dropped; -0 and +0 are equal. Ties go to
@@ -24,11 +26,13 @@
 //! # }
 //! ```
 
+mod allreduce;
 pub mod reference;
 mod select;
 mod set;
 mod sparse_ops;
 
+pub use allreduce::{sparse_k, SparseAllreduce, SparseMethod, SparseOptions};
 pub use select::TopK;
 pub use set::{HostSparse, SparseSet};
 pub use sparse_ops::{scatter_add, SparseMerge};
@@ -52,6 +56,8 @@ pub trait SparseValue: Element + DeviceRepr + ValidAsZeroBits + private::Sealed 
     /// `self + other` as the merge and scatter-add kernels compute it: f32 adds in f32; bf16
     /// adds in f32 and rounds once to bf16 (to nearest, ties to even).
     fn sparse_add(self, other: Self) -> Self;
+    /// `v` in this type (bf16: rounded to nearest even).
+    fn of_f32(v: f32) -> Self;
 }
 
 impl private::Sealed for f32 {}
@@ -67,6 +73,9 @@ impl SparseValue for f32 {
     }
     fn sparse_add(self, other: Self) -> Self {
         self + other
+    }
+    fn of_f32(v: f32) -> Self {
+        v
     }
 }
 
@@ -84,6 +93,9 @@ impl SparseValue for bf16 {
     fn sparse_add(self, other: Self) -> Self {
         // half's from_f32 rounds to nearest even, as __float2bfloat16_rn does.
         bf16::from_f32(self.to_f32() + other.to_f32())
+    }
+    fn of_f32(v: f32) -> Self {
+        bf16::from_f32(v)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The CPU reference of the sparse kernels, exact and plain, for tests: top-k by magnitude
-//! (ties to the lower index), threshold compaction, merge and scatter-add. The magnitude order
+//! (ties to the lower index), threshold compaction, merge and scatter-add, and of the sparse
+//! allreduce: the Gaussian threshold, gTop-k's tree and its included pairs. The magnitude order
 //! is written here without the kernels' bit tricks: NaN above every number, else |v| compared
 //! as f64 (exact for f32 and bf16), so -0 equals +0.
 
@@ -105,6 +106,143 @@ pub fn scatter_add<T: SparseValue, I: SparseIndex>(dense: &mut [T], set: &HostSp
             dense[i as usize] = dense[i as usize].sparse_add(v);
         }
     }
+}
+
+/// The pairs of `set` as a dense vector over their positions, for top-k over a set's values.
+fn topk_of_set<T: SparseValue, I: SparseIndex>(
+    set: &HostSparse<T, I>,
+    k: usize,
+) -> HostSparse<T, I> {
+    let at: HostSparse<T, i64> = topk(&set.val, k);
+    HostSparse {
+        count: at.count,
+        idx: at.idx.iter().map(|&j| set.idx[j as usize]).collect(),
+        val: at.val,
+    }
+}
+
+/// Phi^-1(p) for 0 < p < 1: Acklam's rational approximation (relative error below 1.2e-9).
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    const LOW: f64 = 0.02425;
+    if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p <= 1.0 - LOW {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    } else {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    }
+}
+
+/// GaussianK's z for `density` in (0, 1]: a Gaussian holds that share of its mass at least z
+/// standard deviations from its mean (0 for density 1).
+pub fn gaussian_z(density: f64) -> f64 {
+    if density >= 1.0 {
+        0.0
+    } else {
+        normal_quantile(1.0 - density / 2.0)
+    }
+}
+
+/// GaussianK's threshold of `g` at `density`: |mean| + z x std (population std, from f64
+/// sums), rounded to f32 and at least the smallest positive f32 (zeros are never worth
+/// sending); +infinity when a sum is not finite (a NaN or infinity in g), which selects only
+/// those. The device adds in another order: equal within rounding.
+pub fn gaussian_threshold<T: SparseValue>(g: &[T], density: f64) -> f32 {
+    let n = g.len() as f64;
+    let (s, q) = g.iter().fold((0.0, 0.0), |(s, q), v| {
+        let x = v.to_f64();
+        (s + x, q + x * x)
+    });
+    let mean = s / n;
+    let var = (q / n - mean * mean).max(0.0);
+    let t = mean.abs() + gaussian_z(density) * var.sqrt();
+    if !t.is_finite() {
+        return f32::INFINITY;
+    }
+    (t as f32).max(f32::from_bits(1))
+}
+
+/// gTop-k's tree over the members' local top-k sets (`local[r]`: member r's): in rounds of
+/// step 1, 2, 4, ..., member r with r % 2step == 0 merges r + step's set into its own (union,
+/// values added, receiver's first) and keeps the top k of the union (ties to the lower
+/// index); the result is member 0's set.
+pub fn gtopk<T: SparseValue, I: SparseIndex>(
+    local: &[HostSparse<T, I>],
+    k: usize,
+) -> HostSparse<T, I> {
+    let mut sets = local.to_vec();
+    let p = sets.len();
+    let mut step = 1;
+    while step < p {
+        for r in (0..p).step_by(2 * step) {
+            if r + step < p {
+                let u = merge(&sets[r], &sets[r + step], usize::MAX);
+                sets[r] = topk_of_set(&u, k);
+            }
+        }
+        step *= 2;
+    }
+    sets.into_iter().next().unwrap_or_else(HostSparse::empty)
+}
+
+/// The pairs of `mine` whose index `global` holds, in `mine`'s order.
+pub fn included<T: SparseValue, I: SparseIndex>(
+    mine: &HostSparse<T, I>,
+    global: &HostSparse<T, I>,
+) -> HostSparse<T, I> {
+    let keep: Vec<usize> = (0..mine.idx.len())
+        .filter(|&j| global.idx.binary_search(&mine.idx[j]).is_ok())
+        .collect();
+    HostSparse {
+        count: keep.len() as u64,
+        idx: keep.iter().map(|&j| mine.idx[j]).collect(),
+        val: keep.iter().map(|&j| mine.val[j]).collect(),
+    }
+}
+
+/// The dense sum over `n` elements of the pairs of `sets`, in order ([`scatter_add`]).
+pub fn sparse_sum<T: SparseValue, I: SparseIndex>(n: usize, sets: &[HostSparse<T, I>]) -> Vec<T> {
+    let mut dense = vec![T::of_f32(0.0); n];
+    for s in sets {
+        scatter_add(&mut dense, s);
+    }
+    dense
 }
 
 #[cfg(test)]
@@ -261,6 +399,83 @@ mod tests {
         );
         scatter_add(&mut dense, &s);
         assert_eq!(dense, [0.5, 8.5, 0.5, 2.5, 0.0]);
+    }
+
+    #[test]
+    fn the_normal_quantile_matches_known_values() {
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.975, 1.959_963_984_540_054),
+            (0.995, 2.575_829_303_548_901),
+            (0.9995, 3.290_526_731_491_926),
+            (0.025, -1.959_963_984_540_054),
+            (0.01, -2.326_347_874_040_841),
+        ] {
+            let got = normal_quantile(p);
+            assert!((got - z).abs() < 1e-8, "p = {p}: {got} against {z}");
+        }
+        assert!((gaussian_z(0.01) - 2.575_829_303_548_901).abs() < 1e-8);
+        assert_eq!(gaussian_z(1.0), 0.0);
+    }
+
+    #[test]
+    fn the_gaussian_threshold_is_mean_plus_z_std_and_never_zero() {
+        // mean 0, std 2: 2 z.
+        let g = [2.0f32, -2.0, 2.0, -2.0];
+        let t = gaussian_threshold(&g, 0.05);
+        assert!((t as f64 - 2.0 * 1.959_963_984_540_054).abs() < 1e-5, "{t}");
+        // mean -1, std 0: |mean|.
+        assert_eq!(gaussian_threshold(&[-1.0f32; 5], 0.1), 1.0);
+        // All zeros: the smallest positive f32, which takes no zero.
+        let zeros = [0.0f32, -0.0, 0.0];
+        let t = gaussian_threshold(&zeros, 0.5);
+        assert_eq!(t, f32::from_bits(1));
+        assert_eq!(threshold::<f32, i32>(&zeros, t, 3).count, 0);
+        assert_eq!(gaussian_threshold(&[1.0f32, f32::NAN], 0.1), f32::INFINITY);
+        assert_eq!(
+            gaussian_threshold(&[1.0f32, f32::INFINITY], 0.1),
+            f32::INFINITY
+        );
+    }
+
+    #[test]
+    fn gtopk_merges_in_a_tree_and_keeps_the_top_k() {
+        let a = set(&[0, 5], &[4.0, 1.0]);
+        let b = set(&[5, 7], &[2.0, -3.0]);
+        let c = set(&[1, 2], &[1.0, 1.0]);
+        // One member: its own set.
+        same(&gtopk(std::slice::from_ref(&a), 2), &a);
+        // Two: union {0: 4, 5: 3, 7: -3}; top 2 by magnitude, ties to the lower index.
+        same(
+            &gtopk(&[a.clone(), b.clone()], 2),
+            &set(&[0, 5], &[4.0, 3.0]),
+        );
+        // Three: round 1 merges 0 and 1 (2 idles), round 2 merges {0, 5} with c.
+        same(
+            &gtopk(&[a.clone(), b.clone(), c.clone()], 2),
+            &set(&[0, 5], &[4.0, 3.0]),
+        );
+        same(
+            &gtopk(&[c.clone(), a.clone(), b.clone()], 2),
+            &set(&[0, 7], &[4.0, -3.0]),
+        );
+        // Four: (a + b) against (c + a).
+        let four = gtopk(&[a.clone(), b, c, a], 3);
+        same(&four, &set(&[0, 5, 7], &[8.0, 3.0, -3.0]));
+    }
+
+    #[test]
+    fn included_pairs_are_mine_whose_index_is_global() {
+        let mine = set(&[1, 3, 5, 9], &[1.0, 2.0, 3.0, 4.0]);
+        let global = set(&[0, 3, 9], &[7.0, 7.0, 7.0]);
+        same(&included(&mine, &global), &set(&[3, 9], &[2.0, 4.0]));
+        same(&included(&mine, &set(&[], &[])), &set(&[], &[]));
+    }
+
+    #[test]
+    fn sparse_sums_add_every_set() {
+        let got = sparse_sum(4, &[set(&[0, 2], &[1.0, 2.0]), set(&[2, 3], &[3.0, 4.0])]);
+        assert_eq!(got, [1.0, 0.0, 5.0, 4.0]);
     }
 
     #[test]

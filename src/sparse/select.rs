@@ -72,7 +72,11 @@ impl TopK {
                 capacity: out.capacity(),
             });
         }
-        self.launch(grad, k, 0.0, out, stream, true)?;
+        let (set, _set_guards) = out.raw_mut(stream);
+        let (g, _grad_guard) = grad.device_ptr(stream);
+        // SAFETY: the gradient holds n elements and the set its capacity, ordered on `stream`
+        // by the guards, which live until the kernels are enqueued.
+        unsafe { self.launch::<T, I>((g, n), Select::TopK(k), set, stream)? };
         Ok(taken)
     }
 
@@ -100,31 +104,77 @@ impl TopK {
         if threshold.is_nan() {
             return Err(Error::InvalidThreshold { what: "threshold" });
         }
-        self.launch(grad, 0, threshold, out, stream, false)
+        let (set, _set_guards) = out.raw_mut(stream);
+        let (g, _grad_guard) = grad.device_ptr(stream);
+        // SAFETY: as in `run`.
+        unsafe { self.launch::<T, I>((g, grad.len()), Select::Threshold(threshold), set, stream) }
     }
 
-    fn launch<T, I, G>(
+    /// [`TopK::run`] of the `len` elements at device address `grad` into a raw set (for sets
+    /// in symmetric memory).
+    ///
+    /// # Safety
+    /// `grad` is device memory of `len` elements, the set's pointers of its capacity (and a
+    /// count word), all ordered on `stream`.
+    pub(crate) unsafe fn run_raw<T: SparseValue, I: SparseIndex>(
         &mut self,
-        grad: &G,
+        grad: (u64, usize),
         k: usize,
-        threshold: f32,
-        out: &mut SparseSet<T, I>,
+        out: sys::nvshmemrs_sparse_set,
         stream: &CudaStream,
-        topk: bool,
-    ) -> Result<()>
-    where
-        T: SparseValue,
-        I: SparseIndex,
-        G: DevicePtr<T>,
-    {
+    ) -> Result<usize> {
+        check_input::<I>("top-k", grad.1, self.max_len)?;
+        let taken = k.min(grad.1);
+        if (out.capacity as usize) < taken {
+            return Err(Error::SparseCapacity {
+                what: "top-k",
+                needed: taken,
+                capacity: out.capacity as usize,
+            });
+        }
+        // SAFETY: this function's contract.
+        unsafe { self.launch::<T, I>(grad, Select::TopK(k), out, stream)? };
+        Ok(taken)
+    }
+
+    /// [`TopK::threshold`] into a raw set, with the threshold read on the device from
+    /// `threshold` (a NaN there counts as +infinity).
+    ///
+    /// # Safety
+    /// As [`TopK::run_raw`], and `threshold` is one f32 of device memory.
+    pub(crate) unsafe fn threshold_at_raw<T: SparseValue, I: SparseIndex>(
+        &mut self,
+        grad: (u64, usize),
+        threshold: *const f32,
+        out: sys::nvshmemrs_sparse_set,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        check_input::<I>("threshold", grad.1, self.max_len)?;
+        // SAFETY: this function's contract.
+        unsafe { self.launch::<T, I>(grad, Select::AtDevice(threshold), out, stream) }
+    }
+
+    /// # Safety
+    /// As [`TopK::run_raw`] (and a device threshold word where `how` has one).
+    unsafe fn launch<T: SparseValue, I: SparseIndex>(
+        &mut self,
+        grad: (u64, usize),
+        how: Select,
+        out: sys::nvshmemrs_sparse_set,
+        stream: &CudaStream,
+    ) -> Result<()> {
         stream.context().bind_to_thread()?;
         let scratch_words = self.scratch.len() as u64;
-        let (grad_ptr, _grad_guard) = grad.device_ptr(stream);
         let (scratch, _scratch_guard) = self.scratch.device_ptr_mut(stream);
-        let (set, _set_guards) = out.raw_mut(stream);
+        let (k, threshold, device_threshold) = match how {
+            Select::TopK(k) => (k, 0.0, std::ptr::null()),
+            Select::Threshold(t) => (0, t, std::ptr::null()),
+            Select::AtDevice(p) => (0, 0.0, p),
+        };
+        let topk = matches!(how, Select::TopK(_));
         let args = sys::nvshmemrs_sparse_select_args {
-            grad: grad_ptr as *const std::ffi::c_void,
-            n: grad.len() as u64,
+            grad: grad.0 as *const std::ffi::c_void,
+            n: grad.1 as u64,
             k: k as u64,
             threshold,
             dtype: value_code::<T>(),
@@ -132,13 +182,14 @@ impl TopK {
             pad: 0,
             scratch: scratch as *mut u64,
             scratch_words,
-            out: set,
+            out,
+            device_threshold,
         };
         let raw = raw_stream(stream);
         let code = if topk {
             // SAFETY: every pointer is device memory of the sizes in args (the gradient's
-            // length, the workspace's words, the set's capacity), ordered on `stream` by the
-            // guards, which live until the kernels are enqueued.
+            // length, the workspace's words, the set's capacity), ordered on `stream`
+            // (this function's contract; the workspace by its guard).
             unsafe { sys::nvshmemrs_sparse_topk(args, raw) }
         } else {
             // SAFETY: as for top-k.
@@ -153,6 +204,14 @@ impl TopK {
             },
         )
     }
+}
+
+/// What a selection takes: the k largest, or a threshold from the host or the device.
+#[derive(Clone, Copy)]
+enum Select {
+    TopK(usize),
+    Threshold(f32),
+    AtDevice(*const f32),
 }
 
 /// Checks a selection's input length against the workspace and the index type.

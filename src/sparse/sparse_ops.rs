@@ -54,7 +54,28 @@ impl SparseMerge {
         out: &mut SparseSet<T, I>,
         stream: &CudaStream,
     ) -> Result<()> {
-        for input in [a.capacity(), b.capacity()] {
+        let (a, _a_guards) = a.raw(stream);
+        let (b, _b_guards) = b.raw(stream);
+        let (out, _out_guards) = out.raw_mut(stream);
+        // SAFETY: the sets are cudarc allocations of their capacities, ordered on `stream` by
+        // the guards, which live until the kernels are enqueued; `out` is borrowed mutably, so
+        // it is neither input.
+        unsafe { self.run_raw::<T, I>(a, b, out, stream) }
+    }
+
+    /// [`SparseMerge::run`] on raw sets (capacities checked here).
+    ///
+    /// # Safety
+    /// Each set's pointers are device memory of its capacity (and a count word), ordered on
+    /// `stream`; `out` is neither input.
+    pub(crate) unsafe fn run_raw<T: SparseValue, I: SparseIndex>(
+        &mut self,
+        a: sys::nvshmemrs_sparse_set,
+        b: sys::nvshmemrs_sparse_set,
+        out: sys::nvshmemrs_sparse_set,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        for input in [a.capacity as usize, b.capacity as usize] {
             if input > self.max_capacity {
                 return Err(Error::WorkspaceTooSmall {
                     what: "sparse merge",
@@ -67,9 +88,6 @@ impl SparseMerge {
         stream.context().bind_to_thread()?;
         let scratch_words = self.scratch.len() as u64;
         let (scratch, _scratch_guard) = self.scratch.device_ptr_mut(stream);
-        let (a, _a_guards) = a.raw(stream);
-        let (b, _b_guards) = b.raw(stream);
-        let (out, _out_guards) = out.raw_mut(stream);
         let args = sys::nvshmemrs_sparse_merge_args {
             a,
             b,
@@ -79,10 +97,9 @@ impl SparseMerge {
             dtype: value_code::<T>(),
             index_type: index_code::<I>(),
         };
-        // SAFETY: the sets' pointers are device memory of their capacities, the workspace of
-        // its words (at least what both capacities need, checked above), all ordered on
-        // `stream` by the guards, which live until the kernels are enqueued. `out` is borrowed
-        // mutably, so it is neither input.
+        // SAFETY: the sets' pointers are device memory of their capacities and `out` neither
+        // input (this function's contract), the workspace of its words (at least what both
+        // capacities need, checked above), ordered on `stream` by its guard.
         let code = unsafe { sys::nvshmemrs_sparse_merge(args, raw_stream(stream)) };
         cuda_check(code, "sparse merge kernel launch")
     }
@@ -99,20 +116,34 @@ where
     I: SparseIndex,
     D: DevicePtrMut<T>,
 {
-    stream.context().bind_to_thread()?;
-    let n = dense.len() as u64;
+    let n = dense.len();
     let (dense, _dense_guard) = dense.device_ptr_mut(stream);
     let (input, _in_guards) = set.raw(stream);
+    // SAFETY: the set is cudarc memory of its capacity, `dense` of n elements, ordered on
+    // `stream` by the guards, which live until the kernel is enqueued.
+    unsafe { scatter_add_raw::<T, I>(input, (dense, n), stream) }
+}
+
+/// [`scatter_add`] of a raw set into the `len` elements at device address `dense`.
+///
+/// # Safety
+/// The set's pointers are device memory of its capacity (and a count word), `dense` of `len`
+/// elements, all ordered on `stream`.
+pub(crate) unsafe fn scatter_add_raw<T: SparseValue, I: SparseIndex>(
+    input: sys::nvshmemrs_sparse_set,
+    dense: (u64, usize),
+    stream: &CudaStream,
+) -> Result<()> {
+    stream.context().bind_to_thread()?;
     let args = sys::nvshmemrs_sparse_scatter_args {
         input,
-        dense: dense as *mut std::ffi::c_void,
-        n,
+        dense: dense.0 as *mut std::ffi::c_void,
+        n: dense.1 as u64,
         dtype: value_code::<T>(),
         index_type: index_code::<I>(),
     };
     // SAFETY: the set's pointers are device memory of its capacity, `dense` of n elements (the
-    // kernel skips indexes outside it), ordered on `stream` by the guards, which live until
-    // the kernel is enqueued.
+    // kernel skips indexes outside it), ordered on `stream` (this function's contract).
     let code = unsafe { sys::nvshmemrs_sparse_scatter_add(args, raw_stream(stream)) };
     cuda_check(code, "scatter-add kernel launch")
 }

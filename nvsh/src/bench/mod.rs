@@ -8,6 +8,7 @@ pub mod family;
 pub mod harness;
 pub mod plot;
 pub mod put;
+pub mod sparse;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaStream;

@@ -6,8 +6,9 @@ use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate}
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
 use nvsh::bench::harness::{self, Report};
 use nvsh::bench::put::{self, PutBenchOptions};
+use nvsh::bench::sparse::{self, SparseBenchOptions};
 use nvshmem::core::env_value::size_label;
-use nvshmem::{Error, Nvshmem, ReduceOp, Result};
+use nvshmem::{Error, Nvshmem, ReduceOp, Result, SparseMethod};
 use std::path::Path;
 
 #[derive(Subcommand)]
@@ -39,6 +40,102 @@ pub enum BenchCommand {
     /// (size = each PE's buffer, bus factor 1, as nccl-tests); only the root's output is
     /// checked.
     Reduce(ReduceArgs),
+    /// Sparse gradient allreduce: per method, density and gradient size, the time of the whole
+    /// call (selection included), the bytes each PE sends and the relative error against the
+    /// exact sum of the selected elements; dense allreduce (ours and NCCL) alongside.
+    Sparse(SparseArgs),
+}
+
+#[derive(Args)]
+pub struct SparseArgs {
+    /// Methods, comma-separated: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk.
+    #[arg(
+        long,
+        value_name = "METHODS",
+        default_value = "topk,topk_aopt,gaussiank,gaussiank_concat,gtopk",
+        value_delimiter = ',',
+        value_parser = parse_method
+    )]
+    methods: Vec<SparseMethod>,
+    /// Densities (the share each PE sends), comma-separated, each in (0, 1].
+    #[arg(
+        long,
+        value_name = "DENSITIES",
+        default_value = "0.001,0.01,0.1",
+        value_delimiter = ',',
+        value_parser = parse_density
+    )]
+    densities: Vec<f64>,
+    /// Smallest gradient (bytes; K, M, G suffixes).
+    #[arg(short = 'b', long = "min", default_value = "1M", value_parser = parse_size)]
+    min: usize,
+    /// Largest gradient: no size above it is run.
+    #[arg(short = 'e', long = "max", default_value = "256M", value_parser = parse_size)]
+    max: usize,
+    /// Size growth factor, at least 2.
+    #[arg(short = 'f', long = "factor", default_value = "4", value_parser = parse_factor)]
+    factor: usize,
+    /// bf16 gradients instead of f32.
+    #[arg(long)]
+    bf16: bool,
+    /// Timed repetitions (groups of 3 calls); the median is reported.
+    #[arg(short = 'n', long = "reps", default_value_t = 5)]
+    reps: usize,
+    /// Untimed calls first.
+    #[arg(short = 'w', long = "warmup", default_value_t = 2)]
+    warmup: usize,
+    /// Time the sparse calls without error feedback.
+    #[arg(long)]
+    no_error_feedback: bool,
+    /// Leave NCCL's dense allreduce out.
+    #[arg(long)]
+    no_nccl: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write the results to this file (from PE 0) instead of standard output.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+fn parse_method(s: &str) -> std::result::Result<SparseMethod, String> {
+    SparseMethod::from_name(s.trim()).map_err(|e| e.to_string())
+}
+
+fn parse_density(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if d > 0.0 && d <= 1.0 => Ok(d),
+        _ => Err(format!(
+            "{s:?} is not a density in (0, 1]; pass e.g. 0.01 for 1%"
+        )),
+    }
+}
+
+fn sparse_bench(args: SparseArgs) -> Result<()> {
+    check_min_max(args.min, args.max).unwrap_or_else(|e| e.exit());
+    check_outputs(args.out.as_deref(), None)?;
+    let opts = SparseBenchOptions {
+        methods: dedup(&args.methods),
+        densities: args.densities.clone(),
+        min_bytes: args.min,
+        max_bytes: args.max,
+        factor: args.factor,
+        bf16: args.bf16,
+        reps: args.reps,
+        warmup: args.warmup,
+        error_feedback: !args.no_error_feedback,
+        nccl: !args.no_nccl,
+    };
+    let nv = Nvshmem::init()?;
+    if let Some(report) = sparse::run(&nv, &opts)? {
+        let text = if args.json {
+            sparse::render_json(&report) + "\n"
+        } else {
+            sparse::render_table(&report)
+        };
+        emit(&text, args.out.as_deref())?;
+    }
+    Ok(())
 }
 
 // Flags follow nccl-tests (-b -e -f -n -w -c -d -o, with its long spellings as aliases), so
@@ -406,6 +503,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Reduce(a) => {
             family(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
         }
+        BenchCommand::Sparse(a) => sparse_bench(a),
     }
 }
 

@@ -1,0 +1,384 @@
+// Local steps of the sparse gradient allreduce (sparse/allreduce.h): small elementwise and
+// per-pair kernels between the selections and the collectives; counts are read on the device.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <cub/block/block_reduce.cuh>
+
+#include "abi.h"
+#include "prims/pdl.cuh"
+#include "sparse/allreduce.h"
+#include "sparse/sparse.cuh"
+
+namespace {
+
+// Blocks of the Gaussian sums: a fixed number, so the f64 sums add in the same order on every
+// run (partials per block, then one block adds them in block order).
+constexpr int STAT_BLOCKS = 256;
+
+template <typename T> __device__ __forceinline__ float as_f32(T x) { return (float)x; }
+template <> __device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+template <typename T> __device__ __forceinline__ T of_f32(float x) { return (T)x; }
+template <> __device__ __forceinline__ __nv_bfloat16 of_f32(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+#define GRID_STRIDE(j, count)                                                                   \
+    for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (count);             \
+         j += (uint64_t)gridDim.x * blockDim.x)
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    accumulate_kernel(T *acc, const T *g, uint64_t n) {
+    wait_for_previous_kernel();
+    GRID_STRIDE(i, n) { acc[i] = add_values(acc[i], g[i]); }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS) scale_kernel(T *d, uint64_t n, float s) {
+    wait_for_previous_kernel();
+    GRID_STRIDE(i, n) { d[i] = of_f32<T>(as_f32(d[i]) * s); }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    zero_at_kernel(nvshmemrs_sparse_set set, T *dense, uint64_t n) {
+    wait_for_previous_kernel();
+    const I *idx = static_cast<const I *>(set.idx);
+    const uint64_t c = held(set);
+    GRID_STRIDE(j, c) {
+        const I i = idx[j];
+        if (i >= 0 && (uint64_t)i < n) dense[i] = of_f32<T>(0.0f);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    stats_kernel(const T *g, uint64_t n, double *partials) {
+    wait_for_previous_kernel();
+    using Reduce = cub::BlockReduce<double, SPARSE_THREADS>;
+    __shared__ typename Reduce::TempStorage tmp;
+    double s = 0.0, q = 0.0;
+    GRID_STRIDE(i, n) {
+        const double x = as_f32(g[i]);
+        s += x;
+        q = __dadd_rn(q, __dmul_rn(x, x));
+    }
+    const double bs = Reduce(tmp).Sum(s);
+    __syncthreads();
+    const double bq = Reduce(tmp).Sum(q);
+    if (threadIdx.x == 0) {
+        partials[2 * blockIdx.x] = bs;
+        partials[2 * blockIdx.x + 1] = bq;
+    }
+}
+
+__global__ void stats_finish_kernel(const double *partials, uint64_t n, double z, float *out) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    double s = 0.0, q = 0.0;
+    for (int b = 0; b < STAT_BLOCKS; ++b) {
+        s += partials[2 * b];
+        q += partials[2 * b + 1];
+    }
+    // Rounded op by op, no fused multiply-adds: the same bits as the CPU reference wherever the
+    // sums are exact (integer data). Population variance; rounding may take it below 0.
+    const double mean = __ddiv_rn(s, (double)n);
+    const double var = fmax(__dsub_rn(__ddiv_rn(q, (double)n), __dmul_rn(mean, mean)), 0.0);
+    const double t = __dadd_rn(fabs(mean), __dmul_rn(z, __dsqrt_rn(var)));
+    // At least the smallest positive float: zeros are never worth sending.
+    const float f = (float)t;
+    *out = !isfinite(t) ? __int_as_float(0x7F800000) : (f > 0.0f ? f : __int_as_float(1));
+}
+
+__device__ __forceinline__ uint64_t round_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
+
+__global__ void offsets_kernel(const uint64_t *sizes, int n_pes, uint64_t capacity,
+                               uint64_t unit_a, uint64_t unit_b, uint64_t align,
+                               uint64_t *counts, uint64_t *displs, uint64_t *total) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    uint64_t at = 0, pairs = 0;
+    for (int r = 0; r < n_pes; ++r) {
+        const uint64_t h = sizes[r] < capacity ? sizes[r] : capacity;
+        const uint64_t c = round_up(h * unit_a, align) + round_up(h * unit_b, align);
+        counts[r] = c;
+        displs[r] = at;
+        at += c;
+        pairs += h;
+    }
+    *total = pairs;
+}
+
+// Index bytes of a packed part of h pairs, padded to 8: the values start there.
+template <typename I> __device__ __forceinline__ uint64_t idx_block(uint64_t h) {
+    return round_up(h * sizeof(I), 8);
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    pack_kernel(nvshmemrs_sparse_set set, char *out) {
+    wait_for_previous_kernel();
+    const uint64_t h = held(set);
+    I *oi = reinterpret_cast<I *>(out);
+    T *ov = reinterpret_cast<T *>(out + idx_block<I>(h));
+    GRID_STRIDE(j, h) {
+        oi[j] = static_cast<const I *>(set.idx)[j];
+        ov[j] = static_cast<const T *>(set.val)[j];
+    }
+}
+
+// blockIdx.y: the part.
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    scatter_concat_kernel(const char *gathered, const uint64_t *sizes, uint64_t capacity,
+                          const uint64_t *displs, T *dense, uint64_t n) {
+    wait_for_previous_kernel();
+    const int r = blockIdx.y;
+    const uint64_t h = sizes[r] < capacity ? sizes[r] : capacity;
+    const char *part = gathered + displs[r];
+    const I *idx = reinterpret_cast<const I *>(part);
+    const T *val = reinterpret_cast<const T *>(part + idx_block<I>(h));
+    GRID_STRIDE(j, h) {
+        const I i = idx[j];
+        if (i >= 0 && (uint64_t)i < n) atomic_add_value(dense + i, val[j]);
+    }
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    gather_kernel(nvshmemrs_sparse_set pos, const I *src_idx, const T *src_val,
+                  uint64_t src_len, nvshmemrs_sparse_set out) {
+    wait_for_previous_kernel();
+    const uint64_t h = held(pos);
+    const I *p = static_cast<const I *>(pos.idx);
+    GRID_STRIDE(j, h) {
+        const I at = p[j];
+        if (at >= 0 && (uint64_t)at < src_len) {
+            static_cast<I *>(out.idx)[j] = src_idx[at];
+            static_cast<T *>(out.val)[j] = src_val[at];
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) *out.count = h;
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    mark_kernel(nvshmemrs_sparse_set mine, nvshmemrs_sparse_set global, float *mark,
+                T *residual, uint64_t n) {
+    wait_for_previous_kernel();
+    const uint64_t h = held(mine), gh = held(global);
+    const I *idx = static_cast<const I *>(mine.idx);
+    const I *gidx = static_cast<const I *>(global.idx);
+    GRID_STRIDE(j, mine.capacity) {
+        bool in = false;
+        if (j < h) {
+            const I i = idx[j];
+            const uint64_t at = lower_bound(gidx, gh, i);
+            in = at < gh && gidx[at] == i;
+            if (in && residual != nullptr && i >= 0 && (uint64_t)i < n) {
+                residual[i] = of_f32<T>(0.0f);
+            }
+        }
+        mark[j] = in ? 1.0f : 0.0f;
+    }
+}
+
+// Value-type dispatch of the dense kernels.
+template <typename F> cudaError_t by_value(int dtype, F &f) {
+    switch (dtype) {
+    case NVSHMEMRS_DTYPE_F32: return f.template run<float>();
+    case NVSHMEMRS_DTYPE_BF16: return f.template run<__nv_bfloat16>();
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+struct Accumulate {
+    void *acc;
+    const void *g;
+    uint64_t n;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        if (n == 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(n, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(accumulate_kernel<T>, blocks, SPARSE_THREADS, stream,
+                          static_cast<T *>(acc), static_cast<const T *>(g), n);
+    }
+};
+
+struct Scale {
+    void *d;
+    uint64_t n;
+    float s;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        if (n == 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(n, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(scale_kernel<T>, blocks, SPARSE_THREADS, stream, static_cast<T *>(d),
+                          n, s);
+    }
+};
+
+struct Stats {
+    const void *g;
+    uint64_t n;
+    double z;
+    double *scratch;
+    float *out;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        cudaError_t err = launch_pdl(stats_kernel<T>, STAT_BLOCKS, SPARSE_THREADS, stream,
+                                     static_cast<const T *>(g), n, scratch);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(stats_finish_kernel, 1, 32, stream, (const double *)scratch, n, z,
+                          out);
+    }
+};
+
+struct SetLaunch {
+    int kind;  // 0 zero_at, 1 pack, 2 gather, 3 mark
+    nvshmemrs_sparse_set a, b;
+    void *dense;
+    const void *src_idx, *src_val;
+    float *mark;
+    uint64_t n;
+    cudaStream_t stream;
+    template <typename T, typename I> cudaError_t run() const {
+        const uint64_t items = a.capacity > 0 ? a.capacity : 1;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(items, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        switch (kind) {
+        case 0:
+            if (a.capacity == 0) return cudaSuccess;
+            return launch_pdl(zero_at_kernel<T, I>, blocks, SPARSE_THREADS, stream, a,
+                              static_cast<T *>(dense), n);
+        case 1:
+            if (a.capacity == 0) return cudaSuccess;
+            return launch_pdl(pack_kernel<T, I>, blocks, SPARSE_THREADS, stream, a,
+                              static_cast<char *>(dense));
+        case 2:
+            if (b.capacity < a.capacity) return cudaErrorInvalidValue;
+            return launch_pdl(gather_kernel<T, I>, blocks, SPARSE_THREADS, stream, a,
+                              static_cast<const I *>(src_idx), static_cast<const T *>(src_val),
+                              n, b);
+        default:
+            if (a.capacity == 0) return cudaSuccess;
+            return launch_pdl(mark_kernel<T, I>, blocks, SPARSE_THREADS, stream, a, b, mark,
+                              static_cast<T *>(dense), n);
+        }
+    }
+};
+
+struct ScatterConcat {
+    const void *gathered;
+    const uint64_t *sizes, *displs;
+    uint64_t capacity;
+    int n_pes;
+    void *dense;
+    uint64_t n;
+    cudaStream_t stream;
+    template <typename T, typename I> cudaError_t run() const {
+        if (capacity == 0 || n_pes <= 0) return cudaSuccess;
+        if (n_pes > 65535) return cudaErrorInvalidValue;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(capacity, 2, &blocks);
+        if (err != cudaSuccess) return err;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(blocks, n_pes);
+        config.blockDim = dim3(SPARSE_THREADS);
+        config.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attr;
+        config.numAttrs = 1;
+        err = cudaLaunchKernelEx(&config, scatter_concat_kernel<T, I>,
+                                 static_cast<const char *>(gathered), sizes, capacity, displs,
+                                 static_cast<T *>(dense), n);
+        if (err != cudaSuccess) (void)cudaGetLastError();
+        return err;
+    }
+};
+
+}  // namespace
+
+extern "C" int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
+                                           cudaStream_t stream) {
+    Accumulate f{acc, g, n, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" int nvshmemrs_sparse_scale(void *dense, uint64_t n, float s, int32_t dtype,
+                                      cudaStream_t stream) {
+    Scale f{dense, n, s, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" int nvshmemrs_sparse_zero_at(nvshmemrs_sparse_set set, void *dense, uint64_t n,
+                                        int32_t dtype, int32_t index_type,
+                                        cudaStream_t stream) {
+    SetLaunch f{0, set, {}, dense, nullptr, nullptr, nullptr, n, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" uint64_t nvshmemrs_sparse_gaussian_scratch_words(void) { return 2 * STAT_BLOCKS; }
+
+extern "C" int nvshmemrs_sparse_gaussian_threshold(const void *g, uint64_t n, double z,
+                                                   int32_t dtype, double *scratch,
+                                                   uint64_t scratch_words, float *threshold,
+                                                   cudaStream_t stream) {
+    if (n == 0 || scratch_words < 2 * STAT_BLOCKS) return cudaErrorInvalidValue;
+    Stats f{g, n, z, scratch, threshold, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" int nvshmemrs_sparse_offsets(const uint64_t *sizes, int32_t n_pes, uint64_t capacity,
+                                        uint64_t unit_a, uint64_t unit_b, uint64_t align,
+                                        uint64_t *counts, uint64_t *displs,
+                                        uint64_t *total_pairs, cudaStream_t stream) {
+    if (n_pes <= 0 || align == 0) return cudaErrorInvalidValue;
+    return launch_pdl(offsets_kernel, 1, 32, stream, sizes, (int)n_pes, capacity, unit_a, unit_b,
+                      align, counts, displs, total_pairs);
+}
+
+extern "C" int nvshmemrs_sparse_pack_concat(nvshmemrs_sparse_set set, void *out, int32_t dtype,
+                                            int32_t index_type, cudaStream_t stream) {
+    SetLaunch f{1, set, {}, out, nullptr, nullptr, nullptr, 0, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_scatter_concat(const void *gathered, const uint64_t *sizes,
+                                               uint64_t capacity, const uint64_t *displs,
+                                               int32_t n_pes, void *dense, uint64_t n,
+                                               int32_t dtype, int32_t index_type,
+                                               cudaStream_t stream) {
+    ScatterConcat f{gathered, sizes, displs, capacity, n_pes, dense, n, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_gather(nvshmemrs_sparse_set pos, const void *src_idx,
+                                       const void *src_val, uint64_t src_len,
+                                       nvshmemrs_sparse_set out, int32_t dtype,
+                                       int32_t index_type, cudaStream_t stream) {
+    SetLaunch f{2, pos, out, nullptr, src_idx, src_val, nullptr, src_len, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_mark_included(nvshmemrs_sparse_set mine,
+                                              nvshmemrs_sparse_set global, float *mark,
+                                              void *residual, uint64_t n, int32_t dtype,
+                                              int32_t index_type, cudaStream_t stream) {
+    SetLaunch f{3, mine, global, residual, nullptr, nullptr, mark, n, stream};
+    return by_value_index(dtype, index_type, f);
+}

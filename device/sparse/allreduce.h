@@ -1,0 +1,96 @@
+/*
+ * Local steps of the sparse gradient allreduce (src/sparse/allreduce.rs) between its selections
+ * (sparse/sparse.h) and its collectives: error-feedback accumulation, the Gaussian threshold,
+ * part sizes and displacements from device counts, packing of one combined (indexes, values)
+ * buffer and its scatter-add, and the gathers of gTop-k. All in stream order, no host round
+ * trip. Each entry point returns a cudaError_t (cudaErrorInvalidValue for an unknown dtype or
+ * index type, or a workspace too small).
+ */
+#ifndef NVSHMEM_RS_SPARSE_ALLREDUCE_H
+#define NVSHMEM_RS_SPARSE_ALLREDUCE_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* acc[i] += g[i] for i < n (bf16: added in f32, rounded once to nearest even). */
+int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
+                                cudaStream_t stream);
+
+/* dense[i] *= s for i < n (bf16: in f32, rounded once). */
+int nvshmemrs_sparse_scale(void *dense, uint64_t n, float s, int32_t dtype, cudaStream_t stream);
+
+/* dense[idx[j]] = 0 for the pairs `set` holds; indexes outside 0..n are skipped. */
+int nvshmemrs_sparse_zero_at(nvshmemrs_sparse_set set, void *dense, uint64_t n, int32_t dtype,
+                             int32_t index_type, cudaStream_t stream);
+
+/* Words (f64) of workspace of nvshmemrs_sparse_gaussian_threshold. */
+uint64_t nvshmemrs_sparse_gaussian_scratch_words(void);
+
+/*
+ * *threshold = |mean| + z * std of g[0 .. n) (population std), from f64 sums in a fixed order
+ * (the same result on every run on one device), rounded to f32 and at least the smallest
+ * positive float (zeros are never sent). Sums that are not finite (a NaN or infinity in g) give
+ * +infinity, which selects only infinities and NaNs.
+ */
+int nvshmemrs_sparse_gaussian_threshold(const void *g, uint64_t n, double z, int32_t dtype,
+                                        double *scratch, uint64_t scratch_words,
+                                        float *threshold, cudaStream_t stream);
+
+/*
+ * From n_pes set sizes (device counts, possibly past `capacity`), with h[r] = min(sizes[r],
+ * capacity) the pairs r holds: counts[r] = up(h[r] x unit_a) + up(h[r] x unit_b), up() rounding
+ * to a multiple of align (plain parts: 1, 0, 1; packed parts: index and value bytes, 8);
+ * displs[r] = the counts before r; *total_pairs = the sum of h.
+ */
+int nvshmemrs_sparse_offsets(const uint64_t *sizes, int32_t n_pes, uint64_t capacity,
+                             uint64_t unit_a, uint64_t unit_b, uint64_t align, uint64_t *counts,
+                             uint64_t *displs, uint64_t *total_pairs, cudaStream_t stream);
+
+/*
+ * The pairs `set` holds as one byte buffer: the indexes, then the values from the next
+ * 8-byte boundary, the part padded to a multiple of 8 bytes (so both stay aligned in every
+ * part of a gathered buffer); nvshmemrs_sparse_offsets with the index and value sizes and
+ * align 8 gives the parts' bytes.
+ */
+int nvshmemrs_sparse_pack_concat(nvshmemrs_sparse_set set, void *out, int32_t dtype,
+                                 int32_t index_type, cudaStream_t stream);
+
+/*
+ * dense[idx] += val for every pair of the n_pes packed parts of `gathered` (part r: min(sizes[r],
+ * capacity) pairs from byte displs[r], laid out as nvshmemrs_sparse_pack_concat writes them);
+ * indexes outside 0..n are skipped. Atomic adds, as nvshmemrs_sparse_scatter_add.
+ */
+int nvshmemrs_sparse_scatter_concat(const void *gathered, const uint64_t *sizes,
+                                    uint64_t capacity, const uint64_t *displs, int32_t n_pes,
+                                    void *dense, uint64_t n, int32_t dtype, int32_t index_type,
+                                    cudaStream_t stream);
+
+/*
+ * out.idx[j] = src_idx[p], out.val[j] = src_val[p] for p = pos.idx[j], j < the pairs pos holds
+ * (positions at or past src_len are skipped); *out.count = that number. pos's values are not
+ * read. out.capacity must be at least pos.capacity.
+ */
+int nvshmemrs_sparse_gather(nvshmemrs_sparse_set pos, const void *src_idx, const void *src_val,
+                            uint64_t src_len, nvshmemrs_sparse_set out, int32_t dtype,
+                            int32_t index_type, cudaStream_t stream);
+
+/*
+ * mark[j] = 1 where mine's pair j has its index in `global` (sorted by index), else 0, for
+ * j < mine.capacity (0 past the pairs held). Where residual is not NULL, residual[i] = 0 at
+ * every such index i (n elements; outside skipped).
+ */
+int nvshmemrs_sparse_mark_included(nvshmemrs_sparse_set mine, nvshmemrs_sparse_set global,
+                                   float *mark, void *residual, uint64_t n, int32_t dtype,
+                                   int32_t index_type, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

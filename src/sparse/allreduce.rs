@@ -1,0 +1,1017 @@
+//! Sparse gradient allreduce ([`SparseAllreduce`]): each PE selects a small part of its gradient
+//! (top-k by magnitude or a Gaussian threshold), the parts are exchanged with the collectives
+//! (allgather, allgatherv with device counts, grouped send/recv, broadcast) and scatter-added
+//! into a dense output on every member. Error feedback keeps what was not sent in a residual
+//! that the next call adds to its gradient, so nothing is lost over steps.
+//!
+//! Everything is stream-ordered with no host round trip: counts stay on the device, and the
+//! Gaussian threshold is computed and read on the GPU (device/sparse/allreduce.cu).
+
+use super::reference;
+use super::select::TopK;
+use super::set::{HostSparse, SparseSet};
+use super::sparse_ops::{scatter_add_raw, SparseMerge};
+use super::{index_code, value_code, SparseIndex, SparseValue};
+use crate::coll::allgather::Allgather;
+use crate::coll::allgatherv::Allgatherv;
+use crate::coll::broadcast::Broadcast;
+use crate::coll::family::DeviceParts;
+use crate::coll::group::{P2p, P2pGroup};
+use crate::core::buffer::SymmetricBuffer;
+use crate::core::error::{Error, Result};
+use crate::core::result::cuda_check;
+use crate::core::runtime::Nvshmem;
+use crate::core::stream::raw_stream;
+use crate::sys;
+use crate::team::Team;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+const WHAT: &str = "SparseAllreduce";
+
+/// How a [`SparseAllreduce`] selects and exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SparseMethod {
+    /// k = density x n largest |g| per PE; allgather of the indexes and of the values.
+    TopK,
+    /// Top-k, then allgather of the per-PE sizes and allgatherv of indexes and values (device
+    /// counts).
+    TopKAopt,
+    /// A threshold from a Gaussian fit of g ([`reference::gaussian_threshold`]), computed on the
+    /// GPU; selection by threshold (up to 2k pairs), then as [`SparseMethod::TopKAopt`].
+    GaussianK,
+    /// GaussianK with indexes and values in one packed buffer: one allgatherv.
+    GaussianKConcat,
+    /// gTop-k: local top-k, then ceil(log2 P) tree rounds (the even partner receives, merges and
+    /// keeps the top k of the union; the odd one sends), then a broadcast of the global top k
+    /// from rank 0.
+    GTopK,
+}
+
+impl SparseMethod {
+    /// Every method, in the order of the docs.
+    pub const ALL: [SparseMethod; 5] = [
+        SparseMethod::TopK,
+        SparseMethod::TopKAopt,
+        SparseMethod::GaussianK,
+        SparseMethod::GaussianKConcat,
+        SparseMethod::GTopK,
+    ];
+
+    /// The method's name on command lines: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk.
+    pub fn name(self) -> &'static str {
+        match self {
+            SparseMethod::TopK => "topk",
+            SparseMethod::TopKAopt => "topk_aopt",
+            SparseMethod::GaussianK => "gaussiank",
+            SparseMethod::GaussianKConcat => "gaussiank_concat",
+            SparseMethod::GTopK => "gtopk",
+        }
+    }
+
+    /// The method of a name ([`SparseMethod::name`]).
+    pub fn from_name(name: &str) -> Result<SparseMethod> {
+        SparseMethod::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "no method named {name:?}; pass one of {}",
+                    SparseMethod::ALL.map(SparseMethod::name).join(", ")
+                ),
+            })
+    }
+
+    fn gaussian(self) -> bool {
+        matches!(
+            self,
+            SparseMethod::GaussianK | SparseMethod::GaussianKConcat
+        )
+    }
+}
+
+/// What a [`SparseAllreduce`] does: its method, density, error feedback and reduction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SparseOptions {
+    pub method: SparseMethod,
+    /// The share of the gradient each PE sends, in (0, 1]: k = ceil(density x n).
+    pub density: f64,
+    /// Keep what was not sent in a residual added to the next gradient (on by default).
+    pub error_feedback: bool,
+    /// Divide the sum by the team size (a gradient average); off by default (the sum).
+    pub average: bool,
+}
+
+impl SparseOptions {
+    /// `method` at `density`, with error feedback, summing.
+    pub fn new(method: SparseMethod, density: f64) -> SparseOptions {
+        SparseOptions {
+            method,
+            density,
+            error_feedback: true,
+            average: false,
+        }
+    }
+
+    /// `METHOD:DENSITY`, as `gtopk:0.01`.
+    pub fn parse(spec: &str) -> Result<SparseOptions> {
+        let bad = |detail: String| Error::SparseConfig { what: WHAT, detail };
+        let (method, density) = spec.split_once(':').ok_or_else(|| {
+            bad(format!(
+                "{spec:?} is not METHOD:DENSITY; pass e.g. gtopk:0.01"
+            ))
+        })?;
+        let density: f64 = density.parse().map_err(|_| {
+            bad(format!(
+                "the density {density:?} is not a number; pass e.g. gtopk:0.01"
+            ))
+        })?;
+        let opts = SparseOptions::new(SparseMethod::from_name(method)?, density);
+        check_density(opts.density)?;
+        Ok(opts)
+    }
+}
+
+fn check_density(density: f64) -> Result<()> {
+    if density > 0.0 && density <= 1.0 {
+        return Ok(());
+    }
+    Err(Error::SparseConfig {
+        what: WHAT,
+        detail: format!("the density {density} is outside (0, 1]; pass e.g. 0.01 for 1%"),
+    })
+}
+
+/// k of a gradient of `n` elements at `density`: ceil(density x n), at least 1, at most n.
+pub fn sparse_k(n: usize, density: f64) -> usize {
+    ((n as f64 * density).ceil() as usize).clamp(1, n.max(1))
+}
+
+/// A sparse set in symmetric memory (so collectives can move it); counts on the device.
+struct SymSet<'nv, T: SparseValue, I: SparseIndex> {
+    idx: SymmetricBuffer<'nv, I>,
+    val: SymmetricBuffer<'nv, T>,
+    count: SymmetricBuffer<'nv, u64>,
+    capacity: usize,
+}
+
+impl<'nv, T: SparseValue, I: SparseIndex> SymSet<'nv, T, I> {
+    /// Collective over the world (same capacity everywhere); the count is zeroed.
+    fn new(nv: &'nv Nvshmem, capacity: usize) -> Result<Self> {
+        Ok(SymSet {
+            idx: nv.alloc_zeroed(capacity.max(1))?,
+            val: nv.alloc_zeroed(capacity.max(1))?,
+            count: nv.alloc_zeroed(1)?,
+            capacity,
+        })
+    }
+
+    fn raw(&self) -> sys::nvshmemrs_sparse_set {
+        sys::nvshmemrs_sparse_set {
+            idx: self.idx.as_device_ptr().cast(),
+            val: self.val.as_device_ptr().cast(),
+            count: self.count.as_device_ptr(),
+            capacity: self.capacity as u64,
+        }
+    }
+
+    fn to_host(&self, stream: &Arc<CudaStream>) -> Result<HostSparse<T, I>> {
+        let count = stream.clone_dtoh(&self.count)?[0];
+        let held = count.min(self.capacity as u64) as usize;
+        if held == 0 {
+            return Ok(HostSparse {
+                count,
+                ..HostSparse::empty()
+            });
+        }
+        Ok(HostSparse {
+            count,
+            idx: stream.clone_dtoh(&self.idx.view(0..held)?)?,
+            val: stream.clone_dtoh(&self.val.view(0..held)?)?,
+        })
+    }
+}
+
+/// The device address of a cudarc allocation (ordered by the caller: everything here runs on
+/// the call's stream after `new` synchronised the allocations).
+fn addr<T>(s: &CudaSlice<T>) -> u64 {
+    let (p, _guard) = s.device_ptr(s.stream());
+    p
+}
+
+/// Counts and displacements of an allgatherv whose counts a kernel computes.
+struct VParts<'nv> {
+    agv: Allgatherv<'nv>,
+    /// The members' set sizes (allgathered count words).
+    sizes: SymmetricBuffer<'nv, u64>,
+    counts: SymmetricBuffer<'nv, u64>,
+    displs: SymmetricBuffer<'nv, u64>,
+    /// Pairs gathered in all: the scatter-add's count.
+    total: CudaSlice<u64>,
+}
+
+/// The exchange of each method, with its buffers.
+enum Exchange<'nv, T: SparseValue, I: SparseIndex> {
+    /// Allgather of k indexes and k values into P x k each.
+    Fixed {
+        idx: SymmetricBuffer<'nv, I>,
+        val: SymmetricBuffer<'nv, T>,
+        /// P x k: the gathered set's count.
+        count: CudaSlice<u64>,
+    },
+    /// Allgatherv of indexes and of values, packed in member order.
+    Varying {
+        parts: VParts<'nv>,
+        idx: SymmetricBuffer<'nv, I>,
+        val: SymmetricBuffer<'nv, T>,
+    },
+    /// One allgatherv of packed (indexes, values) parts.
+    Concat {
+        parts: VParts<'nv>,
+        packed: SymmetricBuffer<'nv, u8>,
+        gathered: SymmetricBuffer<'nv, u8>,
+        part_bytes: usize,
+    },
+    /// gTop-k's tree, broadcast and included indexes.
+    Tree(Box<Tree<'nv, T, I>>),
+}
+
+struct Tree<'nv, T: SparseValue, I: SparseIndex> {
+    p2p: P2pGroup<'nv>,
+    bcast: Broadcast<'nv>,
+    /// The received set (count k, set once).
+    recv: SymSet<'nv, T, I>,
+    /// The merged set of the rounds so far (count k after the first merge).
+    cur: SymSet<'nv, T, I>,
+    /// The global top k (count k, set once).
+    global: SymSet<'nv, T, I>,
+    union: SparseSet<T, I>,
+    pos: SparseSet<T, I>,
+    merge: SparseMerge,
+    /// 1 where the local pair made it into the global set.
+    mark: CudaSlice<f32>,
+    mark_pos: SparseSet<f32, I>,
+    /// 0.5: the threshold that takes the marks.
+    half: CudaSlice<f32>,
+    included: SparseSet<T, I>,
+}
+
+/// A sparse allreduce of gradients of `len` elements over the world or a team: per call, each
+/// member selects from its gradient (plus its residual, with error feedback), the selections
+/// are exchanged, and every member's dense output becomes the sum (or average) of all members'
+/// selected pairs, where an index several members selected gets their values added.
+///
+/// Create it on every PE at the same point (collective over the world: its symmetric buffers,
+/// sized for the whole world), call [`SparseAllreduce::run`] on every member in the same
+/// order, drop it on every PE at the same point. Calls enqueue their kernels and collectives on
+/// the stream given and return; every wait is under the collectives' timeout.
+///
+/// What was sent: with error feedback, the residual holds `residual + g` minus the pairs this
+/// member sent (exactly: those elements become zero, the others are untouched), so the
+/// residual plus everything sent over the steps equals the sum of the gradients. gTop-k counts
+/// as sent the local pairs whose index is in the global set ([`SparseAllreduce::included`]),
+/// as in the paper, though a pair dropped in a tree round whose index another member kept is
+/// not in the sum. GaussianK holds at most 2k pairs: past that, the lowest indexes are sent
+/// and the rest stays in the residual.
+pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
+    opts: SparseOptions,
+    n: usize,
+    k: usize,
+    capacity: usize,
+    /// Team rank and size (None on PEs outside the team).
+    rank: Option<(i32, i32)>,
+    allgather: Allgather<'nv>,
+    topk: TopK,
+    mine: SymSet<'nv, T, I>,
+    residual: Option<CudaSlice<T>>,
+    /// Gaussian: workspace of the sums, the threshold word and z.
+    gauss: Option<(CudaSlice<f64>, CudaSlice<f32>, f64)>,
+    ex: Exchange<'nv, T, I>,
+}
+
+impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
+    /// Over every PE.
+    pub fn world(nv: &'nv Nvshmem, len: usize, opts: SparseOptions) -> Result<Self> {
+        Self::new(nv, Some(&nv.team_world()), len, opts)
+    }
+
+    /// Over `team` (None on PEs in no team of the split: they only take part in the
+    /// allocations), for gradients of `len` elements. Collective over the world, with the same
+    /// `len` and `opts` on every PE. Returns once its memory is ready.
+    pub fn new(
+        nv: &'nv Nvshmem,
+        team: Option<&Team<'_>>,
+        len: usize,
+        opts: SparseOptions,
+    ) -> Result<Self> {
+        check_density(opts.density)?;
+        if len == 0 {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: "the gradient is empty; pass its length (at least 1)".into(),
+            });
+        }
+        if (len - 1) as u64 > I::MAX_INDEX {
+            return Err(Error::IndexTooNarrow {
+                what: WHAT,
+                len,
+                last: len - 1,
+                index: I::NAME,
+                max: I::MAX_INDEX,
+            });
+        }
+        let stream = nv.stream();
+        let k = sparse_k(len, opts.density);
+        let capacity = if opts.method.gaussian() {
+            (2 * k).min(len)
+        } else {
+            k
+        };
+        let rank = team.and_then(|t| (t.my_pe() >= 0).then(|| (t.my_pe(), t.n_pes())));
+        // Buffers for every member of any team: allocations are collective over the world,
+        // with the same size on every PE.
+        let world = nv.n_pes() as usize;
+        let members = rank.map_or(0, |(_, p)| p as usize);
+        let topk = TopK::new(stream, len.max(2 * k))?;
+        let mine = SymSet::new(nv, capacity)?;
+        let residual = if opts.error_feedback {
+            Some(stream.alloc_zeros::<T>(len)?)
+        } else {
+            None
+        };
+        let gauss = if opts.method.gaussian() {
+            // SAFETY: a host function without arguments.
+            let words = unsafe { sys::nvshmemrs_sparse_gaussian_scratch_words() } as usize;
+            let z = reference::gaussian_z(opts.density);
+            Some((stream.alloc_zeros(words)?, stream.alloc_zeros(1)?, z))
+        } else {
+            None
+        };
+        let vparts = || -> Result<VParts<'nv>> {
+            Ok(VParts {
+                agv: Allgatherv::new(nv, team)?,
+                sizes: nv.alloc_zeroed(world)?,
+                counts: nv.alloc_zeroed(world)?,
+                displs: nv.alloc_zeroed(world)?,
+                total: stream.alloc_zeros(1)?,
+            })
+        };
+        let ex = match opts.method {
+            SparseMethod::TopK => Exchange::Fixed {
+                idx: nv.alloc_zeroed(world * k)?,
+                val: nv.alloc_zeroed(world * k)?,
+                count: stream.clone_htod(&[(members * k) as u64])?,
+            },
+            SparseMethod::TopKAopt | SparseMethod::GaussianK => Exchange::Varying {
+                parts: vparts()?,
+                idx: nv.alloc_zeroed(world * capacity)?,
+                val: nv.alloc_zeroed(world * capacity)?,
+            },
+            SparseMethod::GaussianKConcat => {
+                let part_bytes = packed_bytes::<T, I>(capacity);
+                Exchange::Concat {
+                    parts: vparts()?,
+                    packed: nv.alloc_zeroed(part_bytes)?,
+                    gathered: nv.alloc_zeroed(world * part_bytes)?,
+                    part_bytes,
+                }
+            }
+            SparseMethod::GTopK => {
+                let kk = [k as u64];
+                let recv = SymSet::new(nv, k)?;
+                let global = SymSet::new(nv, k)?;
+                stream.memcpy_htod(&kk, &mut recv.count.as_view())?;
+                stream.memcpy_htod(&kk, &mut global.count.as_view())?;
+                Exchange::Tree(Box::new(Tree {
+                    p2p: P2pGroup::new(nv, team)?,
+                    bcast: Broadcast::new(nv, team)?,
+                    recv,
+                    cur: SymSet::new(nv, k)?,
+                    global,
+                    union: SparseSet::new(stream, 2 * k)?,
+                    pos: SparseSet::new(stream, k)?,
+                    merge: SparseMerge::new(stream, k)?,
+                    mark: stream.alloc_zeros(k)?,
+                    mark_pos: SparseSet::new(stream, k)?,
+                    half: stream.clone_htod(&[0.5f32])?,
+                    included: SparseSet::new(stream, k)?,
+                }))
+            }
+        };
+        let allgather = Allgather::new(nv, team)?;
+        // Kernels later take these by address on the caller's stream: they must be ready.
+        stream.synchronize()?;
+        Ok(SparseAllreduce {
+            opts,
+            n: len,
+            k,
+            capacity,
+            rank,
+            allgather,
+            topk,
+            mine,
+            residual,
+            gauss,
+            ex,
+        })
+    }
+
+    /// The options it was created with.
+    pub fn options(&self) -> SparseOptions {
+        self.opts
+    }
+
+    /// Elements of the gradients it takes.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Always false: empty gradients are refused.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// k = ceil(density x n): the pairs top-k methods select per member.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The most pairs a member sends per call (k; GaussianK: 2k, at most n).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The residual (None without error feedback): what this member has not sent yet.
+    pub fn residual(&self) -> Option<&CudaSlice<T>> {
+        self.residual.as_ref()
+    }
+
+    /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore).
+    pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        if let Some(r) = &mut self.residual {
+            stream.memset_zeros(r)?;
+        }
+        Ok(())
+    }
+
+    /// How long a collective may wait for a peer before failing ([`Error::Timeout`]).
+    pub fn set_timeout(&mut self, timeout: std::time::Duration) {
+        self.allgather.set_timeout(timeout);
+        match &mut self.ex {
+            Exchange::Fixed { .. } => {}
+            Exchange::Varying { parts, .. } | Exchange::Concat { parts, .. } => {
+                parts.agv.set_timeout(timeout)
+            }
+            Exchange::Tree(t) => {
+                t.p2p.set_timeout(timeout);
+                t.bcast.set_timeout(timeout);
+            }
+        }
+    }
+
+    /// This member's selection of the last call (after the work queued on `stream`; waits for
+    /// it): sorted by index, values as selected (from `residual + g` with error feedback). The
+    /// count may exceed the pairs held (a Gaussian threshold past the capacity).
+    pub fn selected(&self, stream: &Arc<CudaStream>) -> Result<HostSparse<T, I>> {
+        self.mine.to_host(stream)
+    }
+
+    /// gTop-k: the pairs of this member's selection whose index made it into the global set
+    /// (sorted by index; with error feedback, the ones taken out of the residual); None for the
+    /// other methods. Waits for the work queued on `stream`.
+    pub fn included(&self, stream: &Arc<CudaStream>) -> Result<Option<HostSparse<T, I>>> {
+        match &self.ex {
+            Exchange::Tree(t) => Ok(Some(t.included.to_host(stream)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// gTop-k: the included pairs of the last call in device memory (their count on the
+    /// device), for error feedback of the caller's own; None for the other methods.
+    pub fn included_set(&self) -> Option<&SparseSet<T, I>> {
+        match &self.ex {
+            Exchange::Tree(t) => Some(&t.included),
+            _ => None,
+        }
+    }
+
+    /// GaussianK: the threshold of the last call (waits for the work queued on `stream`);
+    /// None for the other methods.
+    pub fn threshold(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
+        match &self.gauss {
+            Some((_, t, _)) => Ok(Some(stream.clone_dtoh(t)?[0])),
+            None => Ok(None),
+        }
+    }
+
+    /// Bytes this member put on the wire in the last call (its selections times the peers
+    /// they went to, and the sizes it sent; gTop-k: one tree send, plus the broadcast at rank
+    /// 0). Reads the count on the device: waits for the work queued on `stream`.
+    pub fn sent_bytes(&self, stream: &Arc<CudaStream>) -> Result<u64> {
+        let Some((me, p)) = self.rank else {
+            return Ok(0);
+        };
+        let (p, me) = (p as u64, me as u64);
+        let pair = (std::mem::size_of::<T>() + std::mem::size_of::<I>()) as u64;
+        let count = stream.clone_dtoh(&self.mine.count)?[0];
+        let held = count.min(self.capacity as u64);
+        let k = self.k as u64;
+        Ok(match &self.ex {
+            Exchange::Fixed { .. } => (p - 1) * k * pair,
+            Exchange::Varying { .. } => (p - 1) * (8 + held * pair),
+            Exchange::Concat { .. } => (p - 1) * (8 + packed_bytes::<T, I>(held as usize) as u64),
+            Exchange::Tree(_) => {
+                let tree = if me > 0 { k * pair } else { 0 };
+                let bcast = if me == 0 { (p - 1) * k * pair } else { 0 };
+                tree + bcast
+            }
+        })
+    }
+
+    /// Enqueues on `stream` the sparse allreduce of `grad` (this member's gradient, `len`
+    /// elements) into `out` (`len` elements; every element written). `grad` is read before
+    /// `out` is written, so they may be the same memory ([`SparseAllreduce::run_in_place`]).
+    pub fn run<G, D>(&mut self, grad: &G, out: &mut D, stream: &Arc<CudaStream>) -> Result<()>
+    where
+        G: DevicePtr<T>,
+        D: DevicePtrMut<T>,
+    {
+        self.check_len("gradient", grad.len())?;
+        self.check_len("output", out.len())?;
+        let (g, _grad_guard) = grad.device_ptr(stream);
+        let (o, _out_guard) = out.device_ptr_mut(stream);
+        // SAFETY: `len` elements each (checked), ordered on `stream` by the guards, which live
+        // until everything is enqueued.
+        unsafe { self.run_raw(g, o, stream) }
+    }
+
+    /// [`SparseAllreduce::run`] with the result written over the gradient.
+    pub fn run_in_place<D: DevicePtrMut<T>>(
+        &mut self,
+        grad: &mut D,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        self.check_len("gradient", grad.len())?;
+        let (g, _guard) = grad.device_ptr_mut(stream);
+        // SAFETY: as in `run`.
+        unsafe { self.run_raw(g, g, stream) }
+    }
+
+    fn check_len(&self, which: &'static str, len: usize) -> Result<()> {
+        if len == self.n {
+            return Ok(());
+        }
+        Err(Error::LengthMismatch {
+            what: if which == "output" {
+                "SparseAllreduce::run (the output against the gradient length it was created for)"
+            } else {
+                "SparseAllreduce::run (the gradient against the length it was created for)"
+            },
+            dest: self.n,
+            src: len,
+        })
+    }
+
+    /// [`SparseAllreduce::run`] on device addresses (`grad` may equal `out`).
+    ///
+    /// # Safety
+    /// `grad` and `out` are device memory of `len` elements each, ordered on `stream`.
+    pub unsafe fn run_raw(&mut self, grad: u64, out: u64, stream: &Arc<CudaStream>) -> Result<()> {
+        let Some((me, p)) = self.rank else {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: "this PE is not a member of the team it was created over; call run \
+                         on the team's members only"
+                    .into(),
+            });
+        };
+        stream.context().bind_to_thread()?;
+        let s = raw_stream(stream);
+        let n = self.n;
+        let dtype = value_code::<T>();
+        let itype = index_code::<I>();
+        // The selection's source: residual + g with error feedback, else g.
+        let src = match &self.residual {
+            Some(r) => {
+                let r = addr(r);
+                // SAFETY: both n elements (this function's contract; the residual's own length).
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_accumulate(
+                        r as *mut c_void,
+                        grad as *const c_void,
+                        n as u64,
+                        dtype,
+                        s,
+                    )
+                };
+                cuda_check(code, "error-feedback accumulation kernel launch")?;
+                r
+            }
+            None => grad,
+        };
+        let mine = self.mine.raw();
+        match &self.gauss {
+            Some((scratch, t, z)) => {
+                let t = addr(t);
+                // SAFETY: src holds n elements; the workspace its words; t one f32.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_gaussian_threshold(
+                        src as *const c_void,
+                        n as u64,
+                        *z,
+                        dtype,
+                        addr(scratch) as *mut f64,
+                        scratch.len() as u64,
+                        t as *mut f32,
+                        s,
+                    )
+                };
+                cuda_check(code, "Gaussian threshold kernel launch")?;
+                // SAFETY: src n elements, the set its capacity, t one f32, all on `stream`.
+                unsafe {
+                    self.topk
+                        .threshold_at_raw::<T, I>((src, n), t as *const f32, mine, stream)?
+                };
+            }
+            None => {
+                // SAFETY: as above.
+                unsafe { self.topk.run_raw::<T, I>((src, n), self.k, mine, stream)? };
+            }
+        }
+        // What is sent leaves the residual (gTop-k: only what made it into the global set,
+        // below).
+        let zero_sent = self.residual.is_some() && !matches!(self.ex, Exchange::Tree(_));
+        if let (true, Some(r)) = (zero_sent, &self.residual) {
+            // SAFETY: the set's capacity and n elements of residual.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_zero_at(
+                    mine,
+                    addr(r) as *mut c_void,
+                    n as u64,
+                    dtype,
+                    itype,
+                    s,
+                )
+            };
+            cuda_check(code, "residual update kernel launch")?;
+        }
+        let k = self.k;
+        let cap = self.capacity;
+        let pu = p as usize;
+        let zero_out = || -> Result<()> {
+            // SAFETY: `out` holds n elements (this function's contract).
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    out,
+                    0,
+                    n * std::mem::size_of::<T>(),
+                    stream.cu_stream(),
+                )
+            }?;
+            Ok(())
+        };
+        match &mut self.ex {
+            Exchange::Fixed { idx, val, count } => {
+                self.allgather
+                    .run(self.mine.idx.view(0..k)?, idx.view(0..pu * k)?, stream)?;
+                self.allgather
+                    .run(self.mine.val.view(0..k)?, val.view(0..pu * k)?, stream)?;
+                zero_out()?;
+                let set = sys::nvshmemrs_sparse_set {
+                    idx: idx.as_device_ptr().cast(),
+                    val: val.as_device_ptr().cast(),
+                    count: addr(count) as *mut u64,
+                    capacity: (pu * k) as u64,
+                };
+                // SAFETY: P x k pairs of symmetric memory, the count word, `out` n elements.
+                unsafe { scatter_add_raw::<T, I>(set, (out, n), stream)? };
+            }
+            Exchange::Varying { parts, idx, val } => {
+                self.allgather.run(
+                    self.mine.count.view(0..1)?,
+                    parts.sizes.view(0..pu)?,
+                    stream,
+                )?;
+                parts.offsets(p, cap, (1, 0, 1), stream)?;
+                let dp = DeviceParts {
+                    counts: parts.counts.view(0..pu)?,
+                    displs: parts.displs.view(0..pu)?,
+                };
+                parts.agv.run_device(
+                    self.mine.idx.view(0..cap)?,
+                    idx.view(0..pu * cap)?,
+                    &dp,
+                    stream,
+                )?;
+                parts.agv.run_device(
+                    self.mine.val.view(0..cap)?,
+                    val.view(0..pu * cap)?,
+                    &dp,
+                    stream,
+                )?;
+                zero_out()?;
+                let set = sys::nvshmemrs_sparse_set {
+                    idx: idx.as_device_ptr().cast(),
+                    val: val.as_device_ptr().cast(),
+                    count: addr(&parts.total) as *mut u64,
+                    capacity: (pu * cap) as u64,
+                };
+                // SAFETY: P x cap pairs, the total word, `out` n elements.
+                unsafe { scatter_add_raw::<T, I>(set, (out, n), stream)? };
+            }
+            Exchange::Concat {
+                parts,
+                packed,
+                gathered,
+                part_bytes,
+            } => {
+                let pb = *part_bytes;
+                // SAFETY: the set's capacity packs into part_bytes (packed_bytes).
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_pack_concat(
+                        mine,
+                        packed.as_device_ptr().cast(),
+                        dtype,
+                        itype,
+                        s,
+                    )
+                };
+                cuda_check(code, "sparse pack kernel launch")?;
+                self.allgather.run(
+                    self.mine.count.view(0..1)?,
+                    parts.sizes.view(0..pu)?,
+                    stream,
+                )?;
+                let units = (
+                    std::mem::size_of::<I>() as u64,
+                    std::mem::size_of::<T>() as u64,
+                    8,
+                );
+                parts.offsets(p, cap, units, stream)?;
+                let dp = DeviceParts {
+                    counts: parts.counts.view(0..pu)?,
+                    displs: parts.displs.view(0..pu)?,
+                };
+                parts.agv.run_device(
+                    packed.view(0..pb)?,
+                    gathered.view(0..pu * pb)?,
+                    &dp,
+                    stream,
+                )?;
+                zero_out()?;
+                // SAFETY: P parts of pb bytes, the sizes and displacements P words each, `out`
+                // n elements.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_scatter_concat(
+                        gathered.as_device_ptr().cast(),
+                        parts.sizes.as_device_ptr(),
+                        cap as u64,
+                        parts.displs.as_device_ptr(),
+                        p,
+                        out as *mut c_void,
+                        n as u64,
+                        dtype,
+                        itype,
+                        s,
+                    )
+                };
+                cuda_check(code, "sparse scatter-add kernel launch")?;
+            }
+            Exchange::Tree(t) => {
+                // SAFETY: every set is device memory of its capacity, on `stream`.
+                unsafe { t.reduce(&mut self.topk, &self.mine, me, p, k, stream)? };
+                zero_out()?;
+                // SAFETY: the global set (k pairs), `out` n elements.
+                unsafe { scatter_add_raw::<T, I>(t.global.raw(), (out, n), stream)? };
+                let residual = self.residual.as_ref().map_or(0, addr);
+                // SAFETY: the sets their capacities, mark k f32, the residual n elements.
+                unsafe { t.include(&mut self.topk, &self.mine, residual, n, stream)? };
+            }
+        }
+        if self.opts.average && p > 1 {
+            // SAFETY: `out` n elements.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_scale(out as *mut c_void, n as u64, 1.0 / p as f32, dtype, s)
+            };
+            cuda_check(code, "average kernel launch")?;
+        }
+        Ok(())
+    }
+}
+
+impl VParts<'_> {
+    /// Counts and displacements of the parts from the gathered sizes.
+    fn offsets(
+        &mut self,
+        p: i32,
+        cap: usize,
+        units: (u64, u64, u64),
+        s: &CudaStream,
+    ) -> Result<()> {
+        // SAFETY: P words each of symmetric memory, the total word.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_offsets(
+                self.sizes.as_device_ptr(),
+                p,
+                cap as u64,
+                units.0,
+                units.1,
+                units.2,
+                self.counts.as_device_ptr(),
+                self.displs.as_device_ptr(),
+                addr(&self.total) as *mut u64,
+                raw_stream(s),
+            )
+        };
+        cuda_check(code, "sparse offsets kernel launch")
+    }
+}
+
+impl<T: SparseValue, I: SparseIndex> Tree<'_, T, I> {
+    /// The tree rounds, then the broadcast of the global top k from rank 0 into `global`.
+    ///
+    /// # Safety
+    /// Sets of their capacities on `stream`.
+    unsafe fn reduce(
+        &mut self,
+        topk: &mut TopK,
+        mine: &SymSet<'_, T, I>,
+        me: i32,
+        p: i32,
+        k: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        // Which set holds this member's running top k: its selection until it first merges.
+        let mut merged = false;
+        let mut step = 1;
+        while step < p {
+            if me % (2 * step) == 0 && me + step < p {
+                let from = me + step;
+                self.p2p.run(
+                    &[
+                        P2p::recv(self.recv.idx.view(0..k)?, from),
+                        P2p::recv(self.recv.val.view(0..k)?, from),
+                    ],
+                    stream,
+                )?;
+                let a = if merged { self.cur.raw() } else { mine.raw() };
+                // Past the union's count the values must not win the top k: zeros lose to
+                // every pair of the union (ties go to the lower position, and the union holds
+                // at least k pairs).
+                {
+                    let (_, mut val, _) = self.union.parts_mut();
+                    stream.memset_zeros(&mut val)?;
+                }
+                // Addresses without guards: these sets are used on this stream only.
+                let u = self.union.raw_mut(stream).0;
+                let ps = self.pos.raw_mut(stream).0;
+                // SAFETY: this function's contract; the union is neither input.
+                unsafe { self.merge.run_raw::<T, I>(a, self.recv.raw(), u, stream)? };
+                // SAFETY: the union's 2k values, the positions set of k.
+                unsafe { topk.run_raw::<T, I>((u.val as u64, 2 * k), k, ps, stream)? };
+                // SAFETY: positions below 2k into the union, out k pairs.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_gather(
+                        ps,
+                        u.idx,
+                        u.val,
+                        2 * k as u64,
+                        self.cur.raw(),
+                        value_code::<T>(),
+                        index_code::<I>(),
+                        raw_stream(stream),
+                    )
+                };
+                cuda_check(code, "sparse gather kernel launch")?;
+                merged = true;
+            } else if me % (2 * step) == step {
+                let (idx, val) = if merged {
+                    (&self.cur.idx, &self.cur.val)
+                } else {
+                    (&mine.idx, &mine.val)
+                };
+                let to = me - step;
+                self.p2p.run(
+                    &[
+                        P2p::send(idx.view(0..k)?, to),
+                        P2p::send(val.view(0..k)?, to),
+                    ],
+                    stream,
+                )?;
+            }
+            step *= 2;
+        }
+        let (idx, val) = if merged {
+            (&self.cur.idx, &self.cur.val)
+        } else {
+            (&mine.idx, &mine.val)
+        };
+        self.bcast
+            .run(idx.view(0..k)?, self.global.idx.view(0..k)?, 0, stream)?;
+        self.bcast
+            .run(val.view(0..k)?, self.global.val.view(0..k)?, 0, stream)?;
+        Ok(())
+    }
+
+    /// The pairs of `mine` whose index is in the global set into `included`, and (residual
+    /// not 0) those elements of the residual set to zero.
+    ///
+    /// # Safety
+    /// Sets of their capacities, `residual` 0 or n elements, on `stream`.
+    unsafe fn include(
+        &mut self,
+        topk: &mut TopK,
+        mine: &SymSet<'_, T, I>,
+        residual: u64,
+        n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let (dtype, itype) = (value_code::<T>(), index_code::<I>());
+        let k = mine.capacity;
+        let mark = addr(&self.mark);
+        // SAFETY: mine and global k pairs, mark k f32, residual 0 or n elements.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_mark_included(
+                mine.raw(),
+                self.global.raw(),
+                mark as *mut f32,
+                residual as *mut c_void,
+                n as u64,
+                dtype,
+                itype,
+                s,
+            )
+        };
+        cuda_check(code, "sparse mark kernel launch")?;
+        let (mp, _mg) = self.mark_pos.raw_mut(stream);
+        // Positions of the marks, in order: a threshold compaction of the 0/1 marks.
+        let half = addr(&self.half) as *const f32;
+        // SAFETY: k f32 of marks, the positions set of k, the threshold word.
+        unsafe { topk.threshold_at_raw::<f32, I>((mark, k), half, mp, stream)? };
+        let (inc, _ig) = self.included.raw_mut(stream);
+        // SAFETY: positions below k into mine, out k pairs.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_gather(
+                mp,
+                mine.idx.as_device_ptr().cast(),
+                mine.val.as_device_ptr().cast(),
+                k as u64,
+                inc,
+                dtype,
+                itype,
+                s,
+            )
+        };
+        cuda_check(code, "sparse gather kernel launch")
+    }
+}
+
+/// Bytes of a packed part of `pairs` pairs: indexes, then values, each padded to 8 bytes.
+fn packed_bytes<T, I>(pairs: usize) -> usize {
+    let up = |b: usize| b.div_ceil(8) * 8;
+    up(pairs * std::mem::size_of::<I>()) + up(pairs * std::mem::size_of::<T>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_is_the_ceiling_of_the_density_within_one_and_n() {
+        assert_eq!(sparse_k(1000, 0.01), 10);
+        assert_eq!(sparse_k(1001, 0.01), 11);
+        assert_eq!(sparse_k(10, 0.001), 1);
+        assert_eq!(sparse_k(7, 1.0), 7);
+        assert_eq!(sparse_k(1, 0.5), 1);
+    }
+
+    #[test]
+    fn options_parse_method_and_density() {
+        let o = SparseOptions::parse("gtopk:0.01").unwrap();
+        assert_eq!(
+            (o.method, o.density, o.error_feedback),
+            (SparseMethod::GTopK, 0.01, true)
+        );
+        for m in SparseMethod::ALL {
+            assert_eq!(SparseMethod::from_name(m.name()).unwrap(), m);
+        }
+        let err = SparseOptions::parse("topq:0.1").unwrap_err().to_string();
+        assert!(err.contains("gaussiank_concat"), "{err}");
+        assert!(SparseOptions::parse("topk").is_err());
+        assert!(SparseOptions::parse("topk:x").is_err());
+        for bad in ["topk:0", "topk:1.5", "topk:-0.1", "topk:NaN"] {
+            let err = SparseOptions::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("(0, 1]"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn packed_parts_keep_both_arrays_aligned() {
+        assert_eq!(packed_bytes::<f32, i32>(3), 16 + 16);
+        assert_eq!(packed_bytes::<half::bf16, i32>(3), 16 + 8);
+        assert_eq!(packed_bytes::<f32, i32>(0), 0);
+    }
+}

@@ -1,0 +1,428 @@
+//! GPU tests of the sparse gradient allreduce (src/sparse/allreduce.rs) against a CPU
+//! simulation of every member built from the reference (src/sparse/reference.rs): each PE
+//! makes every member's gradients (seeded by step and member), runs the selections, the
+//! exchange and error feedback on the host, and compares its own GPU results: the selection
+//! (exact k, ties to the lower index), the reduced output (every element, poisoned before each
+//! call), the residual, gTop-k's included pairs, and the conservation of error feedback
+//! (residual + everything sent == the sum of the gradients, exactly). Data are small integers,
+//! so every sum is exact in f32 and bf16 whatever the order of the adds.
+//! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
+
+mod common;
+
+use common::{gpu_test, runtime, skip};
+use cudarc::driver::CudaStream;
+use half::bf16;
+use nvshmem::sparse::reference;
+use nvshmem::{
+    Error, HostSparse, Nvshmem, SparseAllreduce, SparseMethod, SparseOptions, SparseValue,
+};
+use std::sync::Arc;
+
+/// Value types with a poison and conversions of the generated integers.
+trait Value: SparseValue {
+    fn poison() -> Self;
+}
+
+impl Value for f32 {
+    fn poison() -> Self {
+        f32::from_bits(0x7FBA_DBAD)
+    }
+}
+
+impl Value for bf16 {
+    fn poison() -> Self {
+        bf16::from_bits(0xFFAB)
+    }
+}
+
+/// splitmix64: reproducible data, the same on every PE.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Gradient kinds: integers in [-8, 8] (ties everywhere), all of one magnitude, all zeros,
+/// mostly zeros, and ±1 (a Gaussian threshold above every element: empty selections).
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Ints,
+    Equal,
+    Zeros,
+    Rare,
+    Signs,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Ints,
+    Kind::Equal,
+    Kind::Zeros,
+    Kind::Rare,
+    Kind::Signs,
+];
+
+fn gradient<T: Value>(kind: Kind, n: usize, step: usize, pe: usize) -> Vec<T> {
+    let seed = (step as u64) << 40 ^ (pe as u64) << 20 ^ n as u64;
+    (0..n)
+        .map(|i| {
+            let r = mix(seed ^ (i as u64).wrapping_mul(0x1_0000_0001));
+            let v = match kind {
+                Kind::Ints => (r % 17) as f32 - 8.0,
+                Kind::Equal => {
+                    if r & 1 == 1 {
+                        -3.0
+                    } else {
+                        3.0
+                    }
+                }
+                Kind::Zeros => 0.0,
+                Kind::Rare => {
+                    if r % 97 == 0 {
+                        (r % 7) as f32 + 1.0
+                    } else {
+                        0.0
+                    }
+                }
+                Kind::Signs => {
+                    if r & 1 == 1 {
+                        -1.0
+                    } else {
+                        1.0
+                    }
+                }
+            };
+            T::of_f32(v)
+        })
+        .collect()
+}
+
+/// One member on the host: its residual and everything it has sent, summed.
+struct Member<T> {
+    residual: Vec<T>,
+    sent: Vec<T>,
+    grads: Vec<T>,
+}
+
+/// What one step gives on the host: each member's selection and the dense result.
+struct Step<T: Value> {
+    selected: Vec<HostSparse<T, i32>>,
+    /// Gaussian methods: each member's threshold.
+    thresholds: Vec<f32>,
+    included: Vec<HostSparse<T, i32>>,
+    out: Vec<T>,
+}
+
+fn gaussian(m: SparseMethod) -> bool {
+    matches!(m, SparseMethod::GaussianK | SparseMethod::GaussianKConcat)
+}
+
+fn add_all<T: Value>(a: &[T], b: &[T]) -> Vec<T> {
+    a.iter().zip(b).map(|(&x, &y)| x.sparse_add(y)).collect()
+}
+
+/// Everything the GPU should do in one step, for every member.
+fn simulate<T: Value>(
+    opts: SparseOptions,
+    members: &mut [Member<T>],
+    grads: &[Vec<T>],
+    k: usize,
+    cap: usize,
+) -> Step<T> {
+    let n = grads[0].len();
+    let p = members.len();
+    let mut selected = Vec::new();
+    let mut thresholds = Vec::new();
+    let mut accs = Vec::new();
+    for (m, g) in members.iter_mut().zip(grads) {
+        let acc = if opts.error_feedback {
+            add_all(&m.residual, g)
+        } else {
+            g.clone()
+        };
+        m.grads = add_all(&m.grads, g);
+        let sel = if gaussian(opts.method) {
+            let t = reference::gaussian_threshold(&acc, opts.density);
+            thresholds.push(t);
+            reference::threshold::<T, i32>(&acc, t, cap)
+        } else {
+            reference::topk::<T, i32>(&acc, k)
+        };
+        selected.push(sel);
+        accs.push(acc);
+    }
+    let (out, sent): (Vec<T>, Vec<HostSparse<T, i32>>) = if opts.method == SparseMethod::GTopK {
+        let global = reference::gtopk(&selected, k);
+        let inc: Vec<_> = selected
+            .iter()
+            .map(|s| reference::included(s, &global))
+            .collect();
+        (reference::sparse_sum(n, &[global]), inc)
+    } else {
+        (reference::sparse_sum(n, &selected), selected.clone())
+    };
+    for ((m, acc), s) in members.iter_mut().zip(accs).zip(&sent) {
+        if opts.error_feedback {
+            m.residual = acc;
+            for &i in &s.idx {
+                m.residual[i as usize] = T::of_f32(0.0);
+            }
+        }
+        reference::scatter_add(&mut m.sent, s);
+    }
+    let out = if opts.average && p > 1 {
+        let s = 1.0 / p as f32;
+        out.iter()
+            .map(|v| T::of_f32(v.to_f64() as f32 * s))
+            .collect()
+    } else {
+        out
+    };
+    let included = if opts.method == SparseMethod::GTopK {
+        sent
+    } else {
+        Vec::new()
+    };
+    Step {
+        selected,
+        thresholds,
+        included,
+        out,
+    }
+}
+
+fn same_values<T: Value>(what: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        // Exact; +0 and -0 alike (a scatter-add into zeros may give either).
+        assert!(
+            g.to_f64() == w.to_f64(),
+            "{what}: element {i} is {g:?}, want {w:?}"
+        );
+    }
+}
+
+fn same_set<T: Value>(what: &str, got: &HostSparse<T, i32>, want: &HostSparse<T, i32>) {
+    if let Some(d) = got.difference(want) {
+        panic!("{what}: GPU against the reference: {d}");
+    }
+}
+
+const STEPS: usize = 3;
+
+/// Runs `STEPS` calls of one configuration on every kind and checks this PE's results.
+fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions, n: usize) {
+    let (me, p) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let mut ar = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
+    let (k, cap) = (ar.k(), ar.capacity());
+    let mut g = s.alloc_zeros::<T>(n).unwrap();
+    let mut out = s.alloc_zeros::<T>(n).unwrap();
+    for kind in KINDS {
+        let what = format!(
+            "{} {} n {n} density {} ef {} avg {} {kind:?}",
+            opts.method.name(),
+            T::NAME,
+            opts.density,
+            opts.error_feedback,
+            opts.average
+        );
+        ar.clear_residual(s).unwrap();
+        let zero = vec![T::of_f32(0.0); n];
+        let mut members: Vec<Member<T>> = (0..p)
+            .map(|_| Member {
+                residual: zero.clone(),
+                sent: zero.clone(),
+                grads: zero.clone(),
+            })
+            .collect();
+        for step in 0..STEPS {
+            let what = format!("{what} step {step}");
+            let grads: Vec<Vec<T>> = (0..p).map(|r| gradient(kind, n, step, r)).collect();
+            s.memcpy_htod(&grads[me], &mut g).unwrap();
+            s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
+            ar.run(&g, &mut out, s).unwrap();
+            let want = simulate(opts, &mut members, &grads, k, cap);
+            let sel = ar.selected(s).unwrap();
+            same_set(&format!("{what}: selection"), &sel, &want.selected[me]);
+            if gaussian(opts.method) {
+                // Integer data: the device's sums are exact, so its threshold is the
+                // reference's bit for bit.
+                let t = ar.threshold(s).unwrap().unwrap();
+                let w = want.thresholds[me];
+                assert_eq!(
+                    t.to_bits(),
+                    w.to_bits(),
+                    "{what}: threshold {t} against {w}"
+                );
+                assert!(sel.idx.len() <= cap, "{what}: more than the capacity held");
+            } else {
+                assert_eq!(sel.count as usize, k.min(n), "{what}: exact k");
+            }
+            let got = s.clone_dtoh(&out).unwrap();
+            same_values(&format!("{what}: output"), &got, &want.out);
+            if let Some(inc) = ar.included(s).unwrap() {
+                same_set(&format!("{what}: included"), &inc, &want.included[me]);
+            }
+            let m = &members[me];
+            if let Some(r) = ar.residual() {
+                let res = s.clone_dtoh(r).unwrap();
+                same_values(&format!("{what}: residual"), &res, &m.residual);
+                // Conservation: nothing lost or made up over the steps.
+                let back = add_all(&res, &m.sent);
+                same_values(&format!("{what}: residual + sent"), &back, &m.grads);
+            }
+        }
+    }
+}
+
+const CONFIGS: [(usize, f64); 6] = [
+    (1, 0.5),
+    (7, 0.3),
+    (1000, 0.01),
+    (1000, 0.1),
+    (70_000, 0.001),
+    (70_000, 0.01),
+];
+
+fn method_case(pes: i32, method: SparseMethod) {
+    let nv = runtime(pes);
+    let s = nv.stream().clone();
+    for (n, density) in CONFIGS {
+        for ef in [true, false] {
+            let opts = SparseOptions {
+                error_feedback: ef,
+                ..SparseOptions::new(method, density)
+            };
+            check_config::<f32>(&nv, &s, opts, n);
+            check_config::<bf16>(&nv, &s, opts, n);
+        }
+    }
+    let avg = SparseOptions {
+        average: true,
+        ..SparseOptions::new(method, 0.1)
+    };
+    check_config::<f32>(&nv, &s, avg, 1000);
+    check_config::<bf16>(&nv, &s, avg, 1000);
+}
+
+macro_rules! method_tests {
+    ($method:expr, $($pes:literal $name:ident),*) => {
+        $(
+            gpu_test!($pes, $name);
+            fn $name() {
+                method_case($pes, $method);
+            }
+        )*
+    };
+}
+
+method_tests!(SparseMethod::TopK, 1 topk, 2 topk_2, 3 topk_3, 4 topk_4);
+method_tests!(
+    SparseMethod::TopKAopt,
+    1 topk_aopt,
+    2 topk_aopt_2,
+    3 topk_aopt_3,
+    4 topk_aopt_4
+);
+method_tests!(
+    SparseMethod::GaussianK,
+    1 gaussiank,
+    2 gaussiank_2,
+    3 gaussiank_3,
+    4 gaussiank_4
+);
+method_tests!(
+    SparseMethod::GaussianKConcat,
+    1 gaussiank_concat,
+    2 gaussiank_concat_2,
+    3 gaussiank_concat_3,
+    4 gaussiank_concat_4
+);
+method_tests!(SparseMethod::GTopK, 1 gtopk, 2 gtopk_2, 3 gtopk_3, 4 gtopk_4);
+
+/// The Gaussian threshold of gradients that are not integers: the device's sums add in
+/// another order, so its threshold is the reference's within rounding, and the selection is
+/// exactly the reference's threshold compaction at the device's threshold.
+fn gaussian_threshold_of_real_values() {
+    let nv = runtime(1);
+    let s = nv.stream().clone();
+    let n = 100_003;
+    let opts = SparseOptions {
+        error_feedback: false,
+        ..SparseOptions::new(SparseMethod::GaussianK, 0.01)
+    };
+    let mut ar = SparseAllreduce::<f32>::world(&nv, n, opts).unwrap();
+    let host: Vec<f32> = (0..n)
+        .map(|i| {
+            // A rough bell: the sum of four uniforms, centred.
+            let u = |j: u64| (mix(i as u64 * 4 + j) >> 40) as f32 / (1u64 << 24) as f32;
+            u(0) + u(1) + u(2) + u(3) - 2.0
+        })
+        .collect();
+    let g = s.clone_htod(&host).unwrap();
+    let mut out = s.alloc_zeros::<f32>(n).unwrap();
+    ar.run(&g, &mut out, &s).unwrap();
+    let t = ar.threshold(&s).unwrap().unwrap();
+    let want = reference::gaussian_threshold(&host, 0.01);
+    assert!(
+        ((t - want) / want).abs() < 1e-5,
+        "threshold {t} against the reference's {want}"
+    );
+    let sel = ar.selected(&s).unwrap();
+    same_set(
+        "selection at the device's threshold",
+        &sel,
+        &reference::threshold::<f32, i32>(&host, t, ar.capacity()),
+    );
+    // A Gaussian-like gradient: about the density is selected.
+    let share = sel.count as f64 / n as f64;
+    assert!(
+        (0.002..0.05).contains(&share),
+        "selected {share} of the gradient"
+    );
+    same_values(
+        "output",
+        &s.clone_dtoh(&out).unwrap(),
+        &reference::sparse_sum(n, &[sel]),
+    );
+}
+gpu_test!(1, gaussian_threshold_of_real_values);
+
+/// Wrong lengths and PEs outside the team end in typed errors, before anything is enqueued.
+fn sparse_allreduce_refuses_bad_calls() {
+    let nv = runtime(2);
+    let s = nv.stream().clone();
+    let opts = SparseOptions::new(SparseMethod::TopK, 0.1);
+    let mut ar = SparseAllreduce::<f32>::world(&nv, 100, opts).unwrap();
+    let short = s.alloc_zeros::<f32>(99).unwrap();
+    let mut out = s.alloc_zeros::<f32>(100).unwrap();
+    assert!(matches!(
+        ar.run(&short, &mut out, &s),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let err = SparseAllreduce::<f32>::world(&nv, 0, opts).err().unwrap();
+    assert!(matches!(err, Error::SparseConfig { .. }), "{err}");
+    // A team of PE 0 alone: PE 1 is outside it.
+    let world = nv.team_world();
+    let team = match world.split_strided(0, 1, 1) {
+        Ok(t) => t,
+        Err(e) => {
+            skip(&format!("no team split: {e}"));
+            return;
+        }
+    };
+    let mut solo = SparseAllreduce::<f32>::new(&nv, team.as_ref(), 100, opts).unwrap();
+    let g = s.alloc_zeros::<f32>(100).unwrap();
+    let got = solo.run(&g, &mut out, &s);
+    if nv.my_pe() == 0 {
+        got.unwrap();
+        assert_eq!(s.clone_dtoh(&out).unwrap(), vec![0.0; 100]);
+    } else {
+        assert!(matches!(got, Err(Error::SparseConfig { .. })), "{got:?}");
+    }
+    drop(solo);
+    drop(team);
+    nv.barrier_all().unwrap();
+}
+gpu_test!(2, sparse_allreduce_refuses_bad_calls);
