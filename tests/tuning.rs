@@ -187,15 +187,20 @@ fn a_user_candidate_is_timed_and_can_win() {
     let (warmup, runs) = (1, 4);
     tuner.set_runs(warmup, runs);
     tuner.set_timeout(WAIT);
-    let (noop_calls, sleepy_calls) = (Cell::new(0), Cell::new(0));
+    let (noop_calls, slow_calls) = (Cell::new(0), Cell::new(0));
+    let big = std::cell::RefCell::new(stream.alloc_zeros::<u8>(1 << 30).unwrap());
     let mut user = [
         UserCandidate::new("noop", |_| {
             noop_calls.set(noop_calls.get() + 1);
             Ok(())
         }),
-        UserCandidate::new("sleepy", |_| {
-            sleepy_calls.set(sleepy_calls.get() + 1);
-            std::thread::sleep(Duration::from_millis(10));
+        // Slow GPU work in stream order (what the tuner times; a host sleep is not timed once
+        // the stream has a backlog): 16 memsets of 1 GiB, milliseconds on any GPU.
+        UserCandidate::new("slow", |s| {
+            slow_calls.set(slow_calls.get() + 1);
+            for _ in 0..16 {
+                s.memset_zeros(&mut big.borrow_mut())?;
+            }
             Ok(())
         }),
     ];
@@ -212,9 +217,9 @@ fn a_user_candidate_is_timed_and_can_win() {
         .unwrap();
     assert_eq!(m.candidates.len(), 6);
     assert_eq!(noop_calls.get(), warmup + runs);
-    assert_eq!(sleepy_calls.get(), warmup + runs);
+    assert_eq!(slow_calls.get(), warmup + runs);
     assert_eq!(m.winner().name, "noop", "{m:?}");
-    assert!(m.time_of("sleepy").unwrap() >= 5000.0, "{m:?}");
+    assert!(m.time_of("slow").unwrap() >= 1000.0, "{m:?}");
     for a in AllreduceAlgo::ALL {
         assert!(m.time_of(a.name()).unwrap() > 0.0, "{m:?}");
     }

@@ -2,7 +2,9 @@
 //! picks the fastest, the same on every PE.
 //!
 //! Each run of a candidate starts after a team barrier on the stream (so the PEs start it
-//! together) and is timed with CUDA events; after N runs per candidate, every run's time is
+//! together) and is timed with CUDA events around what it enqueues: the time is GPU time in
+//! stream order. The runs are queued without waiting on the host, so work a candidate does on
+//! the host is not timed once the GPU has a backlog; after N runs per candidate, every run's time is
 //! replaced by its maximum over the PEs (our own allreduce, MAX), and a candidate's time is the
 //! median of those. Every PE then holds the same numbers and picks the same winner by
 //! construction. Every wait (the barriers, the candidates' kernels, the MAX) has the workspace
@@ -29,7 +31,8 @@ use std::time::Duration;
 pub const MAX_SAMPLES: usize = 256;
 
 /// A candidate of the caller's own: a name and a closure that enqueues one call of its
-/// collective on the stream it is given, on buffers it holds. Every PE must pass the same
+/// collective on the stream it is given, on buffers it holds. What it enqueues is timed, not
+/// what it does on the host (see the module documentation). Every PE must pass the same
 /// candidates in the same order, and each call must be collective like ours (or the barrier
 /// before the next run waits for it).
 pub struct UserCandidate<'a> {
