@@ -196,10 +196,11 @@ fn a_user_candidate_is_timed_and_can_win() {
         }),
         // Slow GPU work in stream order (what the tuner times; a host sleep is not timed once
         // the stream has a backlog): 16 memsets of 1 GiB, milliseconds on any GPU.
-        UserCandidate::new("slow", |s| {
+        // (On `stream`, the one the tuner is given and passes on.)
+        UserCandidate::new("slow", |_| {
             slow_calls.set(slow_calls.get() + 1);
             for _ in 0..16 {
-                s.memset_zeros(&mut big.borrow_mut())?;
+                stream.memset_zeros(&mut *big.borrow_mut())?;
             }
             Ok(())
         }),

@@ -259,6 +259,15 @@ mod tests {
             "{line}"
         );
         assert_eq!(StepRecord::from_json(&line), Ok(r));
+        // Values of a GPU run whose 17 significant digits serde_json's default parser read
+        // back one unit in the last place off (its float_roundtrip feature reads them exactly).
+        for ms in [197.33279100000001, 1.9050079999999998, 1.7858559999999999] {
+            let mut hard = rec(2, 5.0);
+            hard.schema = LOG_SCHEMA;
+            hard.ms = ms;
+            hard.tok_s = 210.00273200429166;
+            assert_eq!(StepRecord::from_json(&hard.to_json()), Ok(hard));
+        }
         let mut nan = rec(1, f64::NAN);
         nan.val_loss = None;
         let back = StepRecord::from_json(&nan.to_json()).unwrap();
