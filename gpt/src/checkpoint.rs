@@ -16,9 +16,9 @@
 //! version 1 layout `PREFIX.stageS-of-P.ckpt` when there is no pointer), and the stages agree on
 //! step, loader state, seed and the tied embedding's hash before training goes on.
 
-use crate::atomic_file::AtomicFile;
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
+use nvsh_plot::AtomicFile;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -235,7 +235,8 @@ impl Checkpoint {
                 w.write_all(&buf)?;
             }
             w.write_all(&sum.to_le_bytes())
-        })
+        })?;
+        Ok(())
     }
 
     /// Reads and verifies a checkpoint.

@@ -74,3 +74,13 @@ pub enum GptError {
 
 /// Result with [`GptError`].
 pub type Result<T> = std::result::Result<T, GptError>;
+
+/// A file written through [`nvsh_plot::AtomicFile`] failed at the path it names.
+impl From<nvsh_plot::CommitError> for GptError {
+    fn from(e: nvsh_plot::CommitError) -> GptError {
+        GptError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}

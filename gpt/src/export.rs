@@ -38,11 +38,11 @@
 //! `safetensors.torch.load_model`. The model is nanoGPT's with `bias=True`, `dropout=0.0`,
 //! LayerNorm eps 1e-5, and GELU with the tanh approximation (`nn.GELU(approximate="tanh")`).
 
-use crate::atomic_file::AtomicFile;
 use crate::checkpoint::{resume_path, Checkpoint};
 use crate::config::{ModelConfig, StageSplit};
 use crate::error::{GptError, Result};
 use crate::params::StageLayout;
+use nvsh_plot::AtomicFile;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -13,7 +13,6 @@ pub mod ops;
 pub mod reference;
 
 // The trainer (pipeline, data, optimizer schedule, CLI support).
-pub mod atomic_file;
 pub mod backend;
 pub mod checkpoint;
 pub mod cli;

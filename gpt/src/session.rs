@@ -2,7 +2,6 @@
 //! lines and JSON records (leader only), the sampled text (last stage of replica 0) and the
 //! summary. Generic over backend and comm, so the GPU binary and the CPU simulation share it.
 
-use crate::atomic_file::AtomicFile;
 use crate::backend::Backend;
 use crate::checkpoint::{
     commit_latest, latest_path, resume_path, set_dir, set_stage_path, sync_dir, Checkpoint,
@@ -11,6 +10,7 @@ use crate::comm::Comm;
 use crate::error::{GptError, Result};
 use crate::log::{summarize, StepRecord};
 use crate::trainer::Trainer;
+use nvsh_plot::AtomicFile;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,13 @@
 //! Line charts as PNG files: `nvsh bench --plot` and `nvsh plot` (time and bus bandwidth
 //! against message size), `nvsh-gpt plot` (losses against step). A [`Figure`] is a title and a
 //! grid of [`Panel`]s, each with its axes and [`Series`]; [`write`] draws it with plotters'
-//! bitmap backend and writes the PNG whole or not at all.
+//! bitmap backend and writes the PNG whole or not at all ([`atomic_file`], which `nvsh-gpt`'s
+//! checkpoints and exports use too).
 //!
 //! Text needs a TrueType font read at run time ([`font`]); without one the chart is drawn
 //! without text and [`Rendered::warning`] says why.
 
+pub mod atomic_file;
 pub mod font;
 pub mod png_file;
 
@@ -16,8 +18,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::{Path, PathBuf};
 
+pub use atomic_file::{probe_writable, write_atomic, AtomicFile, CommitError};
 pub use font::{font, FontState, FONT_ENV};
-pub use png_file::{check_writable, probe_writable, read_png, write_atomic, Image};
+pub use png_file::{check_writable, read_png, Image};
 
 /// How an axis maps values: linear, or logarithmic with ticks at powers of 2 (byte sizes) or
 /// at 1, 2 and 5 times powers of 10.
@@ -166,7 +169,7 @@ impl std::error::Error for PlotError {}
 /// Draws `fig` and writes it to `path` as PNG, through a temporary file renamed onto `path`.
 pub fn write(fig: &Figure, path: &Path) -> Result<Rendered, PlotError> {
     let (png, rendered) = render(fig)?;
-    png_file::write_atomic(path, &png).map_err(|source| PlotError::Write {
+    atomic_file::write_atomic(path, &png).map_err(|source| PlotError::Write {
         path: path.to_path_buf(),
         source,
     })?;

@@ -1,45 +1,10 @@
-//! Output files: written whole or not at all (a temporary file beside the target, renamed onto
-//! it), the check that a path can take one before long work, PNG encoding, and a PNG reader
-//! for the tests of the crates that draw.
+//! PNG files: the check that a path can take a plot before long work, PNG encoding, and a PNG
+//! reader for the tests of the crates that draw. Files are written through
+//! [`crate::atomic_file`].
 
+use crate::atomic_file::probe_writable;
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-
-/// The temporary file a write of `target` goes through: `TARGET.<pid>.tmp`.
-fn tmp_path(target: &Path) -> PathBuf {
-    let mut name = target.as_os_str().to_owned();
-    name.push(format!(".{}.tmp", std::process::id()));
-    PathBuf::from(name)
-}
-
-/// Checks that `path` can be written, before any work: not empty, not a directory, and the
-/// temporary file a write goes through can be created in its directory (created and removed
-/// again), so that a missing or read-only directory is found now. The message is in the
-/// user's terms, without the flag (the caller adds it).
-pub fn probe_writable(path: &Path) -> Result<(), String> {
-    if path.as_os_str().is_empty() {
-        return Err("the path is empty; give a file name".into());
-    }
-    if path.is_dir() {
-        return Err(format!(
-            "{} is a directory; give a file name",
-            path.display()
-        ));
-    }
-    let tmp = tmp_path(path);
-    match File::create(&tmp) {
-        Ok(f) => {
-            drop(f);
-            let _ = std::fs::remove_file(&tmp);
-            Ok(())
-        }
-        Err(e) => Err(format!(
-            "cannot write {} ({e}); give a path in an existing, writable directory",
-            path.display()
-        )),
-    }
-}
+use std::path::Path;
 
 /// [`probe_writable`] for a plot, which must also be named `*.png`: a typo such as `--plot
 /// r.json` must not overwrite the results with an image.
@@ -66,25 +31,6 @@ pub fn encode(rgb: &[u8], width: u32, height: u32) -> std::io::Result<Vec<u8>> {
     w.write_image_data(rgb).map_err(std::io::Error::other)?;
     w.finish().map_err(std::io::Error::other)?;
     Ok(out)
-}
-
-/// Writes `bytes` to `target` through its temporary file (`TARGET.<pid>.tmp`): synced, then
-/// renamed, so that a failure leaves any earlier file under that name as it was.
-pub fn write_atomic(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = tmp_path(target);
-    let result = (|| {
-        let file = File::create(&tmp)?;
-        let mut w = BufWriter::new(&file);
-        w.write_all(bytes)?;
-        w.flush()?;
-        drop(w);
-        file.sync_all()?;
-        std::fs::rename(&tmp, target)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// A decoded PNG, as RGB (what the tests of the crates that draw look at).
@@ -163,6 +109,8 @@ pub fn read_png(path: &Path) -> Result<Image, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::atomic_file::write_atomic;
+    use std::path::PathBuf;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("nvsh-plot-{name}-{}", std::process::id()));
