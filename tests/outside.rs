@@ -497,7 +497,7 @@ fn replays_of_a_captured_graph_on_own_memory_see_fresh_data() {
         .end_capture(CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a graph was captured");
-    drop(own);
+
     let mut input = input;
     let poison = vec![f32::NAN; n * count];
     for it in 0..10usize {
@@ -650,7 +650,7 @@ fn wrong_own_buffers_give_typed_errors() {
     // An exchange whose staging was not reserved.
     let counts = vec![10usize; n];
     let displs: Vec<usize> = (0..n).map(|r| r * 10).collect();
-    let src = Mem::new(&nv, Side::View, &vec![me as u32; 10]);
+    let src = Mem::new(&nv, Side::View, &[me as u32; 10]);
     let mut dst = Mem::new(&nv, Side::View, &vec![0u32; 10 * n]);
     let parts = Parts {
         counts: &counts,

@@ -312,6 +312,21 @@ mod tests {
     }
 
     #[test]
+    fn parts_that_sum_to_the_buffer_cover_it() {
+        let parts = Parts {
+            counts: &[3, 0, 5],
+            displs: &[0, 3, 3],
+        };
+        assert!(parts.cover(8));
+        assert!(!parts.cover(9), "a gap is left");
+        let huge = Parts {
+            counts: &[usize::MAX, 2],
+            displs: &[0, 0],
+        };
+        assert!(!huge.cover(1));
+    }
+
+    #[test]
     fn meta_words_read_back_as_arguments() {
         let code = sys::NVSHMEMRS_COLL_REDUCE;
         let m = family_meta(Dtype::Bf16, Some(ReduceOp::Max), code, Some(3));

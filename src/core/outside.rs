@@ -421,6 +421,7 @@ mod tests {
     fn raw_spans_keep_their_length() {
         // SAFETY: never located (no device here); only the length is read.
         let i = unsafe { InBuf::<f32>::from_raw(std::ptr::null(), 7) };
+        // SAFETY: as above.
         let o = unsafe { OutBuf::<u8>::from_raw(std::ptr::null_mut(), 0) };
         assert_eq!((i.len(), i.is_symmetric()), (7, false));
         assert!(o.is_empty() && !o.is_symmetric());
