@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::data::{expect, filled, me_n};
+use common::data::{expect, filled, laid_out, me_n, part_of};
 use common::reference::{RefElem, Tag};
 use common::{gpu_test, runtime};
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
@@ -316,24 +316,6 @@ fn allgather_in_place(nv: &Nvshmem, ag: &mut Allgather<'_>, count: usize) {
         |i| u64::tag(i / count, i % count, salt),
     );
     nv.barrier_all().unwrap();
-}
-
-/// Parts of `counts` in order with `gap` elements before each; returns the displacements and
-/// the buffer length.
-fn laid_out(counts: &[usize], gap: usize) -> (Vec<usize>, usize) {
-    let mut displs = Vec::with_capacity(counts.len());
-    let mut end = 0;
-    for &c in counts {
-        displs.push(end + gap);
-        end += gap + c;
-    }
-    (displs, end + gap)
-}
-
-/// The part holding element `i` and the offset in it, if any (else a gap).
-fn part_of(i: usize, counts: &[usize], displs: &[usize]) -> Option<(usize, usize)> {
-    (0..counts.len())
-        .find_map(|p| (displs[p] <= i && i < displs[p] + counts[p]).then(|| (p, i - displs[p])))
 }
 
 /// Allgatherv and alltoallv on own memory of `side` (both buffers), parts with poisoned gaps

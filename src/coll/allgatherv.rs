@@ -68,10 +68,7 @@ impl<'nv> Allgatherv<'nv> {
                 ),
             });
         }
-        let io = StageIo {
-            keep: !parts.cover(o.len()),
-            ..StageIo::BOTH
-        };
+        let io = StageIo::parts(!parts.cover(o.len()));
         let out_len = o.len();
         staged(
             &mut self.fam,
@@ -140,10 +137,7 @@ impl<'nv> Allgatherv<'nv> {
         // In place is an input inside the output (the kernel skips a copy onto itself).
         let inside = or.start <= ir.start && ir.end <= or.end;
         refuse_overlap("allgatherv", ir, or, inside)?;
-        let io = StageIo {
-            keep: true,
-            ..StageIo::BOTH
-        };
+        let io = StageIo::parts(true);
         staged(
             &mut self.fam,
             [i, o],

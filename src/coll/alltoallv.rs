@@ -63,10 +63,7 @@ impl<'nv> Alltoallv<'nv> {
         send.check("alltoallv", "input", n, i.len())?;
         recv.check("alltoallv", "output", n, o.len())?;
         refuse_overlap("alltoallv", i.byte_range(), o.byte_range(), false)?;
-        let io = StageIo {
-            keep: !recv.cover(o.len()),
-            ..StageIo::BOTH
-        };
+        let io = StageIo::parts(!recv.cover(o.len()));
         staged(
             &mut self.fam,
             [i, o],
@@ -126,10 +123,7 @@ impl<'nv> Alltoallv<'nv> {
         let [sc, sd] = send.ptrs("alltoallv", "send", n)?;
         let [rc, rd] = recv.ptrs("alltoallv", "receive", n)?;
         refuse_overlap("alltoallv", i.byte_range(), o.byte_range(), false)?;
-        let io = StageIo {
-            keep: true,
-            ..StageIo::BOTH
-        };
+        let io = StageIo::parts(true);
         staged(
             &mut self.fam,
             [i, o],

@@ -56,6 +56,15 @@ impl StageIo {
         write: true,
         keep: false,
     };
+
+    /// Reads the whole input, writes parts of the output, the rest kept where `keep`
+    /// (allgatherv, alltoallv).
+    pub const fn parts(keep: bool) -> StageIo {
+        StageIo {
+            keep,
+            ..StageIo::BOTH
+        }
+    }
 }
 
 /// Whether a call may grow the area when it needs more than the area holds.
@@ -191,21 +200,7 @@ impl<'nv> Staging<'nv> {
             })
             .cast::<T>();
         let out_offset = need - out_bytes;
-        let copy = |dst: usize, src: usize, bytes: usize| -> Result<()> {
-            if bytes > 0 {
-                // SAFETY: `bytes` of device memory on both sides: the caller's checked span
-                // and the area, which holds `need` bytes; stream-ordered.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        dst as u64,
-                        src as u64,
-                        bytes,
-                        stream.cu_stream(),
-                    )
-                }?;
-            }
-            Ok(())
-        };
+        let copy = |dst, src, bytes| copy_dtod(dst, src, bytes, stream);
         let input_view = match input.sym() {
             Some(v) => v,
             None => {
@@ -267,19 +262,28 @@ impl<'s, T: Element> Staged<'s, T> {
     pub fn finish(self, stream: &CudaStream) -> Result<()> {
         if let Some((dst, src, bytes)) = self.copy_back {
             self.nv.bind()?;
-            // SAFETY: the caller's checked output span and the staged output, `bytes` each;
-            // stream-ordered after the call's kernels.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    dst as u64,
-                    src as u64,
-                    bytes,
-                    stream.cu_stream(),
-                )
-            }?;
+            copy_dtod(dst, src, bytes, stream)?;
         }
         Ok(())
     }
+}
+
+/// Enqueues a copy of `bytes` from device address `src` to `dst` on `stream` (nothing for 0).
+/// Both are spans of device memory of the bound context: a caller's checked span or the area
+/// (which holds the call's need); the copy is ordered after the work queued there before.
+fn copy_dtod(dst: usize, src: usize, bytes: usize, stream: &CudaStream) -> Result<()> {
+    if bytes > 0 {
+        // SAFETY: as the documentation says; stream-ordered.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst as u64,
+                src as u64,
+                bytes,
+                stream.cu_stream(),
+            )
+        }?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1101,7 +1101,7 @@ mod tests {
         for values in [
             "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
-            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem]",
+            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem, ours-staged]",
         ] {
             assert!(help.contains(values), "{values} not in\n{help}");
         }
