@@ -1126,7 +1126,7 @@ mod tests {
             "{help}"
         );
         let help = clap_text(&["reduce", "-h"]);
-        assert!(help.contains("[possible values: ours, nccl]"), "{help}");
+        assert!(help.contains("[possible values: ours, nccl, ours-staged]"), "{help}");
         assert!(
             help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]"),
             "{help}"
