@@ -1,6 +1,7 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
 //! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
-//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers,
+//! and against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`).
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
 //! and grouped send/recv alltoall.
 //!
@@ -13,10 +14,11 @@
 
 use crate::bench::allreduce;
 use crate::bench::harness::{
-    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, BenchDtype,
-    BenchElement, Collective, Harness, Reduction, Report,
+    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
+    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, NCCL_BASELINES,
+    NCCL_SYM_WORDING,
 };
-use crate::nccl_baseline::{nccl_label, NcclBaseline};
+use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymView;
@@ -182,16 +184,25 @@ pub enum Candidate {
     /// NCCL's call through [`NcclBaseline`].
     #[value(name = "nccl", help = "NCCL's collective")]
     Nccl,
+    /// NCCL's call on NCCL's registered symmetric memory ([`crate::nccl_baseline::NcclWindow`]).
+    #[value(
+        name = "nccl-sym",
+        help = "NCCL's collective on its own symmetric memory (ncclMemAlloc buffers registered \
+                as windows: its symmetric kernels); in the default list, not running is no \
+                failure unless named here"
+    )]
+    NcclSym,
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 2] = [Candidate::Ours, Candidate::Nccl];
+    pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
         match self {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
+            Candidate::NcclSym => "nccl-sym",
         }
     }
 }
@@ -218,13 +229,17 @@ pub struct FamilyBenchOptions {
     pub warmup: usize,
     /// Columns of the report, in this order.
     pub candidates: Vec<Candidate>,
+    /// Those of `candidates` that the default list brought, not the user: not running them is
+    /// no failure ([`Report::optional`]).
+    pub optional: Vec<Candidate>,
     /// Receive slot size of our reduce-scatter and reduce workspaces.
     pub slot_bytes: usize,
 }
 
 impl FamilyBenchOptions {
     /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M doubling, f32 and
-    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
+    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL's two paths (the
+    /// symmetric-memory one optional), 8M slots.
     pub fn new(kind: Kind) -> Self {
         FamilyBenchOptions {
             kind,
@@ -237,6 +252,7 @@ impl FamilyBenchOptions {
             reps: 20,
             warmup: 3,
             candidates: Candidate::ALL.to_vec(),
+            optional: vec![Candidate::NcclSym],
             slot_bytes: 8 << 20,
         }
     }
@@ -380,6 +396,22 @@ struct FamilyBench<'nv> {
     root: i32,
     ours: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
+    /// Whether nccl-sym can run, or why not.
+    nccl_sym: std::result::Result<(), String>,
+}
+
+impl FamilyBench<'_> {
+    /// NCCL's call for this collective (the v forms as their equal-count NCCL counterparts).
+    fn nccl_call(&self) -> NcclCall {
+        let (op, root) = (self.op, self.root);
+        match self.kind {
+            Kind::Broadcast => NcclCall::Broadcast { root },
+            Kind::Allgather | Kind::Allgatherv => NcclCall::AllGather,
+            Kind::Alltoall | Kind::Alltoallv => NcclCall::AllToAll,
+            Kind::ReduceScatter => NcclCall::ReduceScatter(op),
+            Kind::Reduce => NcclCall::Reduce { op, root },
+        }
+    }
 }
 
 /// A candidate's state, or why it cannot run, as the error the harness records.
@@ -405,6 +437,14 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
         match c {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::NcclSym => self.nccl_sym.clone(),
+        }
+    }
+
+    fn nccl_window(&self, c: Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
+        match (c, &self.nccl) {
+            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, self.nccl_call())),
+            _ => None,
         }
     }
 
@@ -466,6 +506,7 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                     }
                 }
             }
+            Candidate::NcclSym => Err(window_only(c.name())),
         };
         done.map(|()| None)
     }
@@ -540,11 +581,12 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     } else {
         Err("not requested".into())
     };
-    let nccl = if opts.candidates.contains(&Candidate::Nccl) {
-        NcclBaseline::for_bench(nv, &h.stream)
-    } else {
-        Err("not requested".into())
-    };
+    let (nccl, nccl_sym) = bench_baselines(
+        nv,
+        &h.stream,
+        opts.candidates.contains(&Candidate::Nccl),
+        opts.candidates.contains(&Candidate::NcclSym),
+    );
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = kind.reduces().then(|| {
@@ -559,6 +601,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         root: opts.root,
         ours,
         nccl,
+        nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
@@ -596,7 +639,7 @@ fn report(
     if kind.rooted() {
         first += &format!("; root PE {}", opts.root);
     }
-    let header = vec![
+    let mut header = vec![
         first,
         format!(
             "{} (nccl-tests' definitions); bus factor {}",
@@ -605,6 +648,9 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
+    if opts.candidates.contains(&Candidate::NcclSym) {
+        header.push(NCCL_SYM_WORDING.to_string());
+    }
     let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
     if let Some(slot) = slot_bytes {
         json_fields.push(("slot_bytes", slot.into()));
@@ -625,7 +671,8 @@ fn report(
         header,
         json_fields,
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
-        ratio: Some(("ours", "nccl")),
+        ratio: Some(("ours", NCCL_BASELINES)),
+        optional: optional_names(&opts.candidates, &opts.optional),
         note_column: None,
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
@@ -635,6 +682,15 @@ fn report(
         }),
         rows,
     }
+}
+
+/// The report's names of the `optional` candidates among `candidates`.
+fn optional_names(candidates: &[Candidate], optional: &[Candidate]) -> Vec<&'static str> {
+    candidates
+        .iter()
+        .filter(|c| optional.contains(c))
+        .map(|c| c.name())
+        .collect()
 }
 
 #[cfg(test)]
@@ -652,6 +708,7 @@ mod tests {
             root,
             ours: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
+            nccl_sym: Err("no GPU".into()),
         }
     }
 
