@@ -294,20 +294,9 @@ struct ScatterConcat {
         int blocks = 0;
         cudaError_t err = sparse_grid(capacity, 2, &blocks);
         if (err != cudaSuccess) return err;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(blocks, n_pes);
-        config.blockDim = dim3(SPARSE_THREADS);
-        config.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        err = cudaLaunchKernelEx(&config, scatter_concat_kernel<T, I>,
-                                 static_cast<const char *>(gathered), sizes, capacity, displs,
-                                 static_cast<T *>(dense), n);
-        if (err != cudaSuccess) (void)cudaGetLastError();
-        return err;
+        return launch_pdl(scatter_concat_kernel<T, I>, dim3(blocks, n_pes), SPARSE_THREADS,
+                          stream, static_cast<const char *>(gathered), sizes, capacity, displs,
+                          static_cast<T *>(dense), n);
     }
 };
 
