@@ -31,17 +31,25 @@ template <> __device__ __forceinline__ __nv_bfloat16 of_f32(float x) {
     for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (count);             \
          j += (uint64_t)gridDim.x * blockDim.x)
 
-template <typename T>
-__global__ void __launch_bounds__(SPARSE_THREADS)
-    accumulate_kernel(T *acc, const T *g, uint64_t n) {
-    wait_for_previous_kernel();
-    GRID_STRIDE(i, n) { acc[i] = add_values(acc[i], g[i]); }
-}
+// The elementwise steps over a dense buffer: d[i] = Op::apply(d[i], g, i, s).
+struct AccumulateOp {
+    template <typename T>
+    static __device__ __forceinline__ T apply(T d, const T *g, uint64_t i, float) {
+        return add_values(d, g[i]);
+    }
+};
+struct ScaleOp {
+    template <typename T>
+    static __device__ __forceinline__ T apply(T d, const T *, uint64_t, float s) {
+        return of_f32<T>(as_f32(d) * s);
+    }
+};
 
-template <typename T>
-__global__ void __launch_bounds__(SPARSE_THREADS) scale_kernel(T *d, uint64_t n, float s) {
+template <typename Op, typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    dense_kernel(T *d, const T *g, uint64_t n, float s) {
     wait_for_previous_kernel();
-    GRID_STRIDE(i, n) { d[i] = of_f32<T>(as_f32(d[i]) * s); }
+    GRID_STRIDE(i, n) { d[i] = Op::template apply<T>(d[i], g, i, s); }
 }
 
 template <typename T, typename I>
@@ -199,23 +207,10 @@ template <typename F> cudaError_t by_value(int dtype, F &f) {
     }
 }
 
-struct Accumulate {
-    void *acc;
-    const void *g;
-    uint64_t n;
-    cudaStream_t stream;
-    template <typename T> cudaError_t run() const {
-        if (n == 0) return cudaSuccess;
-        int blocks = 0;
-        cudaError_t err = sparse_grid(n, 8, &blocks);
-        if (err != cudaSuccess) return err;
-        return launch_pdl(accumulate_kernel<T>, blocks, SPARSE_THREADS, stream,
-                          static_cast<T *>(acc), static_cast<const T *>(g), n);
-    }
-};
-
-struct Scale {
+// Launches dense_kernel<Op, T> for the value type of by_value.
+template <typename Op> struct Dense {
     void *d;
+    const void *g;
     uint64_t n;
     float s;
     cudaStream_t stream;
@@ -224,8 +219,8 @@ struct Scale {
         int blocks = 0;
         cudaError_t err = sparse_grid(n, 8, &blocks);
         if (err != cudaSuccess) return err;
-        return launch_pdl(scale_kernel<T>, blocks, SPARSE_THREADS, stream, static_cast<T *>(d),
-                          n, s);
+        return launch_pdl(dense_kernel<Op, T>, blocks, SPARSE_THREADS, stream,
+                          static_cast<T *>(d), static_cast<const T *>(g), n, s);
     }
 };
 
@@ -304,13 +299,13 @@ struct ScatterConcat {
 
 extern "C" int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
                                            cudaStream_t stream) {
-    Accumulate f{acc, g, n, stream};
+    Dense<AccumulateOp> f{acc, g, n, 0.0f, stream};
     return by_value(dtype, f);
 }
 
 extern "C" int nvshmemrs_sparse_scale(void *dense, uint64_t n, float s, int32_t dtype,
                                       cudaStream_t stream) {
-    Scale f{dense, n, s, stream};
+    Dense<ScaleOp> f{dense, nullptr, n, s, stream};
     return by_value(dtype, f);
 }
 
