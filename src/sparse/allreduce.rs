@@ -2,12 +2,15 @@
 //! (top-k by magnitude, a Gaussian threshold, or Ok-Topk's reused threshold), the parts are
 //! exchanged with the collectives (allgather, allgatherv with device counts, grouped send/recv,
 //! broadcast; for the region methods alltoall, alltoallv with device counts and allreduce) and
-//! scatter-added into a dense output on every member. Error feedback keeps what was not sent in a residual
-//! that the next call adds to its gradient, so nothing is lost over steps.
+//! scatter-added into a dense output on every member. Error feedback keeps what was not sent in
+//! a residual that the next call adds to its gradient, so nothing is lost over steps.
 //!
 //! Everything is stream-ordered with no host round trip: counts stay on the device, and the
 //! Gaussian and Ok-Topk thresholds and the region boundaries are computed and read on the GPU
-//! (device/sparse/allreduce.cu).
+//! (device/sparse/allreduce.cu). The region exchange's pairwise transfers (Ok-Topk's grouped
+//! sends and receives per region) are alltoallv calls with device counts, one per throttled
+//! round with zero counts for the peers outside it, rather than [`P2pGroup`] calls, whose sizes
+//! are host values: the sizes per region are known only on the device.
 
 use super::reference;
 use super::select::TopK;
