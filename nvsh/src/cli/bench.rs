@@ -48,11 +48,12 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct SparseArgs {
-    /// Methods, comma-separated: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk.
+    /// Methods, comma-separated: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk, oktopk,
+    /// topk_sa, gaussiank_sa.
     #[arg(
         long,
         value_name = "METHODS",
-        default_value = "topk,topk_aopt,gaussiank,gaussiank_concat,gtopk",
+        default_value = "topk,topk_aopt,gaussiank,gaussiank_concat,gtopk,oktopk,topk_sa,gaussiank_sa",
         value_delimiter = ',',
         value_parser = parse_method
     )]
@@ -786,6 +787,33 @@ mod tests {
                 _ => return Err("parsed as another bench".into()),
             },
         )
+    }
+
+    fn sparse_args(args: &[&str]) -> std::result::Result<SparseArgs, String> {
+        let argv = ["bench", "sparse"].iter().chain(args);
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+            BenchCommand::Sparse(a) => Ok(a),
+            _ => Err("parsed as another bench".into()),
+        }
+    }
+
+    #[test]
+    fn sparse_runs_every_method_by_default_and_takes_each_by_name() {
+        assert_eq!(
+            sparse_args(&[]).unwrap().methods,
+            SparseMethod::ALL.to_vec()
+        );
+        let a = sparse_args(&["--methods", "oktopk,topk_sa,gaussiank_sa"]).unwrap();
+        assert_eq!(
+            a.methods,
+            [
+                SparseMethod::OkTopK,
+                SparseMethod::TopKSa,
+                SparseMethod::GaussianKSa
+            ]
+        );
+        let err = sparse_args(&["--methods", "ok_topk"]).err().unwrap();
+        assert!(err.contains("oktopk"), "{err}");
     }
 
     #[test]
