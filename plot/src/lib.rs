@@ -464,8 +464,13 @@ fn draw_panel(
                 .map_err(|e| e.to_string())?;
         }
         let ann = match s.stroke {
+            // Segment by segment: plotters joins a wide polyline with unbounded miters, so a
+            // one-step spike (a loss curve's) drew a miter far outside the plotting area.
             Stroke::Solid => chart
-                .draw_series(LineSeries::new(pts, style))
+                .draw_series(
+                    pts.windows(2)
+                        .map(|w| PathElement::new(vec![w[0], w[1]], style)),
+                )
                 .map_err(|e| e.to_string())?,
             Stroke::Dashed => chart
                 .draw_series(DashedLineSeries::new(pts, 8, 6, style))
@@ -634,6 +639,38 @@ mod tests {
                 rgb: render_rgb(&empty, text).unwrap(),
             };
             assert_eq!(img.count_coloured((0, w), (0, h)), 0, "text {text}");
+        }
+    }
+
+    /// A one-step spike among many points (a loss curve's) stays inside the plotting area:
+    /// plotters' wide lines draw a steep segment as a polygon whose far corners once landed
+    /// above the title and below the axis.
+    #[test]
+    fn steep_spikes_stay_inside_the_plot_area() {
+        let points: Vec<(f64, f64)> = (1..=1000)
+            .map(|i| (i as f64, if i == 45 { 9.0 } else { 2.0 + 1.0 / i as f64 }))
+            .collect();
+        for stroke in [Stroke::Solid, Stroke::Dashed] {
+            let mut fig = figure(vec![Series {
+                label: "s".into(),
+                points: points.clone(),
+                stroke,
+                color: 0,
+                markers: false,
+            }]);
+            fig.panels.remove(0);
+            fig.columns = 1;
+            let (w, h) = fig.size();
+            let img = Image {
+                width: w,
+                height: h,
+                rgb: render_rgb(&fig, false).unwrap(),
+            };
+            let (xr, yr) = fig.plot_area(0);
+            let inside = img.count_coloured(xr, yr);
+            let all = img.count_coloured((0, w), (0, h));
+            assert!(inside > 200, "{stroke:?}: {inside} coloured pixels inside");
+            assert_eq!(all, inside, "{stroke:?}: {} pixels outside", all - inside);
         }
     }
 

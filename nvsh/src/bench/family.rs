@@ -1,6 +1,7 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
 //! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
-//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers,
+//! and against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`).
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
 //! and grouped send/recv alltoall.
 //!
@@ -13,10 +14,11 @@
 
 use crate::bench::allreduce;
 use crate::bench::harness::{
-    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, BenchDtype,
-    BenchElement, Collective, Harness, Reduction, Report,
+    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
+    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, NCCL_BASELINES,
+    NCCL_SYM_WORDING,
 };
-use crate::nccl_baseline::{nccl_label, NcclBaseline};
+use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymView;
@@ -182,6 +184,14 @@ pub enum Candidate {
     /// NCCL's call through [`NcclBaseline`].
     #[value(name = "nccl", help = "NCCL's collective")]
     Nccl,
+    /// NCCL's call on NCCL's registered symmetric memory ([`crate::nccl_baseline::NcclWindow`]).
+    #[value(
+        name = "nccl-sym",
+        help = "NCCL's collective on its own symmetric memory (ncclMemAlloc buffers registered \
+                as windows: its symmetric kernels); in the default list, not running is no \
+                failure unless named here"
+    )]
+    NcclSym,
     /// Ours with the buffers passed as the caller's own (non-symmetric) memory, so that the
     /// call stages them through its workspace: the staging's cost beside `ours`. On request
     /// only (not in [`Candidate::ALL`]).
@@ -194,13 +204,14 @@ pub enum Candidate {
 
 impl Candidate {
     /// The default candidates.
-    pub const ALL: [Candidate; 2] = [Candidate::Ours, Candidate::Nccl];
+    pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
         match self {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
+            Candidate::NcclSym => "nccl-sym",
             Candidate::OursStaged => "ours-staged",
         }
     }
@@ -228,13 +239,17 @@ pub struct FamilyBenchOptions {
     pub warmup: usize,
     /// Columns of the report, in this order.
     pub candidates: Vec<Candidate>,
+    /// Those of `candidates` that the default list brought, not the user: not running them is
+    /// no failure ([`Report::optional`]).
+    pub optional: Vec<Candidate>,
     /// Receive slot size of our reduce-scatter and reduce workspaces.
     pub slot_bytes: usize,
 }
 
 impl FamilyBenchOptions {
     /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M doubling, f32 and
-    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
+    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL's two paths (the
+    /// symmetric-memory one optional), 8M slots.
     pub fn new(kind: Kind) -> Self {
         FamilyBenchOptions {
             kind,
@@ -247,6 +262,7 @@ impl FamilyBenchOptions {
             reps: 20,
             warmup: 3,
             candidates: Candidate::ALL.to_vec(),
+            optional: vec![Candidate::NcclSym],
             slot_bytes: 8 << 20,
         }
     }
@@ -410,6 +426,22 @@ struct FamilyBench<'nv> {
     /// Ours of its own for `ours-staged`.
     staged: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
+    /// Whether nccl-sym can run, or why not.
+    nccl_sym: std::result::Result<(), String>,
+}
+
+impl FamilyBench<'_> {
+    /// NCCL's call for this collective (the v forms as their equal-count NCCL counterparts).
+    fn nccl_call(&self) -> NcclCall {
+        let (op, root) = (self.op, self.root);
+        match self.kind {
+            Kind::Broadcast => NcclCall::Broadcast { root },
+            Kind::Allgather | Kind::Allgatherv => NcclCall::AllGather,
+            Kind::Alltoall | Kind::Alltoallv => NcclCall::AllToAll,
+            Kind::ReduceScatter => NcclCall::ReduceScatter(op),
+            Kind::Reduce => NcclCall::Reduce { op, root },
+        }
+    }
 }
 
 /// A candidate's state, or why it cannot run, as the error the harness records.
@@ -436,6 +468,14 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::OursStaged => self.staged.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::NcclSym => self.nccl_sym.clone(),
+        }
+    }
+
+    fn nccl_window(&self, c: Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
+        match (c, &self.nccl) {
+            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, self.nccl_call())),
+            _ => None,
         }
     }
 
@@ -514,6 +554,7 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                     }
                 }
             }
+            Candidate::NcclSym => Err(window_only(c.name())),
         };
         done.map(|()| None)
     }
@@ -599,11 +640,12 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     } else {
         Err("not requested".into())
     };
-    let nccl = if opts.candidates.contains(&Candidate::Nccl) {
-        NcclBaseline::for_bench(nv, &h.stream)
-    } else {
-        Err("not requested".into())
-    };
+    let (nccl, nccl_sym) = bench_baselines(
+        nv,
+        &h.stream,
+        opts.candidates.contains(&Candidate::Nccl),
+        opts.candidates.contains(&Candidate::NcclSym),
+    );
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = kind.reduces().then(|| {
@@ -619,6 +661,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         ours,
         staged,
         nccl,
+        nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
@@ -656,7 +699,7 @@ fn report(
     if kind.rooted() {
         first += &format!("; root PE {}", opts.root);
     }
-    let header = vec![
+    let mut header = vec![
         first,
         format!(
             "{} (nccl-tests' definitions); bus factor {}",
@@ -665,6 +708,9 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
+    if opts.candidates.contains(&Candidate::NcclSym) {
+        header.push(NCCL_SYM_WORDING.to_string());
+    }
     let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
     if let Some(slot) = slot_bytes {
         json_fields.push(("slot_bytes", slot.into()));
@@ -685,7 +731,8 @@ fn report(
         header,
         json_fields,
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
-        ratio: Some(("ours", "nccl")),
+        ratio: Some(("ours", NCCL_BASELINES)),
+        optional: optional_names(&opts.candidates, &opts.optional),
         note_column: None,
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
@@ -695,6 +742,15 @@ fn report(
         }),
         rows,
     }
+}
+
+/// The report's names of the `optional` candidates among `candidates`.
+fn optional_names(candidates: &[Candidate], optional: &[Candidate]) -> Vec<&'static str> {
+    candidates
+        .iter()
+        .filter(|c| optional.contains(c))
+        .map(|c| c.name())
+        .collect()
 }
 
 #[cfg(test)]
@@ -713,6 +769,7 @@ mod tests {
             ours: Err("no GPU".into()),
             staged: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
+            nccl_sym: Err("no GPU".into()),
         }
     }
 
