@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::data::{expect, filled, me_n};
+use common::data::{expect, filled, laid_out, me_n, part_of};
 use common::reference::Tag;
 use common::{gpu_test, runtime};
 use half::bf16;
@@ -24,23 +24,6 @@ fn pair_count(s: usize, r: usize, m: usize, salt: usize) -> usize {
 /// Element `k` of what `s` sends `r`: tags that differ by pair and position.
 fn pair_tag<T: Tag>(s: usize, r: usize, k: usize, salt: usize) -> T {
     T::tag(s, k * 8 + r, salt)
-}
-
-/// Parts of `counts` laid out in order with `gap` poisoned elements before each.
-fn laid_out(counts: &[usize], gap: usize) -> (Vec<usize>, usize) {
-    let mut displs = Vec::with_capacity(counts.len());
-    let mut end = 0;
-    for &c in counts {
-        displs.push(end + gap);
-        end += gap + c;
-    }
-    (displs, end + gap)
-}
-
-/// The owner part and offset of element `i` of a buffer laid out by `displs`/`counts`.
-fn part_of(i: usize, counts: &[usize], displs: &[usize]) -> Option<(usize, usize)> {
-    (0..counts.len())
-        .find_map(|p| (displs[p] <= i && i < displs[p] + counts[p]).then(|| (p, i - displs[p])))
 }
 
 /// A u64 device copy of `v` (the device-count forms).

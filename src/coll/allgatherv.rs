@@ -4,13 +4,14 @@
 //! ([`crate::proto::exchange`]; device/coll/allgatherv.cu and group.cu): each receiver tells
 //! each sender where its part goes, so calls go back to back with no barrier.
 
-use crate::coll::family::{byte_range, check_host_counts, family_code_name, family_meta};
+use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
-use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
+use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::exchange::{Direction, ExchangeCall, Transfer, Transfers};
 use crate::proto::family::family_methods;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -34,60 +35,81 @@ impl<'nv> Allgatherv<'nv> {
     /// every member, in stream order. Every member passes the same `parts`, which must lie in
     /// `output` and apart from each other. In place when `input` is this member's own part of
     /// `output`.
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
+    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]):
+    /// the input copied in, the output copied out (and first in, where the parts leave gaps).
+    /// The sizes differ between members, so the area never grows at a call: reserve it first
+    /// ([`Allgatherv::reserve_staging`], else [`Error::StagingTooSmall`] names the size).
     pub fn run<'a, 'b, T: Element>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         parts: Parts<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("allgatherv", &input, &mut output, stream)?;
         let me = self.fam.ws().rank()? as usize;
         let n = self.n_pes();
         check_host_counts("allgatherv", n)?;
-        parts.check("allgatherv", "output", n, output.len())?;
-        if input.len() != parts.counts[me] {
+        parts.check("allgatherv", "output", n, o.len())?;
+        if i.len() != parts.counts[me] {
             return Err(Error::CollectiveShape {
                 what: "allgatherv",
                 detail: format!(
                     "the input holds {} elements but this member's count is {}; pass an input \
                      of its count",
-                    input.len(),
+                    i.len(),
                     parts.counts[me]
                 ),
             });
         }
-        let size = std::mem::size_of::<T>();
-        let out = output.as_device_ptr() as usize;
-        let own = out + parts.displs[me] * size;
-        // In place: the own part is there already, and nothing moves to this PE itself.
-        let in_place = !input.is_empty() && input.as_device_ptr() as usize == own;
-        let mut list = Vec::with_capacity(2 * n as usize);
-        for r in 0..n {
-            let skip = in_place && r as usize == me;
-            let send = Transfer {
-                dir: Direction::Send,
-                peer: r,
-                addr: input.as_device_ptr() as usize,
-                bytes: input.num_bytes(),
-                dtype: T::DTYPE,
-            };
-            let recv = Transfer {
-                dir: Direction::Recv,
-                addr: out + parts.displs[r as usize] * size,
-                bytes: parts.counts[r as usize] * size,
-                ..send.clone()
-            };
-            list.extend([send, recv].into_iter().filter(|_| !skip));
-        }
-        self.fam.exchange(
-            "allgatherv kernel launch",
-            &ExchangeCall {
-                code: CODE,
-                checked: Some((output.len(), family_meta(T::DTYPE, None, CODE, None))),
-                transfers: Transfers::List(&list),
-            },
+        let io = StageIo::parts(!parts.cover(o.len()));
+        let out_len = o.len();
+        staged(
+            &mut self.fam,
+            [i, o],
+            io,
+            false,
             stream,
+            |fam, input, output| {
+                let size = std::mem::size_of::<T>();
+                let out = output.as_device_ptr() as usize;
+                let own = out + parts.displs[me] * size;
+                // In place: the own part is there already, and nothing moves to this PE itself.
+                let in_place = !input.is_empty() && input.as_device_ptr() as usize == own;
+                let mut list = Vec::with_capacity(2 * n as usize);
+                for r in 0..n {
+                    let skip = in_place && r as usize == me;
+                    let send = Transfer {
+                        dir: Direction::Send,
+                        peer: r,
+                        addr: input.as_device_ptr() as usize,
+                        bytes: input.num_bytes(),
+                        dtype: T::DTYPE,
+                    };
+                    let recv = Transfer {
+                        dir: Direction::Recv,
+                        addr: out + parts.displs[r as usize] * size,
+                        bytes: parts.counts[r as usize] * size,
+                        ..send.clone()
+                    };
+                    list.extend([send, recv].into_iter().filter(|_| !skip));
+                }
+                fam.exchange(
+                    "allgatherv kernel launch",
+                    &ExchangeCall {
+                        code: CODE,
+                        checked: Some((out_len, family_meta(T::DTYPE, None, CODE, None))),
+                        transfers: Transfers::List(&list),
+                    },
+                    stream,
+                )
+            },
         )
     }
 
@@ -95,35 +117,50 @@ impl<'nv> Allgatherv<'nv> {
     /// same on every member), read by the kernel: counts one kernel computed need no trip to
     /// the host. The kernel checks them against `input` and `output`. In place when `input` is
     /// this member's own part of `output` (parts apart from each other, as in `run`: not
-    /// checked on the device).
+    /// checked on the device). This PE's own memory is staged as in `run`, the whole output
+    /// copied in and out (the host does not know which parts the counts cover).
     pub fn run_device<'a, 'b, T: Element>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         parts: &DeviceParts<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("allgatherv", &input, &mut output, stream)?;
         self.fam.ws().rank()?;
         let [counts, displs] = parts.ptrs("allgatherv", "output", self.n_pes())?;
-        let (i, o) = (byte_range(&input), byte_range(&output));
+        let (ir, or) = (i.byte_range(), o.byte_range());
         // In place is an input inside the output (the kernel skips a copy onto itself).
-        let inside = o.start <= i.start && i.end <= o.end;
-        refuse_overlap("allgatherv", i, o, inside)?;
-        self.fam.exchange(
-            "allgatherv kernel launch",
-            &ExchangeCall {
-                code: CODE,
-                checked: Some((output.len(), family_meta(T::DTYPE, None, CODE, None))),
-                transfers: Transfers::Device {
-                    mode: sys::NVSHMEMRS_EXCHANGE_ALLGATHERV,
-                    counts: [counts, displs, std::ptr::null(), std::ptr::null()],
-                    elem: (std::mem::size_of::<T>(), T::DTYPE),
-                    input: (input.as_device_ptr() as usize, input.len()),
-                    output: (output.as_device_ptr() as usize, output.len()),
-                },
-            },
+        let inside = or.start <= ir.start && ir.end <= or.end;
+        refuse_overlap("allgatherv", ir, or, inside)?;
+        let io = StageIo::parts(true);
+        staged(
+            &mut self.fam,
+            [i, o],
+            io,
+            false,
             stream,
+            |fam, input, output| {
+                fam.exchange(
+                    "allgatherv kernel launch",
+                    &ExchangeCall {
+                        code: CODE,
+                        checked: Some((output.len(), family_meta(T::DTYPE, None, CODE, None))),
+                        transfers: Transfers::Device {
+                            mode: sys::NVSHMEMRS_EXCHANGE_ALLGATHERV,
+                            counts: [counts, displs, std::ptr::null(), std::ptr::null()],
+                            elem: (std::mem::size_of::<T>(), T::DTYPE),
+                            input: (input.as_device_ptr() as usize, input.len()),
+                            output: (output.as_device_ptr() as usize, output.len()),
+                        },
+                    },
+                    stream,
+                )
+            },
         )
     }
 }

@@ -6,13 +6,14 @@
 //! so calls go back to back with no barrier; a count the two ends disagree on is an error on
 //! both.
 
-use crate::coll::family::{byte_range, check_host_counts, family_code_name, family_meta};
+use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
-use crate::core::buffer::SymView;
 use crate::core::element::Element;
 use crate::core::error::Result;
+use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::exchange::{Direction, ExchangeCall, Transfer, Transfers};
 use crate::proto::family::family_methods;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -36,80 +37,116 @@ impl<'nv> Alltoallv<'nv> {
     /// stream order. Parts lie in their buffers; receive parts apart from each other; input and
     /// output apart. Member r's `recv.counts[s]` must equal member s's `send.counts[r]`, else
     /// both fail with [`crate::Error::TransferMismatch`].
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
+    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]):
+    /// the input copied in, the output copied out (and first in, where the receive parts leave
+    /// gaps). The sizes differ between members, so the area never grows at a call: reserve it
+    /// first ([`Alltoallv::reserve_staging`], else [`crate::Error::StagingTooSmall`] names the
+    /// size).
     pub fn run<'a, 'b, T: Element>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
+        input: impl Into<InBuf<'a, T>>,
         send: Parts<'_>,
-        output: impl Into<SymView<'b, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         recv: Parts<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("alltoallv", &input, &mut output, stream)?;
         self.fam.ws().rank()?;
         let n = self.n_pes();
         check_host_counts("alltoallv", n)?;
-        send.check("alltoallv", "input", n, input.len())?;
-        recv.check("alltoallv", "output", n, output.len())?;
-        refuse_overlap("alltoallv", byte_range(&input), byte_range(&output), false)?;
-        let size = std::mem::size_of::<T>();
-        let part = |dir, base: usize, p: &Parts<'_>, r: i32| Transfer {
-            dir,
-            peer: r,
-            addr: base + p.displs[r as usize] * size,
-            bytes: p.counts[r as usize] * size,
-            dtype: T::DTYPE,
-        };
-        let (i, o) = (
-            input.as_device_ptr() as usize,
-            output.as_device_ptr() as usize,
-        );
-        let list: Vec<Transfer> = (0..n)
-            .map(|r| part(Direction::Send, i, &send, r))
-            .chain((0..n).map(|r| part(Direction::Recv, o, &recv, r)))
-            .collect();
-        self.fam.exchange(
-            "alltoallv kernel launch",
-            &ExchangeCall {
-                code: CODE,
-                // Counts differ between members by design: the meta word only.
-                checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
-                transfers: Transfers::List(&list),
-            },
+        send.check("alltoallv", "input", n, i.len())?;
+        recv.check("alltoallv", "output", n, o.len())?;
+        refuse_overlap("alltoallv", i.byte_range(), o.byte_range(), false)?;
+        let io = StageIo::parts(!recv.cover(o.len()));
+        staged(
+            &mut self.fam,
+            [i, o],
+            io,
+            false,
             stream,
+            |fam, input, output| {
+                let size = std::mem::size_of::<T>();
+                let part = |dir, base: usize, p: &Parts<'_>, r: i32| Transfer {
+                    dir,
+                    peer: r,
+                    addr: base + p.displs[r as usize] * size,
+                    bytes: p.counts[r as usize] * size,
+                    dtype: T::DTYPE,
+                };
+                let (i, o) = (
+                    input.as_device_ptr() as usize,
+                    output.as_device_ptr() as usize,
+                );
+                let list: Vec<Transfer> = (0..n)
+                    .map(|r| part(Direction::Send, i, &send, r))
+                    .chain((0..n).map(|r| part(Direction::Recv, o, &recv, r)))
+                    .collect();
+                fam.exchange(
+                    "alltoallv kernel launch",
+                    &ExchangeCall {
+                        code: CODE,
+                        // Counts differ between members by design: the meta word only.
+                        checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
+                        transfers: Transfers::List(&list),
+                    },
+                    stream,
+                )
+            },
         )
     }
 
     /// [`Alltoallv::run`] with the counts and displacements in device memory (n each), read by
     /// the kernel, which checks them against `input` and `output` (receive parts apart from
-    /// each other, as in `run`: not checked on the device).
+    /// each other, as in `run`: not checked on the device). This PE's own memory is staged as
+    /// in `run`, the whole output copied in and out.
     pub fn run_device<'a, 'b, T: Element>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
+        input: impl Into<InBuf<'a, T>>,
         send: &DeviceParts<'_>,
-        output: impl Into<SymView<'b, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         recv: &DeviceParts<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("alltoallv", &input, &mut output, stream)?;
         self.fam.ws().rank()?;
         let n = self.n_pes();
         let [sc, sd] = send.ptrs("alltoallv", "send", n)?;
         let [rc, rd] = recv.ptrs("alltoallv", "receive", n)?;
-        refuse_overlap("alltoallv", byte_range(&input), byte_range(&output), false)?;
-        self.fam.exchange(
-            "alltoallv kernel launch",
-            &ExchangeCall {
-                code: CODE,
-                checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
-                transfers: Transfers::Device {
-                    mode: sys::NVSHMEMRS_EXCHANGE_ALLTOALLV,
-                    counts: [sc, sd, rc, rd],
-                    elem: (std::mem::size_of::<T>(), T::DTYPE),
-                    input: (input.as_device_ptr() as usize, input.len()),
-                    output: (output.as_device_ptr() as usize, output.len()),
-                },
-            },
+        refuse_overlap("alltoallv", i.byte_range(), o.byte_range(), false)?;
+        let io = StageIo::parts(true);
+        staged(
+            &mut self.fam,
+            [i, o],
+            io,
+            false,
             stream,
+            |fam, input, output| {
+                fam.exchange(
+                    "alltoallv kernel launch",
+                    &ExchangeCall {
+                        code: CODE,
+                        checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
+                        transfers: Transfers::Device {
+                            mode: sys::NVSHMEMRS_EXCHANGE_ALLTOALLV,
+                            counts: [sc, sd, rc, rd],
+                            elem: (std::mem::size_of::<T>(), T::DTYPE),
+                            input: (input.as_device_ptr() as usize, input.len()),
+                            output: (output.as_device_ptr() as usize, output.len()),
+                        },
+                    },
+                    stream,
+                )
+            },
         )
     }
 }

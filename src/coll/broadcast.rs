@@ -3,11 +3,13 @@
 //! to back on a stream with no barrier; NVLink stores where the peer is mapped, NVSHMEM puts
 //! otherwise.
 
-use crate::coll::family::{call_of, check_rooted, describe_family_meta, family_code_name};
-use crate::core::buffer::SymView;
+use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
+use crate::coll::family::{staged_call, Spec};
 use crate::core::element::Element;
 use crate::core::error::Result;
+use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::family::family_methods;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -28,26 +30,43 @@ pub struct Broadcast<'nv> {
 
 impl<'nv> Broadcast<'nv> {
     /// `output = input of the root` on every member, in stream order. `input` (read at the
-    /// root only) and `output` are symmetric views of the same length (at least 1) on every
-    /// member; at the root they may be the same view (in place). `root` is a team rank.
+    /// root only) and `output` have the same length (at least 1) on every member; at the root
+    /// they may be the same range (in place). `root` is a team rank.
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]:
+    /// a cudarc slice or view, or a raw pointer), the latter staged through the workspace's
+    /// symmetric area ([`crate::proto::staging`]): a copy in at the root, a copy out on every
+    /// member.
     pub fn run<'a, 'b, T: Element>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         root: i32,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
-        check_rooted("broadcast", &self.fam, &input, &output, root)?;
-        let code = sys::NVSHMEMRS_COLL_BROADCAST;
-        let call = call_of(code, None, Some(root), &input, &output, input.len());
-        self.fam
-            .call("broadcast kernel launch", &call, stream, |a, b, t, s| {
-                // SAFETY: symmetric views of `count` elements on every member, the workspace's
-                // own counters, state and PE table; every member launches the same grid (from
-                // the count).
-                unsafe { sys::nvshmemrs_broadcast(a, b, t, s) }
-            })
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("broadcast", &input, &mut output, stream)?;
+        check_rooted("broadcast", &self.fam, &i, &o, root)?;
+        let io = StageIo {
+            read: self.fam.ws().rank()? == root,
+            ..StageIo::BOTH
+        };
+        let spec = Spec {
+            code: sys::NVSHMEMRS_COLL_BROADCAST,
+            op: None,
+            root: Some(root),
+            count: i.len(),
+            launch: "broadcast kernel launch",
+        };
+        staged_call(&mut self.fam, [i, o], io, spec, stream, |a, b, t, s| {
+            // SAFETY: symmetric views of `count` elements on every member, the workspace's
+            // own counters, state and PE table; every member launches the same grid (from
+            // the count).
+            unsafe { sys::nvshmemrs_broadcast(a, b, t, s) }
+        })
     }
 }
 

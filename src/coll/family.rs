@@ -7,9 +7,12 @@ use crate::coll::op::ReduceOp;
 use crate::core::buffer::SymView;
 use crate::core::element::{Dtype, Element};
 use crate::core::error::{Error, Result};
+use crate::core::outside::Located;
 use crate::proto::family::{check_root, FamilyCall};
+use crate::proto::staging::StageIo;
 use crate::proto::{FamilyWorkspace, Workspace};
 use crate::sys;
+use cudarc::driver::CudaStream;
 use std::ops::Range;
 
 /// The call of collective `code` on `input` and `output`: `count` elements per rank block (blocks
@@ -35,15 +38,59 @@ pub(crate) fn call_of<T: Element>(
     }
 }
 
+/// What [`staged_call`] launches: the collective's code, op and root where it has them, the
+/// elements per rank block, and the launch's name in errors.
+pub(crate) struct Spec {
+    pub code: u32,
+    pub op: Option<ReduceOp>,
+    pub root: Option<i32>,
+    pub count: usize,
+    pub launch: &'static str,
+}
+
+/// One call of a family collective on its checked, located buffers: stages the caller's own
+/// memory (`io`: what this PE reads and writes; `agreed`: the call's sizes are the same on every
+/// member, so the staging area may grow here), runs `run` on the symmetric views, then copies a
+/// staged output back.
+pub(crate) fn staged<'s, 'nv: 's, T: Element>(
+    fam: &mut FamilyWorkspace<'nv>,
+    located: [Located<'s, T>; 2],
+    io: StageIo,
+    agreed: bool,
+    stream: &CudaStream,
+    run: impl FnOnce(&mut FamilyWorkspace<'nv>, SymView<'s, T>, SymView<'s, T>) -> Result<()>,
+) -> Result<()> {
+    let what = fam.ws().call_name();
+    let st = fam.ws_mut().stage(what, located, io, agreed, stream)?;
+    run(fam, st.input(), st.output())?;
+    st.finish(stream)
+}
+
+/// [`staged`] for a collective of equal sizes on every member that launches `entry` once per
+/// segment ([`FamilyWorkspace::call`]).
+pub(crate) fn staged_call<'s, 'nv: 's, T: Element>(
+    fam: &mut FamilyWorkspace<'nv>,
+    located: [Located<'s, T>; 2],
+    io: StageIo,
+    spec: Spec,
+    stream: &CudaStream,
+    entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
+) -> Result<()> {
+    staged(fam, located, io, true, stream, |fam, input, output| {
+        let call = call_of(spec.code, spec.op, spec.root, &input, &output, spec.count);
+        fam.call(spec.launch, &call, stream, entry)
+    })
+}
+
 /// The checks of a call whose input and output are alike (allreduce, broadcast, reduce), in this
-/// order: views of one length, this PE a member, at least one element, input and output the same
-/// view (in place) or apart (the kernels read parts of the input after writing parts of the
-/// output).
+/// order: buffers of one length, this PE a member, at least one element, input and output the
+/// same range (in place) or apart (the kernels read parts of the input after writing parts of
+/// the output).
 pub(crate) fn check_elementwise<T: Element>(
     what: &'static str,
     ws: &Workspace<'_>,
-    input: &SymView<'_, T>,
-    output: &SymView<'_, T>,
+    input: &Located<'_, T>,
+    output: &Located<'_, T>,
 ) -> Result<()> {
     if input.len() != output.len() {
         return Err(Error::LengthMismatch {
@@ -56,7 +103,7 @@ pub(crate) fn check_elementwise<T: Element>(
     if input.is_empty() {
         return Err(Error::EmptyCollective { what });
     }
-    let (i, o) = (byte_range(input), byte_range(output));
+    let (i, o) = (input.byte_range(), output.byte_range());
     refuse_overlap(what, i.clone(), o.clone(), i == o)
 }
 
@@ -64,18 +111,12 @@ pub(crate) fn check_elementwise<T: Element>(
 pub(crate) fn check_rooted<T: Element>(
     what: &'static str,
     fam: &FamilyWorkspace<'_>,
-    input: &SymView<'_, T>,
-    output: &SymView<'_, T>,
+    input: &Located<'_, T>,
+    output: &Located<'_, T>,
     root: i32,
 ) -> Result<()> {
     check_elementwise(what, fam.ws(), input, output)?;
     check_root(what, root, fam.ws().n_pes())
-}
-
-/// The byte range a view covers on this PE.
-pub(crate) fn byte_range<T: Element>(v: &SymView<'_, T>) -> Range<usize> {
-    let start = v.as_device_ptr() as usize;
-    start..start + v.num_bytes()
 }
 
 /// Input and output may overlap only where the call runs in place (`in_place`: the caller
@@ -159,6 +200,15 @@ impl Parts<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether parts apart from each other (as the callers require) cover all `len` elements
+    /// of their buffer: then a call writes all of it.
+    pub(crate) fn cover(&self, len: usize) -> bool {
+        self.counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            == Some(len)
     }
 }
 
@@ -259,6 +309,21 @@ mod tests {
             refuse_overlap("reduce", 0..64, 32..96, false),
             Err(Error::Overlap { .. })
         ));
+    }
+
+    #[test]
+    fn parts_that_sum_to_the_buffer_cover_it() {
+        let parts = Parts {
+            counts: &[3, 0, 5],
+            displs: &[0, 3, 3],
+        };
+        assert!(parts.cover(8));
+        assert!(!parts.cover(9), "a gap is left");
+        let huge = Parts {
+            counts: &[usize::MAX, 2],
+            displs: &[0, 0],
+        };
+        assert!(!huge.cover(1));
     }
 
     #[test]

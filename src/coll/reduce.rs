@@ -2,11 +2,13 @@
 //! the root's receive slots, a slot's worth per launch; the root tells the others when its slots
 //! are free (they are not all-to-all steps).
 
-use crate::coll::family::{call_of, check_rooted, describe_family_meta, family_code_name};
+use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
+use crate::coll::family::{staged_call, Spec};
 use crate::coll::op::{ReduceOp, Reducible};
-use crate::core::buffer::SymView;
 use crate::core::error::Result;
+use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::family::family_methods;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -25,27 +27,43 @@ pub struct Reduce<'nv> {
 
 impl<'nv> Reduce<'nv> {
     /// At the root, `output` = op over members of their `input`, element-wise in rank order;
-    /// other members' outputs are not written. Views of the same length (at least 1) on every
-    /// member; the same view for in place. `root` is a team rank.
+    /// other members' outputs are not written. Buffers of the same length (at least 1) on every
+    /// member; the same range for in place. `root` is a team rank.
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
+    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]): a
+    /// copy in on every member, a copy out at the root.
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         op: ReduceOp,
         root: i32,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
-        check_rooted("reduce", &self.fam, &input, &output, root)?;
-        let code = sys::NVSHMEMRS_COLL_REDUCE;
-        let call = call_of(code, Some(op), Some(root), &input, &output, input.len());
-        self.fam
-            .call("reduce kernel launch", &call, stream, |a, b, t, s| {
-                // SAFETY: symmetric views of `count` elements on every member, segments that fit
-                // a slot, the workspace's own slots, counters, state and PE table; every member
-                // launches the same segments and grids.
-                unsafe { sys::nvshmemrs_reduce(T::DTYPE as i32, op as i32, a, b, t, s) }
-            })
+        let (input, mut output) = (input.into(), output.into());
+        let [i, o] = self
+            .fam
+            .ws()
+            .locate("reduce", &input, &mut output, stream)?;
+        check_rooted("reduce", &self.fam, &i, &o, root)?;
+        let io = StageIo {
+            write: self.fam.ws().rank()? == root,
+            ..StageIo::BOTH
+        };
+        let spec = Spec {
+            code: sys::NVSHMEMRS_COLL_REDUCE,
+            op: Some(op),
+            root: Some(root),
+            count: i.len(),
+            launch: "reduce kernel launch",
+        };
+        staged_call(&mut self.fam, [i, o], io, spec, stream, |a, b, t, s| {
+            // SAFETY: symmetric views of `count` elements on every member, segments that fit
+            // a slot, the workspace's own slots, counters, state and PE table; every member
+            // launches the same segments and grids.
+            unsafe { sys::nvshmemrs_reduce(T::DTYPE as i32, op as i32, a, b, t, s) }
+        })
     }
 }
 

@@ -3,12 +3,13 @@
 //! is all-to-all, so slots of the same parity are free again two steps later without a
 //! handshake.
 
-use crate::coll::family::{byte_range, call_of, check_blocks, refuse_overlap};
+use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::coll::op::{ReduceOp, Reducible};
-use crate::core::buffer::SymView;
 use crate::core::error::{Error, Result};
+use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::family::family_methods;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -29,30 +30,40 @@ impl<'nv> ReduceScatter<'nv> {
     /// `output` = op over members of block [my rank] of their `input` (n_pes x output.len()
     /// elements), element-wise in rank order, in stream order. In place when `output` is this
     /// member's own block of `input`.
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
+    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]).
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (input, output) = (input.into(), output.into());
+        let (input, mut output) = (input.into(), output.into());
+        let what = "reduce-scatter";
+        let [i, o] = self.fam.ws().locate(what, &input, &mut output, stream)?;
         let rank = self.fam.ws().rank()?;
-        let count = output.len();
+        let count = o.len();
         if count == 0 {
-            return Err(Error::EmptyCollective {
-                what: "reduce-scatter",
-            });
+            return Err(Error::EmptyCollective { what });
         }
-        check_blocks("reduce-scatter", "input", input.len(), count, self.n_pes())?;
-        let (i, o) = (byte_range(&input), byte_range(&output));
-        let own = i.start + rank as usize * output.num_bytes();
-        refuse_overlap("reduce-scatter", i, o.clone(), o.start == own)?;
-        let code = sys::NVSHMEMRS_COLL_REDUCE_SCATTER;
-        let call = call_of(code, Some(op), None, &input, &output, count);
-        self.fam.call(
-            "reduce-scatter kernel launch",
-            &call,
+        check_blocks(what, "input", i.len(), count, self.n_pes())?;
+        let (ir, or) = (i.byte_range(), o.byte_range());
+        let own = ir.start + rank as usize * o.num_bytes();
+        refuse_overlap(what, ir, or.clone(), or.start == own)?;
+        let spec = Spec {
+            code: sys::NVSHMEMRS_COLL_REDUCE_SCATTER,
+            op: Some(op),
+            root: None,
+            count,
+            launch: "reduce-scatter kernel launch",
+        };
+        staged_call(
+            &mut self.fam,
+            [i, o],
+            StageIo::BOTH,
+            spec,
             stream,
             |a, b, t, s| {
                 // SAFETY: symmetric views (n x `count` and `count` elements) on every member,

@@ -360,6 +360,24 @@ impl<'a, T: Element> SymView<'a, T> {
         })
     }
 
+    /// A view of `len` elements from `ptr`, which must lie in the symmetric heap.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` is inside one symmetric allocation that outlives every use of the
+    /// view (the lifetime is the caller's promise), and `ptr` is aligned for `T`.
+    pub(crate) unsafe fn from_raw(
+        ptr: NonNull<T>,
+        len: usize,
+        stream: &'a Arc<CudaStream>,
+    ) -> SymView<'a, T> {
+        SymView {
+            ptr,
+            len,
+            stream,
+            _buffer: PhantomData,
+        }
+    }
+
     /// Makes the runtime's context current on this thread (the caller may have bound another).
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread()?;

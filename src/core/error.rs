@@ -270,6 +270,50 @@ pub enum Error {
         output: (usize, usize),
     },
 
+    /// A collective's buffer that is not device memory of this PE's GPU.
+    #[error(
+        "{what}: the {which} ({bytes} bytes at {addr:#x}) is not device memory of this PE's GPU \
+         {device}: {detail}; pass a symmetric view, or memory allocated on GPU {device} \
+         (cudarc, cudaMalloc, cuMemCreate) holding every element"
+    )]
+    NotDeviceMemory {
+        what: &'static str,
+        which: &'static str,
+        addr: usize,
+        bytes: usize,
+        device: i32,
+        detail: String,
+    },
+
+    /// The staging area of a workspace is smaller than a call with the caller's own buffers
+    /// needs, and the call cannot grow it (its sizes differ between members).
+    #[error(
+        "{what}: your own (non-symmetric) buffers are staged through {needs} bytes of the \
+         workspace's symmetric staging area, which holds {has}; {why}. Call \
+         reserve_staging({needs}) (or more: the largest call's need) on every member, at the \
+         same point, before such calls, or pass symmetric buffers"
+    )]
+    StagingTooSmall {
+        what: &'static str,
+        needs: usize,
+        has: usize,
+        why: &'static str,
+    },
+
+    /// A call with the caller's own buffers needs a larger staging area during graph capture,
+    /// where nothing may be allocated.
+    #[error(
+        "{what}: your own (non-symmetric) buffers need {needs} bytes of staging, the workspace \
+         holds {has}, and it cannot grow while the stream is captured into a graph (allocation \
+         synchronises); make one call of this size before the capture, or call \
+         reserve_staging({needs}) on every member first"
+    )]
+    StagingDuringCapture {
+        what: &'static str,
+        needs: usize,
+        has: usize,
+    },
+
     /// Two PEs called the same collective with different arguments (checked mode).
     #[error(
         "{what}: PE {pe} called it with {mine} but PE {peer} with {theirs} (call {call} on this \

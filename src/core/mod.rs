@@ -6,6 +6,7 @@ pub mod element;
 pub mod env_value;
 pub mod error;
 pub mod leak;
+pub mod outside;
 pub mod result;
 pub mod runtime;
 pub mod stream;

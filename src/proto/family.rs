@@ -407,6 +407,22 @@ macro_rules! family_methods {
                 self.fam.ws().failure()
             }
 
+            /// Makes the staging area through which calls move this PE's own
+            /// (non-symmetric) device memory hold at least `bytes` (the call's input bytes
+            /// rounded up to 256, plus its output bytes), so that such calls up to that size
+            /// allocate nothing: needed before graph capture, for workspaces over a team
+            /// smaller than the world, and for allgatherv and alltoallv (whose sizes differ
+            /// between members). Collective over the world: every PE, members or not, at the
+            /// same point with the same `bytes`.
+            pub fn reserve_staging(&mut self, bytes: usize) -> $crate::Result<()> {
+                self.fam.ws_mut().reserve_staging(bytes)
+            }
+
+            /// Bytes of the staging area (0 until a call or `reserve_staging` needs one).
+            pub fn staging_bytes(&self) -> usize {
+                self.fam.ws().staging_bytes()
+            }
+
             /// How calls move data to mapped peers from now on: direct stores, NVSHMEM puts,
             /// or (`Auto`, the default) what the tuned table says for the call's size. Every
             /// member sets the same.

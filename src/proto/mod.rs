@@ -1,10 +1,12 @@
 //! The protocol layer every collective embeds: the [`Workspace`] (members, mapping, device
 //! state, status record, timeout), checked mode, and the family's handshake workspace
-//! ([`FamilyWorkspace`]). Device primitives live in `device/prims/`.
+//! ([`FamilyWorkspace`]), and the staging area through which calls move the caller's own device
+//! memory ([`staging`]). Device primitives live in `device/prims/`.
 
 pub mod checked;
 pub mod exchange;
 pub mod family;
+pub mod staging;
 pub mod workspace;
 
 pub use family::FamilyWorkspace;

@@ -6,10 +6,13 @@
 //! so PEs outside the team allocate too; they only refuse to run ([`Error::NotInTeam`]).
 
 use crate::core::buffer::SymmetricBuffer;
+use crate::core::element::Element;
 use crate::core::error::{Error, Result};
+use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
 use crate::proto::checked::checked_from_env;
+use crate::proto::staging::{Grow, StageIo, Staged, Staging};
 use crate::sync::deadline::timeout_ns;
 use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::sys;
@@ -127,6 +130,8 @@ pub struct Workspace<'nv> {
     /// Calls made so far (checked mode numbers its headers with it).
     calls: u64,
     timeout: Duration,
+    /// Where calls stage the caller's own (non-symmetric) memory; empty until one does.
+    staging: Staging<'nv>,
     /// Declared last: dropped after the buffers above, whose kernels write it.
     status: StatusRecord,
 }
@@ -189,6 +194,7 @@ impl<'nv> Workspace<'nv> {
             headers,
             calls: 0,
             timeout: nv.timeout(),
+            staging: Staging::default(),
             status: StatusRecord::new(nv.context())?,
         })
     }
@@ -202,6 +208,11 @@ impl<'nv> Workspace<'nv> {
     /// The runtime.
     pub fn runtime(&self) -> &'nv Nvshmem {
         self.nv
+    }
+
+    /// The call as messages name it ("allreduce").
+    pub fn call_name(&self) -> &'static str {
+        self.text.call
     }
 
     /// Members (the team size).
@@ -298,6 +309,65 @@ impl<'nv> Workspace<'nv> {
     /// Whether calls exchange a header ([`crate::proto::checked::CHECKED_ENV`]).
     pub fn is_checked(&self) -> bool {
         self.headers.is_some()
+    }
+
+    /// Bytes of the staging area ([`crate::proto::staging`]).
+    pub fn staging_bytes(&self) -> usize {
+        self.staging.capacity()
+    }
+
+    /// Makes the staging area hold at least `bytes`, so that calls with the caller's own
+    /// memory up to that need allocate nothing (graph capture, allgatherv, alltoallv, teams).
+    /// Collective over the world: every PE, members or not, at the same point with the same
+    /// `bytes`.
+    pub fn reserve_staging(&mut self, bytes: usize) -> Result<()> {
+        self.staging.reserve(self.nv, bytes)
+    }
+
+    /// Locates a call's input and output on this PE (`what` names the call in errors): their
+    /// addresses, cudarc's ordering on `stream`, and for the caller's own memory the check that
+    /// it is device memory of this PE's GPU.
+    pub fn locate<'s, T: Element>(
+        &self,
+        what: &'static str,
+        input: &'s InBuf<'_, T>,
+        output: &'s mut OutBuf<'_, T>,
+        stream: &'s CudaStream,
+    ) -> Result<[Located<'s, T>; 2]> {
+        let device = self.nv.device();
+        Ok([
+            input.locate(what, device, stream)?,
+            output.locate(what, device, stream)?,
+        ])
+    }
+
+    /// Stages a call's located buffers ([`crate::proto::staging`]). `agreed`: every member
+    /// stages the same sizes at this call, so the area may grow here (only where the team is
+    /// the world: allocation is collective over the world).
+    pub(crate) fn stage<'s, T: Element>(
+        &mut self,
+        what: &'static str,
+        located: [Located<'s, T>; 2],
+        io: StageIo,
+        agreed: bool,
+        stream: &CudaStream,
+    ) -> Result<Staged<'s, T>>
+    where
+        'nv: 's,
+    {
+        let grow = if !agreed {
+            Grow::Refuse(
+                "the sizes of this call differ between members, so it cannot grow the area",
+            )
+        } else if self.n != self.nv.n_pes() {
+            Grow::Refuse(
+                "the team is smaller than the world, and symmetric allocation is collective \
+                 over the world",
+            )
+        } else {
+            Grow::Agreed
+        };
+        self.staging.stage(self.nv, what, located, io, grow, stream)
     }
 
     /// Starts the next call: refuses a PE outside the team and a workspace that already

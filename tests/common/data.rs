@@ -1,4 +1,5 @@
-//! Buffers filled from the host and element-by-element checks, shared by the collective tests.
+//! Buffers filled from the host, element-by-element checks and the layout of parts with gaps,
+//! shared by the collective tests.
 
 use super::reference::Tag;
 use nvshmem::{Nvshmem, SymmetricBuffer};
@@ -32,4 +33,22 @@ pub fn expect<T: Tag>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
             "{what}: element {i} is {g:?}, want {w:?}"
         );
     }
+}
+
+/// Parts of `counts` laid out in order with `gap` poisoned elements before each: the
+/// displacements and the buffer length.
+pub fn laid_out(counts: &[usize], gap: usize) -> (Vec<usize>, usize) {
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut end = 0;
+    for &c in counts {
+        displs.push(end + gap);
+        end += gap + c;
+    }
+    (displs, end + gap)
+}
+
+/// The owner part and offset of element `i` of a buffer laid out by `displs`/`counts`.
+pub fn part_of(i: usize, counts: &[usize], displs: &[usize]) -> Option<(usize, usize)> {
+    (0..counts.len())
+        .find_map(|p| (displs[p] <= i && i < displs[p] + counts[p]).then(|| (p, i - displs[p])))
 }

@@ -66,9 +66,18 @@ pub enum Candidate {
         help = "NVSHMEM's reduce on a stream over the world team"
     )]
     Nvshmem,
+    /// [`AllreduceAlgo::Auto`] with the buffers passed as the caller's own (non-symmetric)
+    /// memory, so that the call stages them through its workspace: the staging's cost beside
+    /// `auto`. On request only (not in [`Candidate::ALL`]).
+    #[value(
+        name = "ours-staged",
+        help = "our automatic choice on buffers passed as your own memory (staged)"
+    )]
+    OursStaged,
 }
 
 impl Candidate {
+    /// The default candidates.
     pub const ALL: [Candidate; 8] = [
         Candidate::OneShot,
         Candidate::TwoShot,
@@ -91,6 +100,7 @@ impl Candidate {
             Candidate::Nccl => "nccl",
             Candidate::NcclSym => "nccl-sym",
             Candidate::Nvshmem => "nvshmem",
+            Candidate::OursStaged => "ours-staged",
         }
     }
 
@@ -101,7 +111,7 @@ impl Candidate {
             Candidate::TwoShot => Some(AllreduceAlgo::TwoShot),
             Candidate::Ring => Some(AllreduceAlgo::Ring),
             Candidate::Rd => Some(AllreduceAlgo::RecursiveDoubling),
-            Candidate::Auto => Some(AllreduceAlgo::Auto),
+            Candidate::Auto | Candidate::OursStaged => Some(AllreduceAlgo::Auto),
             Candidate::Nccl | Candidate::NcclSym | Candidate::Nvshmem => None,
         }
     }
@@ -389,6 +399,8 @@ enum AllreduceCall<'r, 'nv, 's> {
         algo: AllreduceAlgo,
         op: ReduceOp,
         stream: &'s CudaStream,
+        /// The buffers passed as the caller's own memory ([`harness::as_own`]).
+        staged: bool,
     },
     Nccl {
         nccl: &'r NcclBaseline<'nv>,
@@ -410,7 +422,11 @@ impl Reduction for AllreduceCall<'_, '_, '_> {
                 algo,
                 op,
                 stream,
-            } => ws.run(input, output, op, algo, stream).map(Some),
+                staged,
+            } => {
+                let (input, output) = harness::as_own(input, output, staged);
+                ws.run(input, output, op, algo, stream).map(Some)
+            }
             AllreduceCall::Nccl { nccl, op } => nccl.all_reduce(input, output, op).map(|()| None),
         }
     }
@@ -468,6 +484,7 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
                     algo,
                     op,
                     stream,
+                    staged: c == Candidate::OursStaged,
                 };
                 let picked = T::reduction(call, input, output)?;
                 Ok(picked.filter(|_| c == Candidate::Auto).map(algo_name))

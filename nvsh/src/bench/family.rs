@@ -192,9 +192,18 @@ pub enum Candidate {
                 failure unless named here"
     )]
     NcclSym,
+    /// Ours with the buffers passed as the caller's own (non-symmetric) memory, so that the
+    /// call stages them through its workspace: the staging's cost beside `ours`. On request
+    /// only (not in [`Candidate::ALL`]).
+    #[value(
+        name = "ours-staged",
+        help = "our collective on buffers passed as your own memory (staged)"
+    )]
+    OursStaged,
 }
 
 impl Candidate {
+    /// The default candidates.
     pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
@@ -203,6 +212,7 @@ impl Candidate {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
             Candidate::NcclSym => "nccl-sym",
+            Candidate::OursStaged => "ours-staged",
         }
     }
 }
@@ -345,6 +355,17 @@ impl<'nv> Ours<'nv> {
         })
     }
 
+    /// Reserves the staging area for calls up to `max_bytes` (the v forms, whose calls cannot
+    /// grow it; the others grow it at their first call of a size). Collective.
+    fn reserve_staging(&mut self, max_bytes: usize) -> Result<()> {
+        let bytes = 2 * max_bytes + (64 << 10);
+        match self {
+            Ours::Allgatherv(a) => a.reserve_staging(bytes),
+            Ours::Alltoallv(a) => a.reserve_staging(bytes),
+            _ => Ok(()),
+        }
+    }
+
     /// The receive slot size the workspace rounded to (reductions only).
     fn slot_bytes(&self) -> Option<usize> {
         match self {
@@ -358,8 +379,9 @@ impl<'nv> Ours<'nv> {
 /// Our reduce-scatter or reduce, or NCCL's, as a [`Reduction`] (the harness is generic over
 /// every element type; these calls take reducible ones).
 enum FamilyReduction<'r, 'nv, 's> {
-    OursReduceScatter(&'r mut ReduceScatter<'nv>, &'s CudaStream),
-    OursReduce(&'r mut Reduce<'nv>, &'s CudaStream),
+    // `bool`: staged (the buffers passed as the caller's own memory).
+    OursReduceScatter(&'r mut ReduceScatter<'nv>, &'s CudaStream, bool),
+    OursReduce(&'r mut Reduce<'nv>, &'s CudaStream, bool),
     NcclReduceScatter(&'r NcclBaseline<'nv>),
     NcclReduce(&'r NcclBaseline<'nv>),
 }
@@ -381,8 +403,14 @@ impl Reduction for FamilyReductionCall<'_, '_, '_> {
     ) -> Result<()> {
         let (op, root) = (self.op, self.root);
         match self.which {
-            FamilyReduction::OursReduceScatter(rs, stream) => rs.run(input, output, op, stream),
-            FamilyReduction::OursReduce(r, stream) => r.run(input, output, op, root, stream),
+            FamilyReduction::OursReduceScatter(rs, stream, staged) => {
+                let (input, output) = harness::as_own(input, output, staged);
+                rs.run(input, output, op, stream)
+            }
+            FamilyReduction::OursReduce(r, stream, staged) => {
+                let (input, output) = harness::as_own(input, output, staged);
+                r.run(input, output, op, root, stream)
+            }
             FamilyReduction::NcclReduceScatter(nccl) => nccl.reduce_scatter(input, output, op),
             FamilyReduction::NcclReduce(nccl) => nccl.reduce(input, output, op, root),
         }
@@ -395,6 +423,8 @@ struct FamilyBench<'nv> {
     op: ReduceOp,
     root: i32,
     ours: std::result::Result<Ours<'nv>, String>,
+    /// Ours of its own for `ours-staged`.
+    staged: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
     /// Whether nccl-sym can run, or why not.
     nccl_sym: std::result::Result<(), String>,
@@ -436,6 +466,7 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
         }
         match c {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::OursStaged => self.staged.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::NcclSym => self.nccl_sym.clone(),
         }
@@ -457,17 +488,33 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
     ) -> Result<Option<&'static str>> {
         let (op, root) = (self.op, self.root);
         let reduction = |which| FamilyReductionCall { which, op, root };
+        let staged = c == Candidate::OursStaged;
+        let own = |i, o| harness::as_own(i, o, staged);
         let done = match c {
-            Candidate::Ours => match ready(&mut self.ours)? {
-                Ours::Broadcast(b) => b.run(input, output, root, stream),
-                Ours::Allgather(a) => a.run(input, output, stream),
-                Ours::Alltoall(a) => a.run(input, output, stream),
+            Candidate::Ours | Candidate::OursStaged => match ready(if staged {
+                &mut self.staged
+            } else {
+                &mut self.ours
+            })? {
+                Ours::Broadcast(b) => {
+                    let (input, output) = own(input, output);
+                    b.run(input, output, root, stream)
+                }
+                Ours::Allgather(a) => {
+                    let (input, output) = own(input, output);
+                    a.run(input, output, stream)
+                }
+                Ours::Alltoall(a) => {
+                    let (input, output) = own(input, output);
+                    a.run(input, output, stream)
+                }
                 Ours::Allgatherv(a) => {
                     let (counts, displs) = equal_parts(input.len(), a.n_pes());
                     let parts = Parts {
                         counts: &counts,
                         displs: &displs,
                     };
+                    let (input, output) = own(input, output);
                     a.run(input, output, parts, stream)
                 }
                 Ours::Alltoallv(a) => {
@@ -477,15 +524,16 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                         counts: &counts,
                         displs: &displs,
                     };
+                    let (input, output) = own(input, output);
                     a.run(input, parts, output, parts, stream)
                 }
                 Ours::ReduceScatter(rs) => T::reduction(
-                    reduction(FamilyReduction::OursReduceScatter(rs, stream)),
+                    reduction(FamilyReduction::OursReduceScatter(rs, stream, staged)),
                     input,
                     output,
                 ),
                 Ours::Reduce(r) => T::reduction(
-                    reduction(FamilyReduction::OursReduce(r, stream)),
+                    reduction(FamilyReduction::OursReduce(r, stream, staged)),
                     input,
                     output,
                 ),
@@ -581,6 +629,17 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     } else {
         Err("not requested".into())
     };
+    let staged = if opts.candidates.contains(&Candidate::OursStaged) {
+        h.agree(
+            "our workspace for ours-staged",
+            Ours::new(nv, kind, opts.slot_bytes).and_then(|mut o| {
+                o.reserve_staging(opts.max_bytes)?;
+                Ok(o)
+            }),
+        )?
+    } else {
+        Err("not requested".into())
+    };
     let (nccl, nccl_sym) = bench_baselines(
         nv,
         &h.stream,
@@ -600,6 +659,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         op: opts.op,
         root: opts.root,
         ours,
+        staged,
         nccl,
         nccl_sym,
     };
@@ -707,6 +767,7 @@ mod tests {
             op,
             root,
             ours: Err("no GPU".into()),
+            staged: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
             nccl_sym: Err("no GPU".into()),
         }

@@ -30,6 +30,7 @@ use nvshmem::core::buffer::{SymView, SymmetricBuffer};
 use nvshmem::core::element::{Dtype, Element, HostValue};
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
+use nvshmem::core::outside::{InBuf, OutBuf};
 use nvshmem::core::runtime::Nvshmem;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -299,6 +300,27 @@ impl BenchElement for u8 {
             what: "benchmark".into(),
             message: "u8 is data movement only: no reduction takes it".into(),
         })
+    }
+}
+
+/// The harness's buffers as a collective takes them: symmetric views, or (`own`) passed as if
+/// they were the caller's own (non-symmetric) memory, which the collective then stages through
+/// its workspace (the `ours-staged` candidates: the staging's cost beside ours).
+pub fn as_own<'a, 'b, T: Element>(
+    input: SymView<'a, T>,
+    output: SymView<'b, T>,
+    own: bool,
+) -> (InBuf<'a, T>, OutBuf<'b, T>) {
+    if !own {
+        return (input.into(), output.into());
+    }
+    // SAFETY: the harness's buffers, device memory of this GPU that outlives the call's work
+    // (the harness synchronises before it frees or reads them).
+    unsafe {
+        (
+            InBuf::from_raw(input.as_device_ptr(), input.len()),
+            OutBuf::from_raw(output.as_device_ptr(), output.len()),
+        )
     }
 }
 

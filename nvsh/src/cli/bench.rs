@@ -1144,7 +1144,7 @@ mod tests {
         for values in [
             "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
-            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem]",
+            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem, ours-staged]",
         ] {
             assert!(help.contains(values), "{values} not in\n{help}");
         }
@@ -1172,7 +1172,7 @@ mod tests {
         assert!(help.contains("[default: all of them]"), "{help}");
         let help = clap_text(&["reduce", "-h"]);
         assert!(
-            help.contains("[possible values: ours, nccl, nccl-sym]"),
+            help.contains("[possible values: ours, nccl, nccl-sym, ours-staged]"),
             "{help}"
         );
         assert!(

@@ -13,9 +13,11 @@ use crate::coll::tuning::{is_capturing, measurement, Online, OnlineTuning};
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
+use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
+use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, Workspace};
 use crate::sync::status::WaitFailure;
 use crate::sys;
@@ -785,22 +787,59 @@ impl<'nv> Allreduce<'nv> {
     }
 
     /// `output = op(input of every PE)`, element-wise, in stream order. `input` and `output`
-    /// are symmetric, of equal length (at least 1), and either the same view (in place) or not
+    /// are of equal length (at least 1), and either the same range (in place) or not
     /// overlapping. Returns the algorithm used.
+    ///
+    /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]:
+    /// a cudarc slice or view, or a raw pointer), the latter staged through the workspace's
+    /// symmetric area ([`crate::proto::staging`]): a device-to-device copy in before the
+    /// reduction and one out after it, on `stream`. The area grows at the first call of a
+    /// larger size (collectively: every member passes its own memory at the same calls) unless
+    /// [`Allreduce::reserve_staging`] made it large enough.
     ///
     /// Every wait of the kernels has a deadline ([`Allreduce::set_timeout`]); a failure shows in
     /// [`Allreduce::check`] / [`Allreduce::sync`], and a call on a workspace that already failed
     /// returns that error at once.
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,
-        input: impl Into<SymView<'a, T>>,
-        output: impl Into<SymView<'b, T>>,
+        input: impl Into<InBuf<'a, T>>,
+        output: impl Into<OutBuf<'b, T>>,
         op: ReduceOp,
         algo: AllreduceAlgo,
         stream: &CudaStream,
     ) -> Result<AllreduceAlgo> {
-        let (input, output) = (input.into(), output.into());
-        check_elementwise("allreduce", &self.ws, &input, &output)?;
+        let (input, mut output) = (input.into(), output.into());
+        let located = self.ws.locate("allreduce", &input, &mut output, stream)?;
+        self.run_located(located, op, algo, stream)
+    }
+
+    /// [`Allreduce::run`] on located buffers: checks, stages, reduces, copies a staged output
+    /// back.
+    fn run_located<T: Reducible>(
+        &mut self,
+        [i, o]: [Located<'_, T>; 2],
+        op: ReduceOp,
+        algo: AllreduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        check_elementwise("allreduce", &self.ws, &i, &o)?;
+        let staged = self
+            .ws
+            .stage("allreduce", [i, o], StageIo::BOTH, true, stream)?;
+        let algo = self.run_symmetric(staged.input(), staged.output(), op, algo, stream)?;
+        staged.finish(stream)?;
+        Ok(algo)
+    }
+
+    /// The reduction on checked symmetric views.
+    fn run_symmetric<T: Reducible>(
+        &mut self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        op: ReduceOp,
+        algo: AllreduceAlgo,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
         let algo = match algo {
             AllreduceAlgo::Auto => {
                 let bytes = input.num_bytes();
@@ -977,16 +1016,40 @@ impl<'nv> Allreduce<'nv> {
         cuda_check(code, "allreduce kernel launch")
     }
 
-    /// [`Allreduce::run`] with the result written over `buffer`.
+    /// [`Allreduce::run`] with the result written over `buffer` (a symmetric view, or this
+    /// PE's own device memory, staged as `run` says).
     pub fn run_in_place<'a, T: Reducible>(
         &mut self,
-        buffer: impl Into<SymView<'a, T>>,
+        buffer: impl Into<OutBuf<'a, T>>,
         op: ReduceOp,
         algo: AllreduceAlgo,
         stream: &CudaStream,
     ) -> Result<AllreduceAlgo> {
-        let buffer = buffer.into();
-        self.run(buffer, buffer, op, algo, stream)
+        let mut buffer = buffer.into();
+        let device = self.ws.runtime().device();
+        let o = buffer.locate("allreduce", device, stream)?;
+        // SAFETY: the span just located as the output (device memory of this GPU); the staged
+        // call reads it (copy in) before it writes it (copy out), in stream order.
+        let alias = unsafe { InBuf::from_raw(o.addr() as *const T, o.len()) };
+        let i = match o.sym() {
+            Some(v) => Located::symmetric(v),
+            None => alias.locate("allreduce", device, stream)?,
+        };
+        self.run_located([i, o], op, algo, stream)
+    }
+
+    /// Makes the staging area through which calls move this PE's own (non-symmetric) device
+    /// memory hold at least `bytes` (an input and an output of n bytes each need 2n rounded up
+    /// to 256), so that such calls up to that size allocate nothing: needed before graph
+    /// capture and for workspaces over a team smaller than the world. Collective over the
+    /// world: every PE, members or not, at the same point with the same `bytes`.
+    pub fn reserve_staging(&mut self, bytes: usize) -> Result<()> {
+        self.ws.reserve_staging(bytes)
+    }
+
+    /// Bytes of the staging area (0 until a call or [`Allreduce::reserve_staging`] needs one).
+    pub fn staging_bytes(&self) -> usize {
+        self.ws.staging_bytes()
     }
 }
 

@@ -352,15 +352,7 @@ impl<'nv> Online<'nv> {
     }
 }
 
-/// Whether `stream` is being captured into a CUDA graph (then nothing may synchronise it, and
-/// `Auto` answers from the tables). A stream whose status cannot be read counts as captured.
-pub(crate) fn is_capturing(stream: &CudaStream) -> bool {
-    use cudarc::driver::sys::CUstreamCaptureStatus as S;
-    !matches!(
-        stream.capture_status(),
-        Ok(S::CU_STREAM_CAPTURE_STATUS_NONE)
-    )
-}
+pub(crate) use crate::core::stream::is_capturing;
 
 /// Runs per candidate for an online tuning of a `bytes` message among `candidates` within
 /// `budget_ms`: from an estimate of a call's time that depends on the size only (10 us plus
