@@ -1,6 +1,7 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
 //! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
-//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! path and NVSHMEM's own collectives ([`crate::bench::nvshmem_coll`]), per message size and
+//! dtype, in one run on the same GPUs, stream and symmetric buffers.
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
 //! and grouped send/recv alltoall.
 //!
@@ -15,6 +16,10 @@ use crate::bench::allreduce;
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, BenchDtype,
     BenchElement, Collective, Harness, Reduction, Report,
+};
+use crate::bench::nvshmem_coll::{
+    describe_nvshmem, family_refusal, reduce_scratch, shared_gpu_refusal, NvshmemElement,
+    NvshmemFamily,
 };
 use crate::nccl_baseline::{nccl_label, NcclBaseline};
 use cudarc::driver::CudaStream;
@@ -182,16 +187,25 @@ pub enum Candidate {
     /// NCCL's call through [`NcclBaseline`].
     #[value(name = "nccl", help = "NCCL's collective")]
     Nccl,
+    /// NVSHMEM's own host collective on the stream over the world team
+    /// ([`NvshmemFamily::call`]): broadcast, allgather (fcollect), alltoall, reduce-scatter.
+    #[value(
+        name = "nvshmem",
+        help = "NVSHMEM's collective on a stream over the world team (broadcast, allgather, \
+                alltoall, reduce-scatter)"
+    )]
+    Nvshmem,
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 2] = [Candidate::Ours, Candidate::Nccl];
+    pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::Nvshmem];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
         match self {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
+            Candidate::Nvshmem => "nvshmem",
         }
     }
 }
@@ -236,7 +250,7 @@ impl FamilyBenchOptions {
             root: 0,
             reps: 20,
             warmup: 3,
-            candidates: Candidate::ALL.to_vec(),
+            candidates: vec![Candidate::Ours, Candidate::Nccl],
             slot_bytes: 8 << 20,
         }
     }
@@ -380,6 +394,7 @@ struct FamilyBench<'nv> {
     root: i32,
     ours: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
+    nvshmem: std::result::Result<NvshmemFamily, String>,
 }
 
 /// A candidate's state, or why it cannot run, as the error the harness records.
@@ -389,7 +404,7 @@ fn ready<S>(state: &mut std::result::Result<S, String>) -> Result<&mut S> {
     })
 }
 
-impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
+impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
     type Candidate = Candidate;
 
     fn name(&self, c: Candidate) -> &'static str {
@@ -405,6 +420,11 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
         match c {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::Nvshmem => {
+                let refusal = family_refusal(self.kind, self.op, T::BENCH_DTYPE);
+                refusal.map_or(Ok(()), Err)?;
+                self.nvshmem.as_ref().map(|_| ()).map_err(Clone::clone)
+            }
         }
     }
 
@@ -465,6 +485,10 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                         T::reduction(reduction(FamilyReduction::NcclReduce(nccl)), input, output)
                     }
                 }
+            }
+            Candidate::Nvshmem => {
+                let shmem = ready(&mut self.nvshmem)?;
+                shmem.call(self.kind, op, root, input, output, stream)
             }
         };
         done.map(|()| None)
@@ -546,6 +570,19 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         Err("not requested".into())
     };
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
+    let nvshmem = if !opts.candidates.contains(&Candidate::Nvshmem) {
+        Err("not requested".into())
+    } else if let Some(why) = shared_gpu_refusal(nv.shares_gpus()) {
+        Err(why)
+    } else {
+        Ok(NvshmemFamily {
+            team: nv.team_world().handle(),
+            n_pes: nv.n_pes(),
+            reduce_scratch: reduce_scratch(
+                std::env::var("NVSHMEM_REDUCE_SCRATCH_SIZE").ok().as_deref(),
+            ),
+        })
+    };
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = kind.reduces().then(|| {
         ours.as_ref()
@@ -559,6 +596,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         root: opts.root,
         ours,
         nccl,
+        nvshmem,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
@@ -567,7 +605,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         return Ok(None);
     }
     let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
-    Ok(Some(report(
+    let mut report = report(
         nv.n_pes(),
         nv.context().name()?,
         opts,
@@ -575,7 +613,11 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         nccl_version,
         nvls,
         rows,
-    )))
+    );
+    if opts.candidates.contains(&Candidate::Nvshmem) {
+        describe_nvshmem(&mut report);
+    }
+    Ok(Some(report))
 }
 
 /// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio.
@@ -652,6 +694,7 @@ mod tests {
             root,
             ours: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
+            nvshmem: Err("no GPU".into()),
         }
     }
 

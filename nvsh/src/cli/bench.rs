@@ -392,7 +392,7 @@ pub struct AllreduceArgs {
 pub struct FamilyArgs {
     #[command(flatten)]
     common: CollectiveArgs,
-    /// What to time, comma-separated.
+    /// What to time, comma-separated (nvshmem: NVSHMEM's own collective, where it has one).
     #[arg(
         long,
         value_name = "ALGOS",
@@ -1072,7 +1072,7 @@ mod tests {
             .options();
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16, BenchDtype::F32]);
         assert_eq!(o.op, ReduceOp::Avg);
-        let o = family_opts("reduce", &["--algos", "Ours,NCCL", "-o", "Prod"]).unwrap();
+        let o = family_opts("reduce", &["--algos", "Ours,NCCL,NVSHMEM", "-o", "Prod"]).unwrap();
         assert_eq!(o.candidates, family::Candidate::ALL.to_vec());
         assert_eq!(o.op, ReduceOp::Prod);
         for (op, want) in [
@@ -1126,7 +1126,15 @@ mod tests {
             "{help}"
         );
         let help = clap_text(&["reduce", "-h"]);
-        assert!(help.contains("[possible values: ours, nccl]"), "{help}");
+        assert!(
+            help.contains("[possible values: ours, nccl, nvshmem]"),
+            "{help}"
+        );
+        let help = clap_text(&["broadcast", "--help"]);
+        assert!(
+            help.contains("- nvshmem: NVSHMEM's collective on a stream"),
+            "{help}"
+        );
         assert!(
             help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]"),
             "{help}"
