@@ -4,9 +4,10 @@
 #   scripts/setup_env.sh [--cuda 12|13] [--nvshmem X.Y.Z] [--system] [--prefix DIR]
 #                        [--no-apt] [--multi-node]
 #
-# - Debian/Ubuntu packages: a C++ compiler, libclang (bindgen), Open MPI headers and runtime,
-#   pip (only to download wheels), DejaVu fonts (read at run time for the text of `--plot`
-#   charts; not needed to build). Skipped when already installed, or with --no-apt.
+# - Debian/Ubuntu packages: a C++ compiler, make (the mpi crate builds libffi with it),
+#   libclang (bindgen), Open MPI headers and runtime, pip (only to download wheels), DejaVu
+#   fonts (read at run time for the text of `--plot` charts; not needed to build). Skipped
+#   when already installed, or with --no-apt.
 # - From PyPI wheels, into a project-local prefix (default .deps/, ignored by git), under a
 #   directory per CPU type (x86_64, aarch64: one checkout can serve both): the CUDA compiler,
 #   headers and runtime pieces, and NVSHMEM. Each wheel is checked against its pinned sha256;
@@ -110,7 +111,7 @@ PREFIX=$(cd "$PREFIX" && pwd)
 
 # ---------------------------------------------------------------- Debian/Ubuntu packages
 install_packages() {
-    local wanted=(g++ libclang-dev libopenmpi-dev openmpi-bin python3 fonts-dejavu-core)
+    local wanted=(g++ make libclang-dev libopenmpi-dev openmpi-bin python3 fonts-dejavu-core)
     python3 -m pip --version >/dev/null 2>&1 || wanted+=(python3-pip)
     local missing=()
     for p in "${wanted[@]}"; do

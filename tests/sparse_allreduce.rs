@@ -3,7 +3,8 @@
 //! makes every member's gradients (seeded by step and member), runs the selections, the
 //! exchange and error feedback on the host, and compares its own GPU results: the selection
 //! (exact k, ties to the lower index), the reduced output (every element, poisoned before each
-//! call), the residual, gTop-k's included pairs, and the conservation of error feedback
+//! call), the residual, gTop-k's included pairs, the region methods' boundaries and reduced
+//! regions, the Gaussian and Ok-Topk thresholds, and the conservation of error feedback
 //! (residual + everything sent == the sum of the gradients, exactly). Data are small integers,
 //! so every sum is exact in f32 and bf16 whatever the order of the adds.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
@@ -98,24 +99,48 @@ fn gradient<T: Value>(kind: Kind, n: usize, step: usize, pe: usize) -> Vec<T> {
         .collect()
 }
 
-/// One member on the host: its residual and everything it has sent, summed.
+/// One member on the host: its residual and everything it has sent, summed, and its Ok-Topk
+/// threshold.
 struct Member<T> {
     residual: Vec<T>,
     sent: Vec<T>,
     grads: Vec<T>,
+    ok_threshold: f32,
+}
+
+/// What the members share on the host: calls since the residual was cleared, and the region
+/// boundaries in use (Ok-Topk's, as last re-estimated).
+struct Shared {
+    calls: usize,
+    bounds: Vec<u64>,
 }
 
 /// What one step gives on the host: each member's selection and the dense result.
 struct Step<T: Value> {
     selected: Vec<HostSparse<T, i32>>,
-    /// Gaussian methods: each member's threshold.
+    /// Gaussian methods and Ok-Topk: each member's threshold.
     thresholds: Vec<f32>,
     included: Vec<HostSparse<T, i32>>,
+    /// Region methods: the boundaries and each member's region after the reduce.
+    bounds: Vec<u64>,
+    regions: Vec<HostSparse<T, i32>>,
+    /// Ok-Topk: whether this call re-estimated (an exact top-k).
+    estimated: bool,
     out: Vec<T>,
 }
 
 fn gaussian(m: SparseMethod) -> bool {
-    matches!(m, SparseMethod::GaussianK | SparseMethod::GaussianKConcat)
+    matches!(
+        m,
+        SparseMethod::GaussianK | SparseMethod::GaussianKConcat | SparseMethod::GaussianKSa
+    )
+}
+
+fn by_regions(m: SparseMethod) -> bool {
+    matches!(
+        m,
+        SparseMethod::OkTopK | SparseMethod::TopKSa | SparseMethod::GaussianKSa
+    )
 }
 
 fn add_all<T: Value>(a: &[T], b: &[T]) -> Vec<T> {
@@ -126,12 +151,16 @@ fn add_all<T: Value>(a: &[T], b: &[T]) -> Vec<T> {
 fn simulate<T: Value>(
     opts: SparseOptions,
     members: &mut [Member<T>],
+    shared: &mut Shared,
     grads: &[Vec<T>],
     k: usize,
     cap: usize,
 ) -> Step<T> {
     let n = grads[0].len();
     let p = members.len();
+    let ok = opts.method == SparseMethod::OkTopK;
+    let estimated = ok && shared.calls % opts.reestimate_every == 0;
+    shared.calls += 1;
     let mut selected = Vec::new();
     let mut thresholds = Vec::new();
     let mut accs = Vec::new();
@@ -146,11 +175,29 @@ fn simulate<T: Value>(
             let t = reference::gaussian_threshold(&acc, opts.density);
             thresholds.push(t);
             reference::threshold::<T, i32>(&acc, t, cap)
+        } else if ok && !estimated {
+            thresholds.push(m.ok_threshold);
+            reference::threshold::<T, i32>(&acc, m.ok_threshold, cap)
         } else {
-            reference::topk::<T, i32>(&acc, k)
+            let sel = reference::topk::<T, i32>(&acc, k);
+            if ok {
+                m.ok_threshold = reference::least_threshold(&sel);
+                thresholds.push(m.ok_threshold);
+            }
+            sel
         };
         selected.push(sel);
         accs.push(acc);
+    }
+    let mut regions = Vec::new();
+    if estimated {
+        let local: Vec<_> = selected
+            .iter()
+            .map(|s| reference::region_boundaries(s, n, p))
+            .collect();
+        shared.bounds = reference::average_boundaries(&local);
+    } else if by_regions(opts.method) && !ok {
+        shared.bounds = reference::equal_boundaries(n, p);
     }
     let (out, sent): (Vec<T>, Vec<HostSparse<T, i32>>) = if opts.method == SparseMethod::GTopK {
         let global = reference::gtopk(&selected, k);
@@ -159,6 +206,12 @@ fn simulate<T: Value>(
             .map(|s| reference::included(s, &global))
             .collect();
         (reference::sparse_sum(n, &[global]), inc)
+    } else if by_regions(opts.method) {
+        let (reduced, out) = reference::region_allreduce(&selected, &shared.bounds, n);
+        // The regions' sum is every member's selection summed: nothing is lost in the exchange.
+        same_values("region sum", &out, &reference::sparse_sum(n, &selected));
+        regions = reduced;
+        (out, selected.clone())
     } else {
         (reference::sparse_sum(n, &selected), selected.clone())
     };
@@ -188,6 +241,9 @@ fn simulate<T: Value>(
         selected,
         thresholds,
         included,
+        bounds: shared.bounds.clone(),
+        regions,
+        estimated,
         out,
     }
 }
@@ -220,12 +276,13 @@ fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions
     let mut out = s.alloc_zeros::<T>(n).unwrap();
     for kind in KINDS {
         let what = format!(
-            "{} {} n {n} density {} ef {} avg {} {kind:?}",
+            "{} {} n {n} density {} ef {} avg {} every {} {kind:?}",
             opts.method.name(),
             T::NAME,
             opts.density,
             opts.error_feedback,
-            opts.average
+            opts.average,
+            opts.reestimate_every
         );
         ar.clear_residual(s).unwrap();
         let zero = vec![T::of_f32(0.0); n];
@@ -234,18 +291,23 @@ fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions
                 residual: zero.clone(),
                 sent: zero.clone(),
                 grads: zero.clone(),
+                ok_threshold: 0.0,
             })
             .collect();
+        let mut shared = Shared {
+            calls: 0,
+            bounds: Vec::new(),
+        };
         for step in 0..STEPS {
             let what = format!("{what} step {step}");
             let grads: Vec<Vec<T>> = (0..p).map(|r| gradient(kind, n, step, r)).collect();
             s.memcpy_htod(&grads[me], &mut g).unwrap();
             s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
             ar.run(&g, &mut out, s).unwrap();
-            let want = simulate(opts, &mut members, &grads, k, cap);
+            let want = simulate(opts, &mut members, &mut shared, &grads, k, cap);
             let sel = ar.selected(s).unwrap();
             same_set(&format!("{what}: selection"), &sel, &want.selected[me]);
-            if gaussian(opts.method) {
+            if gaussian(opts.method) || opts.method == SparseMethod::OkTopK {
                 // Integer data: the device's sums are exact, so its threshold is the
                 // reference's bit for bit.
                 let t = ar.threshold(s).unwrap().unwrap();
@@ -256,8 +318,24 @@ fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions
                     "{what}: threshold {t} against {w}"
                 );
                 assert!(sel.idx.len() <= cap, "{what}: more than the capacity held");
+                if want.estimated {
+                    assert_eq!(sel.count as usize, k.min(n), "{what}: exact k (estimate)");
+                }
             } else {
                 assert_eq!(sel.count as usize, k.min(n), "{what}: exact k");
+                assert!(ar.threshold(s).unwrap().is_none(), "{what}: no threshold");
+            }
+            if by_regions(opts.method) {
+                let b = ar.boundaries(s).unwrap().unwrap();
+                assert_eq!(b, want.bounds, "{what}: region boundaries");
+                let region = ar.region(s).unwrap().unwrap();
+                same_set(&format!("{what}: region {me}"), &region, &want.regions[me]);
+                assert!(
+                    ar.included(s).unwrap().is_none(),
+                    "{what}: all selected is sent"
+                );
+            } else {
+                assert!(ar.boundaries(s).unwrap().is_none());
             }
             let got = s.clone_dtoh(&out).unwrap();
             same_values(&format!("{what}: output"), &got, &want.out);
@@ -290,16 +368,21 @@ fn method_case(pes: i32, method: SparseMethod) {
     let s = nv.stream().clone();
     for (n, density) in CONFIGS {
         for ef in [true, false] {
+            // Ok-Topk re-estimates at steps 0 and 2 and reuses its threshold at step 1 (the
+            // other methods ignore it).
             let opts = SparseOptions {
                 error_feedback: ef,
+                reestimate_every: 2,
                 ..SparseOptions::new(method, density)
             };
             check_config::<f32>(&nv, &s, opts, n);
             check_config::<bf16>(&nv, &s, opts, n);
         }
     }
+    // Ok-Topk: re-estimates on every call.
     let avg = SparseOptions {
         average: true,
+        reestimate_every: 1,
         ..SparseOptions::new(method, 0.1)
     };
     check_config::<f32>(&nv, &s, avg, 1000);
@@ -340,6 +423,27 @@ method_tests!(
     4 gaussiank_concat_4
 );
 method_tests!(SparseMethod::GTopK, 1 gtopk, 2 gtopk_2, 3 gtopk_3, 4 gtopk_4);
+method_tests!(
+    SparseMethod::OkTopK,
+    1 oktopk,
+    2 oktopk_2,
+    3 oktopk_3,
+    4 oktopk_4
+);
+method_tests!(
+    SparseMethod::TopKSa,
+    1 topk_sa,
+    2 topk_sa_2,
+    3 topk_sa_3,
+    4 topk_sa_4
+);
+method_tests!(
+    SparseMethod::GaussianKSa,
+    1 gaussiank_sa,
+    2 gaussiank_sa_2,
+    3 gaussiank_sa_3,
+    4 gaussiank_sa_4
+);
 
 /// The Gaussian threshold of gradients that are not integers: the device's sums add in
 /// another order, so its threshold is the reference's within rounding, and the selection is
@@ -403,6 +507,14 @@ fn sparse_allreduce_refuses_bad_calls() {
     ));
     let err = SparseAllreduce::<f32>::world(&nv, 0, opts).err().unwrap();
     assert!(matches!(err, Error::SparseConfig { .. }), "{err}");
+    let never = SparseOptions {
+        reestimate_every: 0,
+        ..SparseOptions::new(SparseMethod::OkTopK, 0.1)
+    };
+    let err = SparseAllreduce::<f32>::world(&nv, 100, never)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("reestimate_every"), "{err}");
     // A team of PE 0 alone: PE 1 is outside it.
     let world = nv.team_world();
     let team = match world.split_strided(0, 1, 1) {

@@ -16,12 +16,13 @@ static __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-// Launches `kernel` with programmatic stream serialization allowed.
+// Launches `kernel` with programmatic stream serialization allowed. `blocks` is the grid (an
+// int converts to a one-dimensional one).
 template <typename... Params, typename... Args>
-static cudaError_t launch_pdl(void (*kernel)(Params...), int blocks, int threads,
+static cudaError_t launch_pdl(void (*kernel)(Params...), dim3 blocks, int threads,
                               cudaStream_t stream, Args... args) {
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
+    config.gridDim = blocks;
     config.blockDim = dim3(threads);
     config.stream = stream;
     cudaLaunchAttribute attr[1];

@@ -31,17 +31,25 @@ template <> __device__ __forceinline__ __nv_bfloat16 of_f32(float x) {
     for (uint64_t j = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; j < (count);             \
          j += (uint64_t)gridDim.x * blockDim.x)
 
-template <typename T>
-__global__ void __launch_bounds__(SPARSE_THREADS)
-    accumulate_kernel(T *acc, const T *g, uint64_t n) {
-    wait_for_previous_kernel();
-    GRID_STRIDE(i, n) { acc[i] = add_values(acc[i], g[i]); }
-}
+// The elementwise steps over a dense buffer: d[i] = Op::apply(d[i], g, i, s).
+struct AccumulateOp {
+    template <typename T>
+    static __device__ __forceinline__ T apply(T d, const T *g, uint64_t i, float) {
+        return add_values(d, g[i]);
+    }
+};
+struct ScaleOp {
+    template <typename T>
+    static __device__ __forceinline__ T apply(T d, const T *, uint64_t, float s) {
+        return of_f32<T>(as_f32(d) * s);
+    }
+};
 
-template <typename T>
-__global__ void __launch_bounds__(SPARSE_THREADS) scale_kernel(T *d, uint64_t n, float s) {
+template <typename Op, typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    dense_kernel(T *d, const T *g, uint64_t n, float s) {
     wait_for_previous_kernel();
-    GRID_STRIDE(i, n) { d[i] = of_f32<T>(as_f32(d[i]) * s); }
+    GRID_STRIDE(i, n) { d[i] = Op::template apply<T>(d[i], g, i, s); }
 }
 
 template <typename T, typename I>
@@ -190,6 +198,126 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
+// Ok-Topk's threshold estimate, in three steps: the least magnitude key of the pairs a set
+// holds (atomicMin over the blocks into *least, reset first), then that key as a threshold.
+__global__ void least_key_reset_kernel(uint32_t *least) {
+    wait_for_previous_kernel();
+    *least = 0xFFFFFFFFu;
+}
+
+struct MinKey {
+    __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b) const {
+        return a < b ? a : b;
+    }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    least_key_kernel(nvshmemrs_sparse_set set, uint32_t *least) {
+    wait_for_previous_kernel();
+    using Reduce = cub::BlockReduce<uint32_t, SPARSE_THREADS>;
+    __shared__ typename Reduce::TempStorage tmp;
+    const T *val = static_cast<const T *>(set.val);
+    const uint64_t h = held(set);
+    uint32_t m = 0xFFFFFFFFu;
+    GRID_STRIDE(j, h) {
+        const uint32_t key = Key<T>::of(val[j]);
+        m = key < m ? key : m;
+    }
+    const uint32_t block = Reduce(tmp).Reduce(m, MinKey());
+    if (threadIdx.x == 0 && block != 0xFFFFFFFFu) atomicMin(least, block);
+}
+
+// The key back to the magnitude it stands for (exact: a bf16 key is the top half of the f32
+// bits of the same value); a NaN key or no pairs give +infinity; at least the smallest
+// positive float (zeros are never worth sending).
+template <typename T>
+__global__ void least_key_threshold_kernel(const uint32_t *least, float *threshold) {
+    wait_for_previous_kernel();
+    const uint32_t key = *least;
+    float t = __int_as_float(0x7F800000);
+    if (key != 0xFFFFFFFFu) {
+        t = __uint_as_float(Key<T>::BITS == 16 ? key << 16 : key);
+        if (t != t) t = __int_as_float(0x7F800000);
+    }
+    *threshold = t > 0.0f ? t : __int_as_float(1);
+}
+
+// floor(j x n / p) without overflow (p < 2^31).
+__device__ __forceinline__ uint64_t share_of(uint64_t n, uint64_t j, uint64_t p) {
+    return n / p * j + n % p * j / p;
+}
+
+// How many of the c sorted, non-negative indexes lie below b.
+template <typename I>
+__device__ __forceinline__ uint64_t count_below(const I *idx, uint64_t c, uint64_t b) {
+    uint64_t lo = 0, hi = c;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if ((uint64_t)idx[mid] < b) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// One block: bounds[0..p] from the pairs the set holds (see the header).
+template <typename I>
+__global__ void region_bounds_kernel(nvshmemrs_sparse_set set, uint64_t n, int p,
+                                     uint64_t *bounds) {
+    wait_for_previous_kernel();
+    const I *idx = static_cast<const I *>(set.idx);
+    const uint64_t c = held(set);
+    for (int j = threadIdx.x; j <= p; j += blockDim.x) {
+        uint64_t b = n;
+        if (j == 0) {
+            b = 0;
+        } else if (j < p) {
+            b = c == 0 ? share_of(n, j, p) : (uint64_t)idx[share_of(c, j, p)];
+        }
+        bounds[j] = b;
+    }
+}
+
+// One block: the pairs of each region and where they start in the set.
+template <typename I>
+__global__ void region_split_kernel(nvshmemrs_sparse_set set, const uint64_t *bounds, int p,
+                                    uint64_t *sizes, uint64_t *displs) {
+    wait_for_previous_kernel();
+    const I *idx = static_cast<const I *>(set.idx);
+    const uint64_t c = held(set);
+    for (int j = threadIdx.x; j < p; j += blockDim.x) {
+        const uint64_t lo = j == 0 ? 0 : count_below(idx, c, bounds[j]);
+        const uint64_t hi = j == p - 1 ? c : count_below(idx, c, bounds[j + 1]);
+        sizes[j] = hi > lo ? hi - lo : 0;
+        displs[j] = lo;
+    }
+}
+
+// Round t's counts (see the header); thread 0 of block 0 also packs the receive parts.
+__global__ void region_rounds_kernel(const uint64_t *send_sizes, const uint64_t *recv_sizes,
+                                     int me, int p, int width, int rounds, uint64_t *send_counts,
+                                     uint64_t *recv_counts, uint64_t *recv_displs,
+                                     uint64_t *received) {
+    wait_for_previous_kernel();
+    GRID_STRIDE(e, (uint64_t)rounds * p) {
+        const int t = (int)(e / p), r = (int)(e % p);
+        const int to = (r - me + p) % p, from = (me - r + p) % p;
+        send_counts[e] = to / width == t ? send_sizes[r] : 0;
+        recv_counts[e] = from / width == t ? recv_sizes[r] : 0;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        uint64_t at = 0;
+        for (int r = 0; r < p; ++r) {
+            recv_displs[r] = at;
+            at += recv_sizes[r];
+        }
+        *received = at;
+    }
+}
+
 // Value-type dispatch of the dense kernels.
 template <typename F> cudaError_t by_value(int dtype, F &f) {
     switch (dtype) {
@@ -199,23 +327,10 @@ template <typename F> cudaError_t by_value(int dtype, F &f) {
     }
 }
 
-struct Accumulate {
-    void *acc;
-    const void *g;
-    uint64_t n;
-    cudaStream_t stream;
-    template <typename T> cudaError_t run() const {
-        if (n == 0) return cudaSuccess;
-        int blocks = 0;
-        cudaError_t err = sparse_grid(n, 8, &blocks);
-        if (err != cudaSuccess) return err;
-        return launch_pdl(accumulate_kernel<T>, blocks, SPARSE_THREADS, stream,
-                          static_cast<T *>(acc), static_cast<const T *>(g), n);
-    }
-};
-
-struct Scale {
+// Launches dense_kernel<Op, T> for the value type of by_value.
+template <typename Op> struct Dense {
     void *d;
+    const void *g;
     uint64_t n;
     float s;
     cudaStream_t stream;
@@ -224,8 +339,8 @@ struct Scale {
         int blocks = 0;
         cudaError_t err = sparse_grid(n, 8, &blocks);
         if (err != cudaSuccess) return err;
-        return launch_pdl(scale_kernel<T>, blocks, SPARSE_THREADS, stream, static_cast<T *>(d),
-                          n, s);
+        return launch_pdl(dense_kernel<Op, T>, blocks, SPARSE_THREADS, stream,
+                          static_cast<T *>(d), static_cast<const T *>(g), n, s);
     }
 };
 
@@ -280,6 +395,38 @@ struct SetLaunch {
     }
 };
 
+// The Ok-Topk region steps (kind 0 least key, 1 bounds, 2 split).
+struct RegionLaunch {
+    int kind;
+    nvshmemrs_sparse_set set;
+    uint32_t *least;
+    float *threshold;
+    const uint64_t *bounds_in;
+    uint64_t *out_a, *out_b;
+    uint64_t n;
+    int p;
+    cudaStream_t stream;
+    template <typename T, typename I> cudaError_t run() const {
+        if (kind == 1) {
+            return launch_pdl(region_bounds_kernel<I>, 1, SPARSE_THREADS, stream, set, n, p,
+                              out_a);
+        }
+        if (kind == 2) {
+            return launch_pdl(region_split_kernel<I>, 1, SPARSE_THREADS, stream, set, bounds_in,
+                              p, out_a, out_b);
+        }
+        int blocks = 0;
+        cudaError_t err = sparse_grid(set.capacity > 0 ? set.capacity : 1, 8, &blocks);
+        if (err == cudaSuccess) err = launch_pdl(least_key_reset_kernel, 1, 1, stream, least);
+        if (err == cudaSuccess) {
+            err = launch_pdl(least_key_kernel<T>, blocks, SPARSE_THREADS, stream, set, least);
+        }
+        if (err != cudaSuccess) return err;
+        return launch_pdl(least_key_threshold_kernel<T>, 1, 1, stream, (const uint32_t *)least,
+                          threshold);
+    }
+};
+
 struct ScatterConcat {
     const void *gathered;
     const uint64_t *sizes, *displs;
@@ -294,20 +441,9 @@ struct ScatterConcat {
         int blocks = 0;
         cudaError_t err = sparse_grid(capacity, 2, &blocks);
         if (err != cudaSuccess) return err;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(blocks, n_pes);
-        config.blockDim = dim3(SPARSE_THREADS);
-        config.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attr;
-        config.numAttrs = 1;
-        err = cudaLaunchKernelEx(&config, scatter_concat_kernel<T, I>,
-                                 static_cast<const char *>(gathered), sizes, capacity, displs,
-                                 static_cast<T *>(dense), n);
-        if (err != cudaSuccess) (void)cudaGetLastError();
-        return err;
+        return launch_pdl(scatter_concat_kernel<T, I>, dim3(blocks, n_pes), SPARSE_THREADS,
+                          stream, static_cast<const char *>(gathered), sizes, capacity, displs,
+                          static_cast<T *>(dense), n);
     }
 };
 
@@ -315,13 +451,13 @@ struct ScatterConcat {
 
 extern "C" int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
                                            cudaStream_t stream) {
-    Accumulate f{acc, g, n, stream};
+    Dense<AccumulateOp> f{acc, g, n, 0.0f, stream};
     return by_value(dtype, f);
 }
 
 extern "C" int nvshmemrs_sparse_scale(void *dense, uint64_t n, float s, int32_t dtype,
                                       cudaStream_t stream) {
-    Scale f{dense, n, s, stream};
+    Dense<ScaleOp> f{dense, nullptr, n, s, stream};
     return by_value(dtype, f);
 }
 
@@ -381,4 +517,45 @@ extern "C" int nvshmemrs_sparse_mark_included(nvshmemrs_sparse_set mine,
                                               int32_t index_type, cudaStream_t stream) {
     SetLaunch f{3, mine, global, residual, nullptr, nullptr, mark, n, stream};
     return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_least_threshold(nvshmemrs_sparse_set set, uint32_t *scratch,
+                                                float *threshold, int32_t dtype,
+                                                int32_t index_type, cudaStream_t stream) {
+    RegionLaunch f{0, set, scratch, threshold, nullptr, nullptr, nullptr, 0, 0, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_region_bounds(nvshmemrs_sparse_set set, uint64_t n,
+                                              int32_t n_regions, uint64_t *bounds,
+                                              int32_t index_type, cudaStream_t stream) {
+    if (n_regions <= 0) return cudaErrorInvalidValue;
+    RegionLaunch f{1, set, nullptr, nullptr, nullptr, bounds, nullptr, n, n_regions, stream};
+    return by_value_index(NVSHMEMRS_DTYPE_F32, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_region_split(nvshmemrs_sparse_set set, const uint64_t *bounds,
+                                             int32_t n_regions, uint64_t *sizes,
+                                             uint64_t *displs, int32_t index_type,
+                                             cudaStream_t stream) {
+    if (n_regions <= 0) return cudaErrorInvalidValue;
+    RegionLaunch f{2, set, nullptr, nullptr, bounds, sizes, displs, 0, n_regions, stream};
+    return by_value_index(NVSHMEMRS_DTYPE_F32, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_region_rounds(const uint64_t *send_sizes,
+                                              const uint64_t *recv_sizes, int32_t me,
+                                              int32_t n_pes, int32_t width, int32_t rounds,
+                                              uint64_t *send_counts, uint64_t *recv_counts,
+                                              uint64_t *recv_displs, uint64_t *received,
+                                              cudaStream_t stream) {
+    if (n_pes <= 0 || me < 0 || me >= n_pes || width <= 0 || rounds <= 0 ||
+        (int64_t)rounds * width < n_pes)
+        return cudaErrorInvalidValue;
+    int blocks = 0;
+    cudaError_t err = sparse_grid((uint64_t)rounds * n_pes, 1, &blocks);
+    if (err != cudaSuccess) return err;
+    return launch_pdl(region_rounds_kernel, blocks, SPARSE_THREADS, stream, send_sizes,
+                      recv_sizes, (int)me, (int)n_pes, (int)width, (int)rounds, send_counts,
+                      recv_counts, recv_displs, received);
 }

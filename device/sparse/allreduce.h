@@ -2,7 +2,8 @@
  * Local steps of the sparse gradient allreduce (src/sparse/allreduce.rs) between its selections
  * (sparse/sparse.h) and its collectives: error-feedback accumulation, the Gaussian threshold,
  * part sizes and displacements from device counts, packing of one combined (indexes, values)
- * buffer and its scatter-add, and the gathers of gTop-k. All in stream order, no host round
+ * buffer and its scatter-add, the gathers of gTop-k, and Ok-Topk's threshold estimate, index
+ * regions and throttled exchange rounds. All in stream order, no host round
  * trip. Each entry point returns a cudaError_t (cudaErrorInvalidValue for an unknown dtype or
  * index type, or a workspace too small).
  */
@@ -88,6 +89,46 @@ int nvshmemrs_sparse_gather(nvshmemrs_sparse_set pos, const void *src_idx, const
 int nvshmemrs_sparse_mark_included(nvshmemrs_sparse_set mine, nvshmemrs_sparse_set global,
                                    float *mark, void *residual, uint64_t n, int32_t dtype,
                                    int32_t index_type, cudaStream_t stream);
+
+/*
+ * Ok-Topk's threshold estimate: *threshold = the least magnitude among the pairs `set` holds
+ * (exactly that value: a bf16 magnitude is an f32 one), +infinity where that is a NaN or the set
+ * is empty, and at least the smallest positive float. `scratch`: one word of workspace.
+ */
+int nvshmemrs_sparse_least_threshold(nvshmemrs_sparse_set set, uint32_t *scratch,
+                                     float *threshold, int32_t dtype, int32_t index_type,
+                                     cudaStream_t stream);
+
+/*
+ * This PE's region boundaries over n elements, n_regions + 1 words: bounds[0] = 0,
+ * bounds[n_regions] = n, and bounds[j] = idx[floor(j x c / n_regions)] for the c pairs the set
+ * holds (sorted by index), so that each region holds about c / n_regions of them; without pairs,
+ * floor(j x n / n_regions). Region j is [bounds[j], bounds[j + 1]).
+ */
+int nvshmemrs_sparse_region_bounds(nvshmemrs_sparse_set set, uint64_t n, int32_t n_regions,
+                                   uint64_t *bounds, int32_t index_type, cudaStream_t stream);
+
+/*
+ * The pairs the set holds (sorted by index) per region of `bounds` (n_regions + 1 words):
+ * region j's pairs are sizes[j] from position displs[j]. The first region starts at position 0,
+ * the last ends at the last pair held.
+ */
+int nvshmemrs_sparse_region_split(nvshmemrs_sparse_set set, const uint64_t *bounds,
+                                  int32_t n_regions, uint64_t *sizes, uint64_t *displs,
+                                  int32_t index_type, cudaStream_t stream);
+
+/*
+ * The counts of a throttled exchange in `rounds` rounds of at most `width` peers (rounds x width
+ * >= n_pes): in round t, PE `me` sends to the peers d with (d - me) mod n_pes in [t x width,
+ * (t + 1) x width) and receives from the sources s with (me - s) mod n_pes in it.
+ * send_counts[t x n_pes + d] = send_sizes[d] in d's round, else 0; recv_counts likewise of
+ * recv_sizes. recv_displs: the receive parts packed in source order; *received: their sum.
+ */
+int nvshmemrs_sparse_region_rounds(const uint64_t *send_sizes, const uint64_t *recv_sizes,
+                                   int32_t me, int32_t n_pes, int32_t width, int32_t rounds,
+                                   uint64_t *send_counts, uint64_t *recv_counts,
+                                   uint64_t *recv_displs, uint64_t *received,
+                                   cudaStream_t stream);
 
 #ifdef __cplusplus
 }

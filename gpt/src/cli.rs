@@ -123,8 +123,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub tf32: bool,
     /// Sparse data-parallel gradient averaging, METHOD:DENSITY (e.g. gtopk:0.01; methods:
-    /// topk, topk_aopt, gaussiank, gaussiank_concat, gtopk), with error feedback; the
-    /// density is of the gradient arena (the largest stage's parameters). Default: dense.
+    /// topk, topk_aopt, gaussiank, gaussiank_concat, gtopk, oktopk, topk_sa, gaussiank_sa),
+    /// with error feedback; the density is of the gradient arena (the largest stage's
+    /// parameters). Default: dense.
     #[arg(long, value_name = "METHOD:DENSITY")]
     pub grad_compress: Option<String>,
     /// With --grad-compress: drop what is not sent instead of keeping it for the next step.
@@ -360,6 +361,14 @@ mod tests {
         ]);
         assert!(!t.grad_compress().unwrap().unwrap().error_feedback);
         assert!(train(&["train"]).grad_compress().unwrap().is_none());
+        for (spec, m) in [
+            ("oktopk:0.01", nvshmem::SparseMethod::OkTopK),
+            ("topk_sa:0.01", nvshmem::SparseMethod::TopKSa),
+            ("gaussiank_sa:0.01", nvshmem::SparseMethod::GaussianKSa),
+        ] {
+            let t = train(&["train", "--dp", "4", "--grad-compress", spec]);
+            assert_eq!(t.grad_compress().unwrap().unwrap().method, m, "{spec}");
+        }
         let err = train(&["train", "--grad-compress", "topk:2"])
             .grad_compress()
             .unwrap_err();

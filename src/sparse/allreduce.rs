@@ -1,11 +1,16 @@
 //! Sparse gradient allreduce ([`SparseAllreduce`]): each PE selects a small part of its gradient
-//! (top-k by magnitude or a Gaussian threshold), the parts are exchanged with the collectives
-//! (allgather, allgatherv with device counts, grouped send/recv, broadcast) and scatter-added
-//! into a dense output on every member. Error feedback keeps what was not sent in a residual
-//! that the next call adds to its gradient, so nothing is lost over steps.
+//! (top-k by magnitude, a Gaussian threshold, or Ok-Topk's reused threshold), the parts are
+//! exchanged with the collectives (allgather, allgatherv with device counts, grouped send/recv,
+//! broadcast; for the region methods alltoall, alltoallv with device counts and allreduce) and
+//! scatter-added into a dense output on every member. Error feedback keeps what was not sent in
+//! a residual that the next call adds to its gradient, so nothing is lost over steps.
 //!
 //! Everything is stream-ordered with no host round trip: counts stay on the device, and the
-//! Gaussian threshold is computed and read on the GPU (device/sparse/allreduce.cu).
+//! Gaussian and Ok-Topk thresholds and the region boundaries are computed and read on the GPU
+//! (device/sparse/allreduce.cu). The region exchange's pairwise transfers (Ok-Topk's grouped
+//! sends and receives per region) are alltoallv calls with device counts, one per throttled
+//! round with zero counts for the peers outside it, rather than [`P2pGroup`] calls, whose sizes
+//! are host values: the sizes per region are known only on the device.
 
 use super::reference;
 use super::select::TopK;
@@ -14,9 +19,13 @@ use super::sparse_ops::{scatter_add_raw, SparseMerge};
 use super::{index_code, value_code, SparseIndex, SparseValue};
 use crate::coll::allgather::Allgather;
 use crate::coll::allgatherv::Allgatherv;
+use crate::coll::allreduce::{Allreduce, AllreduceAlgo};
+use crate::coll::alltoall::Alltoall;
+use crate::coll::alltoallv::Alltoallv;
 use crate::coll::broadcast::Broadcast;
 use crate::coll::family::DeviceParts;
 use crate::coll::group::{P2p, P2pGroup};
+use crate::coll::op::ReduceOp;
 use crate::core::buffer::SymmetricBuffer;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
@@ -47,19 +56,36 @@ pub enum SparseMethod {
     /// keeps the top k of the union; the odd one sends), then a broadcast of the global top k
     /// from rank 0.
     GTopK,
+    /// Ok-Topk: a threshold selection (up to 2k pairs) with a threshold re-estimated every
+    /// [`SparseOptions::reestimate_every`] calls by an exact top-k (the least magnitude it
+    /// takes) and reused in between; P index regions whose boundaries are re-estimated at the
+    /// same calls (from the selected indexes, so that each region holds about the same number,
+    /// then averaged over the members by an allreduce); then the region exchange: an alltoall
+    /// of the per-region sizes, alltoallv rounds of at most min(4, P) peers with device counts,
+    /// a reduce per region on its owner, an allgatherv of the reduced regions.
+    OkTopK,
+    /// Exact top-k, then the region exchange of [`SparseMethod::OkTopK`] over P equal regions.
+    TopKSa,
+    /// The Gaussian threshold of [`SparseMethod::GaussianK`] (up to 2k pairs), then the region
+    /// exchange of [`SparseMethod::OkTopK`] over P equal regions.
+    GaussianKSa,
 }
 
 impl SparseMethod {
     /// Every method, in the order of the docs.
-    pub const ALL: [SparseMethod; 5] = [
+    pub const ALL: [SparseMethod; 8] = [
         SparseMethod::TopK,
         SparseMethod::TopKAopt,
         SparseMethod::GaussianK,
         SparseMethod::GaussianKConcat,
         SparseMethod::GTopK,
+        SparseMethod::OkTopK,
+        SparseMethod::TopKSa,
+        SparseMethod::GaussianKSa,
     ];
 
-    /// The method's name on command lines: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk.
+    /// The method's name on command lines: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk,
+    /// oktopk, topk_sa, gaussiank_sa.
     pub fn name(self) -> &'static str {
         match self {
             SparseMethod::TopK => "topk",
@@ -67,6 +93,9 @@ impl SparseMethod {
             SparseMethod::GaussianK => "gaussiank",
             SparseMethod::GaussianKConcat => "gaussiank_concat",
             SparseMethod::GTopK => "gtopk",
+            SparseMethod::OkTopK => "oktopk",
+            SparseMethod::TopKSa => "topk_sa",
+            SparseMethod::GaussianKSa => "gaussiank_sa",
         }
     }
 
@@ -87,8 +116,13 @@ impl SparseMethod {
     fn gaussian(self) -> bool {
         matches!(
             self,
-            SparseMethod::GaussianK | SparseMethod::GaussianKConcat
+            SparseMethod::GaussianK | SparseMethod::GaussianKConcat | SparseMethod::GaussianKSa
         )
+    }
+
+    /// Whether the method selects by a threshold (up to 2k pairs) rather than an exact top-k.
+    fn by_threshold(self) -> bool {
+        self.gaussian() || self == SparseMethod::OkTopK
     }
 }
 
@@ -102,9 +136,16 @@ pub struct SparseOptions {
     pub error_feedback: bool,
     /// Divide the sum by the team size (a gradient average); off by default (the sum).
     pub average: bool,
+    /// Ok-Topk: the threshold and the region boundaries are re-estimated on the first call and
+    /// every this many calls after it (at least 1; 1 re-estimates on every call), and reused in
+    /// between. Default [`SparseOptions::REESTIMATE_EVERY`]. The other methods ignore it.
+    pub reestimate_every: usize,
 }
 
 impl SparseOptions {
+    /// Ok-Topk's default re-estimation interval (the original's for the local threshold).
+    pub const REESTIMATE_EVERY: usize = 32;
+
     /// `method` at `density`, with error feedback, summing.
     pub fn new(method: SparseMethod, density: f64) -> SparseOptions {
         SparseOptions {
@@ -112,6 +153,7 @@ impl SparseOptions {
             density,
             error_feedback: true,
             average: false,
+            reestimate_every: SparseOptions::REESTIMATE_EVERY,
         }
     }
 
@@ -222,11 +264,7 @@ enum Exchange<'nv, T: SparseValue, I: SparseIndex> {
         count: CudaSlice<u64>,
     },
     /// Allgatherv of indexes and of values, packed in member order.
-    Varying {
-        parts: VParts<'nv>,
-        idx: SymmetricBuffer<'nv, I>,
-        val: SymmetricBuffer<'nv, T>,
-    },
+    Varying(Gathered<'nv, T, I>),
     /// One allgatherv of packed (indexes, values) parts.
     Concat {
         parts: VParts<'nv>,
@@ -236,6 +274,58 @@ enum Exchange<'nv, T: SparseValue, I: SparseIndex> {
     },
     /// gTop-k's tree, broadcast and included indexes.
     Tree(Box<Tree<'nv, T, I>>),
+    /// Ok-Topk's region exchange (also `topk_sa`, `gaussiank_sa`).
+    Regions(Box<Regions<'nv, T, I>>),
+}
+
+/// An allgatherv of indexes and of values with device counts, packed in member order, and
+/// their scatter-add into the dense output.
+struct Gathered<'nv, T: SparseValue, I: SparseIndex> {
+    parts: VParts<'nv>,
+    idx: SymmetricBuffer<'nv, I>,
+    val: SymmetricBuffer<'nv, T>,
+}
+
+/// The region exchange: index regions (one per member), an alltoall of the per-region sizes,
+/// alltoallv rounds of the pairs with device counts, the reduce of its region on each member,
+/// an allgatherv of the reduced regions.
+struct Regions<'nv, T: SparseValue, I: SparseIndex> {
+    alltoall: Alltoall<'nv>,
+    alltoallv: Alltoallv<'nv>,
+    /// Ok-Topk's re-estimation (None: equal regions, set at creation).
+    ok: Option<OkTopk<'nv>>,
+    /// The region boundaries, P + 1 words: region r is `bounds[r] .. bounds[r + 1]`.
+    bounds: SymmetricBuffer<'nv, u64>,
+    /// This member's selection per region: P sizes (the alltoall's input) and displacements.
+    send_sizes: SymmetricBuffer<'nv, u64>,
+    send_displs: SymmetricBuffer<'nv, u64>,
+    /// What each member sends for this member's region (the alltoall's output), and where it
+    /// goes in `recv`.
+    recv_sizes: SymmetricBuffer<'nv, u64>,
+    recv_displs: SymmetricBuffer<'nv, u64>,
+    /// Counts of each round, P words a round.
+    send_counts: SymmetricBuffer<'nv, u64>,
+    recv_counts: SymmetricBuffer<'nv, u64>,
+    /// The pairs received for this member's region (count: their number).
+    recv: SymSet<'nv, T, I>,
+    /// This member's region after the reduce (sorted by index, zero sums dropped).
+    reduced: SymSet<'nv, T, I>,
+    /// The smallest positive f32: the compaction of the reduce takes every element but zeros.
+    tiny: CudaSlice<f32>,
+    gathered: Gathered<'nv, T, I>,
+}
+
+/// Ok-Topk's threshold and region schedule.
+struct OkTopk<'nv> {
+    /// The boundaries' average over the members.
+    allreduce: Allreduce<'nv>,
+    /// The threshold in use (estimated on the device, reused in between).
+    threshold: CudaSlice<f32>,
+    /// Workspace of the estimate.
+    least: CudaSlice<u32>,
+    every: u64,
+    /// Calls since the last clear: calls % every == 0 re-estimate.
+    calls: u64,
 }
 
 struct Tree<'nv, T: SparseValue, I: SparseIndex> {
@@ -274,7 +364,10 @@ struct Tree<'nv, T: SparseValue, I: SparseIndex> {
 /// as sent the local pairs whose index is in the global set ([`SparseAllreduce::included`]),
 /// as in the paper, though a pair dropped in a tree round whose index another member kept is
 /// not in the sum. GaussianK holds at most 2k pairs: past that, the lowest indexes are sent
-/// and the rest stays in the residual.
+/// and the rest stays in the residual. The region methods (Ok-Topk, `topk_sa`,
+/// `gaussiank_sa`) count as sent every pair the member put into the exchange: all the pairs
+/// its selection holds (Ok-Topk and `gaussiank_sa`: at most 2k, as GaussianK), whichever
+/// region they fall in; the result is their exact sum, as for top-k.
 pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     opts: SparseOptions,
     n: usize,
@@ -307,6 +400,13 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         opts: SparseOptions,
     ) -> Result<Self> {
         check_density(opts.density)?;
+        if opts.reestimate_every == 0 {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: "reestimate_every is 0; pass at least 1 (1 re-estimates on every call)"
+                    .into(),
+            });
+        }
         if len == 0 {
             return Err(Error::SparseConfig {
                 what: WHAT,
@@ -324,7 +424,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
         let stream = nv.stream();
         let k = sparse_k(len, opts.density);
-        let capacity = if opts.method.gaussian() {
+        let capacity = if opts.method.by_threshold() {
             (2 * k).min(len)
         } else {
             k
@@ -364,11 +464,25 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 val: nv.alloc_zeroed(world * k)?,
                 count: stream.clone_htod(&[(members * k) as u64])?,
             },
-            SparseMethod::TopKAopt | SparseMethod::GaussianK => Exchange::Varying {
+            SparseMethod::TopKAopt | SparseMethod::GaussianK => Exchange::Varying(Gathered {
                 parts: vparts()?,
                 idx: nv.alloc_zeroed(world * capacity)?,
                 val: nv.alloc_zeroed(world * capacity)?,
-            },
+            }),
+            SparseMethod::OkTopK | SparseMethod::TopKSa | SparseMethod::GaussianKSa => {
+                Exchange::Regions(Box::new(Regions::new(
+                    nv,
+                    team,
+                    rank,
+                    (len, capacity),
+                    opts,
+                    Gathered {
+                        parts: vparts()?,
+                        idx: nv.alloc_zeroed(world * capacity)?,
+                        val: nv.alloc_zeroed(world * capacity)?,
+                    },
+                )?))
+            }
             SparseMethod::GaussianKConcat => {
                 let part_bytes = packed_bytes::<T, I>(capacity);
                 Exchange::Concat {
@@ -438,7 +552,8 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.k
     }
 
-    /// The most pairs a member sends per call (k; GaussianK: 2k, at most n).
+    /// The most pairs a member sends per call (k; GaussianK, `gaussiank_sa` and Ok-Topk: 2k, at
+    /// most n).
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -448,10 +563,17 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.residual.as_ref()
     }
 
-    /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore).
+    /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore). Ok-Topk starts
+    /// its schedule again: the next call re-estimates the threshold and the regions. Call it
+    /// on every member alike (the re-estimate is collective).
     pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         if let Some(r) = &mut self.residual {
             stream.memset_zeros(r)?;
+        }
+        if let Exchange::Regions(r) = &mut self.ex {
+            if let Some(ok) = &mut r.ok {
+                ok.calls = 0;
+            }
         }
         Ok(())
     }
@@ -461,12 +583,20 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.allgather.set_timeout(timeout);
         match &mut self.ex {
             Exchange::Fixed { .. } => {}
-            Exchange::Varying { parts, .. } | Exchange::Concat { parts, .. } => {
+            Exchange::Varying(Gathered { parts, .. }) | Exchange::Concat { parts, .. } => {
                 parts.agv.set_timeout(timeout)
             }
             Exchange::Tree(t) => {
                 t.p2p.set_timeout(timeout);
                 t.bcast.set_timeout(timeout);
+            }
+            Exchange::Regions(r) => {
+                r.alltoall.set_timeout(timeout);
+                r.alltoallv.set_timeout(timeout);
+                r.gathered.parts.agv.set_timeout(timeout);
+                if let Some(ok) = &mut r.ok {
+                    ok.allreduce.set_timeout(timeout);
+                }
             }
         }
     }
@@ -480,7 +610,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
 
     /// gTop-k: the pairs of this member's selection whose index made it into the global set
     /// (sorted by index; with error feedback, the ones taken out of the residual); None for the
-    /// other methods. Waits for the work queued on `stream`.
+    /// other methods, which send every pair their selection holds ([`SparseAllreduce::selected`];
+    /// the region methods included: what a member puts into the exchange counts as sent, its
+    /// own region's pairs too). Waits for the work queued on `stream`.
     pub fn included(&self, stream: &Arc<CudaStream>) -> Result<Option<HostSparse<T, I>>> {
         match &self.ex {
             Exchange::Tree(t) => Ok(Some(t.included.to_host(stream)?)),
@@ -497,18 +629,52 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
     }
 
-    /// GaussianK: the threshold of the last call (waits for the work queued on `stream`);
-    /// None for the other methods.
+    /// The threshold of the last call (waits for the work queued on `stream`): GaussianK's
+    /// (also `gaussiank_concat`, `gaussiank_sa`), or Ok-Topk's (estimated on that call or
+    /// reused); None for the top-k methods.
     pub fn threshold(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
-        match &self.gauss {
-            Some((_, t, _)) => Ok(Some(stream.clone_dtoh(t)?[0])),
-            None => Ok(None),
+        if let Some((_, t, _)) = &self.gauss {
+            return Ok(Some(stream.clone_dtoh(t)?[0]));
+        }
+        match &self.ex {
+            Exchange::Regions(r) => match &r.ok {
+                Some(ok) => Ok(Some(stream.clone_dtoh(&ok.threshold)?[0])),
+                None => Ok(None),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// The region methods: the region boundaries of the last call, P + 1 values (member r's
+    /// region is `b[r] .. b[r + 1]`; Ok-Topk's as last re-estimated, the others' equal
+    /// shares); None for the other methods and on PEs outside the team. Waits for the work
+    /// queued on `stream`.
+    pub fn boundaries(&self, stream: &Arc<CudaStream>) -> Result<Option<Vec<u64>>> {
+        match (&self.ex, self.rank) {
+            (Exchange::Regions(r), Some((_, p))) => {
+                Ok(Some(stream.clone_dtoh(&r.bounds.view(0..p as usize + 1)?)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The region methods: this member's region after the reduce of the last call (the pairs
+    /// every member sent for it, united by index with their values added, sorted by index,
+    /// pairs whose sum is zero dropped), which the allgatherv hands to the others; None for
+    /// the other methods. Waits for the work queued on `stream`.
+    pub fn region(&self, stream: &Arc<CudaStream>) -> Result<Option<HostSparse<T, I>>> {
+        match &self.ex {
+            Exchange::Regions(r) => Ok(Some(r.reduced.to_host(stream)?)),
+            _ => Ok(None),
         }
     }
 
     /// Bytes this member put on the wire in the last call (its selections times the peers
     /// they went to, and the sizes it sent; gTop-k: one tree send, plus the broadcast at rank
-    /// 0). Reads the count on the device: waits for the work queued on `stream`.
+    /// 0; the region methods: the region sizes, the pairs for the others' regions, the reduced
+    /// region's size and pairs to every other member, not counting Ok-Topk's allreduce of the
+    /// boundaries at re-estimates). Reads the counts on the device: waits for the work queued on
+    /// `stream`.
     pub fn sent_bytes(&self, stream: &Arc<CudaStream>) -> Result<u64> {
         let Some((me, p)) = self.rank else {
             return Ok(0);
@@ -520,12 +686,18 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         let k = self.k as u64;
         Ok(match &self.ex {
             Exchange::Fixed { .. } => (p - 1) * k * pair,
-            Exchange::Varying { .. } => (p - 1) * (8 + held * pair),
+            Exchange::Varying(_) => (p - 1) * (8 + held * pair),
             Exchange::Concat { .. } => (p - 1) * (8 + packed_bytes::<T, I>(held as usize) as u64),
             Exchange::Tree(_) => {
                 let tree = if me > 0 { k * pair } else { 0 };
                 let bcast = if me == 0 { (p - 1) * k * pair } else { 0 };
                 tree + bcast
+            }
+            Exchange::Regions(r) => {
+                let sizes = stream.clone_dtoh(&r.send_sizes.view(0..p as usize)?)?;
+                let others = sizes.iter().sum::<u64>() - sizes[me as usize];
+                let reduced = stream.clone_dtoh(&r.reduced.count)?[0];
+                (p - 1) * 8 + others * pair + (p - 1) * (8 + reduced * pair)
             }
         })
     }
@@ -612,8 +784,19 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             None => grad,
         };
         let mine = self.mine.raw();
-        match &self.gauss {
-            Some((scratch, t, z)) => {
+        // Ok-Topk: whether this call re-estimates (an exact top-k) or reuses the threshold, and
+        // the threshold's and the estimate's words.
+        let ok = match &mut self.ex {
+            Exchange::Regions(r) => r.ok.as_mut().map(|ok| {
+                let estimate = ok.calls % ok.every == 0;
+                ok.calls += 1;
+                (estimate, addr(&ok.threshold), addr(&ok.least))
+            }),
+            _ => None,
+        };
+        let estimate = matches!(ok, Some((true, _, _)));
+        match (&self.gauss, ok) {
+            (Some((scratch, t, z)), _) => {
                 let t = addr(t);
                 // SAFETY: src holds n elements; the workspace its words; t one f32.
                 let code = unsafe {
@@ -635,9 +818,30 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                         .threshold_at_raw::<T, I>((src, n), t as *const f32, mine, stream)?
                 };
             }
-            None => {
+            (None, Some((false, t, _))) => {
+                // SAFETY: src n elements, the set its capacity, t one f32, all on `stream`.
+                unsafe {
+                    self.topk
+                        .threshold_at_raw::<T, I>((src, n), t as *const f32, mine, stream)?
+                };
+            }
+            (None, ok) => {
                 // SAFETY: as above.
                 unsafe { self.topk.run_raw::<T, I>((src, n), self.k, mine, stream)? };
+                if let Some((_, t, least)) = ok {
+                    // SAFETY: the set its capacity, least one u32, t one f32, on `stream`.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_least_threshold(
+                            mine,
+                            least as *mut u32,
+                            t as *mut f32,
+                            dtype,
+                            itype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "Ok-Topk threshold kernel launch")?;
+                }
             }
         }
         // What is sent leaves the residual (gTop-k: only what made it into the global set,
@@ -660,18 +864,8 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         let k = self.k;
         let cap = self.capacity;
         let pu = p as usize;
-        let zero_out = || -> Result<()> {
-            // SAFETY: `out` holds n elements (this function's contract).
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    out,
-                    0,
-                    n * std::mem::size_of::<T>(),
-                    stream.cu_stream(),
-                )
-            }?;
-            Ok(())
-        };
+        // SAFETY: `out` holds n elements (this function's contract).
+        let zero_out = || unsafe { zero_dense::<T>(out, n, stream) };
         match &mut self.ex {
             Exchange::Fixed { idx, val, count } => {
                 self.allgather
@@ -688,38 +882,18 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 // SAFETY: P x k pairs of symmetric memory, the count word, `out` n elements.
                 unsafe { scatter_add_raw::<T, I>(set, (out, n), stream)? };
             }
-            Exchange::Varying { parts, idx, val } => {
-                self.allgather.run(
-                    self.mine.count.view(0..1)?,
-                    parts.sizes.view(0..pu)?,
-                    stream,
-                )?;
-                parts.offsets(p, cap, (1, 0, 1), stream)?;
-                let dp = DeviceParts {
-                    counts: parts.counts.view(0..pu)?,
-                    displs: parts.displs.view(0..pu)?,
+            Exchange::Varying(g) => {
+                // SAFETY: the selection its capacity, `out` n elements, on `stream`.
+                unsafe {
+                    g.run(
+                        &mut self.allgather,
+                        &self.mine,
+                        (cap, pu * cap),
+                        p,
+                        (out, n),
+                        stream,
+                    )?
                 };
-                parts.agv.run_device(
-                    self.mine.idx.view(0..cap)?,
-                    idx.view(0..pu * cap)?,
-                    &dp,
-                    stream,
-                )?;
-                parts.agv.run_device(
-                    self.mine.val.view(0..cap)?,
-                    val.view(0..pu * cap)?,
-                    &dp,
-                    stream,
-                )?;
-                zero_out()?;
-                let set = sys::nvshmemrs_sparse_set {
-                    idx: idx.as_device_ptr().cast(),
-                    val: val.as_device_ptr().cast(),
-                    count: addr(&parts.total) as *mut u64,
-                    capacity: (pu * cap) as u64,
-                };
-                // SAFETY: P x cap pairs, the total word, `out` n elements.
-                unsafe { scatter_add_raw::<T, I>(set, (out, n), stream)? };
             }
             Exchange::Concat {
                 parts,
@@ -789,6 +963,20 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 // SAFETY: the sets their capacities, mark k f32, the residual n elements.
                 unsafe { t.include(&mut self.topk, &self.mine, residual, n, stream)? };
             }
+            Exchange::Regions(r) => {
+                // SAFETY: the selection its capacity, `out` n elements, on `stream`.
+                unsafe {
+                    r.run(
+                        &mut self.topk,
+                        &mut self.allgather,
+                        &self.mine,
+                        estimate,
+                        (me, p),
+                        (out, n),
+                        stream,
+                    )?
+                };
+            }
         }
         if self.opts.average && p > 1 {
             // SAFETY: `out` n elements.
@@ -798,6 +986,239 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             cuda_check(code, "average kernel launch")?;
         }
         Ok(())
+    }
+}
+
+/// Enqueues `out[0 .. n] = 0` on `stream`.
+///
+/// # Safety
+/// `out` is device memory of n elements of T, ordered on `stream`.
+unsafe fn zero_dense<T>(out: u64, n: usize, stream: &CudaStream) -> Result<()> {
+    // SAFETY: this function's contract.
+    unsafe {
+        cudarc::driver::result::memset_d8_async(
+            out,
+            0,
+            n * std::mem::size_of::<T>(),
+            stream.cu_stream(),
+        )
+    }?;
+    Ok(())
+}
+
+impl<T: SparseValue, I: SparseIndex> Gathered<'_, T, I> {
+    /// The pairs `set` holds (at most `caps.0`, its input length) from every member into the
+    /// gathered buffers (`caps.1` pairs, at least the sum over the members), then `out` = their
+    /// scatter-add into zeros.
+    ///
+    /// # Safety
+    /// `out` is device memory of `dense.1` elements at `dense.0`, ordered on `stream`; the
+    /// members' pairs together fit `caps.1`.
+    unsafe fn run(
+        &mut self,
+        allgather: &mut Allgather<'_>,
+        set: &SymSet<'_, T, I>,
+        caps: (usize, usize),
+        p: i32,
+        dense: (u64, usize),
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let (part, all) = caps;
+        let pu = p as usize;
+        let parts = &mut self.parts;
+        allgather.run(set.count.view(0..1)?, parts.sizes.view(0..pu)?, stream)?;
+        parts.offsets(p, part, (1, 0, 1), stream)?;
+        let dp = DeviceParts {
+            counts: parts.counts.view(0..pu)?,
+            displs: parts.displs.view(0..pu)?,
+        };
+        parts
+            .agv
+            .run_device(set.idx.view(0..part)?, self.idx.view(0..all)?, &dp, stream)?;
+        parts
+            .agv
+            .run_device(set.val.view(0..part)?, self.val.view(0..all)?, &dp, stream)?;
+        // SAFETY: this function's contract.
+        unsafe { zero_dense::<T>(dense.0, dense.1, stream)? };
+        let gathered = sys::nvshmemrs_sparse_set {
+            idx: self.idx.as_device_ptr().cast(),
+            val: self.val.as_device_ptr().cast(),
+            count: addr(&parts.total) as *mut u64,
+            capacity: all as u64,
+        };
+        // SAFETY: `all` pairs of symmetric memory, the total word, `out` of its elements.
+        unsafe { scatter_add_raw::<T, I>(gathered, dense, stream) }
+    }
+}
+
+impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
+    /// Collective over the world, as [`SparseAllreduce::new`]; `sizes`: the gradient's
+    /// length and the selection's capacity.
+    fn new(
+        nv: &'nv Nvshmem,
+        team: Option<&Team<'_>>,
+        rank: Option<(i32, i32)>,
+        sizes: (usize, usize),
+        opts: SparseOptions,
+        gathered: Gathered<'nv, T, I>,
+    ) -> Result<Self> {
+        let (len, capacity) = sizes;
+        let stream = nv.stream();
+        let world = nv.n_pes() as usize;
+        let (_, rounds) = reference::exchange_rounds(world);
+        let ok = if opts.method == SparseMethod::OkTopK {
+            Some(OkTopk {
+                allreduce: nv.allreduce_workspace_for(team, ((world + 1) * 8).max(4096))?,
+                threshold: stream.alloc_zeros(1)?,
+                least: stream.alloc_zeros(1)?,
+                every: opts.reestimate_every as u64,
+                calls: 0,
+            })
+        } else {
+            None
+        };
+        let bounds = nv.alloc_zeroed(world + 1)?;
+        if let (None, Some((_, p))) = (&ok, rank) {
+            bounds
+                .view(0..p as usize + 1)?
+                .copy_from_host(&reference::equal_boundaries(len, p as usize))?;
+        }
+        let tiny = stream.clone_htod(&[f32::from_bits(1)])?;
+        Ok(Regions {
+            alltoall: Alltoall::new(nv, team)?,
+            alltoallv: Alltoallv::new(nv, team)?,
+            ok,
+            bounds,
+            send_sizes: nv.alloc_zeroed(world)?,
+            send_displs: nv.alloc_zeroed(world)?,
+            recv_sizes: nv.alloc_zeroed(world)?,
+            recv_displs: nv.alloc_zeroed(world)?,
+            send_counts: nv.alloc_zeroed(world * rounds)?,
+            recv_counts: nv.alloc_zeroed(world * rounds)?,
+            recv: SymSet::new(nv, world * capacity)?,
+            reduced: SymSet::new(nv, world * capacity)?,
+            tiny,
+            gathered,
+        })
+    }
+
+    /// The region exchange of this member's selection `mine` (`estimate`: Ok-Topk re-estimates
+    /// the boundaries from it first), the result in `dense` (n elements, also the reduce's
+    /// scratch).
+    ///
+    /// # Safety
+    /// `dense.0` is device memory of `dense.1` elements, ordered on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(
+        &mut self,
+        topk: &mut TopK,
+        allgather: &mut Allgather<'_>,
+        mine: &SymSet<'_, T, I>,
+        estimate: bool,
+        (me, p): (i32, i32),
+        dense: (u64, usize),
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let itype = index_code::<I>();
+        let (pu, cap, n) = (p as usize, mine.capacity, dense.1);
+        if let (true, Some(ok)) = (estimate, &mut self.ok) {
+            // SAFETY: the selection its capacity, bounds P + 1 words.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_region_bounds(
+                    mine.raw(),
+                    n as u64,
+                    p,
+                    self.bounds.as_device_ptr(),
+                    itype,
+                    s,
+                )
+            };
+            cuda_check(code, "Ok-Topk region boundaries kernel launch")?;
+            let b = self.bounds.view(0..pu + 1)?;
+            ok.allreduce
+                .run_in_place(b, ReduceOp::Avg, AllreduceAlgo::Auto, stream)?;
+        }
+        // SAFETY: the selection its capacity, bounds P + 1 words, sizes and displs P each.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_region_split(
+                mine.raw(),
+                self.bounds.as_device_ptr(),
+                p,
+                self.send_sizes.as_device_ptr(),
+                self.send_displs.as_device_ptr(),
+                itype,
+                s,
+            )
+        };
+        cuda_check(code, "region split kernel launch")?;
+        self.alltoall.run(
+            self.send_sizes.view(0..pu)?,
+            self.recv_sizes.view(0..pu)?,
+            stream,
+        )?;
+        let (width, rounds) = reference::exchange_rounds(pu);
+        // SAFETY: sizes and displacements P words each, the counts rounds x P, the count word.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_region_rounds(
+                self.send_sizes.as_device_ptr(),
+                self.recv_sizes.as_device_ptr(),
+                me,
+                p,
+                width as i32,
+                rounds as i32,
+                self.send_counts.as_device_ptr(),
+                self.recv_counts.as_device_ptr(),
+                self.recv_displs.as_device_ptr(),
+                self.recv.count.as_device_ptr(),
+                s,
+            )
+        };
+        cuda_check(code, "region rounds kernel launch")?;
+        // Received at most P x cap pairs: each member sends at most cap in all.
+        let all = pu * cap;
+        for t in 0..rounds {
+            let round = t * pu..(t + 1) * pu;
+            let send = DeviceParts {
+                counts: self.send_counts.view(round.clone())?,
+                displs: self.send_displs.view(0..pu)?,
+            };
+            let recv = DeviceParts {
+                counts: self.recv_counts.view(round)?,
+                displs: self.recv_displs.view(0..pu)?,
+            };
+            self.alltoallv.run_device(
+                mine.idx.view(0..cap)?,
+                &send,
+                self.recv.idx.view(0..all)?,
+                &recv,
+                stream,
+            )?;
+            self.alltoallv.run_device(
+                mine.val.view(0..cap)?,
+                &send,
+                self.recv.val.view(0..all)?,
+                &recv,
+                stream,
+            )?;
+        }
+        // The reduce: the received pairs added into zeros, then every element that is not zero
+        // (only this member's region can hold any), sorted by index.
+        // SAFETY: this function's contract.
+        unsafe { zero_dense::<T>(dense.0, n, stream)? };
+        // SAFETY: the received pairs (their count at most P x cap), `dense` n elements.
+        unsafe { scatter_add_raw::<T, I>(self.recv.raw(), dense, stream)? };
+        let tiny = addr(&self.tiny) as *const f32;
+        // SAFETY: `dense` n elements, the reduced set its capacity, the threshold one f32.
+        unsafe {
+            topk.threshold_at_raw::<T, I>(dense, tiny, self.reduced.raw(), stream)?;
+        }
+        // The reduced regions together hold at most what was sent: P x cap pairs.
+        // SAFETY: this function's contract.
+        unsafe {
+            self.gathered
+                .run(allgather, &self.reduced, (all, all), p, dense, stream)
+        }
     }
 }
 
@@ -998,6 +1419,14 @@ mod tests {
         for m in SparseMethod::ALL {
             assert_eq!(SparseMethod::from_name(m.name()).unwrap(), m);
         }
+        for (spec, m) in [
+            ("oktopk:0.01", SparseMethod::OkTopK),
+            ("topk_sa:0.1", SparseMethod::TopKSa),
+            ("gaussiank_sa:0.001", SparseMethod::GaussianKSa),
+        ] {
+            let o = SparseOptions::parse(spec).unwrap();
+            assert_eq!((o.method, o.reestimate_every), (m, 32), "{spec}");
+        }
         let err = SparseOptions::parse("topq:0.1").unwrap_err().to_string();
         assert!(err.contains("gaussiank_concat"), "{err}");
         assert!(SparseOptions::parse("topk").is_err());
@@ -1006,6 +1435,19 @@ mod tests {
             let err = SparseOptions::parse(bad).unwrap_err().to_string();
             assert!(err.contains("(0, 1]"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn threshold_methods_hold_up_to_2k_pairs() {
+        use SparseMethod::*;
+        let by_threshold: Vec<_> = SparseMethod::ALL
+            .into_iter()
+            .filter(|m| m.by_threshold())
+            .collect();
+        assert_eq!(
+            by_threshold,
+            [GaussianK, GaussianKConcat, OkTopK, GaussianKSa]
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! and scatter-add into a dense buffer ([`scatter_add`]), with their CPU reference
 //! ([`reference`]). Local work on one stream (cudarc device memory, not symmetric), with no
 //! host round trip: counts stay on the device ([`SparseSet`]), where later kernels read them.
-//! [`SparseAllreduce`] builds the sparse gradient allreduce (top-k, GaussianK, gTop-k, with
-//! error feedback) from them and the collectives.
+//! [`SparseAllreduce`] builds the sparse gradient allreduce (top-k, GaussianK, gTop-k, Ok-Topk
+//! and the split-and-allgather methods, with error feedback) from them and the collectives.
 //!
 //! The order: the magnitude |g|, with NaN above every number (infinity included) and all NaNs
 //! equal, so a diverging gradient is sent rather than dropped; -0 and +0 are equal. Ties go to

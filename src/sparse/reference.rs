@@ -1,6 +1,7 @@
 //! The CPU reference of the sparse kernels, exact and plain, for tests: top-k by magnitude
 //! (ties to the lower index), threshold compaction, merge and scatter-add, and of the sparse
-//! allreduce: the Gaussian threshold, gTop-k's tree and its included pairs. The magnitude order
+//! allreduce: the Gaussian threshold, gTop-k's tree and its included pairs, and Ok-Topk's
+//! threshold estimate, index regions, throttled exchange and reduce per region. The magnitude order
 //! is written here without the kernels' bit tricks: NaN above every number, else |v| compared
 //! as f64 (exact for f32 and bf16), so -0 equals +0.
 
@@ -234,6 +235,143 @@ pub fn included<T: SparseValue, I: SparseIndex>(
         idx: keep.iter().map(|&j| mine.idx[j]).collect(),
         val: keep.iter().map(|&j| mine.val[j]).collect(),
     }
+}
+
+/// Peers per round of the throttled region exchange (Ok-Topk's throttle, at most 4).
+pub const THROTTLE: usize = 4;
+
+/// (width, rounds) of the region exchange among `p` members: at most `min(4, p)` peers per
+/// round (itself included, in round 0), `ceil(p / width)` rounds.
+pub fn exchange_rounds(p: usize) -> (usize, usize) {
+    let width = THROTTLE.min(p).max(1);
+    (width, p.div_ceil(width).max(1))
+}
+
+/// The round of the region exchange in which member `from` sends to member `to` (and `to`
+/// receives from `from`), of `p` members: `((to - from) mod p) / width`.
+pub fn exchange_round(from: usize, to: usize, p: usize) -> usize {
+    ((to + p - from) % p) / exchange_rounds(p).0
+}
+
+/// floor(j x n / p) without overflow.
+fn share_of(n: u64, j: u64, p: u64) -> u64 {
+    n / p * j + n % p * j / p
+}
+
+/// One member's region boundaries over `n` elements for `p` regions (p + 1 values): 0, then
+/// the index at position floor(j x c / p) of its `c` held pairs for j = 1 .. p - 1 (so that each
+/// region holds about c / p of them; equal shares of `n` without pairs), then `n`. Region j is
+/// `[b[j], b[j + 1])`.
+pub fn region_boundaries<T: SparseValue, I: SparseIndex>(
+    selected: &HostSparse<T, I>,
+    n: usize,
+    p: usize,
+) -> Vec<u64> {
+    let c = selected.idx.len() as u64;
+    if c == 0 {
+        return equal_boundaries(n, p);
+    }
+    let (n, p64) = (n as u64, p as u64);
+    (0..=p64)
+        .map(|j| match j {
+            0 => 0,
+            j if j == p64 => n,
+            j => selected.idx[share_of(c, j, p64) as usize].to_i64() as u64,
+        })
+        .collect()
+}
+
+/// Boundaries of `p` regions of equal shares of `n`: floor(j x n / p).
+pub fn equal_boundaries(n: usize, p: usize) -> Vec<u64> {
+    (0..=p as u64)
+        .map(|j| share_of(n as u64, j, p as u64))
+        .collect()
+}
+
+/// The members' boundaries averaged as the u64 allreduce (Avg) does: floor of the sum over the
+/// members divided by their number, per boundary.
+pub fn average_boundaries(local: &[Vec<u64>]) -> Vec<u64> {
+    let m = local.len() as u128;
+    (0..local.first().map_or(0, Vec::len))
+        .map(|j| (local.iter().map(|b| b[j] as u128).sum::<u128>() / m) as u64)
+        .collect()
+}
+
+/// The held pairs of `set` (sorted by index) per region of `bounds`: region j takes the
+/// indexes in `[bounds[j], bounds[j + 1])`, the first region everything below, the last
+/// everything from its start.
+pub fn split_regions<T: SparseValue, I: SparseIndex>(
+    set: &HostSparse<T, I>,
+    bounds: &[u64],
+) -> Vec<HostSparse<T, I>> {
+    let p = bounds.len() - 1;
+    let below = |b: u64| set.idx.partition_point(|&i| (i.to_i64() as u64) < b);
+    (0..p)
+        .map(|j| {
+            let lo = if j == 0 { 0 } else { below(bounds[j]) };
+            let hi = if j == p - 1 {
+                set.idx.len()
+            } else {
+                below(bounds[j + 1])
+            };
+            let hi = hi.max(lo);
+            HostSparse {
+                count: (hi - lo) as u64,
+                idx: set.idx[lo..hi].to_vec(),
+                val: set.val[lo..hi].to_vec(),
+            }
+        })
+        .collect()
+}
+
+/// Member `r`'s region after the reduce: what every member sent for region `r`, united by
+/// index with the values added (member order), pairs whose sum is zero dropped (they add
+/// nothing to the result).
+pub fn region_reduce<T: SparseValue, I: SparseIndex>(
+    local: &[HostSparse<T, I>],
+    bounds: &[u64],
+    r: usize,
+) -> HostSparse<T, I> {
+    let sum = local.iter().fold(HostSparse::empty(), |acc, set| {
+        merge(&acc, &split_regions(set, bounds)[r], usize::MAX)
+    });
+    let keep: Vec<usize> = (0..sum.idx.len())
+        .filter(|&j| sum.val[j].is_nan_value() || sum.val[j].to_f64() != 0.0)
+        .collect();
+    HostSparse {
+        count: keep.len() as u64,
+        idx: keep.iter().map(|&j| sum.idx[j]).collect(),
+        val: keep.iter().map(|&j| sum.val[j]).collect(),
+    }
+}
+
+/// The split-and-allgather exchange (Ok-Topk, `topk_sa`, `gaussiank_sa`) of the members'
+/// selections `local` over regions `bounds`: each member's region after the reduce, and the
+/// dense result every member gets (the regions scattered into zeros).
+pub fn region_allreduce<T: SparseValue, I: SparseIndex>(
+    local: &[HostSparse<T, I>],
+    bounds: &[u64],
+    n: usize,
+) -> (Vec<HostSparse<T, I>>, Vec<T>) {
+    let regions: Vec<_> = (0..bounds.len() - 1)
+        .map(|r| region_reduce(local, bounds, r))
+        .collect();
+    let dense = sparse_sum(n, &regions);
+    (regions, dense)
+}
+
+/// Ok-Topk's threshold estimate from an exact top-k selection: the least magnitude among its
+/// held pairs (+infinity where that is a NaN or there are none), at least the smallest
+/// positive f32 (zeros are never worth sending).
+pub fn least_threshold<T: SparseValue, I: SparseIndex>(set: &HostSparse<T, I>) -> f32 {
+    let least = set.val.iter().copied().min_by(|&a, &b| magnitude_cmp(a, b));
+    let t = match least {
+        None => f32::INFINITY,
+        Some(v) if v.is_nan_value() => f32::INFINITY,
+        // Exact: an f32 or bf16 magnitude is an f32.
+        Some(v) => v.to_f64().abs() as f32,
+    };
+    t.max(f32::from_bits(1))
 }
 
 /// The dense sum over `n` elements of the pairs of `sets`, in order ([`scatter_add`]).
@@ -470,6 +608,138 @@ mod tests {
         let global = set(&[0, 3, 9], &[7.0, 7.0, 7.0]);
         same(&included(&mine, &global), &set(&[3, 9], &[2.0, 4.0]));
         same(&included(&mine, &set(&[], &[])), &set(&[], &[]));
+    }
+
+    #[test]
+    fn region_boundaries_balance_the_selected_indexes() {
+        // 8 pairs, 4 regions: the indexes at positions 2, 4 and 6 start regions 1 to 3.
+        let s = set(&[1, 3, 4, 9, 10, 11, 50, 90], &[1.0; 8]);
+        assert_eq!(region_boundaries(&s, 100, 4), [0, 4, 10, 50, 100]);
+        for (j, r) in split_regions(&s, &[0, 4, 10, 50, 100]).iter().enumerate() {
+            assert_eq!(r.idx.len(), 2, "region {j}");
+        }
+        // Not a multiple: positions floor(j x 5 / 3) = 1, 3.
+        let s5 = set(&[2, 4, 6, 8, 10], &[1.0; 5]);
+        assert_eq!(region_boundaries(&s5, 12, 3), [0, 4, 8, 12]);
+        // One region: everything.
+        assert_eq!(region_boundaries(&s5, 12, 1), [0, 12]);
+        // No pairs: equal shares.
+        let none = set(&[], &[]);
+        assert_eq!(region_boundaries(&none, 10, 4), [0, 2, 5, 7, 10]);
+        assert_eq!(equal_boundaries(10, 4), [0, 2, 5, 7, 10]);
+        assert_eq!(equal_boundaries(3, 4), [0, 0, 1, 2, 3]);
+        // Fewer pairs than regions: repeated boundaries, empty regions.
+        let two = set(&[5, 7], &[1.0, 1.0]);
+        assert_eq!(region_boundaries(&two, 10, 4), [0, 5, 7, 7, 10]);
+        let parts = split_regions(&two, &[0, 5, 7, 7, 10]);
+        let sizes: Vec<usize> = parts.iter().map(|r| r.idx.len()).collect();
+        assert_eq!(sizes, [0, 1, 0, 1]);
+        // Large values: no overflow in j x n.
+        let big = equal_boundaries(usize::MAX / 2, 3);
+        assert_eq!(big[3], (usize::MAX / 2) as u64);
+        assert!(big.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn averaged_boundaries_are_the_floor_of_the_mean_and_stay_sorted() {
+        let a = vec![0, 4, 10, 50, 100];
+        let b = vec![0, 7, 11, 20, 100];
+        let avg = average_boundaries(&[a.clone(), b]);
+        assert_eq!(avg, [0, 5, 10, 35, 100]);
+        assert!(avg.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(average_boundaries(std::slice::from_ref(&a)), a);
+        // Past 2^64 in the sum: still the mean.
+        let m = u64::MAX - 1;
+        assert_eq!(average_boundaries(&[vec![0, m], vec![0, m]]), [0, m]);
+    }
+
+    #[test]
+    fn split_regions_partition_every_held_pair() {
+        let s = set(&[0, 3, 4, 9, 12], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        let bounds = [0, 4, 9, 13];
+        let parts = split_regions(&s, &bounds);
+        same(&parts[0], &set(&[0, 3], &[1.0, 2.0]));
+        same(&parts[1], &set(&[4], &[3.0]));
+        same(&parts[2], &set(&[9, 12], &[4.0, 5.0]));
+        // Every pair in exactly one region, in order.
+        let back: Vec<i32> = parts.iter().flat_map(|r| r.idx.clone()).collect();
+        assert_eq!(back, s.idx);
+        // A set whose count ran past the pairs held: only the held pairs are split.
+        let mut over = s.clone();
+        over.count = 9;
+        assert_eq!(split_regions(&over, &bounds)[2].count, 2);
+    }
+
+    #[test]
+    fn regions_reduce_by_index_and_drop_zero_sums() {
+        let a = set(&[0, 3, 6], &[1.0, 2.0, 3.0]);
+        let b = set(&[3, 5, 6], &[5.0, 1.0, -3.0]);
+        let bounds = [0, 4, 8];
+        same(
+            &region_reduce(&[a.clone(), b.clone()], &bounds, 0),
+            &set(&[0, 3], &[1.0, 7.0]),
+        );
+        // 6: 3 + -3 = 0, dropped.
+        same(
+            &region_reduce(&[a.clone(), b.clone()], &bounds, 1),
+            &set(&[5], &[1.0]),
+        );
+        let (regions, dense) = region_allreduce(&[a.clone(), b.clone()], &bounds, 8);
+        assert_eq!(regions.len(), 2);
+        assert_eq!(dense, sparse_sum(8, &[a, b]));
+        // One member, one region: its own set (zeros dropped).
+        let z = set(&[1, 2], &[0.0, 4.0]);
+        same(
+            &region_reduce(std::slice::from_ref(&z), &[0, 8], 0),
+            &set(&[2], &[4.0]),
+        );
+    }
+
+    #[test]
+    fn exchange_rounds_take_at_most_four_peers_and_pair_up() {
+        assert_eq!(exchange_rounds(1), (1, 1));
+        assert_eq!(exchange_rounds(3), (3, 1));
+        assert_eq!(exchange_rounds(4), (4, 1));
+        assert_eq!(exchange_rounds(5), (4, 2));
+        assert_eq!(exchange_rounds(9), (4, 3));
+        for p in 1..=12 {
+            let (width, rounds) = exchange_rounds(p);
+            for me in 0..p {
+                // Round 0 is itself; each round at most `width` destinations, each once.
+                assert_eq!(exchange_round(me, me, p), 0);
+                let mut per_round = vec![0; rounds];
+                for to in 0..p {
+                    per_round[exchange_round(me, to, p)] += 1;
+                }
+                assert!(per_round.iter().all(|&c| c >= 1 && c <= width), "p {p}");
+                assert_eq!(per_round.iter().sum::<usize>(), p);
+            }
+        }
+    }
+
+    #[test]
+    fn the_least_threshold_is_the_smallest_selected_magnitude() {
+        assert_eq!(least_threshold(&set(&[0, 1, 2], &[-3.0, 5.0, 4.0])), 3.0);
+        // Zeros: the smallest positive f32; nothing held: +infinity.
+        assert_eq!(
+            least_threshold(&set(&[0, 1], &[0.0, 2.0])),
+            f32::from_bits(1)
+        );
+        assert_eq!(least_threshold(&set(&[], &[])), f32::INFINITY);
+        // NaN is above every number: only an all-NaN set gives +infinity.
+        assert_eq!(least_threshold(&set(&[0, 1], &[f32::NAN, -2.0])), 2.0);
+        assert_eq!(least_threshold(&set(&[0], &[f32::NAN])), f32::INFINITY);
+        let h = HostSparse::<bf16, i32> {
+            count: 1,
+            idx: vec![0],
+            val: vec![bf16::from_f32(-1.0078125)],
+        };
+        assert_eq!(least_threshold(&h), 1.0078125);
+        // The threshold takes the selection again (and every tie of its least magnitude).
+        let g = [1.0f32, -3.0, 3.0, 0.5, 4.0];
+        let sel = topk::<f32, i32>(&g, 2);
+        let again = threshold::<f32, i32>(&g, least_threshold(&sel), 10);
+        assert_eq!(again.idx, [1, 2, 4]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Allreduce benchmark behind `nvsh bench allreduce`: our algorithms (one-shot, two-shot and
 //! the automatic choice), NCCL and NVSHMEM's own reduce, per message size and dtype, in one run
-//! on the same GPUs, stream and symmetric buffers.
+//! on the same GPUs, stream and symmetric buffers; and NCCL's symmetric-memory path on buffers
+//! of NCCL's own (`nccl-sym`).
 //!
 //! This module supplies the candidates, the input pattern, the exact expected results and the
 //! bus factor; the shared harness ([`crate::bench::harness`]) times them and checks every timed
@@ -9,13 +10,13 @@
 
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, integer_power_value, integer_value, pattern_hash,
-    power_of_two_value, quarter_value, size_steps, BenchElement, Collective, Harness, Reduction,
-    Report, QUARTER_MAX,
+    power_of_two_value, quarter_value, size_steps, window_only, BenchElement, Collective, Harness,
+    Reduction, Report, NCCL_BASELINES, NCCL_SYM_WORDING, QUARTER_MAX,
 };
 use crate::bench::nvshmem_coll::{
     describe_nvshmem, nvshmem_status, shared_gpu_refusal, NvshmemElement, NvshmemReduction,
 };
-use crate::nccl_baseline::{nccl_label, NcclBaseline};
+use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
 use nvshmem::coll::op::{ReduceOp, Reducible};
@@ -53,6 +54,15 @@ pub enum Candidate {
     /// `ncclAllReduce` through [`NcclBaseline`].
     #[value(name = "nccl", help = "ncclAllReduce")]
     Nccl,
+    /// `ncclAllReduce` on NCCL's registered symmetric memory
+    /// ([`crate::nccl_baseline::NcclWindow`]).
+    #[value(
+        name = "nccl-sym",
+        help = "ncclAllReduce on NCCL's own symmetric memory (ncclMemAlloc buffers registered as \
+                windows: its symmetric kernels); in the default list, not running is no failure \
+                unless named here"
+    )]
+    NcclSym,
     /// NVSHMEM's host `nvshmemx_<type>_<op>_reduce_on_stream` over the world team.
     #[value(
         name = "nvshmem",
@@ -62,13 +72,14 @@ pub enum Candidate {
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 7] = [
+    pub const ALL: [Candidate; 8] = [
         Candidate::OneShot,
         Candidate::TwoShot,
         Candidate::Ring,
         Candidate::Rd,
         Candidate::Auto,
         Candidate::Nccl,
+        Candidate::NcclSym,
         Candidate::Nvshmem,
     ];
 
@@ -81,6 +92,7 @@ impl Candidate {
             Candidate::Rd => "rd",
             Candidate::Auto => "auto",
             Candidate::Nccl => "nccl",
+            Candidate::NcclSym => "nccl-sym",
             Candidate::Nvshmem => "nvshmem",
         }
     }
@@ -93,7 +105,7 @@ impl Candidate {
             Candidate::Ring => Some(AllreduceAlgo::Ring),
             Candidate::Rd => Some(AllreduceAlgo::RecursiveDoubling),
             Candidate::Auto => Some(AllreduceAlgo::Auto),
-            Candidate::Nccl | Candidate::Nvshmem => None,
+            Candidate::Nccl | Candidate::NcclSym | Candidate::Nvshmem => None,
         }
     }
 }
@@ -126,6 +138,9 @@ pub struct AllreduceBenchOptions {
     pub warmup: usize,
     /// Columns of the report, in this order.
     pub candidates: Vec<Candidate>,
+    /// Those of `candidates` that the default list brought, not the user: not running them is
+    /// no failure ([`Report::optional`]).
+    pub optional: Vec<Candidate>,
     /// Receive slot size of our workspace ([`Nvshmem::allreduce_workspace`]).
     pub slot_bytes: usize,
 }
@@ -141,6 +156,7 @@ impl Default for AllreduceBenchOptions {
             reps: 20,
             warmup: 3,
             candidates: Candidate::ALL.to_vec(),
+            optional: vec![Candidate::NcclSym],
             slot_bytes: 8 << 20,
         }
     }
@@ -280,6 +296,8 @@ struct AllreduceBench<'nv> {
     shares_gpus: bool,
     ours: std::result::Result<Allreduce<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
+    /// Whether nccl-sym can run, or why not.
+    nccl_sym: std::result::Result<(), String>,
 }
 
 impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
@@ -297,6 +315,7 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
         }
         match c {
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::NcclSym => self.nccl_sym.clone(),
             Candidate::Nvshmem if self.op == ReduceOp::Avg => {
                 Err("NVSHMEM has no avg reduction".to_string())
             }
@@ -333,6 +352,7 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
                 })?;
                 T::reduction(AllreduceCall::Nccl { nccl, op }, input, output).map(|_| None)
             }
+            (None, Candidate::NcclSym) => Err(window_only(c.name())),
             (None, _) => {
                 // SAFETY: equal-length views of the benchmark's symmetric buffers, allocated on
                 // every PE; the world team; the runtime's stream.
@@ -375,6 +395,13 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
     fn busbw_factor(&self, n_pes: i32) -> f64 {
         busbw_factor(n_pes)
     }
+
+    fn nccl_window(&self, c: Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
+        match (c, &self.nccl) {
+            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, NcclCall::AllReduce(self.op))),
+            _ => None,
+        }
+    }
 }
 
 /// Runs the benchmark on every PE (collective; any PE count). Returns the report on PE 0, None
@@ -392,11 +419,12 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
     } else {
         Err("not requested".into())
     };
-    let nccl = if opts.candidates.contains(&Candidate::Nccl) {
-        NcclBaseline::for_bench(nv, &h.stream)
-    } else {
-        Err("not requested".into())
-    };
+    let (nccl, nccl_sym) = bench_baselines(
+        nv,
+        &h.stream,
+        opts.candidates.contains(&Candidate::Nccl),
+        opts.candidates.contains(&Candidate::NcclSym),
+    );
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = ours.as_ref().map_or(opts.slot_bytes, Allreduce::slot_bytes);
@@ -407,6 +435,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         shares_gpus: nv.shares_gpus(),
         ours,
         nccl,
+        nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
@@ -451,6 +480,9 @@ fn report(
     if let Some(s) = &settings {
         header.push(format!("ours: {s}"));
     }
+    if opts.candidates.contains(&Candidate::NcclSym) {
+        header.push(NCCL_SYM_WORDING.to_string());
+    }
     header.push("bus factor 2(n-1)/n; auto= what auto ran".to_string());
     Report {
         collective: "allreduce",
@@ -468,7 +500,13 @@ fn report(
             ("nccl_nvls_enable", nccl_nvls_enable.into()),
         ],
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
-        ratio: Some(("auto", "nccl")),
+        ratio: Some(("auto", NCCL_BASELINES)),
+        optional: opts
+            .candidates
+            .iter()
+            .filter(|c| opts.optional.contains(c))
+            .map(|c| c.name())
+            .collect(),
         note_column: Some(("auto=", "auto_algo")),
         checked_by: None,
         rows,
@@ -905,7 +943,8 @@ mod tests {
         assert!(j.contains("\"us\":10.0,\"us_after_compute\":12.0"), "{j}");
         let csv = harness::render_csv(&r);
         let auto = csv.lines().find(|l| l.contains(",auto,")).unwrap();
-        assert!(auto.ends_with(",12.000"), "{auto}");
+        // Then the row's ratios against NCCL, back to back and after compute.
+        assert!(auto.ends_with(",12.000,0.8000,nccl,0.8276,nccl"), "{auto}");
     }
 
     #[test]
@@ -916,7 +955,8 @@ mod tests {
         assert_eq!(
             head.join(","),
             "collective,size,count,type,redop,candidate,time_us,algbw_gbps,busbw_gbps,wrong,\
-             calls,checked,status,tolerance,time_after_compute_us"
+             calls,checked,status,tolerance,time_after_compute_us,ratio,ratio_baseline,\
+             ratio_after_compute,ratio_after_compute_baseline"
         );
         let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 10);
@@ -938,7 +978,11 @@ mod tests {
                 "400",
                 "ok",
                 "0",
-                "22.000"
+                "22.000",
+                "0.8000",
+                "nccl",
+                "0.8276",
+                "nccl"
             ]
         );
         // The reason keeps its quotes and commas inside one field.
@@ -954,12 +998,18 @@ mod tests {
                 "",
                 "n/a: status \"7\"",
                 "0",
-                ""
+                "",
+                "0.8000",
+                "nccl",
+                "0.8276",
+                "nccl"
             ]
         );
         assert_eq!(line(5)[5..7], ["oneshot", "30.000"]);
         assert_eq!(line(5)[9], "3");
         assert_eq!(line(5)[12], "wrong");
+        // The bf16 row: ours (auto) did not run, so no ratio.
+        assert_eq!(line(5)[15..], ["", "", "", ""]);
     }
 
     #[test]
@@ -1178,8 +1228,8 @@ mod tests {
             "{j}"
         );
         let csv = harness::render_csv(&r);
-        // The tolerance column, the one before the time after compute.
-        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').nth(1).unwrap()).collect();
+        // The tolerance column, the one before the time after compute and the ratios.
+        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').nth(5).unwrap()).collect();
         assert_eq!(
             last,
             [

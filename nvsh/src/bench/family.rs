@@ -1,7 +1,8 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
 //! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
-//! path and NVSHMEM's own collectives ([`crate::bench::nvshmem_coll`]), per message size and
-//! dtype, in one run on the same GPUs, stream and symmetric buffers.
+//! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers,
+//! against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`), and against
+//! NVSHMEM's own collectives on the same buffers ([`crate::bench::nvshmem_coll`], `nvshmem`).
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
 //! and grouped send/recv alltoall.
 //!
@@ -14,14 +15,15 @@
 
 use crate::bench::allreduce;
 use crate::bench::harness::{
-    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, BenchDtype,
-    BenchElement, Collective, Harness, Reduction, Report,
+    self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
+    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, NCCL_BASELINES,
+    NCCL_SYM_WORDING,
 };
 use crate::bench::nvshmem_coll::{
     describe_nvshmem, family_refusal, reduce_scratch, shared_gpu_refusal, NvshmemElement,
     NvshmemFamily,
 };
-use crate::nccl_baseline::{nccl_label, NcclBaseline};
+use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymView;
@@ -194,11 +196,34 @@ pub enum Candidate {
         help = "NVSHMEM's collective on a stream over the world team (broadcast, allgather, \
                 alltoall, reduce-scatter)"
     )]
+    /// NCCL's call on NCCL's registered symmetric memory ([`crate::nccl_baseline::NcclWindow`]).
+    #[value(
+        name = "nccl-sym",
+        help = "NCCL's collective on its own symmetric memory (ncclMemAlloc buffers registered \
+                as windows: its symmetric kernels); in the default list, not running is no \
+                failure unless named here"
+    )]
+    NcclSym,
+    /// NVSHMEM's own host collective on the stream over the world team
+    /// ([`NvshmemFamily::call`]): broadcast, allgather (fcollect), alltoall, reduce-scatter.
+    #[value(
+        name = "nvshmem",
+        help = "NVSHMEM's collective on a stream over the world team (broadcast, allgather, \
+                alltoall, reduce-scatter)"
+    )]
     Nvshmem,
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::Nvshmem];
+    pub const ALL: [Candidate; 4] = [
+        Candidate::Ours,
+        Candidate::Nccl,
+        Candidate::NcclSym,
+        Candidate::Nvshmem,
+    ];
+
+    /// The default list: all but `nvshmem`, which is asked for by name.
+    pub const DEFAULT: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
@@ -206,6 +231,7 @@ impl Candidate {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
             Candidate::Nvshmem => "nvshmem",
+            Candidate::NcclSym => "nccl-sym",
         }
     }
 }
@@ -232,13 +258,17 @@ pub struct FamilyBenchOptions {
     pub warmup: usize,
     /// Columns of the report, in this order.
     pub candidates: Vec<Candidate>,
+    /// Those of `candidates` that the default list brought, not the user: not running them is
+    /// no failure ([`Report::optional`]).
+    pub optional: Vec<Candidate>,
     /// Receive slot size of our reduce-scatter and reduce workspaces.
     pub slot_bytes: usize,
 }
 
 impl FamilyBenchOptions {
     /// The defaults for `kind`, as `nvsh bench allreduce`'s: 4K to 256M doubling, f32 and
-    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL, 8M slots.
+    /// bf16, sum, root 0, 20 groups after 3 warm-up calls, ours and NCCL's two paths (the
+    /// symmetric-memory one optional), 8M slots.
     pub fn new(kind: Kind) -> Self {
         FamilyBenchOptions {
             kind,
@@ -250,7 +280,8 @@ impl FamilyBenchOptions {
             root: 0,
             reps: 20,
             warmup: 3,
-            candidates: vec![Candidate::Ours, Candidate::Nccl],
+            candidates: Candidate::DEFAULT.to_vec(),
+            optional: vec![Candidate::NcclSym],
             slot_bytes: 8 << 20,
         }
     }
@@ -395,6 +426,22 @@ struct FamilyBench<'nv> {
     ours: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
     nvshmem: std::result::Result<NvshmemFamily, String>,
+    /// Whether nccl-sym can run, or why not.
+    nccl_sym: std::result::Result<(), String>,
+}
+
+impl FamilyBench<'_> {
+    /// NCCL's call for this collective (the v forms as their equal-count NCCL counterparts).
+    fn nccl_call(&self) -> NcclCall {
+        let (op, root) = (self.op, self.root);
+        match self.kind {
+            Kind::Broadcast => NcclCall::Broadcast { root },
+            Kind::Allgather | Kind::Allgatherv => NcclCall::AllGather,
+            Kind::Alltoall | Kind::Alltoallv => NcclCall::AllToAll,
+            Kind::ReduceScatter => NcclCall::ReduceScatter(op),
+            Kind::Reduce => NcclCall::Reduce { op, root },
+        }
+    }
 }
 
 /// A candidate's state, or why it cannot run, as the error the harness records.
@@ -425,6 +472,14 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
                 refusal.map_or(Ok(()), Err)?;
                 self.nvshmem.as_ref().map(|_| ()).map_err(Clone::clone)
             }
+            Candidate::NcclSym => self.nccl_sym.clone(),
+        }
+    }
+
+    fn nccl_window(&self, c: Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
+        match (c, &self.nccl) {
+            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, self.nccl_call())),
+            _ => None,
         }
     }
 
@@ -490,6 +545,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
                 let shmem = ready(&mut self.nvshmem)?;
                 shmem.call(self.kind, op, root, input, output, stream)
             }
+            Candidate::NcclSym => Err(window_only(c.name())),
         };
         done.map(|()| None)
     }
@@ -564,11 +620,12 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     } else {
         Err("not requested".into())
     };
-    let nccl = if opts.candidates.contains(&Candidate::Nccl) {
-        NcclBaseline::for_bench(nv, &h.stream)
-    } else {
-        Err("not requested".into())
-    };
+    let (nccl, nccl_sym) = bench_baselines(
+        nv,
+        &h.stream,
+        opts.candidates.contains(&Candidate::Nccl),
+        opts.candidates.contains(&Candidate::NcclSym),
+    );
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
     let nvshmem = if !opts.candidates.contains(&Candidate::Nvshmem) {
         Err("not requested".into())
@@ -597,6 +654,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         ours,
         nccl,
         nvshmem,
+        nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
@@ -638,7 +696,7 @@ fn report(
     if kind.rooted() {
         first += &format!("; root PE {}", opts.root);
     }
-    let header = vec![
+    let mut header = vec![
         first,
         format!(
             "{} (nccl-tests' definitions); bus factor {}",
@@ -647,6 +705,9 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
+    if opts.candidates.contains(&Candidate::NcclSym) {
+        header.push(NCCL_SYM_WORDING.to_string());
+    }
     let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
     if let Some(slot) = slot_bytes {
         json_fields.push(("slot_bytes", slot.into()));
@@ -667,7 +728,8 @@ fn report(
         header,
         json_fields,
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
-        ratio: Some(("ours", "nccl")),
+        ratio: Some(("ours", NCCL_BASELINES)),
+        optional: optional_names(&opts.candidates, &opts.optional),
         note_column: None,
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
@@ -677,6 +739,15 @@ fn report(
         }),
         rows,
     }
+}
+
+/// The report's names of the `optional` candidates among `candidates`.
+fn optional_names(candidates: &[Candidate], optional: &[Candidate]) -> Vec<&'static str> {
+    candidates
+        .iter()
+        .filter(|c| optional.contains(c))
+        .map(|c| c.name())
+        .collect()
 }
 
 #[cfg(test)]
@@ -695,6 +766,7 @@ mod tests {
             ours: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
             nvshmem: Err("no GPU".into()),
+            nccl_sym: Err("no GPU".into()),
         }
     }
 

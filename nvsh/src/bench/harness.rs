@@ -15,9 +15,14 @@
 //! writes stale data (peer data of an earlier call) is caught, and the reported time is the
 //! median over groups. A collective whose output is defined on some PEs only (reduce: the
 //! root) says so ([`Collective::checks_output`]); the other PEs' outputs are not compared.
+//!
+//! A candidate that is NCCL's call on NCCL's own registered buffers (nccl-sym,
+//! [`Collective::nccl_window`]) gets the same discipline on those: per dtype one pool of inputs
+//! and one of outputs from `ncclMemAlloc`, each registered as a symmetric window, the same
+//! inputs copied in, its outputs poisoned before each group and checked after it.
 
 use crate::bench::{elapsed_ms, median};
-use crate::nccl_baseline::HostExchange;
+use crate::nccl_baseline::{HostExchange, NcclBaseline, NcclBuf, NcclCall, NcclWindow};
 use cudarc::driver::CudaStream;
 use cudarc::nccl::NcclType;
 use nvshmem::coll::op::{ReduceOp, Reducible};
@@ -466,6 +471,15 @@ pub trait Collective<T: BenchElement> {
 
     /// busbw / algbw at `n_pes` (nccl-tests' definitions).
     fn busbw_factor(&self, n_pes: i32) -> f64;
+
+    /// For a candidate that is NCCL's collective on NCCL's own memory (nccl-sym): the
+    /// communicator and the call. The harness then runs it on `ncclMemAlloc` buffers registered
+    /// as symmetric windows instead of the symmetric buffers ([`Collective::call`] is not
+    /// used), holding the same inputs, poisoned and checked alike. None (the default) for the
+    /// others; asked only where [`Collective::available`] holds.
+    fn nccl_window(&self, _c: Self::Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
+        None
+    }
 }
 
 /// The message sizes asked for, as nccl-tests steps them: `min`, `min * factor`,
@@ -587,6 +601,63 @@ impl Row {
         let (o, t) = (self.timing(ours)?, self.timing(theirs)?);
         Some(time_ratio(o.us_after_compute, t.us_after_compute))
     }
+
+    /// The fastest of `baselines` that ran with every output right, by the back-to-back time
+    /// or (`after_compute`) by the time after a compute kernel: its name and that time. The
+    /// first listed wins a tie.
+    pub fn fastest(
+        &self,
+        baselines: &[&'static str],
+        after_compute: bool,
+    ) -> Option<(&'static str, f64)> {
+        let mut best: Option<(&'static str, f64)> = None;
+        for &b in baselines {
+            let Some(t) = self.timing(b) else { continue };
+            let us = if after_compute {
+                t.us_after_compute
+            } else {
+                t.us
+            };
+            if !us.is_nan() && best.is_none_or(|(_, u)| us < u) {
+                best = Some((b, us));
+            }
+        }
+        best
+    }
+
+    /// `ours`'s time over the fastest of `baselines` ([`Row::fastest`]), back to back or after
+    /// a compute kernel, and which baseline that was; None unless ours and one of them ran
+    /// right.
+    pub fn ratio_to_fastest(
+        &self,
+        ours: &str,
+        baselines: &[&'static str],
+        after_compute: bool,
+    ) -> Option<(f64, &'static str)> {
+        let o = self.timing(ours)?;
+        let (b, us) = self.fastest(baselines, after_compute)?;
+        let mine = if after_compute {
+            o.us_after_compute
+        } else {
+            o.us
+        };
+        Some((time_ratio(mine, us), b))
+    }
+}
+
+/// NCCL's two paths, the baselines of every collective bench's ratio: its regular kernels on
+/// the symmetric buffers, and its symmetric-memory kernels on NCCL's registered buffers. The
+/// ratio takes the faster of them at each size.
+pub const NCCL_BASELINES: &[&str] = &["nccl", "nccl-sym"];
+
+/// The table's `vs` cell: which baseline the ratio used back to back, and after a compute
+/// kernel when that was another (`nccl|nccl-sym`).
+pub fn baseline_cell(b2b: Option<&str>, after: Option<&str>) -> String {
+    match (b2b, after) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (a, None) => a.unwrap_or("-").to_string(),
+        (a, Some(b)) => format!("{}|{b}", a.unwrap_or("-")),
+    }
 }
 
 /// PE 0's results of one collective bench.
@@ -607,8 +678,13 @@ pub struct Report {
     /// Extra top-level JSON fields: name and value.
     pub json_fields: Vec<(&'static str, Value)>,
     pub candidates: Vec<&'static str>,
-    /// (ours, baseline) for the ratio column.
-    pub ratio: Option<(&'static str, &'static str)>,
+    /// (ours, baselines) for the ratio column: ours's time over the fastest baseline that ran
+    /// right at each size ([`Row::ratio_to_fastest`]); the column and JSON key are named after
+    /// the first baseline ("ours/nccl").
+    pub ratio: Option<(&'static str, &'static [&'static str])>,
+    /// Candidates in the list only because the default list has them (nccl-sym): one that
+    /// could not run is reported, but fails no run ([`Report::verify`]).
+    pub optional: Vec<&'static str>,
     /// Heading and JSON key of the row note column (allreduce: "auto=", "auto_algo").
     pub note_column: Option<(&'static str, &'static str)>,
     /// Who compares outputs where not every PE does (reduce: the root), for the table's
@@ -618,6 +694,28 @@ pub struct Report {
 }
 
 impl Report {
+    /// The ratio's baselines that are among the candidates, in the ratio's order.
+    pub fn ratio_baselines(&self) -> Vec<&'static str> {
+        self.ratio.map_or(Vec::new(), |(_, bases)| {
+            bases
+                .iter()
+                .copied()
+                .filter(|b| self.candidates.contains(b))
+                .collect()
+        })
+    }
+
+    /// Whether the table names the baseline of each ratio (`vs`): where at some size more than
+    /// one baseline ran right, so the ratio had a choice.
+    pub fn shows_baseline_column(&self) -> bool {
+        let Some((_, bases)) = self.ratio else {
+            return false;
+        };
+        self.rows
+            .iter()
+            .any(|row| bases.iter().filter(|b| row.timing(b).is_some()).count() > 1)
+    }
+
     /// The types that ran, each with its tolerance, in the rows' order: every output of every
     /// timed call of these was checked.
     pub fn checked_dtypes(&self) -> Vec<(BenchDtype, f64)> {
@@ -653,11 +751,15 @@ impl Report {
         out
     }
 
-    /// "candidate: why" for each requested candidate that did not run (once per reason).
+    /// "candidate: why" for each candidate asked for by name that did not run (once per
+    /// reason); the [`Report::optional`] ones are left out.
     pub fn not_run(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for row in &self.rows {
             for (c, o) in &row.results {
+                if self.optional.contains(c) {
+                    continue;
+                }
                 if let Outcome::Unavailable(why) = o {
                     let line = format!("{c}: {why}");
                     if !out.contains(&line) {
@@ -809,8 +911,14 @@ impl<'nv> Harness<'nv> {
         }
         let inputs = nv.alloc::<T>(in_pool)?;
         let outputs = nv.alloc::<T>(out_pool)?;
+        let windows = self.nccl_windows(&*coll, candidates, in_pool, out_pool)?;
         for (count, bytes) in plan {
-            let slots = Slots::new(coll, &inputs, &outputs, count, slots_for(bytes), nv)?;
+            let pools = Pools {
+                inputs: &inputs,
+                outputs: &outputs,
+                windows: windows.as_ref(),
+            };
+            let slots = Slots::new(coll, pools, count, slots_for(bytes), nv)?;
             let mut row = Row {
                 bytes,
                 count,
@@ -828,6 +936,60 @@ impl<'nv> Harness<'nv> {
         Ok(())
     }
 
+    /// NCCL's buffers for a candidate that runs on them ([`Collective::nccl_window`]): a pool
+    /// of `in_len` input and one of `out_len` output elements, each registered as a symmetric
+    /// window; None when no candidate asks for them, the reason when they could not be made
+    /// (the same on every PE). Collective.
+    #[allow(clippy::type_complexity)]
+    fn nccl_windows<T: BenchElement, C: Collective<T>>(
+        &self,
+        coll: &C,
+        candidates: &[C::Candidate],
+        in_len: usize,
+        out_len: usize,
+    ) -> Result<Option<std::result::Result<WindowPair<'nv, T>, String>>> {
+        // Decided from state every PE shares, so all of them make windows or none does.
+        let Some((nccl, _)) = candidates
+            .iter()
+            .filter(|&&c| coll.available(c).is_ok())
+            .find_map(|&c| coll.nccl_window(c))
+        else {
+            return Ok(None);
+        };
+        let made = nccl.mem_alloc::<T>(self.nv, in_len).and_then(|i| {
+            let o = nccl.mem_alloc::<T>(self.nv, out_len)?;
+            Ok((i, o))
+        });
+        let (mut i, mut o) = match self.agree("ncclMemAlloc", made)? {
+            Ok(pair) => pair,
+            Err(why) => return Ok(Some(Err(why))),
+        };
+        // Collective: every PE registers the same two windows in the same order.
+        let registered = i.register().and_then(|()| o.register());
+        Ok(Some(
+            self.agree("ncclCommWindowRegister", registered)?
+                .map(|()| (i, o)),
+        ))
+    }
+
+    /// One call of `c` on slot `k`: on the symmetric buffers, or for a candidate of NCCL's
+    /// windows on those.
+    fn call_slot<T: BenchElement, C: Collective<T>>(
+        coll: &mut C,
+        c: C::Candidate,
+        slots: &Slots<'_, T>,
+        k: usize,
+        stream: &CudaStream,
+    ) -> Result<Option<&'static str>> {
+        match coll.nccl_window(c) {
+            Some((nccl, call)) => {
+                let w = slots.windows()?;
+                nccl.run(call, w.input(k)?, w.output(k)?).map(|()| None)
+            }
+            None => coll.call(c, slots.input(k)?, slots.output(k)?, stream),
+        }
+    }
+
     /// Times one candidate at one size in checked groups. Collective.
     fn measure<T: BenchElement, C: Collective<T>>(
         &self,
@@ -840,10 +1002,16 @@ impl<'nv> Harness<'nv> {
         if let Err(why) = coll.available(c) {
             return Ok(Outcome::Unavailable(why));
         }
+        let window = coll.nccl_window(c).is_some();
+        if window {
+            if let Err(e) = slots.windows() {
+                return Ok(Outcome::Unavailable(e.to_string()));
+            }
+        }
         // A first call tells whether the candidate runs at all; the PEs agree before anyone
         // waits on the GPU, since a PE whose call launched may be waiting for the others.
         nv.barrier_all()?;
-        let probe = coll.call(c, slots.input(0)?, slots.output(0)?, stream);
+        let probe = Self::call_slot(coll, c, slots, 0, stream);
         match self.agree(coll.name(c), probe)? {
             Err(why) => return Ok(Outcome::Unavailable(why)),
             Ok(Some(picked)) => *note = Some(picked),
@@ -855,8 +1023,7 @@ impl<'nv> Harness<'nv> {
         nv.barrier_all()?;
         let ms = elapsed_ms(nv, stream, || {
             for k in 0..self.warmup {
-                let k = k % slots.n_slots;
-                coll.call(c, slots.input(k)?, slots.output(k)?, stream)?;
+                Self::call_slot(coll, c, slots, k % slots.n_slots, stream)?;
             }
             Ok(())
         })?;
@@ -880,7 +1047,7 @@ impl<'nv> Harness<'nv> {
             .chain((0..self.reps).map(|r| (r, true)))
         {
             // NaN in every output, so a call that writes nothing (or only part) is caught.
-            slots.poison(group)?;
+            slots.poison(window, group)?;
             nv.context().synchronize()?;
             // Every group starts together, so skew between PEs is not timed.
             nv.barrier_all()?;
@@ -889,7 +1056,7 @@ impl<'nv> Harness<'nv> {
                     if after_compute {
                         self.compute_kernel()?;
                     }
-                    coll.call(c, slots.input(k)?, slots.output(k)?, stream)?;
+                    Self::call_slot(coll, c, slots, k, stream)?;
                 }
                 Ok(())
             })?;
@@ -908,10 +1075,7 @@ impl<'nv> Harness<'nv> {
             if !slots.checks {
                 continue;
             }
-            slots
-                .outputs
-                .view(..group * slots.out_len)?
-                .copy_to_host(&mut host)?;
+            slots.read_outputs(window, group, &mut host)?;
             for (k, got) in host.chunks(slots.out_len).enumerate() {
                 if let Some((i, got, expected)) = slots.first_mismatch(k, got) {
                     wrong += 1;
@@ -994,10 +1158,41 @@ struct Mismatch {
     expected: f64,
 }
 
+/// NCCL's input and output pools of one dtype, registered as windows.
+type WindowPair<'nv, T> = (NcclWindow<'nv, T>, NcclWindow<'nv, T>);
+
+/// One dtype's buffer pools, of which each size takes a prefix.
+struct Pools<'p, 'nv, T: BenchElement> {
+    inputs: &'p SymmetricBuffer<'nv, T>,
+    outputs: &'p SymmetricBuffer<'nv, T>,
+    /// NCCL's, where a candidate runs on them (or why they could not be made).
+    windows: Option<&'p std::result::Result<WindowPair<'nv, T>, String>>,
+}
+
+/// One size's slots in NCCL's windows.
+struct WindowSlots<'p, T> {
+    inputs: NcclBuf<'p, T>,
+    outputs: NcclBuf<'p, T>,
+    in_len: usize,
+    out_len: usize,
+}
+
+impl<'p, T: BenchElement> WindowSlots<'p, T> {
+    fn input(&self, k: usize) -> Result<NcclBuf<'p, T>> {
+        self.inputs.view(k * self.in_len..(k + 1) * self.in_len)
+    }
+
+    fn output(&self, k: usize) -> Result<NcclBuf<'p, T>> {
+        self.outputs.view(k * self.out_len..(k + 1) * self.out_len)
+    }
+}
+
 /// One size's input/output buffer pairs, inputs written, expected outputs on the host.
 struct Slots<'p, T: BenchElement> {
     inputs: SymView<'p, T>,
     outputs: SymView<'p, T>,
+    /// The same slots in NCCL's windows, holding the same inputs (or why there are none).
+    nccl: Option<std::result::Result<WindowSlots<'p, T>, String>>,
     /// Buffer pairs.
     n_slots: usize,
     /// nccl-tests' size of the message (the larger buffer), bytes.
@@ -1016,8 +1211,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
     /// Writes every slot's input on this PE and computes its expected outputs. Collective.
     fn new<C: Collective<T>>(
         coll: &C,
-        inputs: &'p SymmetricBuffer<'_, T>,
-        outputs: &'p SymmetricBuffer<'_, T>,
+        pools: Pools<'p, '_, T>,
         count: usize,
         n_slots: usize,
         nv: &Nvshmem,
@@ -1039,15 +1233,37 @@ impl<'p, T: BenchElement> Slots<'p, T> {
                 );
             }
         }
-        let inputs = inputs.view(..n_slots * in_len)?;
+        let inputs = pools.inputs.view(..n_slots * in_len)?;
         inputs.copy_from_host(&host)?;
+        let nccl = match pools.windows {
+            None => None,
+            Some(Err(why)) => Some(Err(why.clone())),
+            Some(Ok((win_in, win_out))) => {
+                let w = WindowSlots {
+                    inputs: win_in.view(0..n_slots * in_len)?,
+                    outputs: win_out.view(0..n_slots * out_len)?,
+                    in_len,
+                    out_len,
+                };
+                // The same inputs as the symmetric buffers'.
+                // SAFETY: a device range of NCCL's of exactly host's length, on this PE.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_sync(
+                        w.inputs.as_device_ptr() as cudarc::driver::sys::CUdeviceptr,
+                        &host,
+                    )
+                }?;
+                Some(Ok(w))
+            }
+        };
         // A synchronous copy from pageable memory may return before the data lands.
         nv.context().synchronize()?;
         // Nobody reads a peer's inputs before the peer wrote them.
         nv.barrier_all()?;
         Ok(Slots {
             inputs,
-            outputs: outputs.view(..n_slots * out_len)?,
+            outputs: pools.outputs.view(..n_slots * out_len)?,
+            nccl,
             n_slots,
             bytes,
             in_len,
@@ -1066,10 +1282,59 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         self.outputs.view(k * self.out_len..(k + 1) * self.out_len)
     }
 
-    /// Fills the first `group` outputs with a value no correct output holds
-    /// ([`BenchDtype::poison_byte`]: NaN for floats).
-    fn poison(&self, group: usize) -> Result<()> {
-        let first = self.outputs.view(..group * self.out_len)?;
+    /// The slots in NCCL's windows; an error saying why there are none.
+    fn windows(&self) -> Result<&WindowSlots<'p, T>> {
+        match &self.nccl {
+            Some(Ok(w)) => Ok(w),
+            Some(Err(why)) => Err(Error::Driver {
+                message: why.clone(),
+            }),
+            None => Err(Error::Driver {
+                message: "no NCCL windows were made for this run".into(),
+            }),
+        }
+    }
+
+    /// The first `group` outputs: of NCCL's windows (`window`) or of the symmetric buffers.
+    fn first_outputs(&self, window: bool, group: usize) -> Result<NcclBuf<'p, T>> {
+        if window {
+            self.windows()?.outputs.view(0..group * self.out_len)
+        } else {
+            Ok(self.outputs.view(..group * self.out_len)?.into())
+        }
+    }
+
+    /// Copies the first `group` outputs (of NCCL's windows where `window`) into `host`.
+    fn read_outputs(&self, window: bool, group: usize, host: &mut [T]) -> Result<()> {
+        if !window {
+            return self
+                .outputs
+                .view(..group * self.out_len)?
+                .copy_to_host(host);
+        }
+        let first = self.first_outputs(true, group)?;
+        if first.len() != host.len() {
+            return Err(Error::HostLengthMismatch {
+                what: "NCCL window outputs",
+                host: host.len(),
+                device: first.len(),
+            });
+        }
+        // SAFETY: a device range of NCCL's of host's length; the calls that wrote it are done
+        // (the group's stop event was waited for).
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_sync(
+                host,
+                first.as_device_ptr() as cudarc::driver::sys::CUdeviceptr,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// Fills the first `group` outputs (of NCCL's windows where `window`) with a value no
+    /// correct output holds ([`BenchDtype::poison_byte`]: NaN for floats).
+    fn poison(&self, window: bool, group: usize) -> Result<()> {
+        let first = self.first_outputs(window, group)?;
         if first.is_empty() {
             return Ok(());
         }
@@ -1187,8 +1452,9 @@ pub fn render_table(r: &Report) -> String {
         size_label(COMPUTE_BYTES)
     );
     s += "# algbw = bytes / time, busbw = algbw * bus factor, GB/s (1e9 B/s)";
-    if let Some((ours, theirs)) = r.ratio {
-        s += &format!("; {ours}/{theirs} = {ours}'s time over {theirs}'s (< 1: ours is faster)");
+    let show_vs = r.shows_baseline_column();
+    if let Some((ours, bases)) = r.ratio {
+        s += &ratio_wording(ours, &r.ratio_baselines(), bases[0], show_vs);
     }
     s += "\n";
     s += &checked_wording(r.checked_by.as_deref());
@@ -1217,9 +1483,12 @@ pub fn render_table(r: &Report) -> String {
             "time", "algbw", "busbw", "#wrong", "t|compute"
         );
     }
-    let ratio_head = r.ratio.map(|(a, b)| format!("{a}/{b}"));
+    let ratio_head = r.ratio.map(|(a, b)| format!("{a}/{}", b[0]));
     if let Some(h) = &ratio_head {
         s += &format!(" {h:>9} {:>9}", "|compute");
+        if show_vs {
+            s += &format!(" {:>13}", "vs");
+        }
     }
     if let Some((head, _)) = r.note_column {
         s += &format!(" {head:>7}");
@@ -1240,7 +1509,11 @@ pub fn render_table(r: &Report) -> String {
                     t.us, t.algbw, t.busbw, t.wrong, t.us_after_compute
                 ),
                 Some(Outcome::Unavailable(why)) => {
-                    let note = format!("# {c}: n/a ({why})");
+                    let mut note = format!("# {c}: n/a ({why})");
+                    if r.optional.contains(&c) {
+                        note += "; in the default list only, so no failure (name it in --algos \
+                                 to make it one)";
+                    }
                     if !notes.contains(&note) {
                         notes.push(note);
                     }
@@ -1249,11 +1522,16 @@ pub fn render_table(r: &Report) -> String {
                 None => format!(" {:>9} {:>7} {:>7} {:>6} {:>9}", "-", "-", "-", "-", "-"),
             };
         }
-        if let Some((ours, theirs)) = r.ratio {
-            let shown = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
-            let ratio = shown(row.ratio(ours, theirs));
-            let after = shown(row.ratio_after_compute(ours, theirs));
-            s += &format!(" {ratio:>9} {after:>9}");
+        if let Some((ours, bases)) = r.ratio {
+            let b2b = row.ratio_to_fastest(ours, bases, false);
+            let after = row.ratio_to_fastest(ours, bases, true);
+            let shown =
+                |x: Option<(f64, &str)>| x.map_or("-".to_string(), |x| format!("{:.2}", x.0));
+            s += &format!(" {:>9} {:>9}", shown(b2b), shown(after));
+            if show_vs {
+                let vs = baseline_cell(b2b.map(|x| x.1), after.map(|x| x.1));
+                s += &format!(" {vs:>13}");
+            }
         }
         if r.note_column.is_some() {
             s += &format!(" {:>7}", row.note.unwrap_or("-"));
@@ -1273,6 +1551,43 @@ pub fn render_table(r: &Report) -> String {
         }
     }
     s
+}
+
+/// The table header's words on the ratio: `ours`'s time over `named`'s (the ratio's baselines
+/// among the candidates; `label` names the column), over the faster of them at each size
+/// where there are several.
+pub fn ratio_wording(ours: &str, named: &[&str], label: &str, show_vs: bool) -> String {
+    let head = format!("; {ours}/{label} = {ours}'s time over ");
+    match named {
+        [] | [_] => format!(
+            "{head}{}'s (< 1: ours is faster)",
+            named.first().copied().unwrap_or(label)
+        ),
+        _ => format!(
+            "{head}the faster of {} at each size, back to back and after compute each (< 1: \
+             ours is faster){}",
+            named.join(" and "),
+            if show_vs {
+                "; vs = which (a|b: a back to back, b after compute)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The report header's line on the nccl-sym candidate.
+pub const NCCL_SYM_WORDING: &str = "nccl-sym: NCCL's call on its own buffers (ncclMemAlloc, \
+     registered with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)), the same inputs, checked \
+     alike; NCCL runs its symmetric kernels where it has them (2.28: allgather, allreduce and \
+     reduce-scatter sums of f32, f16 and bf16, one node) and its regular ones otherwise";
+
+/// The error of [`Collective::call`] for a candidate the harness runs on NCCL's windows
+/// ([`Collective::nccl_window`]), which never reaches it.
+pub fn window_only(candidate: &str) -> Error {
+    Error::Driver {
+        message: format!("{candidate} runs on NCCL's windows, through the harness"),
+    }
 }
 
 /// Bytes the compute kernel between calls writes.
@@ -1312,11 +1627,13 @@ pub fn render_json(r: &Report) -> String {
         if let Some((_, key)) = r.note_column {
             m.insert(key.into(), json!(row.note));
         }
-        if let Some((ours, theirs)) = r.ratio {
-            let ratio = row
-                .ratio(ours, theirs)
-                .map_or(Value::Null, |x| rounded(x, 4));
-            m.insert(format!("ratio_{ours}_over_{theirs}"), ratio);
+        if let Some((ours, bases)) = r.ratio {
+            for (after, key) in [(false, "ratio"), (true, "ratio_after_compute")] {
+                let best = row.ratio_to_fastest(ours, bases, after);
+                let value = best.map_or(Value::Null, |(x, _)| rounded(x, 4));
+                m.insert(format!("{key}_{ours}_over_{}", bases[0]), value);
+                m.insert(format!("{key}_baseline"), json!(best.map(|(_, b)| b)));
+            }
         }
         let results = row
             .results
@@ -1342,6 +1659,9 @@ pub fn render_json(r: &Report) -> String {
     let checked: Vec<&str> = r.checked_dtypes().iter().map(|(d, _)| d.name()).collect();
     m.insert("dtypes".into(), json!(checked));
     m.insert("candidates".into(), json!(r.candidates));
+    // Ours over the fastest of these at each size (a row's `ratio_baseline` says which).
+    m.insert("ratio_baselines".into(), json!(r.ratio_baselines()));
+    m.insert("optional".into(), json!(r.optional));
     m.insert(
         "rows".into(),
         Value::Array(r.rows.iter().map(row).collect()),
@@ -1352,7 +1672,10 @@ pub fn render_json(r: &Report) -> String {
 /// The report as CSV: a header line, then one line per size, dtype and candidate with
 /// nccl-tests' columns (size, count, type, redop, time, algbw, busbw, #wrong) and the
 /// candidate, its calls per group, outputs checked, status ("ok", "wrong" or "n/a: why") and
-/// the tolerance the type's outputs were checked with (0: exact).
+/// the tolerance the type's outputs were checked with (0: exact), its time after a compute
+/// kernel, then the row's ratio of ours over the fastest NCCL path, back to back and after
+/// compute, each with the baseline it used (the same on every line of a size and dtype; empty
+/// where none).
 pub fn render_csv(r: &Report) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let header = [
@@ -1371,11 +1694,27 @@ pub fn render_csv(r: &Report) -> String {
         "status",
         "tolerance",
         "time_after_compute_us",
+        "ratio",
+        "ratio_baseline",
+        "ratio_after_compute",
+        "ratio_after_compute_baseline",
     ];
     // Writing into a Vec cannot fail; a field count off by one would be a bug here.
     w.write_record(header).expect("CSV header");
     let redop = r.op.map_or("none", ReduceOp::name);
     for row in &r.rows {
+        let ratios: Vec<String> = [false, true]
+            .into_iter()
+            .flat_map(|after| {
+                let best = r
+                    .ratio
+                    .and_then(|(ours, bases)| row.ratio_to_fastest(ours, bases, after));
+                [
+                    best.map_or(String::new(), |(x, _)| format!("{x:.4}")),
+                    best.map_or(String::new(), |(_, b)| b.to_string()),
+                ]
+            })
+            .collect();
         for (c, o) in &row.results {
             let fixed = [
                 r.collective.to_string(),
@@ -1406,8 +1745,14 @@ pub fn render_csv(r: &Report) -> String {
                 Outcome::Timed(t) => format!("{:.3}", t.us_after_compute),
                 Outcome::Unavailable(_) => String::new(),
             };
-            w.write_record(fixed.iter().chain(rest.iter()).chain([&tolerance, &after]))
-                .expect("CSV row");
+            w.write_record(
+                fixed
+                    .iter()
+                    .chain(rest.iter())
+                    .chain([&tolerance, &after])
+                    .chain(ratios.iter()),
+            )
+            .expect("CSV row");
         }
     }
     String::from_utf8(w.into_inner().expect("CSV buffer")).expect("CSV is UTF-8")
@@ -1602,6 +1947,236 @@ mod tests {
         assert_eq!(u64::from_value(9007199254740991.0), (1 << 53) - 1);
         assert_eq!(u8::from_value(254.0), 254);
         assert_eq!(i32::from_value(-1073741824.0).value(), -1073741824.0);
+    }
+
+    fn timed(us: f64, after: f64, wrong: u64) -> Outcome {
+        Outcome::Timed(Timing {
+            iters: 20,
+            us,
+            us_after_compute: after,
+            algbw: algbw_gbps(4096, us),
+            busbw: algbw_gbps(4096, us),
+            checked: 40,
+            checked_pes: 2,
+            wrong,
+            wrong_detail: None,
+        })
+    }
+
+    /// A report of ours against NCCL's two paths: at 4K nccl-sym is the faster back to back
+    /// but not after compute, at 8K nccl is the faster (nccl-sym ran, slower), at 16K
+    /// nccl-sym's outputs were wrong and at 32K it did not run.
+    fn two_baselines() -> Report {
+        let row = |bytes: usize, results: Vec<(&'static str, Outcome)>| Row {
+            bytes,
+            count: bytes / 4,
+            dtype: BenchDtype::F32,
+            tolerance: 0.0,
+            results,
+            note: None,
+        };
+        Report {
+            collective: "allgather",
+            n_pes: 2,
+            gpu: "NVIDIA H200".into(),
+            date: "2026-12-01".into(),
+            op: None,
+            reps: 2,
+            warmup: 1,
+            header: vec![],
+            json_fields: vec![],
+            candidates: vec!["ours", "nccl", "nccl-sym"],
+            ratio: Some(("ours", NCCL_BASELINES)),
+            optional: vec!["nccl-sym"],
+            note_column: None,
+            checked_by: None,
+            rows: vec![
+                row(
+                    4096,
+                    vec![
+                        ("ours", timed(4.0, 6.0, 0)),
+                        ("nccl", timed(8.0, 10.0, 0)),
+                        ("nccl-sym", timed(5.0, 12.0, 0)),
+                    ],
+                ),
+                row(
+                    8192,
+                    vec![
+                        ("ours", timed(9.0, 9.0, 0)),
+                        ("nccl", timed(6.0, 6.0, 0)),
+                        ("nccl-sym", timed(7.5, 7.5, 0)),
+                    ],
+                ),
+                row(
+                    16384,
+                    vec![
+                        ("ours", timed(10.0, 10.0, 0)),
+                        ("nccl", timed(20.0, 20.0, 0)),
+                        ("nccl-sym", timed(1.0, 1.0, 3)),
+                    ],
+                ),
+                row(
+                    32768,
+                    vec![
+                        ("ours", timed(10.0, 10.0, 0)),
+                        ("nccl", timed(40.0, 40.0, 0)),
+                        (
+                            "nccl-sym",
+                            Outcome::Unavailable("NCCL 2.26.2 has none".into()),
+                        ),
+                    ],
+                ),
+            ],
+        }
+    }
+
+    /// The ratio takes the faster NCCL path that ran right, at each size and separately back
+    /// to back and after compute; a tie goes to the first listed (nccl).
+    #[test]
+    fn ratio_takes_the_faster_nccl_path_per_size() {
+        let r = two_baselines();
+        let at = |i: usize, after: bool| r.rows[i].ratio_to_fastest("ours", NCCL_BASELINES, after);
+        assert_eq!(at(0, false), Some((0.8, "nccl-sym")));
+        assert_eq!(at(0, true), Some((0.6, "nccl")));
+        assert_eq!(at(1, false), Some((1.5, "nccl")));
+        // Wrong outputs and a path that did not run are never the baseline.
+        assert_eq!(at(2, false), Some((0.5, "nccl")));
+        assert_eq!(at(3, true), Some((0.25, "nccl")));
+        assert_eq!(
+            r.rows[0].fastest(NCCL_BASELINES, false),
+            Some(("nccl-sym", 5.0))
+        );
+        // The old single-baseline ratio is unchanged.
+        assert_eq!(r.rows[0].ratio("ours", "nccl"), Some(0.5));
+        let mut tie = r.rows[1].clone();
+        tie.results[2] = ("nccl-sym", timed(6.0, 6.0, 0));
+        assert_eq!(tie.fastest(NCCL_BASELINES, false), Some(("nccl", 6.0)));
+        // Neither ran: no ratio; ours did not run: none either.
+        let mut none = r.rows[3].clone();
+        none.results[1] = ("nccl", Outcome::Unavailable("no NCCL".into()));
+        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, false), None);
+        none.results = vec![("nccl", timed(1.0, 1.0, 0))];
+        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, false), None);
+        assert_eq!(baseline_cell(Some("nccl"), Some("nccl")), "nccl");
+        assert_eq!(
+            baseline_cell(Some("nccl-sym"), Some("nccl")),
+            "nccl-sym|nccl"
+        );
+        assert_eq!(baseline_cell(None, Some("nccl")), "-|nccl");
+        assert_eq!(baseline_cell(Some("nccl"), None), "nccl");
+        assert_eq!(baseline_cell(None, None), "-");
+    }
+
+    /// The table's ratio columns use the faster path and say which (`vs`); the header says
+    /// how the ratio is chosen; an optional candidate that did not run is a note, not a failure.
+    #[test]
+    fn table_names_the_baseline_of_each_ratio() {
+        let r = two_baselines();
+        let t = render_table(&r);
+        assert!(
+            t.contains(
+                "; ours/nccl = ours's time over the faster of nccl and nccl-sym at each size, \
+                 back to back and after compute each (< 1: ours is faster); vs = which (a|b: a \
+                 back to back, b after compute)\n"
+            ),
+            "{t}"
+        );
+        let header = t.lines().find(|l| l.contains("redop")).unwrap();
+        assert!(
+            header.ends_with(" ours/nccl  |compute            vs"),
+            "{header}"
+        );
+        let line = |size: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(size))
+                .unwrap()
+                .to_string()
+        };
+        assert!(line("4K").ends_with(" 0.80      0.60 nccl-sym|nccl"), "{t}");
+        assert!(line("8K").ends_with(" 1.50      1.50          nccl"), "{t}");
+        assert_eq!(header.len(), line("4K").len(), "{header}\n{}", line("4K"));
+        assert!(
+            t.contains(
+                "# nccl-sym: n/a (NCCL 2.26.2 has none); in the default list only, so no failure"
+            ),
+            "{t}"
+        );
+        // nccl-sym's wrong outputs fail the run; its n/a alone would not.
+        assert!(r.verify().is_err());
+        let mut ok = r.clone();
+        ok.rows.remove(2);
+        assert!(ok.verify().is_ok());
+        assert!(ok.not_run().is_empty());
+        // Named in --algos, its n/a fails the run.
+        ok.optional.clear();
+        let err = ok.verify().unwrap_err().to_string();
+        assert!(err.contains("nccl-sym: NCCL 2.26.2 has none"), "{err}");
+        // With one NCCL path among the candidates, the table reads as before: no vs column.
+        let mut one = two_baselines();
+        one.candidates = vec!["ours", "nccl"];
+        for row in &mut one.rows {
+            row.results.truncate(2);
+        }
+        assert!(!one.shows_baseline_column());
+        let t = render_table(&one);
+        assert!(t.contains("; ours/nccl = ours's time over nccl's (< 1: ours is faster)\n"));
+        let header = t.lines().find(|l| l.contains("redop")).unwrap();
+        assert!(header.ends_with("ours/nccl  |compute"), "{header}");
+        assert_eq!(
+            ratio_wording("auto", &["nccl-sym"], "nccl", false),
+            "; auto/nccl = auto's time over nccl-sym's (< 1: ours is faster)"
+        );
+    }
+
+    /// JSON: the ratios against the faster path with the baseline each used, the baselines
+    /// and the optional candidates; every candidate's own times under `results`.
+    #[test]
+    fn json_and_csv_carry_the_ratio_and_its_baseline() {
+        let r = two_baselines();
+        let v: Value = serde_json::from_str(&render_json(&r)).expect("valid JSON");
+        assert_eq!(v["ratio_baselines"], json!(["nccl", "nccl-sym"]));
+        assert_eq!(v["optional"], json!(["nccl-sym"]));
+        let row = &v["rows"][0];
+        assert_eq!(row["ratio_ours_over_nccl"], json!(0.8));
+        assert_eq!(row["ratio_baseline"], "nccl-sym");
+        assert_eq!(row["ratio_after_compute_ours_over_nccl"], json!(0.6));
+        assert_eq!(row["ratio_after_compute_baseline"], "nccl");
+        assert_eq!(row["results"]["nccl-sym"]["us"], json!(5.0));
+        assert_eq!(
+            v["rows"][3]["results"]["nccl-sym"]["na"],
+            "NCCL 2.26.2 has none"
+        );
+        let mut lone = r.clone();
+        lone.rows[0].results.truncate(1);
+        let v: Value = serde_json::from_str(&render_json(&lone)).unwrap();
+        assert_eq!(v["rows"][0]["ratio_ours_over_nccl"], Value::Null);
+        assert_eq!(v["rows"][0]["ratio_baseline"], Value::Null);
+
+        let text = render_csv(&r);
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let head: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+        assert_eq!(
+            head[14..],
+            [
+                "time_after_compute_us",
+                "ratio",
+                "ratio_baseline",
+                "ratio_after_compute",
+                "ratio_after_compute_baseline"
+            ]
+        );
+        let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 12);
+        // Every line of a size carries the size's ratios.
+        for line in &rows[..3] {
+            assert_eq!(
+                line.iter().skip(15).collect::<Vec<_>>(),
+                ["0.8000", "nccl-sym", "0.6000", "nccl"]
+            );
+        }
+        assert_eq!(&rows[2][5], "nccl-sym");
+        assert_eq!(&rows[11][12], "n/a: NCCL 2.26.2 has none");
+        assert_eq!(&rows[11][16], "nccl");
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! timed calls, one more call runs on a zeroed residual into a poisoned output; the reference
 //! is each PE's sent pairs ([`SparseAllreduce::selected`], gTop-k:
 //! [`SparseAllreduce::included`]) scatter-added into a zeroed dense buffer and summed by the
-//! dense allreduce. Top-k and Gaussian methods must match it exactly (a relative error of 0);
-//! gTop-k's error is reported (a pair dropped in a tree round whose index another PE kept is
-//! not in its sum), not failed. The dense rows are checked against the host sum of the
+//! dense allreduce. Top-k, Gaussian and region methods (Ok-Topk, `topk_sa`, `gaussiank_sa`)
+//! must match it exactly (a relative error of 0); gTop-k's error is reported (a pair dropped in
+//! a tree round whose index another PE kept is not in its sum), not failed. Ok-Topk's timed
+//! calls reuse its threshold between re-estimates, as training does; the checked call, after
+//! the residual is cleared, re-estimates. The dense rows are checked against the host sum of the
 //! patterns.
 
 use crate::bench::harness::{pattern_hash, quarter_value, rounded, size_steps, BENCH_SCHEMA};

@@ -48,11 +48,12 @@ pub enum BenchCommand {
 
 #[derive(Args)]
 pub struct SparseArgs {
-    /// Methods, comma-separated: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk.
+    /// Methods, comma-separated: topk, topk_aopt, gaussiank, gaussiank_concat, gtopk, oktopk,
+    /// topk_sa, gaussiank_sa.
     #[arg(
         long,
         value_name = "METHODS",
-        default_value = "topk,topk_aopt,gaussiank,gaussiank_concat,gtopk",
+        default_value = "topk,topk_aopt,gaussiank,gaussiank_concat,gtopk,oktopk,topk_sa,gaussiank_sa",
         value_delimiter = ',',
         value_parser = parse_method
     )]
@@ -376,15 +377,11 @@ pub struct AllreduceArgs {
     common: CollectiveArgs,
     #[command(flatten)]
     reduction: ReductionArgs,
-    /// What to time, comma-separated.
-    #[arg(
-        long,
-        value_name = "ALGOS",
-        default_value = "oneshot,twoshot,ring,rd,auto,nccl,nvshmem",
-        value_delimiter = ',',
-        ignore_case = true
-    )]
-    algos: Vec<Candidate>,
+    /// What to time, comma-separated [default: all of them]. nccl-sym, which the default
+    /// brings, is reported as n/a without failing the run where it cannot run (NCCL older than
+    /// 2.27); named here, it fails the run like any other.
+    #[arg(long, value_name = "ALGOS", value_delimiter = ',', ignore_case = true)]
+    algos: Option<Vec<Candidate>>,
 }
 
 /// The options of the collectives beside allreduce (all of allgather's and alltoall's).
@@ -392,15 +389,12 @@ pub struct AllreduceArgs {
 pub struct FamilyArgs {
     #[command(flatten)]
     common: CollectiveArgs,
-    /// What to time, comma-separated (nvshmem: NVSHMEM's own collective, where it has one).
-    #[arg(
-        long,
-        value_name = "ALGOS",
-        default_value = "ours,nccl",
-        value_delimiter = ',',
-        ignore_case = true
-    )]
-    algos: Vec<family::Candidate>,
+    /// What to time, comma-separated [default: ours,nccl,nccl-sym]. nccl-sym, which the
+    /// default brings, is reported as n/a without failing the run where it cannot run (NCCL
+    /// older than 2.27); named here, it fails the run like any other. nvshmem (NVSHMEM's own
+    /// collective, where it has one) runs only when named.
+    #[arg(long, value_name = "ALGOS", value_delimiter = ',', ignore_case = true)]
+    algos: Option<Vec<family::Candidate>>,
 }
 
 /// The root of broadcast and reduce.
@@ -606,6 +600,19 @@ fn verify_then(verify: Result<()>, drawn: Result<()>) -> Result<()> {
     verify.and(drawn)
 }
 
+/// The candidates of `--algos` and the optional ones among them: the list as given (without
+/// repeats) and none optional, else the default list and its `optional` ones.
+fn chosen<T: PartialEq + Copy>(
+    algos: Option<&[T]>,
+    default: &[T],
+    optional: &[T],
+) -> (Vec<T>, Vec<T>) {
+    match algos {
+        Some(list) => (dedup(list), Vec::new()),
+        None => (default.to_vec(), optional.to_vec()),
+    }
+}
+
 /// A list without repeats, first occurrence kept.
 fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
     let mut out: Vec<T> = Vec::new();
@@ -620,6 +627,8 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
 impl AllreduceArgs {
     fn options(&self) -> AllreduceBenchOptions {
         let c = &self.common;
+        let d = AllreduceBenchOptions::default();
+        let (candidates, optional) = chosen(self.algos.as_deref(), &d.candidates, &d.optional);
         AllreduceBenchOptions {
             min_bytes: c.sizes.min,
             max_bytes: c.sizes.max,
@@ -628,7 +637,8 @@ impl AllreduceArgs {
             op: self.reduction.op.into(),
             reps: c.sizes.reps,
             warmup: c.warmup,
-            candidates: dedup(&self.algos),
+            candidates,
+            optional,
             slot_bytes: self.reduction.slot,
         }
     }
@@ -650,7 +660,7 @@ fn family_options(
     o.dtypes = resolve_dtypes(&c.dtypes, kind.reduces());
     o.reps = c.sizes.reps;
     o.warmup = c.warmup;
-    o.candidates = dedup(&args.algos);
+    (o.candidates, o.optional) = chosen(args.algos.as_deref(), &o.candidates, &o.optional);
     if let Some(r) = reduction {
         o.op = r.op.into();
         o.slot_bytes = r.slot;
@@ -780,12 +790,41 @@ mod tests {
         )
     }
 
+    fn sparse_args(args: &[&str]) -> std::result::Result<SparseArgs, String> {
+        let argv = ["bench", "sparse"].iter().chain(args);
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+            BenchCommand::Sparse(a) => Ok(a),
+            _ => Err("parsed as another bench".into()),
+        }
+    }
+
+    #[test]
+    fn sparse_runs_every_method_by_default_and_takes_each_by_name() {
+        assert_eq!(
+            sparse_args(&[]).unwrap().methods,
+            SparseMethod::ALL.to_vec()
+        );
+        let a = sparse_args(&["--methods", "oktopk,topk_sa,gaussiank_sa"]).unwrap();
+        assert_eq!(
+            a.methods,
+            [
+                SparseMethod::OkTopK,
+                SparseMethod::TopKSa,
+                SparseMethod::GaussianKSa
+            ]
+        );
+        let err = sparse_args(&["--methods", "ok_topk"]).err().unwrap();
+        assert!(err.contains("oktopk"), "{err}");
+    }
+
     #[test]
     fn allreduce_defaults_cover_everything() {
         let o = allreduce_args(&[]).unwrap().options();
         assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
         assert_eq!(o.dtypes, vec![BenchDtype::F32, BenchDtype::Bf16]);
         assert_eq!(o.candidates, Candidate::ALL.to_vec());
+        // Brought by the default only: its n/a fails no run.
+        assert_eq!(o.optional, [Candidate::NcclSym]);
         assert_eq!((o.op, o.reps, o.warmup), (ReduceOp::Sum, 20, 3));
         assert_eq!(o.slot_bytes, 8 << 20);
     }
@@ -817,7 +856,13 @@ mod tests {
             (ReduceOp::Max, 1 << 20, 16 << 20)
         );
         let a = allreduce_args(&["--algos", "oneshot", "--algos", "twoshot"]).unwrap();
-        assert_eq!(a.algos, vec![Candidate::OneShot, Candidate::TwoShot]);
+        assert_eq!(a.algos, Some(vec![Candidate::OneShot, Candidate::TwoShot]));
+        // Named, nccl-sym is no longer optional: not running it fails the run.
+        let o = allreduce_args(&["--algos", "auto,nccl-sym"])
+            .unwrap()
+            .options();
+        assert_eq!(o.candidates, [Candidate::Auto, Candidate::NcclSym]);
+        assert!(o.optional.is_empty());
     }
 
     #[test]
@@ -847,10 +892,8 @@ mod tests {
             assert_eq!(o.kind, kind);
             assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
             assert_eq!(o.dtypes, vec![BenchDtype::F32, BenchDtype::Bf16]);
-            assert_eq!(
-                o.candidates,
-                vec![family::Candidate::Ours, family::Candidate::Nccl]
-            );
+            assert_eq!(o.candidates, family::Candidate::DEFAULT);
+            assert_eq!(o.optional, [family::Candidate::NcclSym]);
             assert_eq!((o.op, o.root, o.reps, o.warmup), (ReduceOp::Sum, 0, 20, 3));
             assert_eq!(o.slot_bytes, 8 << 20);
         }
@@ -886,6 +929,7 @@ mod tests {
             o.candidates,
             vec![family::Candidate::Nccl, family::Candidate::Ours]
         );
+        assert!(o.optional.is_empty());
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16]);
         assert_eq!((o.min_bytes, o.max_bytes, o.reps), (64 << 10, 1 << 20, 5));
         let o = family_opts("reduce-scatter", &["--op", "avg"]).unwrap();
@@ -1072,7 +1116,11 @@ mod tests {
             .options();
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16, BenchDtype::F32]);
         assert_eq!(o.op, ReduceOp::Avg);
-        let o = family_opts("reduce", &["--algos", "Ours,NCCL,NVSHMEM", "-o", "Prod"]).unwrap();
+        let o = family_opts(
+            "reduce",
+            &["--algos", "Ours,NCCL,Nccl-Sym,NVSHMEM", "-o", "Prod"],
+        )
+        .unwrap();
         assert_eq!(o.candidates, family::Candidate::ALL.to_vec());
         assert_eq!(o.op, ReduceOp::Prod);
         for (op, want) in [
@@ -1101,7 +1149,7 @@ mod tests {
         for values in [
             "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
-            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nvshmem]",
+            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem]",
         ] {
             assert!(help.contains(values), "{values} not in\n{help}");
         }
@@ -1125,19 +1173,21 @@ mod tests {
             help.contains("- rd:") && help.contains("- nvshmem:"),
             "{help}"
         );
+        assert!(help.contains("- nccl-sym:"), "{help}");
+        assert!(help.contains("[default: all of them]"), "{help}");
         let help = clap_text(&["reduce", "-h"]);
         assert!(
-            help.contains("[possible values: ours, nccl, nvshmem]"),
-            "{help}"
-        );
-        let help = clap_text(&["broadcast", "--help"]);
-        assert!(
-            help.contains("- nvshmem: NVSHMEM's collective on a stream"),
+            help.contains("[possible values: ours, nccl, nccl-sym, nvshmem]"),
             "{help}"
         );
         assert!(
             help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]"),
             "{help}"
+        );
+        let long = clap_text(&["broadcast", "--help"]);
+        assert!(
+            long.contains("- nvshmem:") && long.contains("NVSHMEM's collective on a stream"),
+            "{long}"
         );
         let help = clap_text(&["put", "-h"]);
         assert!(
