@@ -11,6 +11,7 @@ use common::{gpu_test, runtime, skip};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
 use nvsh::bench::harness::{render_table, BenchDtype, Outcome, Report};
+use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::nccl_baseline;
 use nvshmem::{Nvshmem, ReduceOp};
 
@@ -114,8 +115,22 @@ fn family_benches_check_every_type_they_take() {
         if !nccl {
             opts.candidates = vec![family::Candidate::Ours];
         }
+        // NVSHMEM's own collective where it has one (no avg); it needs a GPU per PE.
+        if !nv.shares_gpus() && family_refusal(kind, opts.op, BenchDtype::F32).is_none() {
+            opts.candidates.push(family::Candidate::Nvshmem);
+        }
         let report = family::run(&nv, &opts).expect("bench ran");
         check_report(report, &nv, dtypes, 2);
+    }
+    // NVSHMEM's reduce-scatter over every reducible type, with an op it has.
+    if !nv.shares_gpus() {
+        let mut opts = FamilyBenchOptions::new(Kind::ReduceScatter);
+        (opts.min_bytes, opts.max_bytes, opts.reps, opts.warmup) = (4 << 10, 8 << 10, 2, 1);
+        opts.op = ReduceOp::Prod;
+        opts.dtypes = BenchDtype::REDUCIBLE.to_vec();
+        opts.candidates = vec![family::Candidate::Ours, family::Candidate::Nvshmem];
+        let report = family::run(&nv, &opts).expect("bench ran");
+        check_report(report, &nv, &BenchDtype::REDUCIBLE, 2);
     }
     let mut opts = FamilyBenchOptions::new(Kind::ReduceScatter);
     opts.dtypes = vec![BenchDtype::U8];

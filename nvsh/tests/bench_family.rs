@@ -1,14 +1,16 @@
 //! The benches of broadcast, allgather, alltoall, reduce-scatter and reduce, end to end on 2 PEs
 //! with small sizes: every timed call of ours (and NCCL's two paths, where they can run: its
-//! regular kernels and, on its own registered buffers, its symmetric ones) checked, a report on
-//! PE 0 only, and a root outside the job refused on every PE.
+//! regular kernels and, on its own registered buffers, its symmetric ones; and NVSHMEM's own
+//! collective where it has one and every PE has a GPU) checked, a report on PE 0 only, and a
+//! root outside the job refused on every PE.
 //! Run by scripts/gpu_test.sh under `nvsh run -n 2` (tests named pe2_*).
 
 mod common;
 
 use common::{gpu_test, runtime, skip};
 use nvsh::bench::family::{self, Candidate, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{render_table, Outcome, NCCL_BASELINES};
+use nvsh::bench::harness::{render_table, BenchDtype, Outcome, NCCL_BASELINES};
+use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::nccl_baseline;
 use nvshmem::ReduceOp;
 
@@ -41,6 +43,10 @@ fn family_benches_check_every_timed_call() {
         opts.slot_bytes = 16 << 10;
         if !nccl {
             opts.candidates = vec![Candidate::Ours];
+        }
+        // NVSHMEM's own collective where it has one; its collectives need a GPU per PE.
+        if !nv.shares_gpus() && family_refusal(kind, opts.op, BenchDtype::F32).is_none() {
+            opts.candidates.push(Candidate::Nvshmem);
         }
         let report = family::run(&nv, &opts).expect("bench ran");
         if nv.my_pe() != 0 {
@@ -76,6 +82,34 @@ fn family_benches_check_every_timed_call() {
                 assert!(row.timing(other).unwrap().us >= fastest, "{table}");
             }
         }
+    }
+    // Where NVSHMEM has no such collective, or PEs share a GPU (where NVSHMEM would end the
+    // process), the candidate is n/a with the reason, and nothing of NVSHMEM's is called.
+    for kind in [Kind::Broadcast, Kind::Reduce] {
+        let mut opts = FamilyBenchOptions::new(kind);
+        (opts.min_bytes, opts.max_bytes, opts.reps, opts.warmup) = (4 << 10, 4 << 10, 1, 1);
+        opts.candidates = vec![Candidate::Ours, Candidate::Nvshmem];
+        let report = family::run(&nv, &opts).expect("bench ran");
+        let Some(report) = report else { continue };
+        let want = if nv.shares_gpus() {
+            "a GPU per PE"
+        } else if kind == Kind::Reduce {
+            "no rooted reduce"
+        } else {
+            continue;
+        };
+        let table = render_table(&report);
+        for row in &report.rows {
+            match row.outcome("nvshmem") {
+                Some(Outcome::Unavailable(why)) => assert!(why.contains(want), "{table}"),
+                _ => panic!("nvshmem ran: {table}"),
+            }
+            assert!(
+                matches!(row.outcome("ours"), Some(Outcome::Timed(_))),
+                "{table}"
+            );
+        }
+        assert!(report.verify().is_err());
     }
     // A root outside the job: the same error on both PEs, before anything runs.
     let mut opts = FamilyBenchOptions::new(Kind::Broadcast);

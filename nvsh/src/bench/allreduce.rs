@@ -13,6 +13,9 @@ use crate::bench::harness::{
     power_of_two_value, quarter_value, size_steps, window_only, BenchElement, Collective, Harness,
     Reduction, Report, NCCL_BASELINES, NCCL_SYM_WORDING, QUARTER_MAX,
 };
+use crate::bench::nvshmem_coll::{
+    describe_nvshmem, nvshmem_status, shared_gpu_refusal, NvshmemElement, NvshmemReduction,
+};
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
@@ -260,137 +263,6 @@ pub fn tolerance(op: ReduceOp, dtype: BenchDtype, n_pes: i32) -> f64 {
     }
 }
 
-/// Element types with an NVSHMEM reduce on a stream (every reducible type; u8 has none here,
-/// since no reduction of ours takes it).
-trait NvshmemReduce: BenchElement {
-    /// NVSHMEM's host reduce on a stream for `op` and its name; None where NVSHMEM has none.
-    ///
-    /// # Safety
-    /// `dest` and `src` are symmetric addresses of `n` elements on every PE of `team`, and
-    /// `stream` a live stream of this PE's context.
-    unsafe fn nvshmem_reduce(
-        op: ReduceOp,
-        team: sys::nvshmem_team_t,
-        dest: *mut Self,
-        src: *const Self,
-        n: usize,
-        stream: sys::cudaStream_t,
-    ) -> Option<(&'static str, i32)>;
-}
-
-/// [`NvshmemReduce`] for a type from NVSHMEM's four reductions of its C type name, with
-/// NVSHMEM's pointer type (the same bits as ours: half::f16 and `half`, half::bf16 and
-/// `__nv_bfloat16` are both 16-bit IEEE / bfloat16 values).
-macro_rules! nvshmem_reduce {
-    ($t:ty, $raw:ty, $sum:ident, $prod:ident, $min:ident, $max:ident) => {
-        impl NvshmemReduce for $t {
-            unsafe fn nvshmem_reduce(
-                op: ReduceOp,
-                team: sys::nvshmem_team_t,
-                dest: *mut Self,
-                src: *const Self,
-                n: usize,
-                stream: sys::cudaStream_t,
-            ) -> Option<(&'static str, i32)> {
-                let (dest, src) = (dest as *mut $raw, src as *const $raw);
-                match op {
-                    ReduceOp::Sum => {
-                        Some((stringify!($sum), sys::$sum(team, dest, src, n, stream)))
-                    }
-                    ReduceOp::Prod => {
-                        Some((stringify!($prod), sys::$prod(team, dest, src, n, stream)))
-                    }
-                    ReduceOp::Min => {
-                        Some((stringify!($min), sys::$min(team, dest, src, n, stream)))
-                    }
-                    ReduceOp::Max => {
-                        Some((stringify!($max), sys::$max(team, dest, src, n, stream)))
-                    }
-                    ReduceOp::Avg => None,
-                }
-            }
-        }
-    };
-}
-
-nvshmem_reduce!(
-    f32,
-    f32,
-    nvshmemx_float_sum_reduce_on_stream,
-    nvshmemx_float_prod_reduce_on_stream,
-    nvshmemx_float_min_reduce_on_stream,
-    nvshmemx_float_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    half::bf16,
-    sys::__nv_bfloat16,
-    nvshmemx_bfloat16_sum_reduce_on_stream,
-    nvshmemx_bfloat16_prod_reduce_on_stream,
-    nvshmemx_bfloat16_min_reduce_on_stream,
-    nvshmemx_bfloat16_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    half::f16,
-    sys::half,
-    nvshmemx_half_sum_reduce_on_stream,
-    nvshmemx_half_prod_reduce_on_stream,
-    nvshmemx_half_min_reduce_on_stream,
-    nvshmemx_half_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    f64,
-    f64,
-    nvshmemx_double_sum_reduce_on_stream,
-    nvshmemx_double_prod_reduce_on_stream,
-    nvshmemx_double_min_reduce_on_stream,
-    nvshmemx_double_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    i32,
-    i32,
-    nvshmemx_int32_sum_reduce_on_stream,
-    nvshmemx_int32_prod_reduce_on_stream,
-    nvshmemx_int32_min_reduce_on_stream,
-    nvshmemx_int32_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    u32,
-    u32,
-    nvshmemx_uint32_sum_reduce_on_stream,
-    nvshmemx_uint32_prod_reduce_on_stream,
-    nvshmemx_uint32_min_reduce_on_stream,
-    nvshmemx_uint32_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    i64,
-    i64,
-    nvshmemx_int64_sum_reduce_on_stream,
-    nvshmemx_int64_prod_reduce_on_stream,
-    nvshmemx_int64_min_reduce_on_stream,
-    nvshmemx_int64_max_reduce_on_stream
-);
-nvshmem_reduce!(
-    u64,
-    u64,
-    nvshmemx_uint64_sum_reduce_on_stream,
-    nvshmemx_uint64_prod_reduce_on_stream,
-    nvshmemx_uint64_min_reduce_on_stream,
-    nvshmemx_uint64_max_reduce_on_stream
-);
-
-impl NvshmemReduce for u8 {
-    unsafe fn nvshmem_reduce(
-        _op: ReduceOp,
-        _team: sys::nvshmem_team_t,
-        _dest: *mut Self,
-        _src: *const Self,
-        _n: usize,
-        _stream: sys::cudaStream_t,
-    ) -> Option<(&'static str, i32)> {
-        None
-    }
-}
-
 /// One of our algorithms or NCCL's allreduce, as a [`Reduction`] (the harness is generic over
 /// every element type; these calls take reducible ones). Its output is what auto picked.
 enum AllreduceCall<'r, 'nv, 's> {
@@ -436,13 +308,15 @@ impl Reduction for AllreduceCall<'_, '_, '_> {
 struct AllreduceBench<'nv> {
     op: ReduceOp,
     team: sys::nvshmem_team_t,
+    /// PEs share GPUs, where NVSHMEM's collectives end the process ([`shared_gpu_refusal`]).
+    shares_gpus: bool,
     ours: std::result::Result<Allreduce<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
     /// Whether nccl-sym can run, or why not.
     nccl_sym: std::result::Result<(), String>,
 }
 
-impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
+impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
     type Candidate = Candidate;
 
     fn name(&self, c: Candidate) -> &'static str {
@@ -461,7 +335,7 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
             Candidate::Nvshmem if self.op == ReduceOp::Avg => {
                 Err("NVSHMEM has no avg reduction".to_string())
             }
-            Candidate::Nvshmem => Ok(()),
+            Candidate::Nvshmem => shared_gpu_refusal(self.shares_gpus).map_or(Ok(()), Err),
             _ => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
         }
     }
@@ -500,7 +374,8 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
                 // SAFETY: equal-length views of the benchmark's symmetric buffers, allocated on
                 // every PE; the world team; the runtime's stream.
                 let called = unsafe {
-                    T::nvshmem_reduce(
+                    T::nvshmem_reduction(
+                        NvshmemReduction::Reduce,
                         op,
                         self.team,
                         output.as_device_ptr(),
@@ -509,15 +384,7 @@ impl<T: NvshmemReduce> Collective<T> for AllreduceBench<'_> {
                         raw_stream(stream),
                     )
                 };
-                match called {
-                    Some((_, 0)) => Ok(None),
-                    Some((call, status)) => Err(Error::Bootstrap { call, status }),
-                    None => Err(Error::InvalidEnv {
-                        var: "--op",
-                        value: op_name(op).into(),
-                        expected: "sum, prod, min or max for NVSHMEM's reduce",
-                    }),
-                }
+                nvshmem_status(called, op).map(|()| None)
             }
         }
     }
@@ -582,6 +449,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
     let mut bench = AllreduceBench {
         op: opts.op,
         team: nv.team_world().handle(),
+        shares_gpus: nv.shares_gpus(),
         ours,
         nccl,
         nccl_sym,
@@ -593,7 +461,7 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         return Ok(None);
     }
     let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
-    Ok(Some(report(
+    let mut report = report(
         nv.n_pes(),
         nv.context().name()?,
         opts,
@@ -602,7 +470,11 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         nccl_version,
         nvls,
         rows,
-    )))
+    );
+    if opts.candidates.contains(&Candidate::Nvshmem) {
+        describe_nvshmem(&mut report);
+    }
+    Ok(Some(report))
 }
 
 /// The harness report with allreduce's header lines, JSON fields, ratio and auto column.

@@ -1,7 +1,8 @@
 //! Benchmarks of the collectives beside allreduce, behind `nvsh bench broadcast | allgather |
 //! alltoall | allgatherv | alltoallv | reduce-scatter | reduce`: ours against NCCL's regular
 //! path, per message size and dtype, in one run on the same GPUs, stream and symmetric buffers,
-//! and against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`).
+//! against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`), and against
+//! NVSHMEM's own collectives on the same buffers ([`crate::bench::nvshmem_coll`], `nvshmem`).
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
 //! and grouped send/recv alltoall.
 //!
@@ -17,6 +18,10 @@ use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
     BenchDtype, BenchElement, Collective, Harness, Reduction, Report, NCCL_BASELINES,
     NCCL_SYM_WORDING,
+};
+use crate::bench::nvshmem_coll::{
+    describe_nvshmem, family_refusal, reduce_scratch, shared_gpu_refusal, NvshmemElement,
+    NvshmemFamily,
 };
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
@@ -184,6 +189,13 @@ pub enum Candidate {
     /// NCCL's call through [`NcclBaseline`].
     #[value(name = "nccl", help = "NCCL's collective")]
     Nccl,
+    /// NVSHMEM's own host collective on the stream over the world team
+    /// ([`NvshmemFamily::call`]): broadcast, allgather (fcollect), alltoall, reduce-scatter.
+    #[value(
+        name = "nvshmem",
+        help = "NVSHMEM's collective on a stream over the world team (broadcast, allgather, \
+                alltoall, reduce-scatter)"
+    )]
     /// NCCL's call on NCCL's registered symmetric memory ([`crate::nccl_baseline::NcclWindow`]).
     #[value(
         name = "nccl-sym",
@@ -194,23 +206,40 @@ pub enum Candidate {
     NcclSym,
     /// Ours with the buffers passed as the caller's own (non-symmetric) memory, so that the
     /// call stages them through its workspace: the staging's cost beside `ours`. On request
-    /// only (not in [`Candidate::ALL`]).
+    /// only (not in [`Candidate::DEFAULT`]).
     #[value(
         name = "ours-staged",
         help = "our collective on buffers passed as your own memory (staged)"
     )]
     OursStaged,
+    /// NVSHMEM's own host collective on the stream over the world team
+    /// ([`NvshmemFamily::call`]): broadcast, allgather (fcollect), alltoall, reduce-scatter.
+    #[value(
+        name = "nvshmem",
+        help = "NVSHMEM's collective on a stream over the world team (broadcast, allgather, \
+                alltoall, reduce-scatter)"
+    )]
+    Nvshmem,
 }
 
 impl Candidate {
-    /// The default candidates.
-    pub const ALL: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
+    pub const ALL: [Candidate; 5] = [
+        Candidate::Ours,
+        Candidate::Nccl,
+        Candidate::NcclSym,
+        Candidate::OursStaged,
+        Candidate::Nvshmem,
+    ];
+
+    /// The default list: `ours-staged` and `nvshmem` are asked for by name.
+    pub const DEFAULT: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
     pub fn name(self) -> &'static str {
         match self {
             Candidate::Ours => "ours",
             Candidate::Nccl => "nccl",
+            Candidate::Nvshmem => "nvshmem",
             Candidate::NcclSym => "nccl-sym",
             Candidate::OursStaged => "ours-staged",
         }
@@ -261,7 +290,7 @@ impl FamilyBenchOptions {
             root: 0,
             reps: 20,
             warmup: 3,
-            candidates: Candidate::ALL.to_vec(),
+            candidates: Candidate::DEFAULT.to_vec(),
             optional: vec![Candidate::NcclSym],
             slot_bytes: 8 << 20,
         }
@@ -426,6 +455,7 @@ struct FamilyBench<'nv> {
     /// Ours of its own for `ours-staged`.
     staged: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
+    nvshmem: std::result::Result<NvshmemFamily, String>,
     /// Whether nccl-sym can run, or why not.
     nccl_sym: std::result::Result<(), String>,
 }
@@ -451,7 +481,7 @@ fn ready<S>(state: &mut std::result::Result<S, String>) -> Result<&mut S> {
     })
 }
 
-impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
+impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
     type Candidate = Candidate;
 
     fn name(&self, c: Candidate) -> &'static str {
@@ -468,6 +498,11 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::OursStaged => self.staged.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::Nvshmem => {
+                let refusal = family_refusal(self.kind, self.op, T::BENCH_DTYPE);
+                refusal.map_or(Ok(()), Err)?;
+                self.nvshmem.as_ref().map(|_| ()).map_err(Clone::clone)
+            }
             Candidate::NcclSym => self.nccl_sym.clone(),
         }
     }
@@ -553,6 +588,10 @@ impl<T: BenchElement> Collective<T> for FamilyBench<'_> {
                         T::reduction(reduction(FamilyReduction::NcclReduce(nccl)), input, output)
                     }
                 }
+            }
+            Candidate::Nvshmem => {
+                let shmem = ready(&mut self.nvshmem)?;
+                shmem.call(self.kind, op, root, input, output, stream)
             }
             Candidate::NcclSym => Err(window_only(c.name())),
         };
@@ -647,6 +686,19 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         opts.candidates.contains(&Candidate::NcclSym),
     );
     let nccl_version = nccl.as_ref().ok().map(NcclBaseline::version_string);
+    let nvshmem = if !opts.candidates.contains(&Candidate::Nvshmem) {
+        Err("not requested".into())
+    } else if let Some(why) = shared_gpu_refusal(nv.shares_gpus()) {
+        Err(why)
+    } else {
+        Ok(NvshmemFamily {
+            team: nv.team_world().handle(),
+            n_pes: nv.n_pes(),
+            reduce_scratch: reduce_scratch(
+                std::env::var("NVSHMEM_REDUCE_SCRATCH_SIZE").ok().as_deref(),
+            ),
+        })
+    };
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = kind.reduces().then(|| {
         ours.as_ref()
@@ -661,6 +713,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         ours,
         staged,
         nccl,
+        nvshmem,
         nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
@@ -670,7 +723,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         return Ok(None);
     }
     let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
-    Ok(Some(report(
+    let mut report = report(
         nv.n_pes(),
         nv.context().name()?,
         opts,
@@ -678,7 +731,11 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         nccl_version,
         nvls,
         rows,
-    )))
+    );
+    if opts.candidates.contains(&Candidate::Nvshmem) {
+        describe_nvshmem(&mut report);
+    }
+    Ok(Some(report))
 }
 
 /// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio.
@@ -769,6 +826,7 @@ mod tests {
             ours: Err("no GPU".into()),
             staged: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
+            nvshmem: Err("no GPU".into()),
             nccl_sym: Err("no GPU".into()),
         }
     }

@@ -6,6 +6,7 @@
 pub mod allreduce;
 pub mod family;
 pub mod harness;
+pub mod nvshmem_coll;
 pub mod plot;
 pub mod put;
 pub mod sparse;

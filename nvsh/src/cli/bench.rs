@@ -391,7 +391,8 @@ pub struct FamilyArgs {
     common: CollectiveArgs,
     /// What to time, comma-separated [default: ours,nccl,nccl-sym]. nccl-sym, which the
     /// default brings, is reported as n/a without failing the run where it cannot run (NCCL
-    /// older than 2.27); named here, it fails the run like any other.
+    /// older than 2.27); named here, it fails the run like any other. nvshmem (NVSHMEM's own
+    /// collective, where it has one) runs only when named.
     #[arg(long, value_name = "ALGOS", value_delimiter = ',', ignore_case = true)]
     algos: Option<Vec<family::Candidate>>,
 }
@@ -891,7 +892,7 @@ mod tests {
             assert_eq!(o.kind, kind);
             assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
             assert_eq!(o.dtypes, vec![BenchDtype::F32, BenchDtype::Bf16]);
-            assert_eq!(o.candidates, family::Candidate::ALL);
+            assert_eq!(o.candidates, family::Candidate::DEFAULT);
             assert_eq!(o.optional, [family::Candidate::NcclSym]);
             assert_eq!((o.op, o.root, o.reps, o.warmup), (ReduceOp::Sum, 0, 20, 3));
             assert_eq!(o.slot_bytes, 8 << 20);
@@ -1115,7 +1116,16 @@ mod tests {
             .options();
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16, BenchDtype::F32]);
         assert_eq!(o.op, ReduceOp::Avg);
-        let o = family_opts("reduce", &["--algos", "Ours,NCCL,Nccl-Sym", "-o", "Prod"]).unwrap();
+        let o = family_opts(
+            "reduce",
+            &[
+                "--algos",
+                "Ours,NCCL,Nccl-Sym,Ours-Staged,NVSHMEM",
+                "-o",
+                "Prod",
+            ],
+        )
+        .unwrap();
         assert_eq!(o.candidates, family::Candidate::ALL.to_vec());
         assert_eq!(o.op, ReduceOp::Prod);
         for (op, want) in [
@@ -1172,12 +1182,17 @@ mod tests {
         assert!(help.contains("[default: all of them]"), "{help}");
         let help = clap_text(&["reduce", "-h"]);
         assert!(
-            help.contains("[possible values: ours, nccl, nccl-sym, ours-staged]"),
+            help.contains("[possible values: ours, nccl, nccl-sym, ours-staged, nvshmem]"),
             "{help}"
         );
         assert!(
             help.contains("[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]"),
             "{help}"
+        );
+        let long = clap_text(&["broadcast", "--help"]);
+        assert!(
+            long.contains("- nvshmem:") && long.contains("NVSHMEM's collective on a stream"),
+            "{long}"
         );
         let help = clap_text(&["put", "-h"]);
         assert!(
