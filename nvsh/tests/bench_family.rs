@@ -91,10 +91,11 @@ fn family_benches_check_every_timed_call() {
         opts.candidates = vec![Candidate::Ours, Candidate::Nvshmem];
         let report = family::run(&nv, &opts).expect("bench ran");
         let Some(report) = report else { continue };
-        let want = if nv.shares_gpus() {
-            "a GPU per PE"
-        } else if kind == Kind::Reduce {
+        // A collective NVSHMEM lacks is named first, whatever the GPUs.
+        let want = if kind == Kind::Reduce {
             "no rooted reduce"
+        } else if nv.shares_gpus() {
+            "a GPU per PE"
         } else {
             continue;
         };
