@@ -251,12 +251,6 @@ impl<'s, T: Element> Staged<'s, T> {
         self.output
     }
 
-    /// Whether anything was staged (a buffer of the caller's own).
-    pub fn is_staged(&self) -> bool {
-        let [i, o] = &self._located;
-        i.sym().is_none() || o.sym().is_none()
-    }
-
     /// Enqueues the copy of a staged output back into the caller's memory on `stream`, after
     /// the symmetric call; then cudarc's events are recorded (the guards drop).
     pub fn finish(self, stream: &CudaStream) -> Result<()> {
