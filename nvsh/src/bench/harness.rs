@@ -575,6 +575,17 @@ pub struct Timing {
     pub wrong_detail: Option<String>,
 }
 
+impl Timing {
+    /// The back-to-back time, or (`after_compute`) the time after a compute kernel.
+    pub fn us_for(&self, after_compute: bool) -> f64 {
+        if after_compute {
+            self.us_after_compute
+        } else {
+            self.us
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Timed(Timing),
@@ -618,12 +629,6 @@ impl Row {
         Some(time_ratio(self.timing(ours)?.us, self.timing(theirs)?.us))
     }
 
-    /// The same ratio of the times after a compute kernel.
-    pub fn ratio_after_compute(&self, ours: &str, theirs: &str) -> Option<f64> {
-        let (o, t) = (self.timing(ours)?, self.timing(theirs)?);
-        Some(time_ratio(o.us_after_compute, t.us_after_compute))
-    }
-
     /// The fastest of `baselines` that ran with every output right, by the back-to-back time
     /// or (`after_compute`) by the time after a compute kernel: its name and that time. The
     /// first listed wins a tie.
@@ -635,11 +640,7 @@ impl Row {
         let mut best: Option<(&'static str, f64)> = None;
         for &b in baselines {
             let Some(t) = self.timing(b) else { continue };
-            let us = if after_compute {
-                t.us_after_compute
-            } else {
-                t.us
-            };
+            let us = t.us_for(after_compute);
             if !us.is_nan() && best.is_none_or(|(_, u)| us < u) {
                 best = Some((b, us));
             }
@@ -656,13 +657,8 @@ impl Row {
         baselines: &[&'static str],
         after_compute: bool,
     ) -> Option<(f64, &'static str)> {
-        let o = self.timing(ours)?;
+        let mine = self.timing(ours)?.us_for(after_compute);
         let (b, us) = self.fastest(baselines, after_compute)?;
-        let mine = if after_compute {
-            o.us_after_compute
-        } else {
-            o.us
-        };
         Some((time_ratio(mine, us), b))
     }
 }
