@@ -131,6 +131,10 @@ pub struct TrainArgs {
     /// With --grad-compress: drop what is not sent instead of keeping it for the next step.
     #[arg(long, requires = "grad_compress")]
     pub no_error_feedback: bool,
+    /// With --grad-compress: average densely for the first N steps (default: the --warmup
+    /// steps). Sparse averaging from step 1 slows AdamW training (see gpt/README.md).
+    #[arg(long, requires = "grad_compress", value_name = "N")]
+    pub dense_steps: Option<usize>,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -307,6 +311,10 @@ impl TrainArgs {
             beta2: self.beta2,
             eps: self.eps,
             clip: self.clip,
+            dense_steps: match self.grad_compress {
+                Some(_) => self.dense_steps.unwrap_or(self.warmup),
+                None => 0,
+            },
             seed: self.seed,
             pp: self.pp,
             dp: self.dp,
@@ -373,6 +381,23 @@ mod tests {
             .grad_compress()
             .unwrap_err();
         assert!(err.to_string().contains("--grad-compress"), "{err}");
+    }
+
+    #[test]
+    fn sparse_averaging_starts_after_the_warmup_unless_told() {
+        let steps = |a: &[&str]| train(a).to_config().unwrap().0.dense_steps;
+        assert_eq!(steps(&["train", "--timeout-ms", "1"]), 0);
+        let c = [
+            "train",
+            "--timeout-ms",
+            "1",
+            "--grad-compress",
+            "gtopk:0.01",
+        ];
+        assert_eq!(steps(&c), 100);
+        assert_eq!(steps(&[&c[..], &["--warmup", "30"]].concat()), 30);
+        assert_eq!(steps(&[&c[..], &["--dense-steps", "0"]].concat()), 0);
+        assert!(parse(&["train", "--dense-steps", "5"]).is_err());
     }
 
     #[test]

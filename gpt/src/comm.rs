@@ -83,6 +83,9 @@ pub trait Comm<B: Backend> {
         len: usize,
         op: Reduce,
     ) -> Result<()>;
+    /// Whether the replicas' averaging that follows is sparse (when `--grad-compress` set it
+    /// up) or dense. A no-op where averaging is always dense.
+    fn sparse_averaging(&mut self, _on: bool) {}
     /// The run's limit on every wait (`--timeout-ms`).
     fn timeout(&self) -> Duration;
     /// Sums `values` over all PEs (host values; every PE calls it with the same length).

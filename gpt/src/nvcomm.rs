@@ -91,6 +91,8 @@ pub struct NvComm<'nv> {
     /// exists, then the allreduce over the whole arena.
     compress: Option<SparseOptions>,
     sparse: Option<SparseAllreduce<'nv, f32>>,
+    /// Whether the next replicas' averaging is sparse (dense during --dense-steps).
+    sparse_on: bool,
     /// Source address -> event after the last send that reads it.
     pending: HashMap<u64, CudaEvent>,
     /// Timing events (start, end) on the transfer stream of the sends since `time_sends`
@@ -215,6 +217,7 @@ impl<'nv> NvComm<'nv> {
             grads: None,
             compress,
             sparse: None,
+            sparse_on: true,
             pending: HashMap::new(),
             send_events: None,
             nv,
@@ -384,7 +387,9 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
             Reduce::Avg => ReduceOp::Avg,
         };
         debug_assert!(g.members.contains(&self.topo.pe));
-        if let (Group::StageReplicas, Some(sp)) = (group, self.sparse.as_mut()) {
+        if let (Group::StageReplicas, Some(sp), true) =
+            (group, self.sparse.as_mut(), self.sparse_on)
+        {
             if offset != 0 || op != ReduceOp::Avg {
                 return Err(GptError::Comm(
                     "sparse gradient averaging takes the whole arena, averaged".into(),
@@ -400,6 +405,10 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         g.ar.run_in_place(view, op, AllreduceAlgo::Auto, &self.compute)
             .map_err(nv_err)?;
         Ok(())
+    }
+
+    fn sparse_averaging(&mut self, on: bool) {
+        self.sparse_on = on;
     }
 
     fn timeout(&self) -> Duration {

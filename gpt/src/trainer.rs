@@ -43,6 +43,8 @@ pub struct RunConfig {
     pub eps: f32,
     /// Global-norm clip (0 disables).
     pub clip: f32,
+    /// With sparse averaging (`--grad-compress`): the first steps are averaged densely.
+    pub dense_steps: usize,
     pub seed: u64,
     pub pp: usize,
     pub dp: usize,
@@ -447,6 +449,8 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
         let total = self.model.layout.total;
         if self.topo.dp > 1 {
             self.comm
+                .sparse_averaging(self.step >= self.run.dense_steps);
+            self.comm
                 .allreduce_grads(self.be, Group::StageReplicas, 0, total, Reduce::Avg)?;
         }
         let cfg = &self.run.model;
@@ -810,6 +814,7 @@ mod tests {
             beta2: 0.95,
             eps: 1e-8,
             clip: 1.0,
+            dense_steps: 0,
             seed: 0,
             pp: 2,
             dp: 1,

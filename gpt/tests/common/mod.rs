@@ -113,6 +113,7 @@ pub fn run_config(
         beta2: 0.95,
         eps: 1e-8,
         clip: 1.0,
+        dense_steps: 0,
         seed: 7,
         pp,
         dp,
