@@ -3,7 +3,9 @@
 //! against the CPU reference (tests/common/reference.rs): every element on the receiving PE,
 //! outputs poisoned before each call, exact comparison. Counts 1, 7, 1000 and 65537 at 1, 2 and
 //! 3 PEs, symmetric and own memory mixed in one call, in place, the parts an allgatherv leaves
-//! alone, graph capture with fresh data, and wrong buffers giving typed errors.
+//! alone, graph capture with fresh data, and wrong buffers giving typed errors. Grouped
+//! send/recv (ring, pairwise, all-to-all and self patterns) the same way, with its reserved
+//! staging and the error without it.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 
 mod common;
@@ -14,7 +16,7 @@ use common::{gpu_test, runtime};
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
 use nvshmem::{
     Allgather, Allgatherv, Allreduce, AllreduceAlgo, Alltoall, Alltoallv, Broadcast, Error, InBuf,
-    Nvshmem, OutBuf, Parts, Reduce, ReduceOp, ReduceScatter, SymmetricBuffer,
+    Nvshmem, OutBuf, P2p, P2pGroup, Parts, Reduce, ReduceOp, ReduceScatter, SymmetricBuffer,
 };
 
 const COUNTS: [usize; 4] = [1, 7, 1000, 65537];
@@ -22,6 +24,13 @@ const COUNTS: [usize; 4] = [1, 7, 1000, 65537];
 const SLOT_BYTES: usize = 64 << 10;
 /// What the exchanges reserve (their sizes differ between members, so calls cannot grow it).
 const EXCHANGE_STAGING: usize = 8 << 20;
+/// What grouped send/recv reserves (only the PEs with transfers take part in a call, so calls
+/// cannot grow it); the largest call below (all-to-all on 3 PEs: 6 buffers of 65537 f32, each
+/// rounded up to 256 bytes) needs about 1.6 MB.
+const GROUP_STAGING: usize = 8 << 20;
+/// Sides the buffers of a grouped call take in turn (from a rotation), so that calls mix
+/// symmetric buffers with own memory of every kind.
+const SIDES: [Side; 4] = [Side::Sym, Side::Slice, Side::View, Side::Raw];
 
 /// How a test passes one buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -656,4 +665,330 @@ fn wrong_own_buffers_give_typed_errors() {
     ar.sync(&stream).unwrap();
     expect("allreduce after the errors", &b.to_vec(&nv), |_| n as f32);
     assert_eq!(a.len(), 1000);
+}
+
+/// One transfer of this PE in a grouped call: to or from `peer`, the `nth` with that peer and
+/// direction (matched in order with the peer's).
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    send: bool,
+    peer: usize,
+    nth: usize,
+}
+
+/// This PE's transfers in `pattern`, in list order. Every PE has the same directions and nths
+/// in the same places, so buffers allocated per place (symmetric ones collectively) have the
+/// same lengths everywhere.
+fn group_pattern(pattern: &str, me: usize, n: usize) -> Vec<Slot> {
+    let slot = |send, peer, nth| Slot { send, peer, nth };
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    match pattern {
+        // Two each way, receives and sends interleaved.
+        "ring" => vec![
+            slot(false, prev, 0),
+            slot(true, next, 0),
+            slot(true, next, 1),
+            slot(false, prev, 1),
+        ],
+        // Pairs (0, 1), (2, 3), ...; a PE without a partner sends to itself.
+        "pairwise" => {
+            let partner = if me ^ 1 < n { me ^ 1 } else { me };
+            vec![slot(true, partner, 0), slot(false, partner, 0)]
+        }
+        "all-to-all" => (0..n)
+            .flat_map(|r| [slot(true, r, 0), slot(false, r, 0)])
+            .collect(),
+        "self" => vec![slot(false, me, 0), slot(true, me, 0)],
+        other => panic!("no pattern {other}"),
+    }
+}
+
+/// One grouped call of `pattern`: transfer nth to or from a peer holds `m + nth` elements of T,
+/// each buffer on side `SIDES[(place + rot) % 4]`; receives start poisoned and are checked on
+/// the receiver element by element, sends are checked unchanged.
+fn group_call<T: Tag + DeviceRepr>(
+    nv: &Nvshmem,
+    g: &mut P2pGroup<'_>,
+    pattern: &str,
+    m: usize,
+    rot: usize,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let slots = group_pattern(pattern, me, n);
+    // The data of the nth transfer to PE `to`, as its sender tags it.
+    let mix = |to: usize, nth: usize| salt * 64 + to * 8 + nth;
+    let mut bufs: Vec<Mem<'_, T>> = slots
+        .iter()
+        .enumerate()
+        .map(|(j, s)| {
+            let len = m + s.nth;
+            let data: Vec<T> = if s.send {
+                (0..len)
+                    .map(|i| T::tag(me, i, mix(s.peer, s.nth)))
+                    .collect()
+            } else {
+                vec![T::poison(); len]
+            };
+            Mem::new(nv, SIDES[(j + rot) % SIDES.len()], &data)
+        })
+        .collect();
+    let what = format!("{pattern} {} x {m}, sides from {rot}", T::NAME);
+    {
+        let ops: Vec<P2p<'_>> = bufs
+            .iter_mut()
+            .zip(&slots)
+            .map(|(b, s)| match s.send {
+                true => P2p::send(Mem::input(b), s.peer as i32),
+                false => P2p::recv(b.output(), s.peer as i32),
+            })
+            .collect();
+        g.run(&ops, &stream).unwrap();
+        g.sync(&stream).unwrap();
+    }
+    for (b, s) in bufs.iter().zip(&slots) {
+        let got = b.to_vec(nv);
+        if s.send {
+            let want = |i| T::tag(me, i, mix(s.peer, s.nth));
+            expect(&format!("{what}: send {} to {}", s.nth, s.peer), &got, want);
+        } else {
+            let want = |i| T::tag(s.peer, i, mix(me, s.nth));
+            expect(
+                &format!("{what}: receive {} from {}", s.nth, s.peer),
+                &got,
+                want,
+            );
+        }
+    }
+    nv.barrier_all().unwrap();
+}
+
+/// Every pattern at every count, f32 on every rotation of the sides and u8 (odd byte counts:
+/// the staged buffers after them start aligned) on one.
+fn grouped_send_recv_on_own_memory(nv: &Nvshmem) {
+    let mut g = P2pGroup::world(nv).unwrap();
+    g.reserve_staging(GROUP_STAGING).unwrap();
+    for (k, &m) in COUNTS.iter().enumerate() {
+        for pattern in ["ring", "pairwise", "all-to-all", "self"] {
+            for rot in 0..SIDES.len() {
+                group_call::<f32>(nv, &mut g, pattern, m, rot, k);
+            }
+            group_call::<u8>(nv, &mut g, pattern, m, 1, k + COUNTS.len());
+        }
+    }
+    // Calls never grow the area.
+    assert_eq!(g.staging_bytes(), GROUP_STAGING);
+}
+
+gpu_test!(2, grouped_send_recv_on_own_memory_on_two_pes);
+fn grouped_send_recv_on_own_memory_on_two_pes() {
+    grouped_send_recv_on_own_memory(&runtime(2));
+}
+
+gpu_test!(3, grouped_send_recv_on_own_memory_on_three_pes);
+fn grouped_send_recv_on_own_memory_on_three_pes() {
+    grouped_send_recv_on_own_memory(&runtime(3));
+}
+
+gpu_test!(2, replays_of_a_captured_group_on_own_memory_see_fresh_data);
+/// A grouped call (two sends to the peer, one own and one symmetric, and an own self-send, with
+/// their receives: own raw, symmetric, own slice) captured once with its staging reserved,
+/// replayed 10 times with fresh sends into poisoned receives.
+fn replays_of_a_captured_group_on_own_memory_see_fresh_data() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    // SAFETY: every slice below is used on the runtime's stream only.
+    unsafe { nv.context().disable_event_tracking() };
+    let mut g = P2pGroup::world(&nv).unwrap();
+    g.reserve_staging(GROUP_STAGING).unwrap();
+    let count = 100_003;
+    let peer = (me + 1) % n;
+    // Transfer j goes to to[j] from send buffer j into the peer's receive buffer 3 + j.
+    let to = [peer, peer, me];
+    let sides = [
+        Side::Slice,
+        Side::Sym,
+        Side::View,
+        Side::Raw,
+        Side::Sym,
+        Side::Slice,
+    ];
+    let zeros = vec![0f32; count];
+    let mut bufs: Vec<Mem<'_, f32>> = sides.iter().map(|&s| Mem::new(&nv, s, &zeros)).collect();
+    let graph = {
+        let (sends, recvs) = bufs.split_at_mut(3);
+        let ops: Vec<P2p<'_>> = sends
+            .iter()
+            .zip(to)
+            .map(|(b, r)| P2p::send(b.input(), r as i32))
+            .chain(
+                recvs
+                    .iter_mut()
+                    .zip(to)
+                    .map(|(b, r)| P2p::recv(b.output(), r as i32)),
+            )
+            .collect();
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        g.run(&ops, &stream).unwrap();
+        stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .unwrap()
+            .expect("a graph was captured")
+    };
+    let poison = vec![<f32 as Tag>::poison(); count];
+    for it in 0..10usize {
+        let tag = |pe: usize, i: usize, j: usize| f32::tag(pe, i, it * 16 + j);
+        // Fresh data into the same memory: the graph holds its addresses.
+        for (j, b) in bufs[..3].iter_mut().enumerate() {
+            b.write(&nv, &(0..count).map(|i| tag(me, i, j)).collect::<Vec<_>>());
+        }
+        for b in &mut bufs[3..] {
+            b.write(&nv, &poison);
+        }
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        g.check().unwrap();
+        for (j, b) in bufs[3..].iter().enumerate() {
+            let from = to[j];
+            let what = format!("replay {it}, receive {j} from {from}");
+            expect(&what, &b.to_vec(&nv), |i| tag(from, i, j));
+        }
+        // Every PE checked this replay before anyone overwrites its buffers for the next.
+        nv.barrier_all().unwrap();
+    }
+    assert_eq!(g.staging_bytes(), GROUP_STAGING);
+}
+
+gpu_test!(2, grouped_own_memory_without_staging_gives_a_typed_error);
+/// Own memory in a grouped call with no staging reserved, or too little: StagingTooSmall on
+/// the calling PE naming the bytes, before anything is enqueued or allocated, outside graph
+/// capture and under it, with a peer that makes no call too; symmetric calls work meanwhile
+/// (zero-copy: still no area), overlapping own receives are refused on the caller's
+/// addresses, host memory is refused, and after a reservation the same call works.
+fn grouped_own_memory_without_staging_gives_a_typed_error() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    // SAFETY: the slices below are used on the runtime's stream only.
+    unsafe { nv.context().disable_event_tracking() };
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let count = 1000;
+    let peer = (me + 1) % n;
+    let sent = |pe: usize, i: usize| u32::tag(pe, i, 9);
+    let send = Mem::new(
+        &nv,
+        Side::Slice,
+        &(0..count).map(|i| sent(me, i)).collect::<Vec<_>>(),
+    );
+    let mut recv = Mem::new(&nv, Side::Raw, &vec![<u32 as Tag>::poison(); count]);
+    // The send rounded up to 256 bytes, then the receive.
+    let needs = (count * 4).next_multiple_of(256) + count * 4;
+    let refused = |r: nvshmem::Result<()>, want_has: usize| {
+        let e = r.expect_err("want StagingTooSmall");
+        let &Error::StagingTooSmall {
+            needs: got, has, ..
+        } = &e
+        else {
+            panic!("want StagingTooSmall, got {e:?}")
+        };
+        assert_eq!((got, has), (needs, want_has), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("grouped send/recv")
+                && text.contains(&format!("reserve_staging({needs})")),
+            "{text}"
+        );
+    };
+    let p = peer as i32;
+    refused(
+        g.run(
+            &[P2p::send(send.input(), p), P2p::recv(recv.output(), p)],
+            &stream,
+        ),
+        0,
+    );
+    // Only PE 0 calls (a self-send); PE 1 makes no call and waits for nothing.
+    if me == 0 {
+        refused(
+            g.run(
+                &[P2p::recv(recv.output(), 0), P2p::send(send.input(), 0)],
+                &stream,
+            ),
+            0,
+        );
+    }
+    nv.barrier_all().unwrap();
+    // Under capture: refused the same way, nothing captured.
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let r = g.run(
+        &[P2p::send(send.input(), p), P2p::recv(recv.output(), p)],
+        &stream,
+    );
+    let _ = stream.end_capture(CUgraphInstantiate_flags(0));
+    refused(r, 0);
+    g.check().unwrap();
+    // Symmetric buffers need no area.
+    let sym_send = filled(&nv, count, |i| sent(me, i) + 1);
+    let sym_recv = filled(&nv, count, |_| <u32 as Tag>::poison());
+    g.run(&[P2p::send(&sym_send, p), P2p::recv(&sym_recv, p)], &stream)
+        .unwrap();
+    g.sync(&stream).unwrap();
+    expect("symmetric group", &sym_recv.to_vec().unwrap(), |i| {
+        sent(peer, i) + 1
+    });
+    assert_eq!(g.staging_bytes(), 0, "a symmetric call staged");
+    // Host memory as a send: refused before anything else.
+    let host = vec![0u32; count];
+    // SAFETY: refused before anything reads it.
+    let bad = unsafe { InBuf::from_raw(host.as_ptr(), count) };
+    match g.run(&[P2p::send(bad, p)], &stream) {
+        Err(Error::NotDeviceMemory { which: "input", .. }) => {}
+        r => panic!("host memory: {r:?}"),
+    }
+    // Too little reserved.
+    g.reserve_staging(4096).unwrap();
+    refused(
+        g.run(
+            &[P2p::send(send.input(), p), P2p::recv(recv.output(), p)],
+            &stream,
+        ),
+        4096,
+    );
+    g.reserve_staging(needs).unwrap();
+    // Own receives that overlap: refused on the caller's addresses (their staged copies
+    // would lie apart).
+    let Mem::Own(_, _, base) = &recv else {
+        unreachable!()
+    };
+    let base = *base as *mut u32;
+    // SAFETY: refused before anything touches them.
+    let (r0, r1) = unsafe {
+        (
+            OutBuf::from_raw(base, 600),
+            OutBuf::from_raw(base.wrapping_add(300), 600),
+        )
+    };
+    match g.run(&[P2p::recv(r0, p), P2p::recv(r1, p)], &stream) {
+        Err(Error::CollectiveShape { detail, .. }) => {
+            assert!(detail.contains("overlaps"), "{detail}")
+        }
+        r => panic!("overlapping receives: {r:?}"),
+    }
+    // The refused calls left the workspace whole: the same call works now.
+    g.run(
+        &[P2p::send(send.input(), p), P2p::recv(recv.output(), p)],
+        &stream,
+    )
+    .unwrap();
+    g.sync(&stream).unwrap();
+    expect("after the refusals", &recv.to_vec(&nv), |i| sent(peer, i));
+    nv.barrier_all().unwrap();
 }

@@ -91,6 +91,14 @@ impl<'a, T: Element> InBuf<'a, T> {
         matches!(self.0, In::Sym(_))
     }
 
+    /// The symmetric view, or None for the caller's own memory.
+    pub(crate) fn sym(&self) -> Option<SymView<'a, T>> {
+        match self.0 {
+            In::Sym(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The address and length of the memory, with cudarc's ordering for a read on `stream`,
     /// and for memory outside the symmetric heap the check that it is device memory of the
     /// GPU `device` holding `len` elements (`what` names the call in errors).
@@ -143,6 +151,14 @@ impl<'a, T: Element> OutBuf<'a, T> {
     /// Whether this is a symmetric view (used as it is, no staging).
     pub fn is_symmetric(&self) -> bool {
         matches!(self.0, Out::Sym(_))
+    }
+
+    /// The symmetric view, or None for the caller's own memory.
+    pub(crate) fn sym(&self) -> Option<SymView<'a, T>> {
+        match self.0 {
+            Out::Sym(v) => Some(v),
+            _ => None,
+        }
     }
 
     /// [`InBuf::locate`] for a write: cudarc's stream waits for earlier reads and writes too.
@@ -246,6 +262,43 @@ impl<'s, T: Element> Located<'s, T> {
     /// The symmetric view, or None for the caller's own memory (to be staged).
     pub fn sym(&self) -> Option<SymView<'s, T>> {
         self.sym
+    }
+
+    /// The same buffer with its element type erased, for calls whose buffers differ in type
+    /// (grouped send/recv); the guard moves along.
+    pub fn into_bytes(self) -> LocatedBytes<'s> {
+        LocatedBytes {
+            addr: self.addr,
+            bytes: self.num_bytes(),
+            symmetric: self.sym.is_some(),
+            _sync: self._sync,
+        }
+    }
+}
+
+/// A [`Located`] buffer in bytes, of any element type ([`Located::into_bytes`]); its cudarc
+/// guard records cudarc's event when dropped, after the copies that use it are enqueued.
+pub struct LocatedBytes<'s> {
+    addr: usize,
+    bytes: usize,
+    symmetric: bool,
+    _sync: Option<SyncOnDrop<'s>>,
+}
+
+impl LocatedBytes<'_> {
+    /// Device address of its first byte on this PE.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Size in bytes.
+    pub fn num_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether it is symmetric (used as it is) rather than the caller's own memory.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
     }
 }
 

@@ -411,9 +411,11 @@ macro_rules! family_methods {
             /// (non-symmetric) device memory hold at least `bytes` (the call's input bytes
             /// rounded up to 256, plus its output bytes), so that such calls up to that size
             /// allocate nothing: needed before graph capture, for workspaces over a team
-            /// smaller than the world, and for allgatherv and alltoallv (whose sizes differ
-            /// between members). Collective over the world: every PE, members or not, at the
-            /// same point with the same `bytes`.
+            /// smaller than the world, for allgatherv and alltoallv (whose sizes differ
+            /// between members) and for grouped send/recv (in whose calls only the PEs with
+            /// transfers take part; it needs the call's own buffers, each rounded up to 256
+            /// bytes). Collective over the world: every PE, members or not, at the same point
+            /// with the same `bytes`.
             pub fn reserve_staging(&mut self, bytes: usize) -> $crate::Result<()> {
                 self.fam.ws_mut().reserve_staging(bytes)
             }

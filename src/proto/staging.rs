@@ -4,7 +4,10 @@
 //! A call with an input or output outside the symmetric heap copies that input into the area
 //! (cudaMemcpyAsync device to device, on the call's stream), runs the symmetric call on the
 //! area, and copies the output back; symmetric buffers of the same call are used as they are.
-//! The input goes at offset 0, the output at the next multiple of [`STAGING_ALIGN`] bytes.
+//! The staged buffers lie in the area in the call's order, each at a multiple of
+//! [`STAGING_ALIGN`] bytes ([`staging_layout`]): for an input and an output, the input at offset
+//! 0 and the output after it. Grouped send/recv stages any number of buffers of any element
+//! types ([`Staging::place`] on byte [`Span`]s); the pair form is built on the same placement.
 //! The area is reused call after call, as one pair of symmetric buffers would be: the
 //! collectives' own handshakes keep a peer from writing into it before this PE's next call has
 //! started (after the previous copy out, in stream order).
@@ -19,9 +22,9 @@
 //!   [`MIN_STAGING`]. Every member must then pass its own memory at the same calls (on either
 //!   side), and the first call of a size must not be under graph capture
 //!   ([`crate::Error::StagingDuringCapture`]).
-//! - never at a call whose sizes differ between members (allgatherv, alltoallv) or whose team is
-//!   smaller than the world: such a call refuses with [`crate::Error::StagingTooSmall`], which
-//!   names the size to reserve.
+//! - never at a call whose sizes differ between members (allgatherv, alltoallv), in which only
+//!   some members take part (grouped send/recv), or whose team is smaller than the world: such
+//!   a call refuses with [`crate::Error::StagingTooSmall`], which names the size to reserve.
 
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Element;
@@ -82,24 +85,66 @@ pub struct Staging<'nv> {
     buf: Option<SymmetricBuffer<'nv, u8>>,
 }
 
+/// One buffer of a call as the area sees it, in bytes: where it is on this PE, whether it is
+/// symmetric (used as it is) and, if it is the caller's own, which copies it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub addr: usize,
+    pub bytes: usize,
+    pub symmetric: bool,
+    /// Copied into the area before the call: an input it reads, or an output whose parts the
+    /// call does not write are kept.
+    pub copy_in: bool,
+    /// Copied back after the call: an output it writes.
+    pub copy_out: bool,
+}
+
+/// Which spans of a call take room in the area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// Every span, symmetric or not: every member of a call that may grow the area then needs
+    /// the same, whichever of its buffers are its own.
+    Every,
+    /// The caller's own spans only (calls that never grow the area: grouped send/recv).
+    Own,
+}
+
+/// A call's spans placed in the area: the address the call uses for each (the caller's own for
+/// a symmetric span), and the copies back it owes after the call ([`Placed::finish`]).
+pub struct Placed<'s> {
+    nv: &'s Nvshmem,
+    addrs: Vec<usize>,
+    /// (caller's memory, staged, bytes) to copy back after the call.
+    copy_back: Vec<(usize, usize, usize)>,
+}
+
 /// One call's buffers as its symmetric call takes them: the caller's symmetric views, or views
 /// of the area holding copies of its own memory; [`Staged::finish`] copies a staged output back.
 pub struct Staged<'s, T: Element> {
-    nv: &'s Nvshmem,
     input: SymView<'s, T>,
     output: SymView<'s, T>,
-    /// (caller's output, staged output, bytes) to copy back after the call.
-    copy_back: Option<(usize, usize, usize)>,
+    placed: Placed<'s>,
     /// The located buffers: their cudarc guards record cudarc's events when dropped, after the
     /// copies.
     _located: [Located<'s, T>; 2],
 }
 
+/// Offsets of buffers of `sizes` bytes laid out one after the other in the area, each at a
+/// multiple of [`STAGING_ALIGN`], and the bytes they need in all (the last one not rounded).
+pub fn staging_layout(sizes: impl IntoIterator<Item = usize>) -> Option<(Vec<usize>, usize)> {
+    let mut offsets = Vec::new();
+    let mut end = 0usize;
+    for bytes in sizes {
+        let at = end.checked_next_multiple_of(STAGING_ALIGN)?;
+        offsets.push(at);
+        end = at.checked_add(bytes)?;
+    }
+    Some((offsets, end))
+}
+
 /// Bytes a call of `input` and `output` bytes needs (the output after the input, aligned).
 pub fn staging_need(input: usize, output: usize) -> Option<usize> {
-    input
-        .checked_next_multiple_of(STAGING_ALIGN)?
-        .checked_add(output)
+    staging_layout([input, output]).map(|(_, need)| need)
 }
 
 /// What a call that needs `need` bytes grows the area to.
@@ -160,6 +205,63 @@ impl<'nv> Staging<'nv> {
         self.reserve(nv, bytes)
     }
 
+    /// Places the `spans` of a call of `what` in the area, in order (those `room` names, each
+    /// at a multiple of [`STAGING_ALIGN`]), growing it as `grow` allows, and enqueues the copies
+    /// in on `stream`. All symmetric: nothing is copied or allocated.
+    pub fn place(
+        &mut self,
+        nv: &'nv Nvshmem,
+        what: &'static str,
+        spans: &[Span],
+        room: Room,
+        grow: Grow,
+        stream: &CudaStream,
+    ) -> Result<Placed<'nv>> {
+        let mut placed = Placed {
+            nv,
+            addrs: spans.iter().map(|s| s.addr).collect(),
+            copy_back: Vec::new(),
+        };
+        if spans.iter().all(|s| s.symmetric) {
+            return Ok(placed);
+        }
+        let takes_room = |s: &&Span| room == Room::Every || !s.symmetric;
+        let sizes = spans.iter().filter(takes_room).map(|s| s.bytes);
+        let (offsets, need) = staging_layout(sizes).ok_or_else(|| Error::SizeOverflow {
+            what,
+            detail: spans
+                .iter()
+                .filter(takes_room)
+                .map(|s| s.bytes.to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
+        })?;
+        self.ensure(nv, what, need, grow, stream)?;
+        nv.bind()?;
+        // No area only when every staged span is empty: nothing moves through their addresses,
+        // which stay non-null and aligned for any element type.
+        let base = self
+            .buf
+            .as_ref()
+            .map_or(STAGING_ALIGN, |b| b.as_device_ptr() as usize);
+        let mut offsets = offsets.into_iter();
+        for (s, addr) in spans.iter().zip(&mut placed.addrs) {
+            let at = if takes_room(&s) { offsets.next() } else { None };
+            if s.symmetric {
+                continue;
+            }
+            let staged = base + at.expect("every own span takes room");
+            if s.copy_in {
+                copy_dtod(staged, s.addr, s.bytes, stream)?;
+            }
+            if s.copy_out && s.bytes > 0 {
+                placed.copy_back.push((s.addr, staged, s.bytes));
+            }
+            *addr = staged;
+        }
+        Ok(placed)
+    }
+
     /// Stages `input` and `output` of a call of `what` as `io` says (module documentation),
     /// enqueuing the copies in on `stream`. Both symmetric: nothing is copied or allocated.
     pub(crate) fn stage<'s, T: Element>(
@@ -174,69 +276,54 @@ impl<'nv> Staging<'nv> {
     where
         'nv: 's,
     {
-        let [input, output] = &located;
-        if let (Some(i), Some(o)) = (input.sym(), output.sym()) {
-            return Ok(Staged {
-                nv,
-                input: i,
-                output: o,
-                copy_back: None,
-                _located: located,
-            });
-        }
-        let (in_bytes, out_bytes) = (input.num_bytes(), output.num_bytes());
-        // Room for both sides whichever is the caller's own: every member then needs the same.
-        let need = staging_need(in_bytes, out_bytes).ok_or_else(|| Error::SizeOverflow {
-            what,
-            detail: format!("{in_bytes} + {out_bytes}"),
-        })?;
-        self.ensure(nv, what, need, grow, stream)?;
-        nv.bind()?;
-        let base = self
-            .buf
-            .as_ref()
-            .map_or(NonNull::dangling(), |b| {
-                NonNull::new(b.as_device_ptr()).expect("symmetric buffers are not null")
-            })
-            .cast::<T>();
-        let out_offset = need - out_bytes;
-        let copy = |dst, src, bytes| copy_dtod(dst, src, bytes, stream);
-        let input_view = match input.sym() {
-            Some(v) => v,
-            None => {
-                if io.read {
-                    copy(base.as_ptr() as usize, input.addr(), in_bytes)?;
-                }
-                // SAFETY: offset 0 of the area, `in_bytes` of it; the area stays until the
-                // workspace goes or the next growth, both after this call's kernels (a drop
-                // synchronises first).
-                unsafe { SymView::from_raw(base, input.len(), nv.stream()) }
-            }
+        let span = |l: &Located<'s, T>, copy_in, copy_out| Span {
+            addr: l.addr(),
+            bytes: l.num_bytes(),
+            symmetric: l.sym().is_some(),
+            copy_in,
+            copy_out,
         };
-        let mut copy_back = None;
-        let output_view = match output.sym() {
+        let [input, output] = &located;
+        let spans = [span(input, io.read, false), span(output, io.keep, io.write)];
+        // Room for both sides whichever is the caller's own: every member then needs the same.
+        let placed = self.place(nv, what, &spans, Room::Every, grow, stream)?;
+        let view = |l: &Located<'s, T>, addr: usize| match l.sym() {
             Some(v) => v,
-            None => {
-                let staged = base.as_ptr() as usize + out_offset;
-                if io.keep {
-                    copy(staged, output.addr(), out_bytes)?;
-                }
-                if io.write && out_bytes > 0 {
-                    copy_back = Some((output.addr(), staged, out_bytes));
-                }
-                let ptr = NonNull::new(staged as *mut T).unwrap_or(base);
-                // SAFETY: `out_bytes` from `out_offset`, inside the area (`need` bytes), a
-                // multiple of STAGING_ALIGN: aligned for T. Lifetime as for the input.
-                unsafe { SymView::from_raw(ptr, output.len(), nv.stream()) }
-            }
+            // SAFETY: `l.len()` elements at `addr` inside the area (placed there, at a multiple
+            // of STAGING_ALIGN: aligned for T; or, empty with no area, a non-null aligned
+            // address nothing reads); the area stays until the workspace goes or the next
+            // growth, both after this call's kernels (a drop synchronises first).
+            None => unsafe {
+                let ptr = NonNull::new(addr as *mut T).expect("placed addresses are not null");
+                SymView::from_raw(ptr, l.len(), nv.stream())
+            },
         };
         Ok(Staged {
-            nv,
-            input: input_view,
-            output: output_view,
-            copy_back,
+            input: view(input, placed.addr(0)),
+            output: view(output, placed.addr(1)),
+            placed,
             _located: located,
         })
+    }
+}
+
+impl Placed<'_> {
+    /// The address the call uses for span `k`.
+    pub fn addr(&self, k: usize) -> usize {
+        self.addrs[k]
+    }
+
+    /// Enqueues the copies of the staged outputs back into the caller's memory on `stream`,
+    /// after the call. The caller's cudarc guards must drop after this.
+    pub fn finish(self, stream: &CudaStream) -> Result<()> {
+        if self.copy_back.is_empty() {
+            return Ok(());
+        }
+        self.nv.bind()?;
+        for (dst, src, bytes) in self.copy_back {
+            copy_dtod(dst, src, bytes, stream)?;
+        }
+        Ok(())
     }
 }
 
@@ -254,11 +341,7 @@ impl<'s, T: Element> Staged<'s, T> {
     /// Enqueues the copy of a staged output back into the caller's memory on `stream`, after
     /// the symmetric call; then cudarc's events are recorded (the guards drop).
     pub fn finish(self, stream: &CudaStream) -> Result<()> {
-        if let Some((dst, src, bytes)) = self.copy_back {
-            self.nv.bind()?;
-            copy_dtod(dst, src, bytes, stream)?;
-        }
-        Ok(())
+        self.placed.finish(stream)
     }
 }
 
@@ -292,6 +375,17 @@ mod tests {
         assert_eq!(staging_need(257, 0), Some(512));
         assert_eq!(staging_need(usize::MAX - 10, 1), None);
         assert_eq!(staging_need(256, usize::MAX), None);
+    }
+
+    #[test]
+    fn buffers_lie_in_order_each_aligned() {
+        assert_eq!(staging_layout([]), Some((vec![], 0)));
+        assert_eq!(staging_layout([7]), Some((vec![0], 7)));
+        assert_eq!(
+            staging_layout([7, 0, 512, 1]),
+            Some((vec![0, 256, 256, 768], 769))
+        );
+        assert_eq!(staging_layout([1, usize::MAX - 100]), None);
     }
 
     #[test]

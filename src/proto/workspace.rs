@@ -12,7 +12,7 @@ use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
 use crate::proto::checked::checked_from_env;
-use crate::proto::staging::{Grow, StageIo, Staged, Staging};
+use crate::proto::staging::{Grow, Placed, Room, Span, StageIo, Staged, Staging};
 use crate::sync::deadline::timeout_ns;
 use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::sys;
@@ -368,6 +368,22 @@ impl<'nv> Workspace<'nv> {
             Grow::Agreed
         };
         self.staging.stage(self.nv, what, located, io, grow, stream)
+    }
+
+    /// Places the caller's own `spans` of a call in which only some members take part
+    /// (grouped send/recv) in the staging area, enqueuing the copies in on `stream`
+    /// ([`Staging::place`]). Such a call cannot grow the area: too small, it refuses with
+    /// [`crate::Error::StagingTooSmall`] (`why` says why).
+    pub(crate) fn place(
+        &mut self,
+        what: &'static str,
+        spans: &[Span],
+        why: &'static str,
+        stream: &CudaStream,
+    ) -> Result<Placed<'nv>> {
+        let grow = Grow::Refuse(why);
+        self.staging
+            .place(self.nv, what, spans, Room::Own, grow, stream)
     }
 
     /// Starts the next call: refuses a PE outside the team and a workspace that already
