@@ -14,7 +14,9 @@
 //! fsync of the file and its directory. A job killed between two stages' writes leaves the
 //! pointer on the last complete set. `--resume PREFIX` follows the pointer (or reads the
 //! version 1 layout `PREFIX.stageS-of-P.ckpt` when there is no pointer), and the stages agree on
-//! step, loader state, seed and the tied embedding's hash before training goes on.
+//! step, loader state, seed and the tied embedding's hash before training goes on. A set of a
+//! run with sparse averaging and error feedback also holds one residual file per PE
+//! ([`crate::residual`]), written before the pointer moves, in the same body format.
 
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
