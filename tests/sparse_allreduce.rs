@@ -538,3 +538,152 @@ fn sparse_allreduce_refuses_bad_calls() {
     nv.barrier_all().unwrap();
 }
 gpu_test!(2, sparse_allreduce_refuses_bad_calls);
+
+/// Members with zero residuals and nothing sent yet.
+fn fresh_members<T: Value>(p: usize, n: usize) -> Vec<Member<T>> {
+    let zero = vec![T::of_f32(0.0); n];
+    (0..p)
+        .map(|_| Member {
+            residual: zero.clone(),
+            sent: zero.clone(),
+            grads: zero.clone(),
+            ok_threshold: 0.0,
+        })
+        .collect()
+}
+
+fn same_bits<T: Value>(what: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            g.to_bits64(),
+            w.to_bits64(),
+            "{what}: element {i} is {g:?}, want {w:?}"
+        );
+    }
+}
+
+/// Error feedback survives a checkpoint (one method, one value type): after two calls the
+/// residual is copied to the host (as the reference's), loaded into a fresh SparseAllreduce,
+/// and the third call of the fresh one gives the output of the uninterrupted one's, bit for
+/// bit, and the CPU simulation's; so do the residuals after it. Without the residual the
+/// simulation's output differs, so a load that did nothing would fail here. Ok-Topk
+/// re-estimates every 2 calls: its third call re-estimates in both runs, as a fresh one must.
+/// A residual of another length and a load without error feedback are refused.
+fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: SparseMethod) {
+    let (me, p) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let n = 1000;
+    let opts = SparseOptions {
+        reestimate_every: 2,
+        ..SparseOptions::new(method, 0.05)
+    };
+    let what = format!("{} {} reload", method.name(), T::NAME);
+    let grads_of =
+        |step: usize| -> Vec<Vec<T>> { (0..p).map(|r| gradient(Kind::Ints, n, step, r)).collect() };
+    let mut a = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
+    let (k, cap) = (a.k(), a.capacity());
+    let mut members = fresh_members::<T>(p, n);
+    let mut shared = Shared {
+        calls: 0,
+        bounds: Vec::new(),
+    };
+    let mut g = s.alloc_zeros::<T>(n).unwrap();
+    let mut out = s.alloc_zeros::<T>(n).unwrap();
+    for step in 0..2 {
+        let grads = grads_of(step);
+        s.memcpy_htod(&grads[me], &mut g).unwrap();
+        s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
+        a.run(&g, &mut out, s).unwrap();
+        simulate(opts, &mut members, &mut shared, &grads, k, cap);
+    }
+    let saved = s.clone_dtoh(a.residual().unwrap()).unwrap();
+    same_values(
+        &format!("{what}: saved residual"),
+        &saved,
+        &members[me].residual,
+    );
+
+    // Collective: created on every PE in the same order.
+    let mut b = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
+    let no_ef = SparseOptions {
+        error_feedback: false,
+        ..opts
+    };
+    let mut c = SparseAllreduce::<T>::world(nv, n, no_ef).unwrap();
+    let err = b.load_residual(&saved[1..], s).unwrap_err();
+    assert!(
+        matches!(err, Error::ResidualLength { len, got, .. } if len == n && got == n - 1),
+        "{what}: {err}"
+    );
+    let err = c.load_residual(&saved, s).unwrap_err();
+    assert!(
+        matches!(err, Error::NoErrorFeedback { .. }),
+        "{what}: {err}"
+    );
+    assert!(err.to_string().contains("error_feedback"), "{err}");
+    drop(c);
+    // The refused load left b's residual zero.
+    let zero = vec![T::of_f32(0.0); n];
+    same_bits(
+        &format!("{what}: residual after a refused load"),
+        &s.clone_dtoh(b.residual().unwrap()).unwrap(),
+        &zero,
+    );
+    b.load_residual(&saved, s).unwrap();
+    same_bits(
+        &format!("{what}: loaded residual"),
+        &s.clone_dtoh(b.residual().unwrap()).unwrap(),
+        &saved,
+    );
+
+    let grads = grads_of(2);
+    let mut lost_members = fresh_members::<T>(p, n);
+    let mut lost_shared = Shared {
+        calls: 0,
+        bounds: Vec::new(),
+    };
+    let lost = simulate(opts, &mut lost_members, &mut lost_shared, &grads, k, cap);
+    let want = simulate(opts, &mut members, &mut shared, &grads, k, cap);
+    assert!(
+        lost.out
+            .iter()
+            .zip(&want.out)
+            .any(|(x, y)| x.to_f64() != y.to_f64()),
+        "{what}: the residual does not change the output; the test could not see it lost"
+    );
+    let mut outs = Vec::new();
+    for ar in [&mut a, &mut b] {
+        s.memcpy_htod(&grads[me], &mut g).unwrap();
+        s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
+        ar.run(&g, &mut out, s).unwrap();
+        outs.push(s.clone_dtoh(&out).unwrap());
+    }
+    same_values(
+        &format!("{what}: uninterrupted output"),
+        &outs[0],
+        &want.out,
+    );
+    same_bits(&format!("{what}: reloaded output"), &outs[1], &outs[0]);
+    let ra = s.clone_dtoh(a.residual().unwrap()).unwrap();
+    let rb = s.clone_dtoh(b.residual().unwrap()).unwrap();
+    same_values(
+        &format!("{what}: residual after"),
+        &ra,
+        &members[me].residual,
+    );
+    same_bits(&format!("{what}: reloaded residual after"), &rb, &ra);
+    drop(b);
+    drop(a);
+    nv.barrier_all().unwrap();
+}
+
+/// [`residual_reload_case`] for every method, in f32 and bf16.
+fn residual_reload_gives_the_uninterrupted_result() {
+    let nv = runtime(2);
+    let s = nv.stream().clone();
+    for method in SparseMethod::ALL {
+        residual_reload_case::<f32>(&nv, &s, method);
+        residual_reload_case::<bf16>(&nv, &s, method);
+    }
+}
+gpu_test!(2, residual_reload_gives_the_uninterrupted_result);

@@ -14,11 +14,14 @@
 //! fsync of the file and its directory. A job killed between two stages' writes leaves the
 //! pointer on the last complete set. `--resume PREFIX` follows the pointer (or reads the
 //! version 1 layout `PREFIX.stageS-of-P.ckpt` when there is no pointer), and the stages agree on
-//! step, loader state, seed and the tied embedding's hash before training goes on.
+//! step, loader state, seed and the tied embedding's hash before training goes on. A set of a
+//! run with sparse averaging and error feedback also holds one residual file per PE
+//! ([`crate::residual`]), written before the pointer moves, in the same body format.
 
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
 use nvsh_plot::AtomicFile;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -118,9 +121,9 @@ pub fn commit_latest(prefix: &Path, dir: &Path) -> Result<()> {
     sync_dir(latest.parent().unwrap_or(Path::new(".")))
 }
 
-/// The file `--resume PREFIX` loads for `stage` of `stages`: the stage's file in the set
-/// `PREFIX.latest` names, else the version 1 layout's file.
-pub fn resume_path(prefix: &Path, stage: usize, stages: usize) -> Result<PathBuf> {
+/// The set directory `PREFIX.latest` names; None when there is no pointer (the version 1
+/// layout, or nothing saved).
+pub fn latest_set(prefix: &Path) -> Result<Option<PathBuf>> {
     let latest = latest_path(prefix);
     match std::fs::read_to_string(&latest) {
         Ok(text) => {
@@ -131,26 +134,32 @@ pub fn resume_path(prefix: &Path, stage: usize, stages: usize) -> Result<PathBuf
                     latest.display()
                 )));
             }
-            let dir = latest.parent().unwrap_or(Path::new("")).join(name);
-            Ok(set_stage_path(&dir, stage, stages))
+            Ok(Some(latest.parent().unwrap_or(Path::new("")).join(name)))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let old = stage_path(prefix, stage, stages);
-            if old.exists() {
-                Ok(old)
-            } else {
-                Err(GptError::Checkpoint(format!(
-                    "no checkpoint to resume from at {}: neither {} nor {} exists",
-                    prefix.display(),
-                    latest.display(),
-                    old.display()
-                )))
-            }
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(GptError::Io {
             path: latest,
             source: e,
         }),
+    }
+}
+
+/// The file `--resume PREFIX` loads for `stage` of `stages`: the stage's file in the set
+/// `PREFIX.latest` names, else the version 1 layout's file.
+pub fn resume_path(prefix: &Path, stage: usize, stages: usize) -> Result<PathBuf> {
+    if let Some(dir) = latest_set(prefix)? {
+        return Ok(set_stage_path(&dir, stage, stages));
+    }
+    let old = stage_path(prefix, stage, stages);
+    if old.exists() {
+        Ok(old)
+    } else {
+        Err(GptError::Checkpoint(format!(
+            "no checkpoint to resume from at {}: neither {} nor {} exists",
+            prefix.display(),
+            latest_path(prefix).display(),
+            old.display()
+        )))
     }
 }
 
@@ -163,7 +172,7 @@ pub fn hash_f32(values: &[f32]) -> u64 {
     h
 }
 
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> GptError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> GptError + '_ {
     move |source| GptError::Io {
         path: path.to_path_buf(),
         source,
@@ -179,6 +188,159 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 }
 
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+
+/// The `key=value` lines of a file's text header.
+pub(crate) struct HeaderFields {
+    pub kv: HashMap<String, String>,
+    path: PathBuf,
+    noun: &'static str,
+}
+
+impl HeaderFields {
+    fn bad(&self, m: String) -> GptError {
+        GptError::Checkpoint(format!("{}: {m}", self.path.display()))
+    }
+
+    /// The value of `k`; an error naming the file when the header lacks it.
+    pub fn get(&self, k: &str) -> Result<&String> {
+        self.kv
+            .get(k)
+            .ok_or_else(|| self.bad(format!("the {} header lacks {k:?}", self.noun)))
+    }
+
+    /// The value of `k` as a number.
+    pub fn num(&self, k: &str) -> Result<u64> {
+        let v = self.get(k)?;
+        v.parse::<u64>()
+            .map_err(|_| self.bad(format!("{k}={v:?} is not a number")))
+    }
+}
+
+/// Reads the magic line `MAGIC <version>` (versions 1 to `newest`) and the `key=value` lines up
+/// to `end` of a file of this program; `noun` names the kind of file in errors.
+pub(crate) fn read_header(
+    r: &mut impl BufRead,
+    path: &Path,
+    magic: &str,
+    newest: u32,
+    noun: &'static str,
+) -> Result<(u32, HeaderFields)> {
+    let bad = |m: String| GptError::Checkpoint(format!("{}: {m}", path.display()));
+    // The magic is compared as bytes: any file (binary included) that does not start with it
+    // is named as not a file of this kind, not as unreadable text.
+    let mut first = Vec::new();
+    r.by_ref()
+        .take(magic.len() as u64 + 12)
+        .read_until(b'\n', &mut first)
+        .map_err(io_err(path))?;
+    let version = first
+        .strip_prefix(format!("{magic} ").as_bytes())
+        .and_then(|rest| rest.strip_suffix(b"\n"))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u32>().ok());
+    let Some(version) = version else {
+        return Err(bad(format!(
+            "not a {noun} of this program (it does not start with \"{magic} <version>\"; \
+             its first bytes are {:?})",
+            String::from_utf8_lossy(&first[..first.len().min(16)])
+        )));
+    };
+    if version == 0 || version > newest {
+        return Err(bad(format!(
+            "{noun} format {version}; this program reads formats 1 to {newest} (a newer \
+             nvsh-gpt wrote it?)"
+        )));
+    }
+    let mut line = String::new();
+    let mut kv = HashMap::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).map_err(io_err(path))? == 0 {
+            return Err(bad("the header ends before its `end` line".into()));
+        }
+        let l = line.trim_end();
+        if l == "end" {
+            break;
+        }
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| bad(format!("malformed header line {l:?}")))?;
+        kv.insert(k.to_string(), v.to_string());
+    }
+    Ok((
+        version,
+        HeaderFields {
+            kv,
+            path: path.to_path_buf(),
+            noun,
+        },
+    ))
+}
+
+/// Writes `header`, the arrays' common length (u64), the arrays (f32, little-endian) and the
+/// FNV-1a 64 checksum of their bytes: the body of every file of a set.
+pub(crate) fn write_arrays(
+    w: &mut dyn Write,
+    header: &str,
+    arrays: &[&[f32]],
+) -> std::io::Result<()> {
+    w.write_all(header.as_bytes())?;
+    let n = arrays.first().map_or(0, |a| a.len());
+    w.write_all(&(n as u64).to_le_bytes())?;
+    let mut sum = FNV_OFFSET;
+    for arr in arrays {
+        let mut buf = Vec::with_capacity(arr.len() * 4);
+        for x in arr.iter() {
+            buf.extend_from_slice(&x.to_le_bytes());
+        }
+        sum = fnv1a(sum, &buf);
+        w.write_all(&buf)?;
+    }
+    w.write_all(&sum.to_le_bytes())
+}
+
+/// Reads what [`write_arrays`] wrote after the header: one array per name in `names`, checked
+/// against the checksum; `count` names the length word in errors.
+pub(crate) fn read_arrays<const N: usize>(
+    r: &mut impl Read,
+    path: &Path,
+    count: &str,
+    names: [&str; N],
+) -> Result<[Vec<f32>; N]> {
+    let bad = |m: String| GptError::Checkpoint(format!("{}: {m}", path.display()));
+    let mut word = [0u8; 8];
+    r.read_exact(&mut word)
+        .map_err(|_| bad(format!("truncated before the {count}")))?;
+    let n = u64::from_le_bytes(word) as usize;
+    let mut sum = FNV_OFFSET;
+    let mut arrays: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
+    for (what, arr) in names.iter().zip(&mut arrays) {
+        // Read in bounded pieces: a corrupt count must end in "truncated", not in an
+        // allocation of its size.
+        let mut buf = Vec::new();
+        let want = n.saturating_mul(4) as u64;
+        let got = r
+            .by_ref()
+            .take(want)
+            .read_to_end(&mut buf)
+            .map_err(io_err(path))?;
+        if (got as u64) < want {
+            return Err(bad(format!(
+                "truncated in the {what} ({n} values expected)"
+            )));
+        }
+        sum = fnv1a(sum, &buf);
+        *arr = buf
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+    }
+    r.read_exact(&mut word)
+        .map_err(|_| bad("truncated before the checksum".into()))?;
+    if u64::from_le_bytes(word) != sum {
+        return Err(bad("checksum mismatch: the file is corrupt".into()));
+    }
+    Ok(arrays)
+}
 
 impl Checkpoint {
     /// Writes the checkpoint to `path` (through [`AtomicFile`]).
@@ -222,20 +384,7 @@ impl Checkpoint {
             h.loader_state,
             h.seed
         );
-        out.commit(|w| {
-            w.write_all(header.as_bytes())?;
-            w.write_all(&(n as u64).to_le_bytes())?;
-            let mut sum = FNV_OFFSET;
-            for arr in [&self.params, &self.m, &self.v] {
-                let mut buf = Vec::with_capacity(arr.len() * 4);
-                for x in arr.iter() {
-                    buf.extend_from_slice(&x.to_le_bytes());
-                }
-                sum = fnv1a(sum, &buf);
-                w.write_all(&buf)?;
-            }
-            w.write_all(&sum.to_le_bytes())
-        })?;
+        out.commit(|w| write_arrays(w, &header, &[&self.params[..], &self.m[..], &self.v[..]]))?;
         Ok(())
     }
 
@@ -244,55 +393,10 @@ impl Checkpoint {
         let file = std::fs::File::open(path).map_err(io_err(path))?;
         let mut r = BufReader::new(file);
         let bad = |m: String| GptError::Checkpoint(format!("{}: {m}", path.display()));
-        // The magic is compared as bytes: any file (binary included) that does not start with
-        // it is named as not a checkpoint, not as unreadable text.
-        let mut first = Vec::new();
-        (&mut r)
-            .take(MAGIC.len() as u64 + 12)
-            .read_until(b'\n', &mut first)
-            .map_err(io_err(path))?;
-        let version = first
-            .strip_prefix(format!("{MAGIC} ").as_bytes())
-            .and_then(|rest| rest.strip_suffix(b"\n"))
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u32>().ok());
-        let Some(version) = version else {
-            return Err(bad(format!(
-                "not a checkpoint of this program (it does not start with \"{MAGIC} <version>\"; \
-                 its first bytes are {:?})",
-                String::from_utf8_lossy(&first[..first.len().min(16)])
-            )));
-        };
-        if version == 0 || version > FORMAT_VERSION {
-            return Err(bad(format!(
-                "checkpoint format {version}; this program reads formats 1 to {FORMAT_VERSION} \
-                 (a newer nvsh-gpt wrote it?)"
-            )));
-        }
-        let mut line = String::new();
-        let mut kv = std::collections::HashMap::new();
-        loop {
-            line.clear();
-            if r.read_line(&mut line).map_err(io_err(path))? == 0 {
-                return Err(bad("the header ends before its `end` line".into()));
-            }
-            let l = line.trim_end();
-            if l == "end" {
-                break;
-            }
-            let (k, v) = l
-                .split_once('=')
-                .ok_or_else(|| bad(format!("malformed header line {l:?}")))?;
-            kv.insert(k.to_string(), v.to_string());
-        }
-        let get = |k: &str| -> Result<&String> {
-            kv.get(k)
-                .ok_or_else(|| bad(format!("the header lacks {k:?}")))
-        };
-        let num = |k: &str| -> Result<u64> {
-            get(k)?
-                .parse::<u64>()
-                .map_err(|_| bad(format!("{k}={:?} is not a number", kv[k])))
-        };
+        let (version, fields) = read_header(&mut r, path, MAGIC, FORMAT_VERSION, "checkpoint")?;
+        let kv = &fields.kv;
+        let get = |k: &str| fields.get(k);
+        let num = |k: &str| fields.num(k);
         let (ls, le) = get("layers")?
             .split_once("..")
             .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
@@ -325,29 +429,12 @@ impl Checkpoint {
                 .then(|| num("tied_hash"))
                 .transpose()?,
         };
-        let mut word = [0u8; 8];
-        r.read_exact(&mut word)
-            .map_err(|_| bad("truncated before the parameter count".into()))?;
-        let n = u64::from_le_bytes(word) as usize;
-        let mut sum = FNV_OFFSET;
-        let mut read_arr = |what: &str| -> Result<Vec<f32>> {
-            let mut buf = vec![0u8; n * 4];
-            r.read_exact(&mut buf)
-                .map_err(|_| bad(format!("truncated in the {what} ({n} values expected)")))?;
-            sum = fnv1a(sum, &buf);
-            Ok(buf
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect())
-        };
-        let params = read_arr("parameters")?;
-        let m = read_arr("first moments")?;
-        let v = read_arr("second moments")?;
-        r.read_exact(&mut word)
-            .map_err(|_| bad("truncated before the checksum".into()))?;
-        if u64::from_le_bytes(word) != sum {
-            return Err(bad("checksum mismatch: the file is corrupt".into()));
-        }
+        let [params, m, v] = read_arrays(
+            &mut r,
+            path,
+            "parameter count",
+            ["parameters", "first moments", "second moments"],
+        )?;
         Ok(Checkpoint {
             header,
             params,

@@ -13,6 +13,7 @@ use crate::backend::Backend;
 use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
+use crate::residual::ResidualSpec;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -103,6 +104,24 @@ pub trait Comm<B: Backend> {
     ) -> Result<()>;
     /// Reports errors a transfer recorded asynchronously (device-side timeouts).
     fn check(&self) -> Result<()>;
+    /// The error-feedback residual this PE keeps for sparse gradient averaging: what it belongs
+    /// to, or None when there is none (dense averaging, `--no-error-feedback`, one replica, the
+    /// threads' comm), and then [`Comm::residual`] and [`Comm::load_residual`] fail.
+    fn residual_spec(&self) -> Option<ResidualSpec> {
+        None
+    }
+    /// A host copy of the residual, after the work enqueued so far (a checkpoint's).
+    fn residual(&mut self, _be: &B) -> Result<Vec<f32>> {
+        Err(no_residual())
+    }
+    /// Replaces the residual with `values` (a resume), ordered before later work.
+    fn load_residual(&mut self, _be: &B, _values: &[f32]) -> Result<()> {
+        Err(no_residual())
+    }
+}
+
+fn no_residual() -> GptError {
+    GptError::Comm("this PE keeps no error-feedback residual (no sparse averaging)".into())
 }
 
 // ---------------------------------------------------------------------------------------------

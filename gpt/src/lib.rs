@@ -28,6 +28,7 @@ pub mod model;
 pub mod nvcomm;
 pub mod params;
 pub mod plot;
+pub mod residual;
 pub mod rng;
 pub mod schedule;
 pub mod session;

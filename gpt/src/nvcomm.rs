@@ -16,6 +16,7 @@ use crate::comm::{group_members, Comm, Group, Reduce};
 use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
+use crate::residual::ResidualSpec;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaStream};
 use nvshmem::pipeline::channel::Channel;
@@ -448,6 +449,32 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
             ch.check().map_err(nv_err)?;
         }
         Ok(())
+    }
+
+    fn residual_spec(&self) -> Option<ResidualSpec> {
+        let sp = self.sparse.as_ref()?;
+        let o = sp.options();
+        o.error_feedback.then(|| ResidualSpec {
+            method: o.method.name().to_string(),
+            density: o.density,
+            error_feedback: true,
+            len: sp.len(),
+        })
+    }
+
+    fn residual(&mut self, _be: &B) -> Result<Vec<f32>> {
+        let r = self.sparse.as_ref().and_then(|sp| sp.residual());
+        let r = r.ok_or_else(|| GptError::Comm("no error-feedback residual to save".into()))?;
+        // On the compute stream, where the allreduce updates it: after this step's update.
+        Ok(self.compute.clone_dtoh(r)?)
+    }
+
+    fn load_residual(&mut self, _be: &B, values: &[f32]) -> Result<()> {
+        let sp = self
+            .sparse
+            .as_mut()
+            .ok_or_else(|| GptError::Comm("no sparse averaging to load a residual into".into()))?;
+        sp.load_residual(values, &self.compute).map_err(nv_err)
     }
 }
 

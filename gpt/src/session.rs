@@ -4,11 +4,13 @@
 
 use crate::backend::Backend;
 use crate::checkpoint::{
-    commit_latest, latest_path, resume_path, set_dir, set_stage_path, sync_dir, Checkpoint,
+    commit_latest, latest_path, latest_set, resume_path, set_dir, set_stage_path, sync_dir,
+    Checkpoint,
 };
 use crate::comm::Comm;
 use crate::error::{GptError, Result};
 use crate::log::{summarize, StepRecord};
+use crate::residual::{residual_files, residual_path, ResidualFile, ResidualHeader};
 use crate::trainer::Trainer;
 use nvsh_plot::AtomicFile;
 use std::io::Write;
@@ -106,9 +108,13 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         let ck = Checkpoint::load(&path)?;
         tr.restore(&ck)?;
         agree_on_resume(tr, &ck)?;
+        let residual = resume_residual(tr, prefix)?;
         if leader {
             writeln!(out, "resumed from {} at step {}", path.display(), tr.step)
                 .map_err(stdout_err)?;
+            if let Some(line) = residual {
+                writeln!(out, "{line}").map_err(stdout_err)?;
+            }
             if let Some(was) = ck.header.schedule {
                 let now = [tr.run.steps, tr.run.warmup, tr.run.micro_batches].map(|x| x as u64);
                 let then = [was.steps, was.warmup, was.micro_batches];
@@ -273,9 +279,13 @@ pub fn run_session<B: Backend, C: Comm<B>>(
     if let Some(prefix) = &opts.save {
         save(tr, prefix)?;
         if leader {
+            let residuals = match tr.comm.residual_spec() {
+                Some(_) => format!(", {} error-feedback residual file(s)", topo.pp * topo.dp),
+                None => String::new(),
+            };
             writeln!(
                 out,
-                "saved {} ({} stage file(s)); {} points to it",
+                "saved {} ({} stage file(s){residuals}); {} points to it",
                 set_dir(prefix, tr.step as u64).display(),
                 topo.pp,
                 latest_path(prefix).display()
@@ -337,11 +347,12 @@ pub fn run_session<B: Backend, C: Comm<B>>(
 }
 
 /// How long the PEs wait for each other after a save: the run's limit plus the time to write
-/// the largest stage's file (parameters and both moments) at 20 MB/s, and at least 10 minutes
-/// more, so that a slow file system does not run out the deadline of the PEs (other replicas,
-/// faster stages) that wait for the writers; a dead PE still ends the wait.
+/// the largest stage's file (parameters and both moments) and an error-feedback residual of
+/// that size at 20 MB/s, and at least 10 minutes more, so that a slow file system does not run
+/// out the deadline of the PEs (other replicas, faster stages) that wait for the writers; a
+/// dead PE still ends the wait.
 pub fn save_wait(run: &crate::trainer::RunConfig) -> Duration {
-    let bytes = 12.0 * run.max_stage_params() as f64;
+    let bytes = 16.0 * run.max_stage_params() as f64;
     run.timeout + Duration::from_secs_f64(bytes / 20e6).max(Duration::from_secs(600))
 }
 
@@ -352,32 +363,21 @@ pub fn sample_wait(run: &crate::trainer::RunConfig, tokens: usize) -> Duration {
     run.timeout + Duration::from_secs(tokens as u64).max(Duration::from_secs(600))
 }
 
-/// Saves one set: replica 0 of every stage writes its file into the step's directory, the PEs
-/// agree that every write succeeded, and only then the leader moves `PREFIX.latest` to the
-/// set. A PE whose write failed fails the save on every PE, and the pointer stays on the last
-/// complete set. Collective.
+/// Saves one set: replica 0 of every stage writes its file into the step's directory, every
+/// PE that keeps an error-feedback residual writes that ([`crate::residual`]), the PEs agree
+/// that every write succeeded, and only then the leader moves `PREFIX.latest` to the set. A PE
+/// whose write failed fails the save on every PE, and the pointer stays on the last complete
+/// set. Collective.
 fn save<B: Backend, C: Comm<B>>(
     tr: &mut Trainer<'_, B, C>,
     prefix: &std::path::Path,
 ) -> Result<()> {
     let dir = set_dir(prefix, tr.step as u64);
-    let mut problem = None;
-    if tr.topo.replica() == 0 {
-        let write = || -> Result<()> {
-            std::fs::create_dir_all(&dir).map_err(|source| GptError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            tr.checkpoint()?
-                .save(&set_stage_path(&dir, tr.topo.stage(), tr.topo.pp))?;
-            sync_dir(&dir)
-        };
-        problem = write().err();
-    }
+    let problem = write_set_files(tr, &dir).err();
     let wait = save_wait(&tr.run);
     agree_no_problem(tr, problem, wait, |n| {
         GptError::Checkpoint(format!(
-            "{n} other PE(s) could not write their stage of {} (each reported why); {} still \
+            "{n} other PE(s) could not write their files of {} (each reported why); {} still \
              points to the last complete set",
             dir.display(),
             latest_path(prefix).display()
@@ -387,6 +387,141 @@ fn save<B: Backend, C: Comm<B>>(
         commit_latest(prefix, &dir)?;
     }
     Ok(())
+}
+
+/// This PE's files of the set in `dir`: its stage's (replica 0) and its residual (where it
+/// keeps one), each synced, then the directory's entries.
+fn write_set_files<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    dir: &std::path::Path,
+) -> Result<()> {
+    let stage = tr.topo.replica() == 0;
+    let spec = tr.comm.residual_spec();
+    if !stage && spec.is_none() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|source| GptError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if stage {
+        tr.checkpoint()?
+            .save(&set_stage_path(dir, tr.topo.stage(), tr.topo.pp))?;
+    }
+    if let Some(spec) = spec {
+        let values = tr.comm.residual(tr.be)?;
+        let topo = tr.topo;
+        ResidualFile {
+            header: ResidualHeader {
+                spec,
+                pp: topo.pp,
+                dp: topo.dp,
+                pe: topo.pe,
+                step: tr.step as u64,
+            },
+            values,
+        }
+        .save(&residual_path(dir, topo.pe, topo.pp * topo.dp))?;
+    }
+    sync_dir(dir)
+}
+
+/// Resume's error-feedback residuals, once the stages agreed on one set (collective). Each PE
+/// that keeps a residual loads its own file of the set `PREFIX.latest` names, refused unless it
+/// fits ([`ResidualFile::check_fits`]); a set with no residual file leaves the residuals zero.
+/// A set with residual files that this run would drop (dense averaging, no error feedback,
+/// another layout) is refused: their gradient mass would be lost without a word. The PEs agree
+/// on the outcome; returns the leader's line saying what was loaded, if this run keeps a
+/// residual.
+fn resume_residual<B: Backend, C: Comm<B>>(
+    tr: &mut Trainer<'_, B, C>,
+    prefix: &std::path::Path,
+) -> Result<Option<String>> {
+    let set = latest_set(prefix)?;
+    let spec = tr.comm.residual_spec();
+    let mut load = || -> Result<bool> {
+        // The version 1 layout predates residual files: there is no set to hold them.
+        let Some(dir) = &set else {
+            return Ok(false);
+        };
+        let files = residual_files(dir)?;
+        let Some(first) = files.first() else {
+            return Ok(false);
+        };
+        let drop_hint = format!(
+            "or delete {}/residual-*.ckpt to continue without them (what they hold is then \
+             never applied)",
+            dir.display()
+        );
+        let Some(spec) = spec.clone() else {
+            let saved = ResidualFile::load(first)?.header.spec.flag();
+            return Err(GptError::Checkpoint(format!(
+                "{} holds the error-feedback residuals of --grad-compress {saved} ({} file(s)), \
+                 which this run would drop: it keeps none (dense averaging, \
+                 --no-error-feedback, --dp 1 or --cpu); resume with --grad-compress {saved} \
+                 (with error feedback), {drop_hint}",
+                dir.display(),
+                files.len()
+            )));
+        };
+        let topo = tr.topo;
+        let own = residual_path(dir, topo.pe, topo.pp * topo.dp);
+        if !files.contains(&own) {
+            let h = ResidualFile::load(first)?.header;
+            return Err(GptError::Checkpoint(format!(
+                "{} holds error-feedback residuals of another job ({} written by PE {} of \
+                 --pp {} x --dp {}) but not {}, this PE's; resume with the --pp and --dp that \
+                 saved it, {drop_hint}",
+                dir.display(),
+                first.display(),
+                h.pe,
+                h.pp,
+                h.dp,
+                own.display()
+            )));
+        }
+        let file = ResidualFile::load(&own)?;
+        let want = ResidualHeader {
+            spec,
+            pp: topo.pp,
+            dp: topo.dp,
+            pe: topo.pe,
+            step: tr.step as u64,
+        };
+        file.check_fits(&want, &own)?;
+        tr.comm.load_residual(tr.be, &file.values)?;
+        Ok(true)
+    };
+    let (loaded, problem) = match load() {
+        Ok(l) => (l, None),
+        Err(e) => (false, Some(e)),
+    };
+    let wait = tr.run.timeout;
+    agree_no_problem(tr, problem, wait, |n| {
+        GptError::Checkpoint(format!(
+            "{n} other PE(s) could not resume their error-feedback residual (each said why)"
+        ))
+    })?;
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let from = set.as_ref().map_or_else(
+        || format!("{} (the version 1 layout)", prefix.display()),
+        |d| d.display().to_string(),
+    );
+    Ok(Some(if loaded {
+        format!(
+            "resumed the error-feedback residuals of --grad-compress {} ({} PE(s)) from {from}",
+            spec.flag(),
+            tr.topo.pp * tr.topo.dp
+        )
+    } else {
+        format!(
+            "note: {from} holds no error-feedback residual (a dense run's set, or one saved \
+             before nvsh-gpt kept them): --grad-compress {} continues with a zero residual",
+            spec.flag()
+        )
+    }))
 }
 
 /// Every PE learns whether any PE had a problem (collective): this PE's own error first, else

@@ -375,6 +375,58 @@ fn a_mixed_set_is_refused_before_training() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A dense run writes no residual files, and refuses to resume from a set that holds some (a
+/// sparse run's): their gradient mass would be dropped without a word. With them deleted, as
+/// the message says, the resume goes on.
+#[test]
+fn a_dense_resume_refuses_a_set_with_residual_files() {
+    use nvsh_gpt::residual::{
+        residual_files, residual_path, ResidualFile, ResidualHeader, ResidualSpec,
+    };
+    let dir = std::env::temp_dir().join(format!("nvsh-gpt-dense-resid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("ck");
+    set_job(&prefix, 2, 0, false).unwrap();
+    let set = set_dir(&prefix, 2);
+    assert!(residual_files(&set).unwrap().is_empty());
+    let spec = ResidualSpec {
+        method: "gtopk".into(),
+        density: 0.01,
+        error_feedback: true,
+        len: 10,
+    };
+    for pe in 0..2 {
+        ResidualFile {
+            header: ResidualHeader {
+                spec: spec.clone(),
+                pp: 2,
+                dp: 1,
+                pe,
+                step: 2,
+            },
+            values: vec![0.5; 10],
+        }
+        .save(&residual_path(&set, pe, 2))
+        .unwrap();
+    }
+    let e = set_job(&prefix, 4, 0, true).unwrap_err().to_string();
+    assert!(
+        e.contains("residuals of --grad-compress gtopk:0.01 (2 file(s))")
+            && e.contains("resume with --grad-compress gtopk:0.01")
+            && e.contains("residual-*.ckpt"),
+        "{e}"
+    );
+    assert_eq!(latest_names(&prefix), "ck.step-00000002");
+    for f in residual_files(&set).unwrap() {
+        std::fs::remove_file(f).unwrap();
+    }
+    let r = set_job(&prefix, 4, 0, true).unwrap();
+    assert_eq!(r[0].records.len(), 2);
+    assert!(residual_files(&set_dir(&prefix, 4)).unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A --save (or --log-json) path that cannot be written stops the job before its first step,
 /// on every PE, instead of after the whole run.
 #[test]

@@ -469,3 +469,168 @@ fn sparse_averaging_at_density_one_matches_the_dense_one() {
         "gTop-k at 10%: the loss did not fall: {sparse:?}"
     );
 }
+
+/// One session of `run` (PP = 1 x DP = 2) on this PE with sparse averaging `compress`: the
+/// session's result, the leader's output, and this PE's parameters at the end.
+fn sparse_session(
+    nv: &Nvshmem,
+    run: &RunConfig,
+    compress: SparseOptions,
+    opts: &SessionOptions,
+) -> (
+    nvsh_gpt::error::Result<nvsh_gpt::session::SessionResult>,
+    String,
+    Vec<f32>,
+) {
+    let topo = Topology::new(run.pp, run.dp, nv.my_pe() as usize, nv.n_pes() as usize).unwrap();
+    let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
+    let act = run.micro_batch * run.model.block_size * run.model.n_embd;
+    let comm = NvComm::new(
+        nv,
+        topo,
+        be.stream().clone(),
+        run.micro_batches.min(8),
+        act,
+        2 * stats_len(run.micro_batches),
+        run.model.tied,
+        run.timeout,
+        Some(compress),
+    )
+    .unwrap();
+    let mut tr = Trainer::new(&be, comm, run.clone(), odd_data()).unwrap();
+    let mut out = Vec::new();
+    let result = run_session(&mut tr, opts, &mut out);
+    let params = tr.params().unwrap();
+    be.synchronize().unwrap();
+    drop(tr); // collective frees, on every PE alike
+    nv.barrier_all().unwrap();
+    (result, String::from_utf8_lossy(&out).into_owned(), params)
+}
+
+/// Largest |a - b| over the largest |b|.
+fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64;
+    let worst = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max) as f64;
+    worst / scale
+}
+
+gpu_test!(2, sparse_error_feedback_survives_save_and_resume);
+/// PP = 1 x DP = 2 with `--grad-compress gtopk:0.01` and error feedback: 3 steps saved (the
+/// stage file and one residual file per PE), then resumed by new trainers for 3 more, continue
+/// as 6 uninterrupted steps do: losses of steps 4 to 6 and the final parameters within 1e-6
+/// relative (the single-PE resume test's bound; deterministic kernels make them equal). The
+/// same resume with the residual files deleted says so and continues with zero residuals, and
+/// ends with other parameters (so the comparison sees a lost residual); a resume with another
+/// density is refused on both PEs. All steps are inside the warm-up, so the learning rate does
+/// not depend on --steps.
+fn sparse_error_feedback_survives_save_and_resume() {
+    let nv = Nvshmem::init().expect("NVSHMEM init");
+    assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
+    // Both PEs are children of one launcher: its process id names a directory they share.
+    let dir = std::env::temp_dir().join(format!(
+        "nvsh-gpt-resid-{}",
+        std::os::unix::process::parent_id()
+    ));
+    if nv.my_pe() == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    nv.barrier_all().unwrap();
+    let prefix = dir.join("ck");
+    let mut run = run_config(odd_model(2, true), 1, 2, 2, ScheduleKind::OneFOneB);
+    run.warmup = 10;
+    let mut gtopk = SparseOptions::new(SparseMethod::GTopK, 0.01);
+    gtopk.average = true;
+    let opts = |save: bool, resume: bool| SessionOptions {
+        val_every: 0,
+        save: save.then(|| prefix.clone()),
+        resume: resume.then(|| prefix.clone()),
+        print_every: 1,
+        ..Default::default()
+    };
+    let mut whole = run.clone();
+    whole.steps = 6;
+    let mut first = run.clone();
+    first.steps = 3;
+    let me = nv.my_pe();
+
+    let (straight, _, want_params) = sparse_session(&nv, &whole, gtopk, &opts(false, false));
+    let straight = straight.unwrap();
+    let (saved, said, _) = sparse_session(&nv, &first, gtopk, &opts(true, false));
+    saved.unwrap();
+    let set = nvsh_gpt::checkpoint::set_dir(&prefix, 3);
+    let files = nvsh_gpt::residual::residual_files(&set).unwrap();
+    let own = nvsh_gpt::residual::residual_path(&set, me as usize, 2);
+    assert_eq!(files.len(), 2, "PE {me}: {files:?}");
+    assert!(files.contains(&own), "PE {me}: {files:?}");
+    if me == 0 {
+        assert!(said.contains("2 error-feedback residual file(s)"), "{said}");
+    }
+
+    let (resumed, said, got_params) = sparse_session(&nv, &whole, gtopk, &opts(false, true));
+    let resumed = resumed.unwrap();
+    if me == 0 {
+        assert!(
+            said.contains("resumed the error-feedback residuals of --grad-compress gtopk:0.01"),
+            "{said}"
+        );
+    }
+    let want: Vec<(u64, f64)> = straight.records[3..]
+        .iter()
+        .map(|r| (r.step, r.loss))
+        .collect();
+    let got: Vec<(u64, f64)> = resumed.records.iter().map(|r| (r.step, r.loss)).collect();
+    assert_eq!(got.len(), 3, "PE {me}: {got:?}");
+    for ((gs, gl), (ws, wl)) in got.iter().zip(&want) {
+        assert_eq!(gs, ws, "PE {me}: steps {got:?} vs {want:?}");
+        assert!(
+            (gl - wl).abs() <= 1e-6 * wl,
+            "PE {me} step {gs}: loss {gl} resumed vs {wl} uninterrupted"
+        );
+    }
+    let r = rel_diff(&got_params, &want_params);
+    assert!(r <= 1e-6, "PE {me}: final parameters differ by {r:e}");
+
+    // Another density: refused on every PE, naming what saved the set.
+    let mut other = gtopk;
+    other.density = 0.02;
+    let (refused, _, _) = sparse_session(&nv, &whole, other, &opts(false, true));
+    let e = refused.unwrap_err().to_string();
+    assert!(
+        e.contains("--grad-compress gtopk:0.01") && e.contains("gtopk:0.02"),
+        "PE {me}: {e}"
+    );
+
+    // Without the residual files: stated, and the run continues from zero residuals.
+    nv.barrier_all().unwrap();
+    if me == 0 {
+        for f in &files {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+    nv.barrier_all().unwrap();
+    let (lost, said, lost_params) = sparse_session(&nv, &whole, gtopk, &opts(false, true));
+    lost.unwrap();
+    if me == 0 {
+        assert!(
+            said.contains("holds no error-feedback residual")
+                && said.contains("continues with a zero residual"),
+            "{said}"
+        );
+    }
+    let r = rel_diff(&lost_params, &want_params);
+    assert!(
+        r > 1e-6,
+        "PE {me}: dropping the residual changed nothing ({r:e}): the comparison above proves \
+         nothing"
+    );
+    nv.barrier_all().unwrap();
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -417,6 +417,25 @@ pub enum Error {
     /// to pass instead.
     #[error("{what}: {detail}")]
     SparseConfig { what: &'static str, detail: String },
+
+    /// A residual to load whose length is not the sparse allreduce's gradient length (saved by
+    /// one made for other gradients).
+    #[error(
+        "{what}: the residual given holds {got} elements but the gradients hold {len}; load a \
+         residual saved by a SparseAllreduce of the same length"
+    )]
+    ResidualLength {
+        what: &'static str,
+        len: usize,
+        got: usize,
+    },
+
+    /// A residual to load into a sparse allreduce without error feedback, which keeps none.
+    #[error(
+        "{what}: it was created without error feedback and keeps no residual; create it with \
+         error_feedback: true to load one, or drop the residual"
+    )]
+    NoErrorFeedback { what: &'static str },
 }
 
 /// Result with the runtime's [`Error`].

@@ -558,24 +558,59 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.capacity
     }
 
-    /// The residual (None without error feedback): what this member has not sent yet.
+    /// The residual (None without error feedback): what this member has not sent yet. Save it
+    /// with a checkpoint (`stream.clone_dtoh(r)`) and give it back to
+    /// [`SparseAllreduce::load_residual`] on resume, or that gradient mass is lost.
     pub fn residual(&self) -> Option<&CudaSlice<T>> {
         self.residual.as_ref()
     }
 
-    /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore). Ok-Topk starts
-    /// its schedule again: the next call re-estimates the threshold and the regions. Call it
-    /// on every member alike (the re-estimate is collective).
+    /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore that has no
+    /// residual). Ok-Topk starts its schedule again: the next call re-estimates the threshold
+    /// and the regions. Call it on every member alike (the re-estimate is collective).
     pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         if let Some(r) = &mut self.residual {
             stream.memset_zeros(r)?;
         }
+        self.restart_schedule();
+        Ok(())
+    }
+
+    /// Replaces the residual with `host` (a copy of [`SparseAllreduce::residual`] saved with a
+    /// checkpoint), on `stream`: a resumed run then sends what the interrupted one had not sent
+    /// yet, and its next call gives what the uninterrupted run's would. `host` may be dropped
+    /// when this returns. Ok-Topk starts its schedule again, as with
+    /// [`SparseAllreduce::clear_residual`]: its threshold and region boundaries are not part of
+    /// the residual, so the next call re-estimates them (a run resumed between two re-estimates
+    /// differs from the uninterrupted one until its next re-estimate); call it on every member
+    /// alike. Errors, with the residual left as it was: [`Error::NoErrorFeedback`] when created
+    /// without error feedback, [`Error::ResidualLength`] when `host` does not hold
+    /// [`SparseAllreduce::len`] elements.
+    pub fn load_residual(&mut self, host: &[T], stream: &Arc<CudaStream>) -> Result<()> {
+        const LOAD: &str = "SparseAllreduce::load_residual";
+        let len = self.n;
+        let Some(r) = &mut self.residual else {
+            return Err(Error::NoErrorFeedback { what: LOAD });
+        };
+        if host.len() != len {
+            return Err(Error::ResidualLength {
+                what: LOAD,
+                len,
+                got: host.len(),
+            });
+        }
+        stream.memcpy_htod(host, r)?;
+        self.restart_schedule();
+        Ok(())
+    }
+
+    /// Ok-Topk: the next call re-estimates (the state it would reuse belongs to another run).
+    fn restart_schedule(&mut self) {
         if let Exchange::Regions(r) = &mut self.ex {
             if let Some(ok) = &mut r.ok {
                 ok.calls = 0;
             }
         }
-        Ok(())
     }
 
     /// How long a collective may wait for a peer before failing ([`Error::Timeout`]).
