@@ -250,15 +250,13 @@ fn run_pe2(
     run_pe2_with(nv, run, data, steps, sample, None)
 }
 
-/// [`run_pe2`] with sparse data-parallel averaging (`compress`).
-fn run_pe2_with(
-    nv: &Nvshmem,
+/// This PE's backend and communicator for `run` (what `nvsh-gpt train` builds), with sparse
+/// averaging `compress` if given.
+fn gpu_parts<'nv>(
+    nv: &'nv Nvshmem,
     run: &RunConfig,
-    data: Arc<Dataset>,
-    steps: usize,
-    sample: usize,
     compress: Option<SparseOptions>,
-) -> (Vec<f64>, Option<Vec<u8>>) {
+) -> (GpuBackend, NvComm<'nv>) {
     let topo = Topology::new(run.pp, run.dp, nv.my_pe() as usize, nv.n_pes() as usize).unwrap();
     let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
     let act = run.micro_batch * run.model.block_size * run.model.n_embd;
@@ -274,6 +272,19 @@ fn run_pe2_with(
         compress,
     )
     .unwrap();
+    (be, comm)
+}
+
+/// [`run_pe2`] with sparse data-parallel averaging (`compress`).
+fn run_pe2_with(
+    nv: &Nvshmem,
+    run: &RunConfig,
+    data: Arc<Dataset>,
+    steps: usize,
+    sample: usize,
+    compress: Option<SparseOptions>,
+) -> (Vec<f64>, Option<Vec<u8>>) {
+    let (be, comm) = gpu_parts(nv, run, compress);
     let mut tr = Trainer::new(&be, comm, run.clone(), data).unwrap();
     let losses = (0..steps)
         .map(|_| {
@@ -482,21 +493,7 @@ fn sparse_session(
     String,
     Vec<f32>,
 ) {
-    let topo = Topology::new(run.pp, run.dp, nv.my_pe() as usize, nv.n_pes() as usize).unwrap();
-    let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
-    let act = run.micro_batch * run.model.block_size * run.model.n_embd;
-    let comm = NvComm::new(
-        nv,
-        topo,
-        be.stream().clone(),
-        run.micro_batches.min(8),
-        act,
-        2 * stats_len(run.micro_batches),
-        run.model.tied,
-        run.timeout,
-        Some(compress),
-    )
-    .unwrap();
+    let (be, comm) = gpu_parts(nv, run, Some(compress));
     let mut tr = Trainer::new(&be, comm, run.clone(), odd_data()).unwrap();
     let mut out = Vec::new();
     let result = run_session(&mut tr, opts, &mut out);
