@@ -62,6 +62,7 @@ pub use crate::core::buffer::{SymView, SymmetricBuffer};
 pub use crate::core::element::{Atomic64, Dtype, Element};
 pub use crate::core::error::{Error, Result};
 pub use crate::core::outside::{InBuf, OutBuf};
+pub use crate::core::registered::{Registered, RegistrableBuffer, Unregistrable};
 pub use crate::core::runtime::Nvshmem;
 pub use crate::core::version_string;
 pub use crate::p2p::device_put::{Completion, LaunchShape};

@@ -314,6 +314,32 @@ pub enum Error {
         has: usize,
     },
 
+    /// Memory cannot be registered into the symmetric heap (`Nvshmem::register_symmetric`),
+    /// checked on every PE before NVSHMEM is called, so no PE registered anything.
+    #[error(
+        "{what}: PE {pe} cannot register its memory as symmetric: {why}. Nothing was \
+         registered on any PE. Only memory from Nvshmem::alloc_registrable (CUDA VMM with \
+         NVSHMEM's allocation properties) can be registered; cudaMalloc, cuMemAllocAsync and \
+         cudarc memory cannot: pass such buffers to the collectives directly (InBuf / OutBuf), \
+         which stages them through the workspace"
+    )]
+    NotRegistrable {
+        what: &'static str,
+        pe: i32,
+        reason: crate::core::registered::Unregistrable,
+        why: String,
+    },
+
+    /// NVSHMEM failed to register memory that passed every check. NVSHMEM 3.4.5 tears its
+    /// symmetric heap down when that happens, so the runtime cannot go on.
+    #[error(
+        "nvshmemx_buffer_register_symmetric failed for {bytes} bytes after every check passed; \
+         NVSHMEM dismantles its symmetric heap on this failure, so this runtime refuses every \
+         collective call from now on: end the process (NVSHMEM_DEBUG=INFO shows NVSHMEM's \
+         reason)"
+    )]
+    RegistrationFailed { bytes: usize },
+
     /// Two PEs called the same collective with different arguments (checked mode).
     #[error(
         "{what}: PE {pe} called it with {mine} but PE {peer} with {theirs} (call {call} on this \

@@ -1,5 +1,6 @@
-//! The runtime core: init and the handle, symmetric buffers, element types, errors, the raw
-//! call layer, environment values, leak tracking, streams and tuning files.
+//! The runtime core: init and the handle, symmetric buffers, registered own memory, element
+//! types, errors, the raw call layer, environment values, leak tracking, streams and tuning
+//! files.
 
 pub mod buffer;
 pub mod element;
@@ -7,6 +8,7 @@ pub mod env_value;
 pub mod error;
 pub mod leak;
 pub mod outside;
+pub mod registered;
 pub mod result;
 pub mod runtime;
 pub mod stream;

@@ -654,6 +654,14 @@ impl Nvshmem {
         err
     }
 
+    /// Records `cause` as the failure that ends collective work (the first one wins), for a
+    /// failure that is not a timeout but leaves NVSHMEM unusable (its heap torn down).
+    pub(crate) fn give_up(&self, cause: String) {
+        if self.peer_failure.borrow().is_none() {
+            *self.peer_failure.borrow_mut() = Some(cause);
+        }
+    }
+
     /// Passes `r` through, recording a timeout in it as the peer failure.
     pub(crate) fn noted<T>(&self, r: Result<T>) -> Result<T> {
         r.map_err(|e| self.note(e))

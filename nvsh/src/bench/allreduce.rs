@@ -77,6 +77,14 @@ pub enum Candidate {
         help = "our automatic choice on buffers passed as your own memory (staged)"
     )]
     OursStaged,
+    /// [`AllreduceAlgo::Auto`] on the caller's own memory registered into the symmetric heap
+    /// once before timing (zero-copy): beside `auto` and `ours-staged`, what registration
+    /// saves. On request only.
+    #[value(
+        name = "ours-registered",
+        help = "our automatic choice on your own memory registered as symmetric once (zero-copy)"
+    )]
+    OursRegistered,
 }
 
 impl Candidate {
@@ -104,6 +112,7 @@ impl Candidate {
             Candidate::NcclSym => "nccl-sym",
             Candidate::Nvshmem => "nvshmem",
             Candidate::OursStaged => "ours-staged",
+            Candidate::OursRegistered => "ours-registered",
         }
     }
 
@@ -114,7 +123,9 @@ impl Candidate {
             Candidate::TwoShot => Some(AllreduceAlgo::TwoShot),
             Candidate::Ring => Some(AllreduceAlgo::Ring),
             Candidate::Rd => Some(AllreduceAlgo::RecursiveDoubling),
-            Candidate::Auto | Candidate::OursStaged => Some(AllreduceAlgo::Auto),
+            Candidate::Auto | Candidate::OursStaged | Candidate::OursRegistered => {
+                Some(AllreduceAlgo::Auto)
+            }
             Candidate::Nccl | Candidate::NcclSym | Candidate::Nvshmem => None,
         }
     }
@@ -338,6 +349,10 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
             Candidate::Nvshmem => shared_gpu_refusal(self.shares_gpus).map_or(Ok(()), Err),
             _ => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
         }
+    }
+
+    fn registered(&self, c: Candidate) -> bool {
+        c == Candidate::OursRegistered
     }
 
     fn call(

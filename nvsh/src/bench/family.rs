@@ -212,6 +212,14 @@ pub enum Candidate {
         help = "our collective on buffers passed as your own memory (staged)"
     )]
     OursStaged,
+    /// Ours on the caller's own memory registered into the symmetric heap once before timing
+    /// (`Nvshmem::alloc_registrable`, `register_symmetric`): zero-copy, so its time beside
+    /// `ours` and `ours-staged` is what registration saves. On request only.
+    #[value(
+        name = "ours-registered",
+        help = "our collective on your own memory registered as symmetric once (zero-copy)"
+    )]
+    OursRegistered,
     /// NVSHMEM's own host collective on the stream over the world team
     /// ([`NvshmemFamily::call`]): broadcast, allgather (fcollect), alltoall, reduce-scatter.
     #[value(
@@ -223,15 +231,16 @@ pub enum Candidate {
 }
 
 impl Candidate {
-    pub const ALL: [Candidate; 5] = [
+    pub const ALL: [Candidate; 6] = [
         Candidate::Ours,
         Candidate::Nccl,
         Candidate::NcclSym,
         Candidate::OursStaged,
+        Candidate::OursRegistered,
         Candidate::Nvshmem,
     ];
 
-    /// The default list: `ours-staged` and `nvshmem` are asked for by name.
+    /// The default list: `ours-staged`, `ours-registered` and `nvshmem` are asked for by name.
     pub const DEFAULT: [Candidate; 3] = [Candidate::Ours, Candidate::Nccl, Candidate::NcclSym];
 
     /// The name on the command line and in the report.
@@ -242,6 +251,7 @@ impl Candidate {
             Candidate::Nvshmem => "nvshmem",
             Candidate::NcclSym => "nccl-sym",
             Candidate::OursStaged => "ours-staged",
+            Candidate::OursRegistered => "ours-registered",
         }
     }
 }
@@ -454,6 +464,8 @@ struct FamilyBench<'nv> {
     ours: std::result::Result<Ours<'nv>, String>,
     /// Ours of its own for `ours-staged`.
     staged: std::result::Result<Ours<'nv>, String>,
+    /// Ours of its own for `ours-registered`.
+    registered: std::result::Result<Ours<'nv>, String>,
     nccl: std::result::Result<NcclBaseline<'nv>, String>,
     nvshmem: std::result::Result<NvshmemFamily, String>,
     /// Whether nccl-sym can run, or why not.
@@ -497,6 +509,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         match c {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::OursStaged => self.staged.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::OursRegistered => self.registered.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nvshmem => {
                 let refusal = family_refusal(self.kind, self.op, T::BENCH_DTYPE);
@@ -514,6 +527,10 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         }
     }
 
+    fn registered(&self, c: Candidate) -> bool {
+        c == Candidate::OursRegistered
+    }
+
     fn call(
         &mut self,
         c: Candidate,
@@ -525,12 +542,16 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         let reduction = |which| FamilyReductionCall { which, op, root };
         let staged = c == Candidate::OursStaged;
         let own = |i, o| harness::as_own(i, o, staged);
+        // ours-registered: the harness passes views of the registered memory, which go to the
+        // call as symmetric views (nothing staged).
+        let ws = match c {
+            Candidate::OursStaged => &mut self.staged,
+            Candidate::OursRegistered => &mut self.registered,
+            _ => &mut self.ours,
+        };
         let done = match c {
-            Candidate::Ours | Candidate::OursStaged => match ready(if staged {
-                &mut self.staged
-            } else {
-                &mut self.ours
-            })? {
+            Candidate::Ours | Candidate::OursStaged | Candidate::OursRegistered => match ready(ws)?
+            {
                 Ours::Broadcast(b) => {
                     let (input, output) = own(input, output);
                     b.run(input, output, root, stream)
@@ -679,6 +700,14 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     } else {
         Err("not requested".into())
     };
+    let registered = if opts.candidates.contains(&Candidate::OursRegistered) {
+        h.agree(
+            "our workspace for ours-registered",
+            Ours::new(nv, kind, opts.slot_bytes),
+        )?
+    } else {
+        Err("not requested".into())
+    };
     let (nccl, nccl_sym) = bench_baselines(
         nv,
         &h.stream,
@@ -712,6 +741,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         root: opts.root,
         ours,
         staged,
+        registered,
         nccl,
         nvshmem,
         nccl_sym,
@@ -825,6 +855,7 @@ mod tests {
             root,
             ours: Err("no GPU".into()),
             staged: Err("no GPU".into()),
+            registered: Err("no GPU".into()),
             nccl: Err("no GPU".into()),
             nvshmem: Err("no GPU".into()),
             nccl_sym: Err("no GPU".into()),

@@ -20,6 +20,12 @@
 //! [`Collective::nccl_window`]) gets the same discipline on those: per dtype one pool of inputs
 //! and one of outputs from `ncclMemAlloc`, each registered as a symmetric window, the same
 //! inputs copied in, its outputs poisoned before each group and checked after it.
+//!
+//! A candidate that runs on the caller's own memory registered into the symmetric heap
+//! (ours-registered, [`Collective::registered`]) gets the same: per dtype one input pool and
+//! one output pool from `Nvshmem::alloc_registrable`, registered once before any timing, the
+//! same inputs copied in, poisoned and checked alike; its calls get views of the registered
+//! memory.
 
 use crate::bench::{elapsed_ms, median};
 use crate::nccl_baseline::{HostExchange, NcclBaseline, NcclBuf, NcclCall, NcclWindow};
@@ -31,6 +37,7 @@ use nvshmem::core::element::{Dtype, Element, HostValue};
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::error::{Error, Result};
 use nvshmem::core::outside::{InBuf, OutBuf};
+use nvshmem::core::registered::{Registered, RegistrableBuffer};
 use nvshmem::core::runtime::Nvshmem;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -502,6 +509,14 @@ pub trait Collective<T: BenchElement> {
     fn nccl_window(&self, _c: Self::Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
         None
     }
+
+    /// Whether `c` runs on the caller's own memory registered into the symmetric heap
+    /// (ours-registered): the harness then passes [`Collective::call`] views of registered
+    /// pools holding the same inputs, poisoned and checked alike. False (the default) for the
+    /// others; asked only where [`Collective::available`] holds.
+    fn registered(&self, _c: Self::Candidate) -> bool {
+        false
+    }
 }
 
 /// The message sizes asked for, as nccl-tests steps them: `min`, `min * factor`,
@@ -930,11 +945,18 @@ impl<'nv> Harness<'nv> {
         let inputs = nv.alloc::<T>(in_pool)?;
         let outputs = nv.alloc::<T>(out_pool)?;
         let windows = self.nccl_windows(&*coll, candidates, in_pool, out_pool)?;
+        let own = self.registrable_pools(&*coll, candidates, in_pool, out_pool)?;
+        let registered = match &own {
+            None => None,
+            Some(Err(why)) => Some(Err(why.clone())),
+            Some(Ok((i, o))) => Some(self.register_pools(i, o)?),
+        };
         for (count, bytes) in plan {
             let pools = Pools {
                 inputs: &inputs,
                 outputs: &outputs,
                 windows: windows.as_ref(),
+                registered: registered.as_ref(),
             };
             let slots = Slots::new(coll, pools, count, slots_for(bytes), nv)?;
             let mut row = Row {
@@ -990,8 +1012,54 @@ impl<'nv> Harness<'nv> {
         ))
     }
 
+    /// This PE's memory for a candidate that runs on registered memory
+    /// ([`Collective::registered`]): a pool of `in_len` input and one of `out_len` output
+    /// elements from `alloc_registrable` (each rounded up to NVSHMEM's granularity, 512 MiB by
+    /// default); None when no candidate asks for them, the reason when they could not be made
+    /// on any PE. Collective (the PEs agree).
+    #[allow(clippy::type_complexity)]
+    fn registrable_pools<T: BenchElement, C: Collective<T>>(
+        &self,
+        coll: &C,
+        candidates: &[C::Candidate],
+        in_len: usize,
+        out_len: usize,
+    ) -> Result<Option<std::result::Result<RegistrablePair<'nv, T>, String>>> {
+        // Decided from state every PE shares, so all of them make pools or none does.
+        if !candidates
+            .iter()
+            .any(|&c| coll.available(c).is_ok() && coll.registered(c))
+        {
+            return Ok(None);
+        }
+        let made = self.nv.alloc_registrable::<T>(in_len).and_then(|i| {
+            let o = self.nv.alloc_registrable::<T>(out_len)?;
+            Ok((i, o))
+        });
+        Ok(Some(self.agree("alloc_registrable", made)?))
+    }
+
+    /// Registers both pools into the symmetric heap, once, before any timing; the reason on
+    /// every PE when NVSHMEM's registration is refused (every PE refuses alike). Collective.
+    #[allow(clippy::type_complexity)]
+    fn register_pools<'b, T: BenchElement>(
+        &self,
+        inputs: &'b RegistrableBuffer<'nv, T>,
+        outputs: &'b RegistrableBuffer<'nv, T>,
+    ) -> Result<std::result::Result<RegisteredPair<'b, T>, String>> {
+        let registered = self.nv.register_symmetric(inputs).and_then(|i| {
+            let o = self.nv.register_symmetric(outputs)?;
+            Ok((i, o))
+        });
+        match registered {
+            Ok(pair) => Ok(Ok(pair)),
+            Err(e @ Error::NotRegistrable { .. }) => Ok(Err(e.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One call of `c` on slot `k`: on the symmetric buffers, or for a candidate of NCCL's
-    /// windows on those.
+    /// windows or of registered memory on those.
     fn call_slot<T: BenchElement, C: Collective<T>>(
         coll: &mut C,
         c: C::Candidate,
@@ -1003,6 +1071,10 @@ impl<'nv> Harness<'nv> {
             Some((nccl, call)) => {
                 let w = slots.windows()?;
                 nccl.run(call, w.input(k)?, w.output(k)?).map(|()| None)
+            }
+            None if coll.registered(c) => {
+                let (i, o) = slots.registered(k)?;
+                coll.call(c, i, o, stream)
             }
             None => coll.call(c, slots.input(k)?, slots.output(k)?, stream),
         }
@@ -1020,11 +1092,15 @@ impl<'nv> Harness<'nv> {
         if let Err(why) = coll.available(c) {
             return Ok(Outcome::Unavailable(why));
         }
-        let window = coll.nccl_window(c).is_some();
-        if window {
-            if let Err(e) = slots.windows() {
-                return Ok(Outcome::Unavailable(e.to_string()));
-            }
+        let window = if coll.nccl_window(c).is_some() {
+            On::NcclWindows
+        } else if coll.registered(c) {
+            On::Registered
+        } else {
+            On::Symmetric
+        };
+        if let Err(e) = slots.usable(window) {
+            return Ok(Outcome::Unavailable(e.to_string()));
         }
         // A first call tells whether the candidate runs at all; the PEs agree before anyone
         // waits on the GPU, since a PE whose call launched may be waiting for the others.
@@ -1179,12 +1255,32 @@ struct Mismatch {
 /// NCCL's input and output pools of one dtype, registered as windows.
 type WindowPair<'nv, T> = (NcclWindow<'nv, T>, NcclWindow<'nv, T>);
 
+/// This PE's own input and output pools of one dtype, registrable.
+type RegistrablePair<'nv, T> = (RegistrableBuffer<'nv, T>, RegistrableBuffer<'nv, T>);
+
+/// The same pools registered into the symmetric heap.
+type RegisteredPair<'b, T> = (Registered<'b, T>, Registered<'b, T>);
+
+/// One size's slots in registered memory: all its inputs, all its outputs.
+type SymPair<'p, T> = (SymView<'p, T>, SymView<'p, T>);
+
+/// Which buffers a candidate runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum On {
+    Symmetric,
+    NcclWindows,
+    Registered,
+}
+
 /// One dtype's buffer pools, of which each size takes a prefix.
 struct Pools<'p, 'nv, T: BenchElement> {
     inputs: &'p SymmetricBuffer<'nv, T>,
     outputs: &'p SymmetricBuffer<'nv, T>,
     /// NCCL's, where a candidate runs on them (or why they could not be made).
     windows: Option<&'p std::result::Result<WindowPair<'nv, T>, String>>,
+    /// The caller's own, registered, where a candidate runs on them (or why they could not
+    /// be made or registered).
+    registered: Option<&'p std::result::Result<RegisteredPair<'p, T>, String>>,
 }
 
 /// One size's slots in NCCL's windows.
@@ -1211,6 +1307,9 @@ struct Slots<'p, T: BenchElement> {
     outputs: SymView<'p, T>,
     /// The same slots in NCCL's windows, holding the same inputs (or why there are none).
     nccl: Option<std::result::Result<WindowSlots<'p, T>, String>>,
+    /// The same slots in registered memory (inputs, outputs), holding the same inputs (or why
+    /// there are none).
+    reg: Option<std::result::Result<SymPair<'p, T>, String>>,
     /// Buffer pairs.
     n_slots: usize,
     /// nccl-tests' size of the message (the larger buffer), bytes.
@@ -1274,6 +1373,15 @@ impl<'p, T: BenchElement> Slots<'p, T> {
                 Some(Ok(w))
             }
         };
+        let reg = match pools.registered {
+            None => None,
+            Some(Err(why)) => Some(Err(why.clone())),
+            Some(Ok((reg_in, reg_out))) => {
+                let inputs = reg_in.view(..n_slots * in_len)?;
+                inputs.copy_from_host(&host)?;
+                Some(Ok((inputs, reg_out.view(..n_slots * out_len)?)))
+            }
+        };
         // A synchronous copy from pageable memory may return before the data lands.
         nv.context().synchronize()?;
         // Nobody reads a peer's inputs before the peer wrote them.
@@ -1282,6 +1390,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
             inputs,
             outputs: pools.outputs.view(..n_slots * out_len)?,
             nccl,
+            reg,
             n_slots,
             bytes,
             in_len,
@@ -1313,24 +1422,58 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         }
     }
 
-    /// The first `group` outputs: of NCCL's windows (`window`) or of the symmetric buffers.
-    fn first_outputs(&self, window: bool, group: usize) -> Result<NcclBuf<'p, T>> {
-        if window {
-            self.windows()?.outputs.view(0..group * self.out_len)
-        } else {
-            Ok(self.outputs.view(..group * self.out_len)?.into())
+    /// Slot `k` in registered memory (input, output); an error saying why there is none.
+    fn registered(&self, k: usize) -> Result<SymPair<'p, T>> {
+        match &self.reg {
+            Some(Ok((i, o))) => Ok((
+                i.view(k * self.in_len..(k + 1) * self.in_len)?,
+                o.view(k * self.out_len..(k + 1) * self.out_len)?,
+            )),
+            Some(Err(why)) => Err(Error::Driver {
+                message: why.clone(),
+            }),
+            None => Err(Error::Driver {
+                message: "no registered memory was made for this run".into(),
+            }),
         }
     }
 
-    /// Copies the first `group` outputs (of NCCL's windows where `window`) into `host`.
-    fn read_outputs(&self, window: bool, group: usize, host: &mut [T]) -> Result<()> {
-        if !window {
-            return self
-                .outputs
-                .view(..group * self.out_len)?
-                .copy_to_host(host);
+    /// Ok when the buffers a candidate runs on (`on`) exist; the reason why not.
+    fn usable(&self, on: On) -> Result<()> {
+        match on {
+            On::Symmetric => Ok(()),
+            On::NcclWindows => self.windows().map(|_| ()),
+            On::Registered => self.registered(0).map(|_| ()),
         }
-        let first = self.first_outputs(true, group)?;
+    }
+
+    /// The symmetric outputs a candidate on `on` writes: the symmetric buffers' or the
+    /// registered ones' (None for NCCL's windows).
+    fn symmetric_outputs(&self, on: On) -> Result<Option<SymView<'p, T>>> {
+        match on {
+            On::Symmetric => Ok(Some(self.outputs)),
+            On::Registered => self.registered(0).map(|_| match &self.reg {
+                Some(Ok((_, o))) => Some(*o),
+                _ => None,
+            }),
+            On::NcclWindows => Ok(None),
+        }
+    }
+
+    /// The first `group` outputs of the buffers of `on`.
+    fn first_outputs(&self, on: On, group: usize) -> Result<NcclBuf<'p, T>> {
+        match self.symmetric_outputs(on)? {
+            Some(o) => Ok(o.view(..group * self.out_len)?.into()),
+            None => self.windows()?.outputs.view(0..group * self.out_len),
+        }
+    }
+
+    /// Copies the first `group` outputs (of the buffers of `on`) into `host`.
+    fn read_outputs(&self, on: On, group: usize, host: &mut [T]) -> Result<()> {
+        if let Some(o) = self.symmetric_outputs(on)? {
+            return o.view(..group * self.out_len)?.copy_to_host(host);
+        }
+        let first = self.first_outputs(on, group)?;
         if first.len() != host.len() {
             return Err(Error::HostLengthMismatch {
                 what: "NCCL window outputs",
@@ -1349,10 +1492,10 @@ impl<'p, T: BenchElement> Slots<'p, T> {
         Ok(())
     }
 
-    /// Fills the first `group` outputs (of NCCL's windows where `window`) with a value no
-    /// correct output holds ([`BenchDtype::poison_byte`]: NaN for floats).
-    fn poison(&self, window: bool, group: usize) -> Result<()> {
-        let first = self.first_outputs(window, group)?;
+    /// Fills the first `group` outputs (of the buffers of `on`) with a value no correct output
+    /// holds ([`BenchDtype::poison_byte`]: NaN for floats).
+    fn poison(&self, on: On, group: usize) -> Result<()> {
+        let first = self.first_outputs(on, group)?;
         if first.is_empty() {
             return Ok(());
         }

@@ -1120,7 +1120,7 @@ mod tests {
             "reduce",
             &[
                 "--algos",
-                "Ours,NCCL,Nccl-Sym,Ours-Staged,NVSHMEM",
+                "Ours,NCCL,Nccl-Sym,Ours-Staged,Ours-Registered,NVSHMEM",
                 "-o",
                 "Prod",
             ],
@@ -1154,7 +1154,8 @@ mod tests {
         for values in [
             "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
-            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem, ours-staged]",
+            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem, ours-staged, \
+             ours-registered]",
         ] {
             assert!(help.contains(values), "{values} not in\n{help}");
         }
@@ -1182,7 +1183,9 @@ mod tests {
         assert!(help.contains("[default: all of them]"), "{help}");
         let help = clap_text(&["reduce", "-h"]);
         assert!(
-            help.contains("[possible values: ours, nccl, nccl-sym, ours-staged, nvshmem]"),
+            help.contains(
+                "[possible values: ours, nccl, nccl-sym, ours-staged, ours-registered, nvshmem]"
+            ),
             "{help}"
         );
         assert!(
