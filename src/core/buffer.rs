@@ -215,28 +215,102 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
     }
 }
 
-// Interop: symmetric memory is ordinary device memory of this PE, so cudarc's copies and kernel
-// launches can use it. No synchronisation is attached: ordering against NVSHMEM operations is
-// the caller's (stream order, quiet, barriers), as for any device pointer.
-impl<T: Element> DeviceSlice<T> for SymmetricBuffer<'_, T> {
-    fn len(&self) -> usize {
-        self.len
+/// cudarc interop for a buffer type with `ptr: NonNull<T>`, `len` and `nv: &Nvshmem`: its memory
+/// is ordinary device memory of this PE, so cudarc's copies and kernel launches can use it. No
+/// synchronisation is attached: ordering against NVSHMEM operations is the caller's (stream
+/// order, quiet, barriers), as for any device pointer.
+macro_rules! device_interop {
+    ($buffer:ident) => {
+        impl<T: Element> cudarc::driver::DeviceSlice<T> for $buffer<'_, T> {
+            fn len(&self) -> usize {
+                self.len
+            }
+            fn stream(&self) -> &std::sync::Arc<cudarc::driver::CudaStream> {
+                self.nv.stream()
+            }
+        }
+
+        impl<T: Element> cudarc::driver::DevicePtr<T> for $buffer<'_, T> {
+            fn device_ptr<'a>(
+                &'a self,
+                _stream: &'a cudarc::driver::CudaStream,
+            ) -> (
+                cudarc::driver::sys::CUdeviceptr,
+                cudarc::driver::SyncOnDrop<'a>,
+            ) {
+                (
+                    self.ptr.as_ptr() as cudarc::driver::sys::CUdeviceptr,
+                    cudarc::driver::SyncOnDrop::Sync(None),
+                )
+            }
+        }
+
+        impl<T: Element> cudarc::driver::DevicePtrMut<T> for $buffer<'_, T> {
+            fn device_ptr_mut<'a>(
+                &'a mut self,
+                _stream: &'a cudarc::driver::CudaStream,
+            ) -> (
+                cudarc::driver::sys::CUdeviceptr,
+                cudarc::driver::SyncOnDrop<'a>,
+            ) {
+                (
+                    self.ptr.as_ptr() as cudarc::driver::sys::CUdeviceptr,
+                    cudarc::driver::SyncOnDrop::Sync(None),
+                )
+            }
+        }
+    };
+}
+pub(crate) use device_interop;
+
+device_interop!(SymmetricBuffer);
+
+/// Copies `src` into `len` elements of device memory at `addr` (of the bound context) on
+/// `stream`, and waits, so that the caller may reuse `src` and later work on any stream sees the
+/// data (pageable memory too).
+pub(crate) fn host_to_device<T: Element>(
+    stream: &Arc<CudaStream>,
+    addr: CUdeviceptr,
+    len: usize,
+    src: &[T],
+) -> Result<()> {
+    if src.len() != len {
+        return Err(Error::HostLengthMismatch {
+            what: "copy_from_host",
+            host: src.len(),
+            device: len,
+        });
     }
-    fn stream(&self) -> &Arc<CudaStream> {
-        self.nv.stream()
+    if len > 0 {
+        // SAFETY: the caller's addr holds len elements of device memory of the bound context;
+        // `src` stays borrowed until the stream is synchronised below.
+        unsafe { cudarc::driver::result::memcpy_htod_async(addr, src, stream.cu_stream()) }?;
+        stream.synchronize()?;
     }
+    Ok(())
 }
 
-impl<T: Element> DevicePtr<T> for SymmetricBuffer<'_, T> {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+/// Copies `len` elements of device memory at `addr` into `dst` on `stream` (after the work
+/// queued there), and waits.
+pub(crate) fn device_to_host<T: Element>(
+    stream: &Arc<CudaStream>,
+    addr: CUdeviceptr,
+    len: usize,
+    dst: &mut [T],
+) -> Result<()> {
+    if dst.len() != len {
+        return Err(Error::HostLengthMismatch {
+            what: "copy_to_host",
+            host: dst.len(),
+            device: len,
+        });
     }
-}
-
-impl<T: Element> DevicePtrMut<T> for SymmetricBuffer<'_, T> {
-    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
+    if len > 0 {
+        // SAFETY: as in host_to_device; `dst` stays borrowed until the synchronise below.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, addr, stream.cu_stream()) }?;
+        stream.synchronize()?;
     }
+    Ok(())
 }
 
 impl<T: Element> DeviceSlice<T> for SymView<'_, T> {
@@ -391,52 +465,15 @@ impl<'a, T: Element> SymView<'a, T> {
     /// Copies `src` from host memory into this range on this PE, on the runtime's stream; returns
     /// when the data is on the GPU (pageable memory too), so later work on any stream sees it.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
-        if src.len() != self.len {
-            return Err(Error::HostLengthMismatch {
-                what: "copy_from_host",
-                host: src.len(),
-                device: self.len,
-            });
-        }
-        if self.len > 0 {
-            self.bind()?;
-            // SAFETY: the range is valid device memory of len elements on the context just
-            // bound; `src` stays borrowed until the stream is synchronised below.
-            unsafe {
-                cudarc::driver::result::memcpy_htod_async(
-                    self.device_address(),
-                    src,
-                    self.stream.cu_stream(),
-                )
-            }?;
-            self.stream.synchronize()?;
-        }
-        Ok(())
+        self.bind()?;
+        host_to_device(self.stream, self.device_address(), self.len, src)
     }
 
     /// Copies this range on this PE into `dst`, on the runtime's stream (after the work queued
     /// there); returns when the data is in `dst`.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(Error::HostLengthMismatch {
-                what: "copy_to_host",
-                host: dst.len(),
-                device: self.len,
-            });
-        }
-        if self.len > 0 {
-            self.bind()?;
-            // SAFETY: as in copy_from_host; `dst` stays borrowed until the synchronise below.
-            unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(
-                    dst,
-                    self.device_address(),
-                    self.stream.cu_stream(),
-                )
-            }?;
-            self.stream.synchronize()?;
-        }
-        Ok(())
+        self.bind()?;
+        device_to_host(self.stream, self.device_address(), self.len, dst)
     }
 
     /// This range on this PE as a Vec, as [`SymView::copy_to_host`].

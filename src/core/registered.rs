@@ -51,7 +51,7 @@
 //! The physical memory is the same for both addresses, so the caller's kernels may keep using
 //! [`RegistrableBuffer`]'s own address, ordered with the collectives on streams as usual.
 
-use crate::core::buffer::SymView;
+use crate::core::buffer::{device_interop, device_to_host, host_to_device, SymView};
 use crate::core::element::Element;
 use crate::core::env_value::{parse_bool, parse_size};
 use crate::core::error::{Error, Result};
@@ -59,12 +59,10 @@ use crate::core::outside::{InBuf, OutBuf};
 use crate::core::runtime::{Nvshmem, Vote};
 use crate::sys;
 use cudarc::driver::sys::{self as cu, CUdeviceptr, CUmemAllocationProp};
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// NVSHMEM's default `NVSHMEM_CUMEM_GRANULARITY` (`src/include/host/env/env_defs.h`).
 pub const DEFAULT_CUMEM_GRANULARITY: usize = 1 << 29;
@@ -636,50 +634,25 @@ impl<'nv, T: Element> RegistrableBuffer<'nv, T> {
     /// Copies `src` from host memory into the buffer, on the runtime's stream; returns when the
     /// data is on the GPU.
     pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
-        if src.len() != self.len {
-            return Err(Error::HostLengthMismatch {
-                what: "copy_from_host",
-                host: src.len(),
-                device: self.len,
-            });
-        }
         self.nv.bind()?;
-        let stream = self.nv.stream();
-        // SAFETY: `len` elements of device memory of the bound context; `src` stays borrowed
-        // until the stream is synchronised.
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                self.ptr.as_ptr() as CUdeviceptr,
-                src,
-                stream.cu_stream(),
-            )
-        }?;
-        stream.synchronize()?;
-        Ok(())
+        host_to_device(
+            self.nv.stream(),
+            self.ptr.as_ptr() as CUdeviceptr,
+            self.len,
+            src,
+        )
     }
 
     /// Copies the buffer into `dst`, on the runtime's stream (after the work queued there);
     /// returns when the data is in `dst`.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        if dst.len() != self.len {
-            return Err(Error::HostLengthMismatch {
-                what: "copy_to_host",
-                host: dst.len(),
-                device: self.len,
-            });
-        }
         self.nv.bind()?;
-        let stream = self.nv.stream();
-        // SAFETY: as in copy_from_host; `dst` stays borrowed until the synchronise.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                dst,
-                self.ptr.as_ptr() as CUdeviceptr,
-                stream.cu_stream(),
-            )
-        }?;
-        stream.synchronize()?;
-        Ok(())
+        device_to_host(
+            self.nv.stream(),
+            self.ptr.as_ptr() as CUdeviceptr,
+            self.len,
+            dst,
+        )
     }
 
     /// The buffer as a Vec, as [`RegistrableBuffer::copy_to_host`].
@@ -827,28 +800,7 @@ impl<'a, T: Element> From<&'a mut RegistrableBuffer<'_, T>> for OutBuf<'a, T> {
     }
 }
 
-// Interop as for symmetric buffers: device memory of this PE for cudarc's copies and launches,
-// no synchronisation attached (ordering is the caller's, by streams).
-impl<T: Element> DeviceSlice<T> for RegistrableBuffer<'_, T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn stream(&self) -> &Arc<CudaStream> {
-        self.nv.stream()
-    }
-}
-
-impl<T: Element> DevicePtr<T> for RegistrableBuffer<'_, T> {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
-    }
-}
-
-impl<T: Element> DevicePtrMut<T> for RegistrableBuffer<'_, T> {
-    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr.as_ptr() as CUdeviceptr, SyncOnDrop::Sync(None))
-    }
-}
+device_interop!(RegistrableBuffer);
 
 #[cfg(test)]
 mod tests {
