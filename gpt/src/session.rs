@@ -10,7 +10,7 @@ use crate::checkpoint::{
 use crate::comm::Comm;
 use crate::error::{GptError, Result};
 use crate::log::{summarize, StepRecord};
-use crate::residual::{residual_files, residual_path, ResidualFile, ResidualHeader};
+use crate::residual::{residual_files, residual_path, ResidualFile, ResidualHeader, ResidualSpec};
 use crate::trainer::Trainer;
 use nvsh_plot::AtomicFile;
 use std::io::Write;
@@ -412,18 +412,27 @@ fn write_set_files<B: Backend, C: Comm<B>>(
         let values = tr.comm.residual(tr.be)?;
         let topo = tr.topo;
         ResidualFile {
-            header: ResidualHeader {
-                spec,
-                pp: topo.pp,
-                dp: topo.dp,
-                pe: topo.pe,
-                step: tr.step as u64,
-            },
+            header: residual_header(tr, spec),
             values,
         }
         .save(&residual_path(dir, topo.pe, topo.pp * topo.dp))?;
     }
     sync_dir(dir)
+}
+
+/// This PE's residual header for a set at the trainer's step.
+fn residual_header<B: Backend, C: Comm<B>>(
+    tr: &Trainer<'_, B, C>,
+    spec: ResidualSpec,
+) -> ResidualHeader {
+    let t = tr.topo;
+    ResidualHeader {
+        spec,
+        pp: t.pp,
+        dp: t.dp,
+        pe: t.pe,
+        step: tr.step as u64,
+    }
 }
 
 /// Resume's error-feedback residuals, once the stages agreed on one set (collective). Each PE
@@ -481,14 +490,7 @@ fn resume_residual<B: Backend, C: Comm<B>>(
             )));
         }
         let file = ResidualFile::load(&own)?;
-        let want = ResidualHeader {
-            spec,
-            pp: topo.pp,
-            dp: topo.dp,
-            pe: topo.pe,
-            step: tr.step as u64,
-        };
-        file.check_fits(&want, &own)?;
+        file.check_fits(&residual_header(tr, spec), &own)?;
         tr.comm.load_residual(tr.be, &file.values)?;
         Ok(true)
     };
