@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{dataset, max_rel, run_config, run_cpu, tiny};
+use common::{dataset, max_rel, run_config, run_cpu, save_resume_options, tiny};
 use nvsh_gpt::backend::CpuBackend;
 use nvsh_gpt::checkpoint::{latest_path, set_dir, set_stage_path};
 use nvsh_gpt::comm::LocalComm;
@@ -256,13 +256,7 @@ fn checkpoint_resume_continues_the_same_run() {
     run.warmup = 10;
     let sink =
         || -> Arc<Mutex<dyn std::io::Write + Send>> { Arc::new(Mutex::new(std::io::sink())) };
-    let opts = |save: bool, resume: bool| SessionOptions {
-        val_every: 0,
-        save: save.then(|| prefix.clone()),
-        resume: resume.then(|| prefix.clone()),
-        print_every: 1,
-        ..Default::default()
-    };
+    let opts = |save: bool, resume: bool| save_resume_options(&prefix, save, resume);
     let mut whole = run.clone();
     whole.steps = 6;
     let straight = run_local(&whole, data.clone(), &opts(false, false), sink()).unwrap();

@@ -13,7 +13,8 @@
 mod common;
 
 use common::{
-    assert_every, dataset, gpu_test, max_rel, run_config, text, tiny, TF32_LOST, TF32_SHAPE,
+    assert_every, dataset, gpu_test, max_rel, run_config, save_resume_options, text, tiny,
+    TF32_LOST, TF32_SHAPE,
 };
 use nvsh_gpt::backend::{Backend, CpuBackend, GpuBackend};
 use nvsh_gpt::comm::LocalComm;
@@ -543,13 +544,7 @@ fn sparse_error_feedback_survives_save_and_resume() {
     run.warmup = 10;
     let mut gtopk = SparseOptions::new(SparseMethod::GTopK, 0.01);
     gtopk.average = true;
-    let opts = |save: bool, resume: bool| SessionOptions {
-        val_every: 0,
-        save: save.then(|| prefix.clone()),
-        resume: resume.then(|| prefix.clone()),
-        print_every: 1,
-        ..Default::default()
-    };
+    let opts = |save: bool, resume: bool| save_resume_options(&prefix, save, resume);
     let mut whole = run.clone();
     whole.steps = 6;
     let mut first = run.clone();

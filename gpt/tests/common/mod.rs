@@ -14,8 +14,10 @@ use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, StageSplit};
 use nvsh_gpt::data::Dataset;
 use nvsh_gpt::schedule::ScheduleKind;
+use nvsh_gpt::session::SessionOptions;
 use nvsh_gpt::trainer::{RunConfig, Trainer};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,6 +124,18 @@ pub fn run_config(
         val_batches: 3,
         max_seconds: None,
         timeout: Duration::from_secs(60),
+    }
+}
+
+/// Options of a session that saves a set to `prefix` (`save`) or resumes from it (`resume`):
+/// a line every step, no validation.
+pub fn save_resume_options(prefix: &Path, save: bool, resume: bool) -> SessionOptions {
+    SessionOptions {
+        val_every: 0,
+        save: save.then(|| prefix.to_path_buf()),
+        resume: resume.then(|| prefix.to_path_buf()),
+        print_every: 1,
+        ..Default::default()
     }
 }
 
