@@ -18,6 +18,19 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// Scalar statistics per PE at the start of its share of the step's statistics (the trainer
+/// names them).
+pub(crate) const STAT_SCALARS: usize = 5;
+/// Per-micro-batch series after the scalars (receive waits and send durations, forward and
+/// backward).
+const STAT_SERIES: usize = 4;
+
+/// Statistics per PE in the vector [`Comm::allreduce_host`] sums each step, for
+/// `micro_batches` micro-batches per step: a job of n PEs sums n times this many.
+pub fn stats_len(micro_batches: usize) -> usize {
+    STAT_SCALARS + STAT_SERIES * micro_batches
+}
+
 /// A set of PEs that reduces gradients together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {

@@ -11,7 +11,7 @@ use nvsh_gpt::error::{GptError, Result};
 use nvsh_gpt::log::{compare, first_val_below, read_log, summarize};
 use nvsh_gpt::nvcomm::{symmetric_bytes, NvComm};
 use nvsh_gpt::session::run_session;
-use nvsh_gpt::trainer::{stats_len, RunConfig, Trainer};
+use nvsh_gpt::trainer::{RunConfig, Trainer};
 use nvshmem::Nvshmem;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -88,7 +88,7 @@ fn train(args: &TrainArgs) -> Result<bool> {
             run.max_stage_params(),
             slots,
             act,
-            n_pes * stats_len(run.micro_batches),
+            run.micro_batches,
             compress.map(|c| c.density),
         );
         let mib = (need + need / 4).div_ceil(1 << 20) + 256;
@@ -112,7 +112,7 @@ fn train(args: &TrainArgs) -> Result<bool> {
             be.stream().clone(),
             slots,
             act,
-            n_pes * stats_len(run.micro_batches),
+            run.micro_batches,
             run.model.tied,
             run.timeout,
             compress,

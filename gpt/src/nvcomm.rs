@@ -12,7 +12,7 @@
 //! * Per-step statistics are summed over the world by an allreduce of a small f64 buffer.
 
 use crate::backend::{wait_event, Backend};
-use crate::comm::{group_members, Comm, Group, Reduce};
+use crate::comm::{group_members, stats_len, Comm, Group, Reduce};
 use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
@@ -33,8 +33,9 @@ const GRAD_SLOT_BYTES: usize = 4 << 20;
 /// Slot bytes of the statistics allreduce (a few hundred values).
 const STATS_SLOT_BYTES: usize = 64 << 10;
 
-/// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init);
-/// `compress`: the density of sparse gradient averaging, if any.
+/// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init) of
+/// `micro_batches` micro-batches per step; `compress`: the density of sparse gradient
+/// averaging, if any.
 #[allow(clippy::too_many_arguments)]
 pub fn symmetric_bytes(
     n_pes: usize,
@@ -43,7 +44,7 @@ pub fn symmetric_bytes(
     grad_elems: usize,
     slots: usize,
     act_elems: usize,
-    stats_len: usize,
+    micro_batches: usize,
     compress: Option<f64>,
 ) -> usize {
     // Sparse sets of up to 2k (index, value) pairs: this PE's, n_pes gathered (buffers are
@@ -65,7 +66,7 @@ pub fn symmetric_bytes(
     if pp > 1 {
         ar += workspace(GRAD_SLOT_BYTES);
     }
-    grad_elems * 4 + channels + ar + stats_len * 8 + sparse
+    grad_elems * 4 + channels + ar + n_pes * stats_len(micro_batches) * 8 + sparse
 }
 
 /// Team allreduce of one gradient group (None on PEs outside every team of the split).
@@ -109,7 +110,8 @@ fn nv_err(e: nvshmem::Error) -> GptError {
 
 impl<'nv> NvComm<'nv> {
     /// Collective (every PE, same arguments): channels of `slots` slots of `max_elems` values
-    /// between stages, team workspaces, and a statistics buffer of `stats_len` values.
+    /// between stages, team workspaces, and the buffer the step's statistics are summed in,
+    /// sized for the job's PEs at `micro_batches` micro-batches per step (the run's).
     /// `compute` is the stream the model runs on.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -118,7 +120,7 @@ impl<'nv> NvComm<'nv> {
         compute: Arc<CudaStream>,
         slots: usize,
         max_elems: usize,
-        stats_len: usize,
+        micro_batches: usize,
         tied: bool,
         timeout: Duration,
         compress: Option<SparseOptions>,
@@ -203,7 +205,10 @@ impl<'nv> NvComm<'nv> {
             g.members = group_members(&topo, Group::Tied);
         }
         let world = nv.allreduce_workspace(STATS_SLOT_BYTES).map_err(nv_err)?;
-        let stats = nv.alloc_zeroed::<f64>(stats_len.max(1)).map_err(nv_err)?;
+        let stats_values = pp * dp * stats_len(micro_batches);
+        let stats = nv
+            .alloc_zeroed::<f64>(stats_values.max(1))
+            .map_err(nv_err)?;
         Ok(NvComm {
             topo,
             compute,
@@ -425,6 +430,16 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         if self.topo.pp * self.topo.dp == 1 {
             return Ok(()); // a sum over one PE
         }
+        if values.len() > self.stats.len() {
+            // Every PE sums the same length, so every PE refuses alike (no one waits).
+            return Err(GptError::Comm(format!(
+                "the step sums {} statistics but the comm was built for {} (a run of more \
+                 micro-batches than NvComm::new was given); build the comm with the run's \
+                 micro_batches",
+                values.len(),
+                self.stats.len()
+            )));
+        }
         let view = self.stats.view(0..values.len()).map_err(nv_err)?;
         // The copy is synchronous; the compute stream then reduces and we wait for it. The
         // device-side waits take the same limit as the host's, then the run's again.
@@ -484,11 +499,17 @@ mod tests {
 
     #[test]
     fn symmetric_size_grows_with_the_pipeline_and_replicas() {
-        let single = symmetric_bytes(1, 1, 1, 1000, 4, 100, 8, None);
+        let single = symmetric_bytes(1, 1, 1, 1000, 4, 100, 2, None);
         assert!(single >= 4000);
-        let pipe = symmetric_bytes(2, 2, 1, 1000, 4, 100, 16, None);
+        let pipe = symmetric_bytes(2, 2, 1, 1000, 4, 100, 2, None);
         assert!(pipe >= single + 2 * 4 * 100 * 4);
-        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32, None) > pipe);
-        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 32, Some(0.01)) > pipe);
+        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 2, None) > pipe);
+        assert!(symmetric_bytes(4, 2, 2, 1000, 4, 100, 2, Some(0.01)) > pipe);
+        // The statistics: every PE's share, per micro-batch four f64 series.
+        let more = symmetric_bytes(4, 2, 2, 1000, 4, 100, 3, None);
+        assert_eq!(
+            more - symmetric_bytes(4, 2, 2, 1000, 4, 100, 2, None),
+            4 * 4 * 8
+        );
     }
 }

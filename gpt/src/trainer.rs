@@ -12,7 +12,8 @@
 
 use crate::backend::Backend;
 use crate::checkpoint::{hash_f32, Checkpoint, CkptHeader, ScheduleSettings};
-use crate::comm::{Comm, Group, Reduce};
+pub use crate::comm::stats_len;
+use crate::comm::{Comm, Group, Reduce, STAT_SCALARS};
 use crate::config::{ModelConfig, StageSplit, Topology};
 use crate::data::{val_batch, Dataset, Loader};
 use crate::error::{GptError, Result};
@@ -154,27 +155,18 @@ pub struct StepReport {
     pub interrupted: bool,
 }
 
-/// Per-PE statistics summed over all PEs once per step: these scalars, then per micro-batch
-/// the receive waits and send durations of [`stats_len`].
+/// Per-PE statistics summed over all PEs once per step ([`stats_len`] values per PE): these
+/// scalars, then per micro-batch the receive waits and send durations.
 const STAT_NORM2: usize = 0;
 const STAT_LOSS: usize = 1;
 const STAT_COUNT: usize = 2;
 const STAT_STOP: usize = 3;
 const STAT_INTERRUPT: usize = 4;
-/// Scalar statistics per PE.
-const STAT_SCALARS: usize = 5;
 /// Per-micro-batch series after the scalars, each `micro_batches` long.
 const SERIES_FWD_WAIT: usize = 0;
 const SERIES_BWD_WAIT: usize = 1;
 const SERIES_FWD_SEND: usize = 2;
 const SERIES_BWD_SEND: usize = 3;
-const SERIES: usize = 4;
-
-/// Statistics per PE in the vector [`Comm::allreduce_host`] sums each step, for
-/// `micro_batches` micro-batches per step.
-pub fn stats_len(micro_batches: usize) -> usize {
-    STAT_SCALARS + SERIES * micro_batches
-}
 
 /// Index of micro-batch `i` of `series` in one PE's statistics.
 fn series_at(series: usize, micro_batches: usize, i: usize) -> usize {

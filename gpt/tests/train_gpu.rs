@@ -23,7 +23,7 @@ use nvsh_gpt::data::{Dataset, Loader};
 use nvsh_gpt::nvcomm::NvComm;
 use nvsh_gpt::schedule::ScheduleKind;
 use nvsh_gpt::session::{run_session, SessionOptions};
-use nvsh_gpt::trainer::{stats_len, RunConfig, StepReport, Trainer};
+use nvsh_gpt::trainer::{RunConfig, StepReport, Trainer};
 use nvshmem::{Nvshmem, SparseMethod, SparseOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,7 +203,7 @@ fn nvshmem_session_trains_logs_and_samples() {
         be.stream().clone(),
         2,
         2 * 8 * 16,
-        stats_len(run.micro_batches),
+        run.micro_batches,
         true,
         run.timeout,
         None,
@@ -267,7 +267,7 @@ fn gpu_parts<'nv>(
         be.stream().clone(),
         run.micro_batches.min(8),
         act,
-        2 * stats_len(run.micro_batches),
+        run.micro_batches,
         run.model.tied,
         run.timeout,
         compress,
@@ -409,6 +409,43 @@ fn data_parallel_matches_one_pe_with_the_combined_batch() {
         "PE {}: relative difference {r:e}\n{got:?}\n{want:?}",
         nv.my_pe()
     );
+}
+
+gpu_test!(2, a_comm_built_for_fewer_micro_batches_is_a_typed_error);
+/// A comm built for fewer micro-batches than the run has cannot hold the step's statistics:
+/// the step fails with the comm's error, saying what to do, on every PE (no PE waits on the
+/// others), instead of an out-of-bounds view deep in the statistics sum.
+fn a_comm_built_for_fewer_micro_batches_is_a_typed_error() {
+    let nv = Nvshmem::init().expect("NVSHMEM init");
+    assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
+    let run = run_config(odd_model(2, true), 1, 2, 4, ScheduleKind::OneFOneB);
+    let topo = Topology::new(1, 2, nv.my_pe() as usize, 2).unwrap();
+    let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
+    let act = run.micro_batch * run.model.block_size * run.model.n_embd;
+    let comm = NvComm::new(
+        &nv,
+        topo,
+        be.stream().clone(),
+        1,
+        act,
+        1,
+        run.model.tied,
+        run.timeout,
+        None,
+    )
+    .unwrap();
+    let mut tr = Trainer::new(&be, comm, run, odd_data()).unwrap();
+    let err = tr
+        .train_step()
+        .expect_err("4 micro-batches on a comm built for 1");
+    let text = err.to_string();
+    assert!(
+        text.contains("built for") && text.contains("micro_batches"),
+        "PE {}: {text}",
+        nv.my_pe()
+    );
+    be.synchronize().unwrap();
+    nv.barrier_all().unwrap();
 }
 
 gpu_test!(4, pipeline_and_data_parallel_match_one_pe);
