@@ -6,8 +6,14 @@
 # BIN_DIR holds what scripts/build_gpu_bins.sh made (default .gpu/bin); where cargo exists and
 # BIN_DIR is missing, they are built first. NVSHMEM allows one init per process, so each test
 # runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (one GPU
-# per PE where there are enough, else all on GPU 0), the others (pe1_*) alone. MPIRUN overrides
-# the mpirun command (e.g. with --allow-run-as-root).
+# per PE where there are enough; else, where N is a multiple of the GPUs, the same number of PEs
+# on each GPU, otherwise all on GPU 0), the others (pe1_*) alone. MPIRUN overrides the mpirun
+# command (e.g. with --allow-run-as-root).
+#
+# GPU_TEST_PARALLEL=1 runs cases side by side on disjoint GPUs: cases of N PEs (N at most the
+# GPUs) run GPUS/N at a time, each on N GPUs of its own (every GPU stays visible, its own
+# first: CUDA_VISIBLE_DEVICES is rotated), smallest N first; cases of more PEs than GPUs then
+# run one at a time. The same cases and verdicts; for correctness only, never for timing.
 #
 # What is expected comes first: a manifest (in the log folder) of every case, from each test
 # binary's `--list --ignored`. A binary that cannot list its tests (a missing library, say) is a
@@ -21,7 +27,11 @@
 # one of these, or when GPU_TEST_FILTER matched no case.
 # GPU_TEST_FILTER limits the cases to names containing it, GPU_TEST_EXCLUDE leaves out names
 # containing it (to split a suite over several runs; the count left out is printed);
+# GPU_TEST_MIN_PES leaves out the cases of fewer PEs (to run only what a machine with fewer GPUs
+# runs differently: GPU_TEST_MIN_PES=3 with CUDA_VISIBLE_DEVICES=0,1).
 # GPU_TEST_TIMEOUT (seconds, default 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
+# GPU_TEST_RESUME=1 with the GPU_TEST_LOG_DIR of a run that was cut off (a machine's time limit)
+# runs only the cases without a verdict there; the earlier verdicts count in the summary.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bin=${1:-.gpu/bin}
@@ -34,6 +44,8 @@ mpirun=${MPIRUN:-mpirun}
 limit=${GPU_TEST_TIMEOUT:-300}
 filter=${GPU_TEST_FILTER:-}
 exclude=${GPU_TEST_EXCLUDE:-}
+min_pes=${GPU_TEST_MIN_PES:-1}
+parallel=${GPU_TEST_PARALLEL:-0}
 excluded=0
 logdir=${GPU_TEST_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
@@ -47,12 +59,39 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
     visible=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
     [ "$visible" -lt "$gpus" ] && gpus=$visible
 fi
+# The GPUs as CUDA names them here (the inherited list, else 0..gpus-1), for the lanes.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    IFS=, read -r -a gpu_ids <<<"$CUDA_VISIBLE_DEVICES"
+else
+    gpu_ids=()
+    for ((g = 0; g < gpus; g++)); do gpu_ids+=("$g"); done
+fi
+results_dir=$logdir/results
+mkdir -p "$results_dir"
+earlier=$logdir/earlier_results.txt
+if [ "${GPU_TEST_RESUME:-0}" = 1 ]; then
+    cat "$results_dir"/*.txt >>"$earlier" 2>/dev/null
+else
+    rm -f "$earlier"
+fi
+touch "$earlier"
+rm -f "$results_dir"/*.txt "$logdir"/lane_*
+# The cases with a verdict from an earlier run, as the manifest names them (a verdict line's
+# name less its " [N PEs...]" suffix). A file, not a pipeline: `grep -q` leaving a pipeline
+# early fails it under pipefail.
+done_names=$logdir/earlier_names.txt
+cut -f2 "$earlier" | sed 's/ \[[^]]*\]$//' >"$done_names"
+done_before() {
+    grep -qxF -- "$1" "$done_names"
+}
+resumed=0
+# Each case's verdict is a line "PASS|SKIP|FAIL<TAB>name<TAB>reason" in this file (one per lane).
+results=$results_dir/main.txt
 
 # fail_case NAME WHY: a case that failed without running (it still counts as expected).
 fail_case() {
     expected=$((expected + 1))
-    failed=$((failed + 1))
-    failures+=("$1 ($2)")
+    printf 'FAIL\t%s\t%s\n' "$1" "$2" >>"$results"
     echo "FAIL $1 ($2)"
 }
 
@@ -77,18 +116,16 @@ run_case() {
         rc=-1
     fi
     if [ $rc -eq 0 ] && [ -n "$reason" ]; then
-        skipped=$((skipped + 1))
-        skips+=("$name: $reason")
+        printf 'SKIP\t%s\t%s\n' "$name" "$reason" >>"$results"
         echo "SKIP $name: $reason"
     elif [ $rc -eq 0 ]; then
-        passed=$((passed + 1))
+        printf 'PASS\t%s\t\n' "$name" >>"$results"
         echo "PASS $name"
     else
-        failed=$((failed + 1))
         local why="exit $rc"
         [ $rc -eq 124 ] && why="timed out after ${limit}s"
         [ $rc -eq -1 ] && why="exit 0 but $ran of $procs processes ran a test"
-        failures+=("$name ($why)")
+        printf 'FAIL\t%s\t%s\n' "$name" "$why" >>"$results"
         echo "FAIL $name ($why)"
     fi
 }
@@ -116,28 +153,56 @@ for t in "${binaries[@]}"; do
         short=${name##*::}
         pes=1
         [[ "$short" =~ ^pe([0-9]+)_ ]] && pes=${BASH_REMATCH[1]}
+        if [ "$pes" -lt "$min_pes" ]; then
+            excluded=$((excluded + 1))
+            continue
+        fi
+        if done_before "$(basename "$t") $name"; then
+            resumed=$((resumed + 1))
+            continue
+        fi
         echo "$t $name $pes" >>"$manifest"
     done
 done
-if [ -z "$filter" ] || [[ ring_exchange == *"$filter"* ]]; then
-    printf -- '- %s\n' "ring_exchange, 1 PE" "ring_exchange, nvsh run -n 2" \
-        "ring_exchange, mpirun -np 2" >>"$manifest"
-fi
-if [ -z "$filter" ] || [[ "nvsh info" == *"$filter"* ]]; then
-    echo "- nvsh info" >>"$manifest"
-fi
+# add_other LABEL PES: a case that is not a test binary's.
+add_other() {
+    [ "$min_pes" -le "$2" ] || return 0
+    [ -z "$filter" ] || [[ "$1" == *"$filter"* ]] || [[ ring_exchange == *"$filter"* && "$1" == ring_exchange* ]] || return 0
+    if done_before "$1"; then
+        resumed=$((resumed + 1))
+        return 0
+    fi
+    printf -- '- %s\n' "$1" >>"$manifest"
+}
+add_other "ring_exchange, 1 PE" 1
+add_other "ring_exchange, nvsh run -n 2" 2
+add_other "ring_exchange, mpirun -np 2" 2
+add_other "nvsh info" 1
 cases=$(grep -c . "$manifest")
-expected=$((expected + cases))
+expected=$((expected + cases + resumed))
+[ "$resumed" -eq 0 ] || echo "gpu_test.sh: $resumed case(s) have a verdict from the earlier run (GPU_TEST_RESUME)"
 echo "gpu_test.sh: $expected cases expected (manifest: $manifest)"
-[ -z "$exclude" ] || echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude'"
+[ -z "$exclude" ] && [ "$min_pes" -le 1 ] ||
+    echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude' / GPU_TEST_MIN_PES=$min_pes"
 if [ -n "$filter" ] && [ "$cases" -eq 0 ]; then
     echo "gpu_test.sh: GPU_TEST_FILTER='$filter' matched no case" >&2
 fi
 
-# The manifest is read on fd 3: the cases get /dev/null as stdin.
-while read -r t name pes <&3; do
+# PEs of a manifest line "BINARY NAME PES" or "- LABEL": the launches of 2 for the ring
+# exchange under nvsh run and mpirun, else 1.
+line_pes() {
+    case "$*" in
+    "- "*"-n 2"* | "- "*"-np 2"*) echo 2 ;;
+    "- "*) echo 1 ;;
+    *) echo "${*##* }" ;;
+    esac
+}
+
+# run_entry T NAME PES: one case of the manifest.
+run_entry() {
+    local t=$1 name=$2 pes=$3
     if [ "$t" = - ]; then
-        label="$name $pes"
+        local label="$name $pes"
         case "$label" in
         "ring_exchange, 1 PE") run_case "$label" 0 "$bin/ring_exchange" ;;
         "ring_exchange, nvsh run -n 2") run_case "$label" 0 "$nvsh" run -n 2 -- "$bin/ring_exchange" ;;
@@ -149,11 +214,94 @@ while read -r t name pes <&3; do
         run_case "$(basename "$t") $name" 1 "$t" --ignored --exact "$name" --test-threads=1
     elif [ "$pes" -le "$gpus" ]; then
         run_case "$(basename "$t") $name [$pes PEs]" "$pes" "$nvsh" run -n "$pes" -- "$t" --ignored --exact "$name" --test-threads=1
+    elif [ "$gpus" -gt 1 ] && [ $((pes % gpus)) -eq 0 ]; then
+        # More PEs than GPUs, the same number on each (local rank % GPUs).
+        local all
+        all=$(seq -s, 0 $((gpus - 1)))
+        run_case "$(basename "$t") $name [$pes PEs on $gpus GPUs]" "$pes" "$nvsh" run -n "$pes" --gpus "$all" -- "$t" --ignored --exact "$name" --test-threads=1
     else
         # More PEs than GPUs: all on GPU 0 (puts and signals work with several PEs per GPU).
         run_case "$(basename "$t") $name [$pes PEs on GPU 0]" "$pes" "$nvsh" run -n "$pes" --gpus 0 -- "$t" --ignored --exact "$name" --test-threads=1
     fi
-done 3<"$manifest"
+}
+
+# run_lines FILE: the cases of FILE (manifest lines) one after another. Read on fd 3: the
+# cases get /dev/null as stdin.
+run_lines() {
+    local t name pes
+    while read -r t name pes <&3; do
+        run_entry "$t" "$name" "$pes"
+    done 3<"$1"
+}
+
+if [ "$parallel" = 1 ] && [ "$gpus" -ge 2 ]; then
+    later=$logdir/lane_later.lines
+    : >"$later"
+    widths=()
+    while read -r line; do
+        w=$(line_pes "$line")
+        if [ "$w" -gt "$gpus" ]; then
+            echo "$line" >>"$later"
+        else
+            echo "$line" >>"$logdir/lane_width_$w.lines"
+            [[ " ${widths[*]} " == *" $w "* ]] || widths+=("$w")
+        fi
+    done <"$manifest"
+    [ ${#widths[@]} -eq 0 ] || mapfile -t widths < <(printf '%s\n' "${widths[@]}" | sort -n)
+    for w in "${widths[@]}"; do
+        lanes=$((gpus / w))
+        echo "gpu_test.sh: cases of $w PE(s): $lanes at a time"
+        pids=()
+        for ((k = 0; k < lanes; k++)); do
+            awk -v n="$lanes" -v k="$k" 'NR % n == k' "$logdir/lane_width_$w.lines" \
+                >"$logdir/lane_${w}_$k.lines"
+            # This lane's GPUs first, the others after them (still visible: a test may use a
+            # second GPU of its own).
+            rotated=("${gpu_ids[@]:$((k * w))}" "${gpu_ids[@]:0:$((k * w))}")
+            (
+                IFS=,
+                export CUDA_VISIBLE_DEVICES="${rotated[*]}"
+                unset IFS
+                results=$results_dir/lane_${w}_$k.txt
+                run_lines "$logdir/lane_${w}_$k.lines"
+            ) >"$logdir/lane_${w}_$k.out" 2>&1 &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do
+            wait "$p"
+        done
+        for ((k = 0; k < lanes; k++)); do
+            cat "$logdir/lane_${w}_$k.out"
+        done
+    done
+    run_lines "$later"
+else
+    run_lines "$manifest"
+fi
+
+# The verdicts of every lane, and of the earlier run; a case with two keeps its later one.
+declare -A verdict_of=() why_of=()
+order=()
+while IFS=$'\t' read -r verdict name why; do
+    [ -n "$name" ] || continue
+    [ -n "${verdict_of[$name]+x}" ] || order+=("$name")
+    verdict_of[$name]=$verdict
+    why_of[$name]=$why
+done < <(cat "$earlier" "$results_dir"/*.txt 2>/dev/null)
+for name in "${order[@]}"; do
+    why=${why_of[$name]}
+    case "${verdict_of[$name]}" in
+    PASS) passed=$((passed + 1)) ;;
+    SKIP)
+        skipped=$((skipped + 1))
+        skips+=("$name: $why")
+        ;;
+    FAIL)
+        failed=$((failed + 1))
+        failures+=("$name ($why)")
+        ;;
+    esac
+done
 
 ended=$((passed + failed + skipped))
 if [ "$ended" -ne "$expected" ]; then
