@@ -98,6 +98,9 @@ pub enum NcclCall {
     Reduce { op: ReduceOp, root: i32 },
     /// One `ncclSend` and one `ncclRecv` per rank in a group, as nccl-tests' alltoall.
     AllToAll,
+    /// `ncclSend` of the input to the next rank and `ncclRecv` of the output from the previous
+    /// in a group: a ring of grouped send/recv.
+    SendRecvRing,
 }
 
 /// A device buffer NCCL is called on: a symmetric buffer (or a view of one) or a view of an
@@ -294,6 +297,7 @@ impl<'nv> NcclBaseline<'nv> {
                 f.map_err(|e| nccl_error("ncclReduce", &e))
             }
             NcclCall::AllToAll => return self.all_to_all_in(input, output, ty, stream),
+            NcclCall::SendRecvRing => return self.ring_in(input, output, ty, stream),
         };
         done.map(|_| ())
     }
@@ -323,6 +327,33 @@ impl<'nv> NcclBaseline<'nv> {
                 .map_err(|e| nccl_error("ncclRecv", &e))?;
             Ok(())
         });
+        // The group is closed even when queueing failed, so later NCCL calls are not grouped.
+        let ended = nccl_result::group_end().map_err(|e| nccl_error("ncclGroupEnd", &e));
+        queued.and(ended.map(|_| ()))
+    }
+
+    /// [`NcclCall::SendRecvRing`]: `output` = the previous rank's `input` (same lengths).
+    fn ring_in<T: Element>(
+        &self,
+        input: NcclBuf<'_, T>,
+        output: NcclBuf<'_, T>,
+        ty: nccl_sys::ncclDataType_t,
+        stream: nccl_sys::cudaStream_t,
+    ) -> Result<()> {
+        same_length("NCCL send/recv ring", input.len, output.len)?;
+        let (n, me) = (self.world_size(), self.rank());
+        let (next, prev) = (((me + 1) % n) as i32, ((me + n - 1) % n) as i32);
+        let comm = self.comm.comm;
+        nccl_result::group_start().map_err(|e| nccl_error("ncclGroupStart", &e))?;
+        // SAFETY: the checked buffers, `input.len` elements each.
+        let queued = unsafe {
+            nccl_result::send(input.ptr as _, input.len, ty, next, comm, stream)
+                .map_err(|e| nccl_error("ncclSend", &e))
+                .and_then(|_| {
+                    nccl_result::recv(output.ptr as _, output.len, ty, prev, comm, stream)
+                        .map_err(|e| nccl_error("ncclRecv", &e))
+                })
+        };
         // The group is closed even when queueing failed, so later NCCL calls are not grouped.
         let ended = nccl_result::group_end().map_err(|e| nccl_error("ncclGroupEnd", &e));
         queued.and(ended.map(|_| ()))

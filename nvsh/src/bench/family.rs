@@ -4,7 +4,10 @@
 //! against NCCL's symmetric-memory path on buffers of NCCL's own (`nccl-sym`), and against
 //! NVSHMEM's own collectives on the same buffers ([`crate::bench::nvshmem_coll`], `nvshmem`).
 //! The v forms run with equal counts (host counts, the exchange path), against NCCL's allgather
-//! and grouped send/recv alltoall.
+//! and grouped send/recv alltoall. Grouped send/recv ([`P2pGroup`]) runs as a ring (each PE
+//! sends to the next and receives from the previous) and as all pairs (a send and a receive
+//! per PE, itself included, as nccl-tests' alltoall), against the same pattern of NCCL's
+//! grouped `ncclSend`/`ncclRecv`.
 //!
 //! Sizes, counts and bus factors are nccl-tests' (see [`Kind`]); the inputs and the exact
 //! expected outputs are built from allreduce's patterns, so the reductions are checked as
@@ -32,7 +35,8 @@ use nvshmem::core::error::{Error, Result};
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::proto::family::check_root;
 use nvshmem::{
-    Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Parts, Reduce, ReduceScatter,
+    Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, P2p, P2pGroup, Parts, Reduce,
+    ReduceScatter,
 };
 
 /// Which collective.
@@ -45,10 +49,14 @@ pub enum Kind {
     Alltoallv,
     ReduceScatter,
     Reduce,
+    /// Grouped send/recv, each PE to the next (one send, one receive).
+    SendrecvRing,
+    /// Grouped send/recv, every PE to every PE itself included (n sends, n receives).
+    SendrecvAll,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Broadcast,
         Kind::Allgather,
         Kind::Alltoall,
@@ -56,6 +64,8 @@ impl Kind {
         Kind::Alltoallv,
         Kind::ReduceScatter,
         Kind::Reduce,
+        Kind::SendrecvRing,
+        Kind::SendrecvAll,
     ];
 
     /// The name on the command line and in the report.
@@ -68,6 +78,8 @@ impl Kind {
             Kind::Alltoallv => "alltoallv",
             Kind::ReduceScatter => "reduce-scatter",
             Kind::Reduce => "reduce",
+            Kind::SendrecvRing => "sendrecv-ring",
+            Kind::SendrecvAll => "sendrecv-all",
         }
     }
 
@@ -83,11 +95,11 @@ impl Kind {
 
     /// Whether a message is one block per PE (nccl-tests divides the size by the PE count).
     fn blocked(self) -> bool {
-        !matches!(self, Kind::Broadcast | Kind::Reduce)
+        !matches!(self, Kind::Broadcast | Kind::Reduce | Kind::SendrecvRing)
     }
 
-    /// busbw / algbw as nccl-tests defines it: 1 for broadcast and reduce, (n-1)/n for
-    /// allgather, reduce-scatter and alltoall.
+    /// busbw / algbw as nccl-tests defines it: 1 for broadcast and reduce (and nccl-tests'
+    /// sendrecv, the ring), (n-1)/n for allgather, reduce-scatter and alltoall (and all pairs).
     pub fn busbw_factor(self, n_pes: i32) -> f64 {
         if n_pes < 1 {
             return 0.0;
@@ -123,18 +135,26 @@ impl Kind {
     /// Input elements per PE for count argument `count`.
     pub fn input_len(self, count: usize, n_pes: i32) -> usize {
         match self {
-            Kind::Alltoall | Kind::Alltoallv | Kind::ReduceScatter => count * n_pes as usize,
-            Kind::Broadcast | Kind::Allgather | Kind::Allgatherv | Kind::Reduce => count,
+            Kind::Alltoall | Kind::Alltoallv | Kind::ReduceScatter | Kind::SendrecvAll => {
+                count * n_pes as usize
+            }
+            Kind::Broadcast
+            | Kind::Allgather
+            | Kind::Allgatherv
+            | Kind::Reduce
+            | Kind::SendrecvRing => count,
         }
     }
 
     /// Output elements per PE for count argument `count`.
     pub fn output_len(self, count: usize, n_pes: i32) -> usize {
         match self {
-            Kind::Allgather | Kind::Allgatherv | Kind::Alltoall | Kind::Alltoallv => {
-                count * n_pes as usize
-            }
-            Kind::Broadcast | Kind::ReduceScatter | Kind::Reduce => count,
+            Kind::Allgather
+            | Kind::Allgatherv
+            | Kind::Alltoall
+            | Kind::Alltoallv
+            | Kind::SendrecvAll => count * n_pes as usize,
+            Kind::Broadcast | Kind::ReduceScatter | Kind::Reduce | Kind::SendrecvRing => count,
         }
     }
 
@@ -151,6 +171,14 @@ impl Kind {
             Kind::ReduceScatter => {
                 "count = elements of each PE's output; size = the input, n x count"
             }
+            Kind::SendrecvRing => {
+                "size = count elements, what each PE sends to the next PE (and receives from \
+                 the previous)"
+            }
+            Kind::SendrecvAll => {
+                "count = elements per send (one to every PE, itself included); size = the input \
+                 (and output), n x count"
+            }
         }
     }
 
@@ -161,9 +189,10 @@ impl Kind {
             Kind::Allgather | Kind::Allgatherv => {
                 "expected: block r of every output = PE r's input, bit for bit"
             }
-            Kind::Alltoall | Kind::Alltoallv => {
+            Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
                 "expected: block s of PE r's output = block r of PE s's input, bit for bit"
             }
+            Kind::SendrecvRing => "expected: PE r's output = PE r-1's input (mod n), bit for bit",
             Kind::ReduceScatter => {
                 "expected: PE r's output = op over PEs of block r of their inputs, exact as \
                  allreduce's (float avg, and float sums past the dtype's exact range, within \
@@ -346,7 +375,10 @@ pub fn expected_value(
     match kind {
         Kind::Broadcast => input(root, i),
         Kind::Allgather | Kind::Allgatherv => input(block as i32, j),
-        Kind::Alltoall | Kind::Alltoallv => input(block as i32, pe as usize * count + j),
+        Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
+            input(block as i32, pe as usize * count + j)
+        }
+        Kind::SendrecvRing => input((pe + n_pes - 1) % n_pes.max(1), i),
         Kind::ReduceScatter => {
             allreduce::expected_value(op, dtype, pe as usize * count + i, salt, n_pes)
         }
@@ -378,6 +410,8 @@ enum Ours<'nv> {
     Alltoallv(Alltoallv<'nv>),
     ReduceScatter(ReduceScatter<'nv>),
     Reduce(Reduce<'nv>),
+    /// Both grouped send/recv patterns.
+    Group(P2pGroup<'nv>),
 }
 
 impl<'nv> Ours<'nv> {
@@ -391,16 +425,19 @@ impl<'nv> Ours<'nv> {
             Kind::Alltoallv => Ours::Alltoallv(Alltoallv::world(nv)?),
             Kind::ReduceScatter => Ours::ReduceScatter(ReduceScatter::world(nv, slot_bytes)?),
             Kind::Reduce => Ours::Reduce(Reduce::world(nv, slot_bytes)?),
+            Kind::SendrecvRing | Kind::SendrecvAll => Ours::Group(P2pGroup::world(nv)?),
         })
     }
 
-    /// Reserves the staging area for calls up to `max_bytes` (the v forms, whose calls cannot
-    /// grow it; the others grow it at their first call of a size). Collective.
+    /// Reserves the staging area for calls up to `max_bytes` (the v forms and grouped
+    /// send/recv, whose calls cannot grow it; the others grow it at their first call of a
+    /// size). Collective.
     fn reserve_staging(&mut self, max_bytes: usize) -> Result<()> {
         let bytes = 2 * max_bytes + (64 << 10);
         match self {
             Ours::Allgatherv(a) => a.reserve_staging(bytes),
             Ours::Alltoallv(a) => a.reserve_staging(bytes),
+            Ours::Group(g) => g.reserve_staging(bytes),
             _ => Ok(()),
         }
     }
@@ -459,6 +496,8 @@ impl Reduction for FamilyReductionCall<'_, '_, '_> {
 /// One of the five collectives as the harness sees it.
 struct FamilyBench<'nv> {
     kind: Kind,
+    /// This PE in the world (the grouped send/recv patterns name peers).
+    my_pe: i32,
     op: ReduceOp,
     root: i32,
     ours: std::result::Result<Ours<'nv>, String>,
@@ -479,9 +518,10 @@ impl FamilyBench<'_> {
         match self.kind {
             Kind::Broadcast => NcclCall::Broadcast { root },
             Kind::Allgather | Kind::Allgatherv => NcclCall::AllGather,
-            Kind::Alltoall | Kind::Alltoallv => NcclCall::AllToAll,
+            Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => NcclCall::AllToAll,
             Kind::ReduceScatter => NcclCall::ReduceScatter(op),
             Kind::Reduce => NcclCall::Reduce { op, root },
+            Kind::SendrecvRing => NcclCall::SendRecvRing,
         }
     }
 }
@@ -538,7 +578,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         output: SymView<'_, T>,
         stream: &CudaStream,
     ) -> Result<Option<&'static str>> {
-        let (op, root) = (self.op, self.root);
+        let (op, root, my_pe) = (self.op, self.root, self.my_pe);
         let reduction = |which| FamilyReductionCall { which, op, root };
         let staged = c == Candidate::OursStaged;
         let own = |i, o| harness::as_own(i, o, staged);
@@ -593,13 +633,17 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
                     input,
                     output,
                 ),
+                Ours::Group(g) => group_call(g, self.kind, my_pe, input, output, staged, stream),
             },
             Candidate::Nccl => {
                 let nccl = ready(&mut self.nccl)?;
                 match self.kind {
                     Kind::Broadcast => nccl.broadcast(input, output, root),
                     Kind::Allgather | Kind::Allgatherv => nccl.all_gather(input, output),
-                    Kind::Alltoall | Kind::Alltoallv => nccl.all_to_all(input, output),
+                    Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
+                        nccl.all_to_all(input, output)
+                    }
+                    Kind::SendrecvRing => nccl.run(NcclCall::SendRecvRing, input, output),
                     Kind::ReduceScatter => T::reduction(
                         reduction(FamilyReduction::NcclReduceScatter(nccl)),
                         input,
@@ -660,6 +704,39 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
     fn busbw_factor(&self, n_pes: i32) -> f64 {
         self.kind.busbw_factor(n_pes)
     }
+}
+
+/// One grouped send/recv call of pattern `kind` (a ring, or all pairs in blocks of
+/// `input.len() / n`), on symmetric views or, `staged`, the same memory passed as own.
+fn group_call<T: NvshmemElement>(
+    g: &mut P2pGroup<'_>,
+    kind: Kind,
+    me: i32,
+    input: SymView<'_, T>,
+    output: SymView<'_, T>,
+    staged: bool,
+    stream: &CudaStream,
+) -> Result<()> {
+    let n = g.n_pes();
+    let pairs: Vec<(i32, SymView<'_, T>, i32, SymView<'_, T>)> = match kind {
+        Kind::SendrecvRing => vec![((me + 1) % n, input, (me + n - 1) % n, output)],
+        _ => {
+            let count = input.len() / n.max(1) as usize;
+            (0..n)
+                .map(|peer| {
+                    let at = peer as usize * count..(peer as usize + 1) * count;
+                    Ok((peer, input.view(at.clone())?, peer, output.view(at)?))
+                })
+                .collect::<Result<_>>()?
+        }
+    };
+    let mut ops = Vec::with_capacity(2 * pairs.len());
+    for (to, send, from, recv) in pairs {
+        let (send, recv) = harness::as_own(send, recv, staged);
+        ops.push(P2p::send(send, to));
+        ops.push(P2p::recv(recv, from));
+    }
+    g.run(&ops, stream)
 }
 
 /// `n` parts of `count` elements back to back (the v forms' equal counts).
@@ -737,6 +814,7 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
     });
     let mut bench = FamilyBench {
         kind,
+        my_pe: nv.my_pe(),
         op: opts.op,
         root: opts.root,
         ours,
@@ -851,6 +929,7 @@ mod tests {
     fn bench(kind: Kind, op: ReduceOp, root: i32) -> FamilyBench<'static> {
         FamilyBench {
             kind,
+            my_pe: 0,
             op,
             root,
             ours: Err("no GPU".into()),
@@ -892,8 +971,8 @@ mod tests {
                 size_plan::<half::bf16, _>(&b, sizes, elem, n)
             }
         };
-        // Broadcast and reduce: the size asked for is each PE's buffer.
-        for k in [Kind::Broadcast, Kind::Reduce] {
+        // Broadcast, reduce and the send/recv ring: the size asked for is each PE's buffer.
+        for k in [Kind::Broadcast, Kind::Reduce, Kind::SendrecvRing] {
             assert_eq!(
                 plan(k, &[4096, 1 << 20], 4, 3),
                 vec![(1024, 4096), (1 << 18, 1 << 20)]
@@ -901,7 +980,12 @@ mod tests {
             assert_eq!((k.input_len(10, 4), k.output_len(10, 4)), (10, 10));
         }
         // The others: a block per PE, and the size is the n x count buffer.
-        for k in [Kind::Allgather, Kind::Alltoall, Kind::ReduceScatter] {
+        for k in [
+            Kind::Allgather,
+            Kind::Alltoall,
+            Kind::ReduceScatter,
+            Kind::SendrecvAll,
+        ] {
             assert_eq!(plan(k, &[4096], 4, 2), vec![(512, 4096)], "{k:?}");
             assert_eq!(plan(k, &[1 << 20], 2, 8), vec![(1 << 16, 1 << 20)], "{k:?}");
             // 3 PEs: 4K of f32 is 341 elements each, down to 340 (16 bytes), 4080 bytes.
@@ -925,6 +1009,15 @@ mod tests {
             ),
             (20, 20)
         );
+        assert_eq!(
+            (
+                Kind::SendrecvAll.input_len(5, 4),
+                Kind::SendrecvAll.output_len(5, 4)
+            ),
+            (20, 20)
+        );
+        assert_eq!(Kind::SendrecvRing.busbw_factor(4), 1.0);
+        assert_eq!(Kind::SendrecvAll.busbw_factor(4), 0.75);
         assert_eq!(
             (
                 Kind::ReduceScatter.input_len(5, 4),
@@ -986,9 +1079,11 @@ mod tests {
             .map(|pe| match kind {
                 Kind::Broadcast => inputs[root as usize].clone(),
                 Kind::Allgather | Kind::Allgatherv => inputs.concat(),
-                Kind::Alltoall | Kind::Alltoallv => {
+                Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
                     (0..n).flat_map(|s| block(s, pe as usize)).collect()
                 }
+                // What the previous PE sent.
+                Kind::SendrecvRing => inputs[((pe + n - 1) % n) as usize].clone(),
                 Kind::ReduceScatter => (0..count)
                     .map(|j| fold((0..n).map(|s| block(s, pe as usize)[j]).collect()))
                     .collect(),
@@ -1223,7 +1318,9 @@ mod tests {
                 "allgatherv",
                 "alltoallv",
                 "reduce-scatter",
-                "reduce"
+                "reduce",
+                "sendrecv-ring",
+                "sendrecv-all"
             ]
         );
         assert!(Kind::Reduce.reduces() && Kind::Reduce.rooted());

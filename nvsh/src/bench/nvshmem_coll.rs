@@ -175,6 +175,9 @@ pub fn family_refusal(kind: Kind, op: ReduceOp, dtype: BenchDtype) -> Option<Str
         Kind::Reduce => "NVSHMEM has no rooted reduce (its reduce leaves the result on every PE)",
         Kind::Allgatherv => "NVSHMEM has no allgatherv on a stream (fcollect takes equal counts)",
         Kind::Alltoallv => "NVSHMEM has no alltoallv on a stream (alltoall takes equal counts)",
+        Kind::SendrecvRing | Kind::SendrecvAll => {
+            "NVSHMEM has no grouped send/recv on a stream (its puts are one-sided)"
+        }
         Kind::ReduceScatter if op == ReduceOp::Avg => "NVSHMEM has no avg reduction",
         Kind::ReduceScatter if !dtype.reducible() => "NVSHMEM's reductions take no u8 here",
         Kind::ReduceScatter => return None,
@@ -271,7 +274,11 @@ impl NvshmemFamily {
                 let which = NvshmemReduction::ReduceScatter;
                 unsafe { T::nvshmem_reduction(which, op, team, dest, src, output.len(), stream) }
             }
-            Kind::Reduce | Kind::Allgatherv | Kind::Alltoallv => {
+            Kind::Reduce
+            | Kind::Allgatherv
+            | Kind::Alltoallv
+            | Kind::SendrecvRing
+            | Kind::SendrecvAll => {
                 let why = family_refusal(kind, op, T::BENCH_DTYPE).unwrap_or_default();
                 return Err(Error::Io {
                     what: "nvshmem".into(),

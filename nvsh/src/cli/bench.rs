@@ -40,6 +40,14 @@ pub enum BenchCommand {
     /// (size = each PE's buffer, bus factor 1, as nccl-tests); only the root's output is
     /// checked.
     Reduce(ReduceArgs),
+    /// Grouped send/recv as a ring (each PE sends to the next, receives from the previous):
+    /// ours and NCCL's grouped ncclSend/ncclRecv per size and dtype (size = what each PE sends,
+    /// bus factor 1, as nccl-tests' sendrecv).
+    SendrecvRing(FamilyArgs),
+    /// Grouped send/recv between all pairs (one send and one receive per PE, itself included):
+    /// ours and NCCL's grouped sends and receives (size = the n x count input, bus factor
+    /// (n-1)/n, as nccl-tests' alltoall).
+    SendrecvAll(FamilyArgs),
     /// Sparse gradient allreduce: per method, density and gradient size, the time of the whole
     /// call (selection included), the bytes each PE sends and the relative error against the
     /// exact sum of the selected elements; dense allreduce (ours and NCCL) alongside.
@@ -497,6 +505,8 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Reduce(a) => {
             family(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
         }
+        BenchCommand::SendrecvRing(a) => family(Kind::SendrecvRing, &a, None, None),
+        BenchCommand::SendrecvAll(a) => family(Kind::SendrecvAll, &a, None, None),
         BenchCommand::Sparse(a) => sparse_bench(a),
     }
 }
@@ -785,6 +795,8 @@ mod tests {
                 BenchCommand::Reduce(a) => {
                     family_options(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
                 }
+                BenchCommand::SendrecvRing(a) => family_options(Kind::SendrecvRing, &a, None, None),
+                BenchCommand::SendrecvAll(a) => family_options(Kind::SendrecvAll, &a, None, None),
                 _ => return Err("parsed as another bench".into()),
             },
         )
