@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job on this machine, from a fresh clone, in one command:
-#   scripts/run.sh [--data FILE] [setup_env.sh options...]
+#   scripts/run.sh [--data FILE] [--bin DIR] [setup_env.sh options...]
 # 1. set-up if needed (scripts/setup_env.sh; rerun it when options are given);
-# 2. builds everything (the library, nvsh, nvsh-gpt, the examples);
+# 2. builds everything (the library, nvsh, nvsh-gpt, the examples); with --bin DIR, steps 1
+#    and 2 are skipped and the binaries of scripts/build_gpu_bins.sh in DIR are run instead
+#    (a GPU machine without cargo: build elsewhere, copy DIR there);
 # 3. with GPUs: nvsh doctor, the ring exchange and an allreduce check on every GPU (one PE
 #    each, at most 8), a short allreduce bench (2 or more GPUs), and a short pipeline training
 #    run with one stage per GPU;
@@ -23,6 +25,7 @@ step() {
 }
 
 data=""
+prebuilt=""
 setup_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,8 +35,14 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     --data=*) data=${1#*=} ;;
+    --bin)
+        [ $# -ge 2 ] || die "--bin needs a folder"
+        prebuilt=$2
+        shift
+        ;;
+    --bin=*) prebuilt=${1#*=} ;;
     -h | --help)
-        sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) setup_args+=("$1") ;;
@@ -47,18 +56,29 @@ fi
 data_args=()
 [ -z "$data" ] || data_args=(--data "$data")
 
-step "set-up"
-if [ -f .deps/env.sh ] && [ ${#setup_args[@]} -eq 0 ]; then
-    echo "already set up (.deps/env.sh); scripts/setup_env.sh reruns it"
+if [ -n "$prebuilt" ]; then
+    [ ${#setup_args[@]} -eq 0 ] || die "--bin runs prebuilt binaries: set-up options (${setup_args[*]}) do not apply"
+    for f in nvsh nvsh-gpt ring_exchange 04_allreduce; do
+        [ -x "$prebuilt/$f" ] || die "--bin $prebuilt: no $f there; build it with scripts/build_gpu_bins.sh"
+    done
+    step "prebuilt binaries in $prebuilt (set-up and build skipped)"
+    bin=$prebuilt
+    examples=$prebuilt
 else
-    scripts/setup_env.sh "${setup_args[@]}"
-fi
-# shellcheck source=/dev/null
-source .deps/env.sh
+    step "set-up"
+    if [ -f .deps/env.sh ] && [ ${#setup_args[@]} -eq 0 ]; then
+        echo "already set up (.deps/env.sh); scripts/setup_env.sh reruns it"
+    else
+        scripts/setup_env.sh "${setup_args[@]}"
+    fi
+    # shellcheck source=/dev/null
+    source .deps/env.sh
 
-step "build"
-cargo build --release --workspace --bins --examples
-bin=target/release
+    step "build"
+    cargo build --release --workspace --bins --examples
+    bin=target/release
+    examples=$bin/examples
+fi
 
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -70,9 +90,9 @@ if [ "$gpus" -ge 1 ] && "$bin/nvsh" info >/dev/null 2>&1; then
     # Informational: it fails where a 2-PE run cannot work, which one GPU already shows.
     "$bin/nvsh" doctor || echo "(doctor found problems; the steps below show what runs)"
     step "ring exchange on $n PE(s)"
-    "$bin/nvsh" run -n "$n" -- "$bin/examples/ring_exchange"
+    "$bin/nvsh" run -n "$n" -- "$examples/ring_exchange"
     step "allreduce check on $n PE(s)"
-    "$bin/nvsh" run -n "$n" -- "$bin/examples/04_allreduce"
+    "$bin/nvsh" run -n "$n" -- "$examples/04_allreduce"
     if [ "$n" -ge 2 ]; then
         step "allreduce bench on $n PE(s) (short: 4K to 4M, f32, every timed call checked)"
         "$bin/nvsh" run -n "$n" -- "$bin/nvsh" bench allreduce -b 4K -e 4M -f 4 -n 5 -d f32 \
