@@ -298,20 +298,16 @@ impl DirectShape {
 /// The push protocol's threshold when it is off (as `1T`: no message is that large).
 const PUSH_OFF: usize = 1 << 40;
 
-/// What `Auto` picks, from `nvsh bench allreduce` on NVLinked H200 (f32 and bf16 alike, so no
-/// dtype-specific row yet). Two-shot here means its direct protocol where every member is mapped
-/// (one node); across nodes it falls back to receive slots.
-/// - 2 PEs (2026-11-22): one-shot (low-latency protocol) up to 512 KiB (4.3 us at 4 KiB, 9.8 us
-///   at 512 KiB), recursive doubling from 1 to 8 MiB (12.2 / 15.4 / 22.0 / 35.4 us), two-shot
-///   above (61.4 us at 16 MiB; out of place it pushes from 256 MiB, 337 GB/s busbw there, in
-///   place 330).
-/// - 3-4 PEs (measured at 4): one-shot up to 512 KiB (low-latency protocol to 256 KiB: 4.7 us at
-///   4 KiB, 10.4 us at 256 KiB; signal-based 14.0 us at 512 KiB), two-shot above (17.4 us at
-///   1 MiB, 21.7 us at 2 MiB; out of place it pushes from 64 MiB, 333 GB/s busbw at 256 MiB,
-///   in place 312).
+/// What `Auto` picks, from `nvsh bench allreduce` (f32 and bf16 alike, so no dtype-specific
+/// row yet; the figures are in docs/measured.md). Two-shot here means its direct protocol where
+/// every member is mapped (one node); across nodes it falls back to receive slots.
+/// - 2 PEs (2 x H200, 2026-11-22): one-shot (low-latency protocol) up to 512 KiB, recursive
+///   doubling to 8 MiB, two-shot above (out of place it pushes from 256 MiB).
+/// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27): one-shot up to 512 KiB, two-shot to 32 MiB,
+///   the ring from 32 to 128 MiB (on the H100s it beat the two-shot by 5-7% at 64 MiB, and lost
+///   at 16 and 256 MiB), two-shot above (out of place it pushes from 64 MiB).
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
-///   up to 128 KiB (9.0 us at 4 KiB, 13.7 at 128 KiB), recursive doubling to 2 MiB, two-shot
-///   above (303 GB/s busbw at 256 MiB).
+///   up to 128 KiB, recursive doubling to 2 MiB, two-shot above.
 /// - more: recursive doubling for small messages, the ring for large ones.
 pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
@@ -319,6 +315,8 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(2, 8 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(2, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 512 << 10, AllreduceAlgo::OneShot),
+    rule(4, 32 << 20, AllreduceAlgo::TwoShot),
+    rule(4, 128 << 20, AllreduceAlgo::Ring),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
     rule(8, 128 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
@@ -1171,6 +1169,11 @@ mod tests {
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 8 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 32 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(3, 64 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(4, 64 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(4, 128 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(4, 256 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 128 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(8, 256 << 10), AllreduceAlgo::RecursiveDoubling);
