@@ -32,6 +32,11 @@ cargo fmt --all -- --check
 # a copy of this script without its tests/ folder: there it is skipped, not recursed into.
 if [ -f scripts/tests/setup_scripts_test.sh ]; then
     bash scripts/tests/setup_scripts_test.sh
+    bash scripts/tests/imports_test.sh
+fi
+# The library's layers and no import cycle in any crate (absent from that copy too).
+if [ -f scripts/imports.py ]; then
+    python3 scripts/imports.py
 fi
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # cargo reports success however few tests ran: count them against the floor in .ci/min_tests.

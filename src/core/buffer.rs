@@ -23,6 +23,7 @@
 //! enqueued afterwards on any stream sees it.
 
 use crate::core::element::Element;
+use crate::core::env_value::initial_heap_bytes;
 use crate::core::error::{Error, Result};
 use crate::core::leak::{self, LiveBuffer};
 use crate::core::runtime::{Nvshmem, Vote};
@@ -334,13 +335,28 @@ impl<T: Element> DevicePtrMut<T> for SymView<'_, T> {
     }
 }
 
-/// The heap NVSHMEM reserves at init: NVSHMEM_SYMMETRIC_SIZE (NVSHMEM's syntax: a number with an
-/// optional k/m/g/t suffix), default 1 GiB.
-pub(crate) fn initial_heap_bytes() -> usize {
-    std::env::var("NVSHMEM_SYMMETRIC_SIZE")
-        .ok()
-        .and_then(|v| crate::core::env_value::parse_size(&v))
-        .unwrap_or(1 << 30)
+// The allocation calls of the runtime handle live beside the buffer they make, so that the
+// runtime needs nothing of this module.
+impl Nvshmem {
+    /// Allocates `len` elements on every PE's symmetric heap (collective: every PE must call it
+    /// with the same length, in the same order). Contents are undefined.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Uninit)
+    }
+
+    /// Like [`Nvshmem::alloc`], zero-filled on every PE before any PE returns (collective).
+    pub fn alloc_zeroed<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Zeroed)
+    }
+
+    /// Like [`Nvshmem::alloc`], aligned to `align` bytes (a power of two; nvshmem_align).
+    pub fn alloc_aligned<T: Element>(
+        &self,
+        len: usize,
+        align: usize,
+    ) -> Result<SymmetricBuffer<'_, T>> {
+        SymmetricBuffer::allocate(self, len, Alloc::Aligned(align))
+    }
 }
 
 impl<T: Element> Drop for SymmetricBuffer<'_, T> {

@@ -78,6 +78,15 @@ pub fn bool_var(var: &'static str, default: bool, expected: &'static str) -> Res
     }
 }
 
+/// The heap NVSHMEM reserves at init: NVSHMEM_SYMMETRIC_SIZE (NVSHMEM's syntax: a number with an
+/// optional k/m/g/t suffix), default 1 GiB.
+pub(crate) fn initial_heap_bytes() -> usize {
+    std::env::var("NVSHMEM_SYMMETRIC_SIZE")
+        .ok()
+        .and_then(|v| crate::core::env_value::parse_size(&v))
+        .unwrap_or(1 << 30)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -326,7 +326,7 @@ pub enum Error {
     NotRegistrable {
         what: &'static str,
         pe: i32,
-        reason: crate::core::registered::Unregistrable,
+        reason: crate::core::unregistrable::Unregistrable,
         why: String,
     },
 

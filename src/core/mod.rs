@@ -1,8 +1,9 @@
 //! The runtime core: init and the handle, symmetric buffers, registered own memory, element
-//! types, errors, the raw call layer, environment values, leak tracking, streams and tuning
-//! files.
+//! types, errors, the raw call layer, environment values, leak tracking, streams, tuning
+//! files, the deadline of every wait and the status record waits report failures through.
 
 pub mod buffer;
+pub mod deadline;
 pub mod element;
 pub mod env_value;
 pub mod error;
@@ -11,8 +12,10 @@ pub mod outside;
 pub mod registered;
 pub mod result;
 pub mod runtime;
+pub mod status;
 pub mod stream;
 pub mod tuning;
+pub mod unregistrable;
 
 /// Lowest compute capability the device code is built for (sm_80, INSTALL.md requirements);
 /// `nvsh doctor` checks it and `Nvshmem::init` refuses GPUs below it.

@@ -2,15 +2,13 @@
 //! bootstraps of [`crate::bootstrap`], and finalises it exactly once on Drop.
 
 use crate::bootstrap::{self, Bootstrap, LauncherEnv};
-use crate::core::buffer::{Alloc, SymmetricBuffer};
-use crate::core::element::Element;
+use crate::core::deadline;
 use crate::core::error::{Error, Result};
 use crate::core::leak::{self, LiveBuffer};
 use crate::core::result::{self, CudaInfo};
+use crate::core::status::StatusRecord;
 use crate::core::tuning::{self, Fingerprint, TuneMode, TuningState, TuningTable};
 use crate::core::MIN_COMPUTE_CAPABILITY;
-use crate::sync::deadline;
-use crate::sync::status::StatusRecord;
 use crate::sys;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::cell::{Cell, RefCell};
@@ -319,7 +317,7 @@ impl Nvshmem {
              (NVSHMEM_REMOTE_TRANSPORT), deadline {} ms",
             crate::core::version_string(result::host_library_version()),
             crate::core::version_string(result::compiled_version()),
-            crate::core::env_value::size_label(crate::core::buffer::initial_heap_bytes()),
+            crate::core::env_value::size_label(crate::core::env_value::initial_heap_bytes()),
             std::env::var("NVSHMEM_REMOTE_TRANSPORT").unwrap_or_else(|_| "default".into()),
             timeout.as_millis()
         );
@@ -763,26 +761,6 @@ impl Nvshmem {
                 n_pes: self.n_pes,
             })
         }
-    }
-
-    /// Allocates `len` elements on every PE's symmetric heap (collective: every PE must call it
-    /// with the same length, in the same order). Contents are undefined.
-    pub fn alloc<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
-        SymmetricBuffer::allocate(self, len, Alloc::Uninit)
-    }
-
-    /// Like [`Nvshmem::alloc`], zero-filled on every PE before any PE returns (collective).
-    pub fn alloc_zeroed<T: Element>(&self, len: usize) -> Result<SymmetricBuffer<'_, T>> {
-        SymmetricBuffer::allocate(self, len, Alloc::Zeroed)
-    }
-
-    /// Like [`Nvshmem::alloc`], aligned to `align` bytes (a power of two; nvshmem_align).
-    pub fn alloc_aligned<T: Element>(
-        &self,
-        len: usize,
-        align: usize,
-    ) -> Result<SymmetricBuffer<'_, T>> {
-        SymmetricBuffer::allocate(self, len, Alloc::Aligned(align))
     }
 
     /// Runs one device thread that uses NVSHMEM's device API (my_pe, n_pes, a put to itself) and

@@ -2,6 +2,7 @@
 //! work and orders with kernels on the same stream.
 
 use crate::core::buffer::SymView;
+use crate::core::deadline::timeout_ns;
 use crate::core::element::Element;
 use crate::core::error::Result;
 use crate::core::result::cuda_check;
@@ -9,7 +10,6 @@ use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
 use crate::p2p::rma::{put_signal_args, same_len, single};
 use crate::p2p::signal::{Cmp, SignalOp};
-use crate::sync::deadline::timeout_ns;
 use crate::sys;
 use cudarc::driver::CudaStream;
 use std::os::raw::{c_int, c_void};

@@ -57,14 +57,14 @@
 //! back-to-back use needs no barrier and no reset.
 
 use crate::core::buffer::{SymView, SymmetricBuffer};
+use crate::core::deadline::timeout_ns;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
+use crate::core::status::{FailureKind, FailureText, StatusRecord, WaitFailure, WaitOp};
 use crate::core::stream::raw_stream;
 use crate::p2p::device_put::LaunchShape;
-use crate::sync::deadline::timeout_ns;
-use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure, WaitOp};
 use crate::sys;
 use cudarc::driver::{CudaEvent, CudaStream, DevicePtr, DevicePtrMut};
 use std::cell::{Cell, RefCell};

@@ -403,7 +403,7 @@ macro_rules! family_methods {
             }
 
             /// The first failure recorded, in detail.
-            pub fn failure(&self) -> Option<crate::sync::status::WaitFailure> {
+            pub fn failure(&self) -> Option<crate::core::status::WaitFailure> {
                 self.fam.ws().failure()
             }
 

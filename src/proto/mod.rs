@@ -6,6 +6,7 @@
 pub mod checked;
 pub mod exchange;
 pub mod family;
+pub mod mismatch;
 pub mod staging;
 pub mod workspace;
 

@@ -6,15 +6,15 @@
 //! so PEs outside the team allocate too; they only refuse to run ([`Error::NotInTeam`]).
 
 use crate::core::buffer::SymmetricBuffer;
+use crate::core::deadline::timeout_ns;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::runtime::Nvshmem;
+use crate::core::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::core::stream::raw_stream;
 use crate::proto::checked::checked_from_env;
 use crate::proto::staging::{Grow, Placed, Room, Span, StageIo, Staged, Staging};
-use crate::sync::deadline::timeout_ns;
-use crate::sync::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::sys;
 use crate::team::Team;
 use cudarc::driver::CudaStream;
@@ -54,7 +54,7 @@ impl FailureText for CollectiveText {
                 pe: me,
                 peer,
                 call: f.seq + 1,
-                detail: crate::proto::exchange::mismatch_detail(f, me),
+                detail: crate::proto::mismatch::mismatch_detail(f, me),
             },
             FailureKind::Mismatch => Error::CollectiveMismatch {
                 what: self.call,
@@ -491,7 +491,7 @@ mod tests {
     fn failures_name_the_peer_the_call_and_the_protocol() {
         let f = WaitFailure {
             kind: FailureKind::Timeout,
-            op: crate::sync::status::WaitOp::Allreduce,
+            op: crate::core::status::WaitOp::Allreduce,
             peer: 3,
             signal: 0x1000,
             index: 5,

@@ -1,8 +1,9 @@
 //! Selection kernels of sparse gradient exchange: exact top-k by magnitude ([`TopK::run`]),
 //! threshold compaction ([`TopK::threshold`]), the union of two sparse sets ([`SparseMerge`])
 //! and scatter-add into a dense buffer ([`scatter_add`]), with their CPU reference
-//! ([`reference`]). Local work on one stream (cudarc device memory, not symmetric), with no
-//! host round trip: counts stay on the device ([`SparseSet`]), where later kernels read them.
+//! ([`reference`](mod@reference)). Local work on one stream (cudarc device memory, not
+//! symmetric), with no host round trip: counts stay on the device ([`SparseSet`]), where later
+//! kernels read them.
 //! [`SparseAllreduce`] builds the sparse gradient allreduce (top-k, GaussianK, gTop-k, Ok-Topk
 //! and the split-and-allgather methods, with error feedback) from them and the collectives.
 //!

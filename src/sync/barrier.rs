@@ -4,12 +4,12 @@
 //! a dead PE forever, these give up after [`Nvshmem::timeout`] with [`Error::Timeout`] naming
 //! the PE that did not arrive.
 
+use crate::core::deadline::timeout_ns;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
+use crate::core::status::{FailureKind, FailureText, WaitFailure, WaitOp};
 use crate::core::stream::raw_stream;
-use crate::sync::deadline::timeout_ns;
-use crate::sync::status::{FailureKind, FailureText, WaitFailure, WaitOp};
 use crate::sys;
 use cudarc::driver::CudaStream;
 

@@ -1,6 +1,6 @@
-//! Ordering and waiting: quiet, fence and the runtime's barriers, deadlines of every wait, and
-//! the status record device waits report failures through.
+//! Ordering and waiting: quiet, fence and the runtime's barriers. The deadlines of every wait
+//! and the status record device waits report failures through live in the core (the runtime
+//! holds them), re-exported here under their earlier paths.
 
 pub mod barrier;
-pub mod deadline;
-pub mod status;
+pub use crate::core::{deadline, status};

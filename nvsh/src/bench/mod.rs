@@ -1,11 +1,13 @@
 //! The benches: message sizes, CUDA-event timing and medians here; the collective benches'
 //! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark
-//! (`family`: the five collectives beside allreduce, which share candidates and options);
+//! (`family`: the collectives beside allreduce, which share candidates and options, listed in
+//! [`kind`]);
 //! charts of the results in [`plot`].
 
 pub mod allreduce;
 pub mod family;
 pub mod harness;
+pub mod kind;
 pub mod nvshmem_coll;
 pub mod plot;
 pub mod put;

@@ -5,8 +5,8 @@
 //! (a rooted reduce, the v forms, avg) or cannot make it here, [`family_refusal`] and
 //! [`reduce_scatter_refusal`] say why, in words the report prints as the candidate's n/a.
 
-use crate::bench::family::Kind;
 use crate::bench::harness::{BenchDtype, BenchElement, Report};
+use crate::bench::kind::Kind;
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::ReduceOp;
 use nvshmem::core::buffer::SymView;

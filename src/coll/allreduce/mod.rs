@@ -6,91 +6,31 @@
 //! sequence counter: signals carry ever-growing values, so calls can be issued back to back on a
 //! stream with no barrier in between.
 
+pub mod algo;
+pub mod online;
+
+pub use algo::AllreduceAlgo;
+
 use crate::coll::family::check_elementwise;
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::coll::select::{rule, select, SelectionRule};
-use crate::coll::tuning::{is_capturing, measurement, Online, OnlineTuning};
+use crate::coll::tuning::timing::measurement;
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
+use crate::core::status::WaitFailure;
+use crate::core::stream::is_capturing;
 use crate::core::stream::raw_stream;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, Workspace};
-use crate::sync::status::WaitFailure;
 use crate::sys;
 use crate::team::Team;
 use cudarc::driver::CudaStream;
+use online::{Online, OnlineTuning};
 use std::time::Duration;
-
-/// The algorithm; `Auto` picks one from [`SELECTION`] by message size, dtype and PE count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AllreduceAlgo {
-    Auto,
-    /// Every PE pushes its whole input to every peer, each reduces locally (small messages).
-    OneShot,
-    /// Reduce-scatter by puts, then all-gather by puts (medium and large messages).
-    TwoShot,
-    /// Reduce-scatter and all-gather around a ring, neighbour to neighbour: bandwidth-optimal as
-    /// the PE count grows (each link carries 2(n-1)/n of the message).
-    Ring,
-    /// log2(n) pairwise exchanges of the whole message (latency-optimal for small messages at
-    /// larger PE counts); PE counts that are not powers of two fold the extra PEs in first.
-    RecursiveDoubling,
-}
-
-impl AllreduceAlgo {
-    /// Every concrete algorithm (not `Auto`).
-    pub const ALL: [AllreduceAlgo; 4] = [
-        AllreduceAlgo::OneShot,
-        AllreduceAlgo::TwoShot,
-        AllreduceAlgo::Ring,
-        AllreduceAlgo::RecursiveDoubling,
-    ];
-
-    /// The short name used by `NVSH_ALLREDUCE_ALGO`, the bench and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            AllreduceAlgo::Auto => "auto",
-            AllreduceAlgo::OneShot => "oneshot",
-            AllreduceAlgo::TwoShot => "twoshot",
-            AllreduceAlgo::Ring => "ring",
-            AllreduceAlgo::RecursiveDoubling => "rd",
-        }
-    }
-
-    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot").
-    pub fn parse(s: &str) -> Option<AllreduceAlgo> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => AllreduceAlgo::Auto,
-            "oneshot" | "one-shot" => AllreduceAlgo::OneShot,
-            "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
-            "ring" => AllreduceAlgo::Ring,
-            "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
-            _ => return None,
-        })
-    }
-
-    /// Code of the algorithm (device/abi.h).
-    fn code(self) -> i32 {
-        (match self {
-            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => sys::NVSHMEMRS_ALGO_ONESHOT,
-            AllreduceAlgo::TwoShot => sys::NVSHMEMRS_ALGO_TWOSHOT,
-            AllreduceAlgo::Ring => sys::NVSHMEMRS_ALGO_RING,
-            AllreduceAlgo::RecursiveDoubling => sys::NVSHMEMRS_ALGO_RECURSIVE_DOUBLING,
-        }) as i32
-    }
-
-    /// One and recursive doubling carry a whole segment per slot, the others a chunk of it.
-    fn whole_segment_per_slot(self) -> bool {
-        matches!(
-            self,
-            AllreduceAlgo::Auto | AllreduceAlgo::OneShot | AllreduceAlgo::RecursiveDoubling
-        )
-    }
-}
 
 /// The environment variable that replaces `Auto` for every call of a process (an explicit
 /// algorithm passed to [`Allreduce::run`] still wins).
@@ -705,7 +645,7 @@ impl<'nv> Allreduce<'nv> {
         let started = std::time::Instant::now();
         let bytes = input.num_bytes();
         let algos = AllreduceAlgo::ALL;
-        let runs = crate::coll::tuning::online_runs(bytes, algos.len(), online.budget_ms);
+        let runs = online::online_runs(bytes, algos.len(), online.budget_ms);
         online.timer.set_timeout(self.ws.timeout());
         let in_place = input.as_device_ptr() == output.as_device_ptr();
         self.ws.runtime().bind()?;

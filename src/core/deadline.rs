@@ -1,7 +1,7 @@
 //! Deadlines of the runtime's waits: the default timeout (`NVSH_TIMEOUT_MS`) and its device form.
 //!
 //! Kernels wait with a spin bounded by `%globaltimer` (device/prims/deadline.cuh); a wait that runs
-//! out of time records what it waited for in a [`crate::sync::status::StatusRecord`].
+//! out of time records what it waited for in a [`crate::core::status::StatusRecord`].
 
 use crate::core::error::{Error, Result};
 use std::time::Duration;

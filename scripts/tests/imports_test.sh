@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Tests of scripts/imports.py on fixture crates: a clean tree passes; a cycle, a layer broken
+# and an eprintln! in library code each fail it, naming what broke. Run: bash
+# scripts/tests/imports_test.sh
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+
+fail() {
+    echo "FAIL: $*"
+    FAILED=1
+}
+
+# A library of three layers: core/error.rs, core/buffer.rs (uses error), coll/mod.rs (uses
+# buffer through a root re-export and a child module).
+fixture() {
+    rm -rf "$WORK/t"
+    mkdir -p "$WORK/t/src/core" "$WORK/t/src/coll"
+    cat >"$WORK/t/src/lib.rs" <<'RS'
+pub mod coll;
+pub mod core;
+pub use crate::core::buffer::Buffer;
+RS
+    printf 'pub mod buffer;\npub mod error;\n' >"$WORK/t/src/core/mod.rs"
+    printf 'pub struct Error;\n' >"$WORK/t/src/core/error.rs"
+    printf 'use crate::core::error::Error;\npub struct Buffer(Error);\n' >"$WORK/t/src/core/buffer.rs"
+    cat >"$WORK/t/src/coll/mod.rs" <<'RS'
+mod ring;
+pub use ring::Ring;
+pub fn size(b: &crate::Buffer) -> usize { ring::width(b) }
+RS
+    cat >"$WORK/t/src/coll/ring.rs" <<'RS'
+use super::super::core::buffer::Buffer;
+pub struct Ring;
+pub fn width(_: &Buffer) -> usize { 1 }
+#[cfg(test)]
+mod tests { use crate::coll::size; fn f() { eprintln!("fine in tests"); } }
+RS
+}
+
+run() {
+    IMPORTS_ROOT="$WORK/t" python3 "$ROOT/scripts/imports.py" >"$WORK/out" 2>&1
+}
+
+t_a_clean_tree_passes() {
+    fixture
+    run || fail "clean tree: $(cat "$WORK/out")"
+    grep -q "no cycles" "$WORK/out" || fail "clean tree: no verdict: $(cat "$WORK/out")"
+}
+
+t_a_cycle_through_a_root_reexport_fails() {
+    fixture
+    # error -> buffer (by the root's re-export) while buffer -> error.
+    printf 'pub struct Error(Box<crate::Buffer>);\n' >"$WORK/t/src/core/error.rs"
+    run && fail "cycle passed: $(cat "$WORK/out")"
+    grep -q "import cycle of 2 files in src" "$WORK/out" || fail "cycle not named: $(cat "$WORK/out")"
+    grep -q "src/core/error.rs -> src/core/buffer.rs: Buffer" "$WORK/out" ||
+        fail "cycle's import not named: $(cat "$WORK/out")"
+}
+
+t_a_parent_and_child_that_use_each_other_fail() {
+    fixture
+    # ring.rs takes size() from coll/mod.rs, which calls ring::width.
+    printf 'use super::size;\npub struct Ring;\npub fn width(b: &crate::Buffer) -> usize { size(b) }\n' \
+        >"$WORK/t/src/coll/ring.rs"
+    run && fail "parent/child cycle passed: $(cat "$WORK/out")"
+    grep -q "src/coll/mod.rs -> src/coll/ring.rs: width" "$WORK/out" ||
+        fail "child arrow not named: $(cat "$WORK/out")"
+}
+
+t_a_lower_layer_reaching_up_fails() {
+    fixture
+    printf 'use crate::coll::Ring;\npub struct Error(Ring);\n' >"$WORK/t/src/core/error.rs"
+    run && fail "layer break passed: $(cat "$WORK/out")"
+    grep -q "src/core/error.rs -> src/coll/ring.rs (core must not reach coll): Ring" "$WORK/out" ||
+        fail "layer break not named: $(cat "$WORK/out")"
+}
+
+t_eprintln_in_library_code_fails() {
+    fixture
+    printf 'pub struct Error;\npub fn warn() { eprintln!("no"); }\n' >"$WORK/t/src/core/error.rs"
+    run && fail "eprintln! passed: $(cat "$WORK/out")"
+    grep -q "src/core/error.rs:2: eprintln!" "$WORK/out" || fail "eprintln! not named: $(cat "$WORK/out")"
+}
+
+for t in $(declare -F | awk '{print $3}' | grep '^t_'); do
+    before=$FAILED
+    FAILED=0
+    "$t"
+    if [ $FAILED = 0 ]; then echo "ok   $t"; else echo "FAIL $t"; fi
+    FAILED=$((before | FAILED))
+done
+exit $FAILED

@@ -1,0 +1,70 @@
+//! The allreduce algorithms: what [`crate::Allreduce::run`] takes and what `Auto` picks among.
+
+use crate::sys;
+
+/// The algorithm; `Auto` picks one from [`super::SELECTION`] by message size, dtype and PE count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllreduceAlgo {
+    Auto,
+    /// Every PE pushes its whole input to every peer, each reduces locally (small messages).
+    OneShot,
+    /// Reduce-scatter by puts, then all-gather by puts (medium and large messages).
+    TwoShot,
+    /// Reduce-scatter and all-gather around a ring, neighbour to neighbour: bandwidth-optimal as
+    /// the PE count grows (each link carries 2(n-1)/n of the message).
+    Ring,
+    /// log2(n) pairwise exchanges of the whole message (latency-optimal for small messages at
+    /// larger PE counts); PE counts that are not powers of two fold the extra PEs in first.
+    RecursiveDoubling,
+}
+
+impl AllreduceAlgo {
+    /// Every concrete algorithm (not `Auto`).
+    pub const ALL: [AllreduceAlgo; 4] = [
+        AllreduceAlgo::OneShot,
+        AllreduceAlgo::TwoShot,
+        AllreduceAlgo::Ring,
+        AllreduceAlgo::RecursiveDoubling,
+    ];
+
+    /// The short name used by `NVSH_ALLREDUCE_ALGO`, the bench and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreduceAlgo::Auto => "auto",
+            AllreduceAlgo::OneShot => "oneshot",
+            AllreduceAlgo::TwoShot => "twoshot",
+            AllreduceAlgo::Ring => "ring",
+            AllreduceAlgo::RecursiveDoubling => "rd",
+        }
+    }
+
+    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot").
+    pub fn parse(s: &str) -> Option<AllreduceAlgo> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => AllreduceAlgo::Auto,
+            "oneshot" | "one-shot" => AllreduceAlgo::OneShot,
+            "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
+            "ring" => AllreduceAlgo::Ring,
+            "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
+            _ => return None,
+        })
+    }
+
+    /// Code of the algorithm (device/abi.h).
+    pub(crate) fn code(self) -> i32 {
+        (match self {
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot => sys::NVSHMEMRS_ALGO_ONESHOT,
+            AllreduceAlgo::TwoShot => sys::NVSHMEMRS_ALGO_TWOSHOT,
+            AllreduceAlgo::Ring => sys::NVSHMEMRS_ALGO_RING,
+            AllreduceAlgo::RecursiveDoubling => sys::NVSHMEMRS_ALGO_RECURSIVE_DOUBLING,
+        }) as i32
+    }
+
+    /// One and recursive doubling carry a whole segment per slot, the others a chunk of it.
+    pub(crate) fn whole_segment_per_slot(self) -> bool {
+        matches!(
+            self,
+            AllreduceAlgo::Auto | AllreduceAlgo::OneShot | AllreduceAlgo::RecursiveDoubling
+        )
+    }
+}
