@@ -103,6 +103,10 @@ pub enum NcclCall {
     SendRecvRing,
 }
 
+/// A send of the first buffer to the rank after it and a receive into the third from the rank
+/// after that, in one NCCL group ([`NcclBaseline::run`]'s grouped calls).
+type Pair<'a, T> = (NcclBuf<'a, T>, i32, NcclBuf<'a, T>, i32);
+
 /// A device buffer NCCL is called on: a symmetric buffer (or a view of one) or a view of an
 /// [`NcclWindow`]. Only a pointer and a length, borrowed for `'a`.
 #[derive(Debug, Clone, Copy)]
@@ -296,64 +300,67 @@ impl<'nv> NcclBaseline<'nv> {
                 };
                 f.map_err(|e| nccl_error("ncclReduce", &e))
             }
-            NcclCall::AllToAll => return self.all_to_all_in(input, output, ty, stream),
-            NcclCall::SendRecvRing => return self.ring_in(input, output, ty, stream),
+            NcclCall::AllToAll => {
+                return self.grouped(&self.all_to_all_pairs(input, output)?, ty, stream)
+            }
+            NcclCall::SendRecvRing => {
+                return self.grouped(&self.ring_pairs(input, output)?, ty, stream)
+            }
         };
         done.map(|_| ())
     }
 
-    /// [`NcclCall::AllToAll`]: block `[s]` of `output` = block `[my rank]` of rank s's `input`.
-    fn all_to_all_in<T: Element>(
+    /// [`NcclCall::AllToAll`] as sends and receives: block `[s]` of `output` = block
+    /// `[my rank]` of rank s's `input`.
+    fn all_to_all_pairs<'a, T: Element>(
         &self,
-        input: NcclBuf<'_, T>,
-        output: NcclBuf<'_, T>,
-        ty: nccl_sys::ncclDataType_t,
-        stream: nccl_sys::cudaStream_t,
-    ) -> Result<()> {
+        input: NcclBuf<'a, T>,
+        output: NcclBuf<'a, T>,
+    ) -> Result<Vec<Pair<'a, T>>> {
         let n = self.world_size();
         let count = input.len / n.max(1);
         self.blocks("NCCL alltoall", "input", input.len, count)?;
         self.blocks("NCCL alltoall", "output", output.len, count)?;
-        nccl_result::group_start().map_err(|e| nccl_error("ncclGroupStart", &e))?;
-        let comm = self.comm.comm;
-        let queued = (0..n).try_for_each(|peer| {
-            let send = input.view(peer * count..(peer + 1) * count)?;
-            let recv = output.view(peer * count..(peer + 1) * count)?;
-            let peer = peer as i32;
-            // SAFETY: blocks of `count` elements inside the checked buffers.
-            unsafe { nccl_result::send(send.ptr as _, count, ty, peer, comm, stream) }
-                .map_err(|e| nccl_error("ncclSend", &e))?;
-            unsafe { nccl_result::recv(recv.ptr as _, count, ty, peer, comm, stream) }
-                .map_err(|e| nccl_error("ncclRecv", &e))?;
-            Ok(())
-        });
-        // The group is closed even when queueing failed, so later NCCL calls are not grouped.
-        let ended = nccl_result::group_end().map_err(|e| nccl_error("ncclGroupEnd", &e));
-        queued.and(ended.map(|_| ()))
+        (0..n)
+            .map(|peer| {
+                let block = peer * count..(peer + 1) * count;
+                let peer = peer as i32;
+                Ok((input.view(block.clone())?, peer, output.view(block)?, peer))
+            })
+            .collect()
     }
 
-    /// [`NcclCall::SendRecvRing`]: `output` = the previous rank's `input` (same lengths).
-    fn ring_in<T: Element>(
+    /// [`NcclCall::SendRecvRing`] as sends and receives: `output` = the previous rank's
+    /// `input` (same lengths).
+    fn ring_pairs<'a, T: Element>(
         &self,
-        input: NcclBuf<'_, T>,
-        output: NcclBuf<'_, T>,
-        ty: nccl_sys::ncclDataType_t,
-        stream: nccl_sys::cudaStream_t,
-    ) -> Result<()> {
+        input: NcclBuf<'a, T>,
+        output: NcclBuf<'a, T>,
+    ) -> Result<Vec<Pair<'a, T>>> {
         same_length("NCCL send/recv ring", input.len, output.len)?;
         let (n, me) = (self.world_size(), self.rank());
         let (next, prev) = (((me + 1) % n) as i32, ((me + n - 1) % n) as i32);
+        Ok(vec![(input, next, output, prev)])
+    }
+
+    /// One NCCL group of, per `(send, to, recv, from)`, an `ncclSend` of `send` to rank `to`
+    /// and an `ncclRecv` of `recv` from rank `from`.
+    fn grouped<T: Element>(
+        &self,
+        pairs: &[Pair<'_, T>],
+        ty: nccl_sys::ncclDataType_t,
+        stream: nccl_sys::cudaStream_t,
+    ) -> Result<()> {
         let comm = self.comm.comm;
         nccl_result::group_start().map_err(|e| nccl_error("ncclGroupStart", &e))?;
-        // SAFETY: the checked buffers, `input.len` elements each.
-        let queued = unsafe {
-            nccl_result::send(input.ptr as _, input.len, ty, next, comm, stream)
-                .map_err(|e| nccl_error("ncclSend", &e))
-                .and_then(|_| {
-                    nccl_result::recv(output.ptr as _, output.len, ty, prev, comm, stream)
-                        .map_err(|e| nccl_error("ncclRecv", &e))
-                })
-        };
+        let queued = pairs.iter().try_for_each(|(send, to, recv, from)| {
+            // SAFETY: views inside the caller's checked buffers, of their own lengths.
+            unsafe { nccl_result::send(send.ptr as _, send.len, ty, *to, comm, stream) }
+                .map_err(|e| nccl_error("ncclSend", &e))?;
+            unsafe { nccl_result::recv(recv.ptr as _, recv.len, ty, *from, comm, stream) }
+                .map_err(|e| nccl_error("ncclRecv", &e))?;
+            Ok(())
+        });
         // The group is closed even when queueing failed, so later NCCL calls are not grouped.
         let ended = nccl_result::group_end().map_err(|e| nccl_error("ncclGroupEnd", &e));
         queued.and(ended.map(|_| ()))

@@ -7,12 +7,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-
-fail() {
-    echo "FAIL: $*"
-    FAILED=1
-}
+# shellcheck source=scripts/tests/lib.sh
+source "$ROOT/scripts/tests/lib.sh"
 
 # A library of three layers: core/error.rs, core/buffer.rs (uses error), coll/mod.rs (uses
 # buffer through a root re-export and a child module).
@@ -86,11 +82,4 @@ t_eprintln_in_library_code_fails() {
     grep -q "src/core/error.rs:2: eprintln!" "$WORK/out" || fail "eprintln! not named: $(cat "$WORK/out")"
 }
 
-for t in $(declare -F | awk '{print $3}' | grep '^t_'); do
-    before=$FAILED
-    FAILED=0
-    "$t"
-    if [ $FAILED = 0 ]; then echo "ok   $t"; else echo "FAIL $t"; fi
-    FAILED=$((before | FAILED))
-done
-exit $FAILED
+run_tests

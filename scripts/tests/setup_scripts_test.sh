@@ -7,12 +7,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 REAL_PYTHON=$(command -v python3)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-
-fail() {
-    echo "FAIL: $*"
-    FAILED=1
-}
+# shellcheck source=scripts/tests/lib.sh
+source "$ROOT/scripts/tests/lib.sh"
 
 # Stubs: uname -m says $STUB_ARCH; "python3 -m pip download" writes a small valid wheel per
 # requirement into --dest unless one is there (as pip does), or nothing when STUB_PIP=none, or a
@@ -195,11 +191,4 @@ SH
     done
 }
 
-for t in $(declare -F | awk '{print $3}' | grep '^t_'); do
-    before=$FAILED
-    FAILED=0
-    "$t"
-    if [ $FAILED = 0 ]; then echo "ok   $t"; else echo "FAIL $t"; fi
-    FAILED=$((before | FAILED))
-done
-exit $FAILED
+run_tests

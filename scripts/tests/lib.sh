@@ -1,0 +1,21 @@
+# Shared by the script tests (sourced): fail MESSAGE marks the running test failed; run_tests
+# runs every function named t_* of the caller, prints "ok" or "FAIL" per test and exits non-zero
+# if any failed.
+FAILED=0
+
+fail() {
+    echo "FAIL: $*"
+    FAILED=1
+}
+
+run_tests() {
+    local t before
+    for t in $(declare -F | awk '{print $3}' | grep '^t_'); do
+        before=$FAILED
+        FAILED=0
+        "$t"
+        if [ $FAILED = 0 ]; then echo "ok   $t"; else echo "FAIL $t"; fi
+        FAILED=$((before | FAILED))
+    done
+    exit $FAILED
+}
