@@ -130,7 +130,7 @@ run_case() {
     fi
 }
 
-# The manifest: one line per expected case, "BINARY NAME PES", or "- NAME" for the others.
+# The manifest: one line per expected case, "BINARY NAME PES", or "- PES LABEL" for the others.
 : >"$manifest"
 shopt -s nullglob
 binaries=("$bin"/test-*)
@@ -172,7 +172,7 @@ add_other() {
         resumed=$((resumed + 1))
         return 0
     fi
-    printf -- '- %s\n' "$1" >>"$manifest"
+    printf -- '- %s %s\n' "$2" "$1" >>"$manifest"
 }
 add_other "ring_exchange, 1 PE" 1
 add_other "ring_exchange, nvsh run -n 2" 2
@@ -188,21 +188,18 @@ if [ -n "$filter" ] && [ "$cases" -eq 0 ]; then
     echo "gpu_test.sh: GPU_TEST_FILTER='$filter' matched no case" >&2
 fi
 
-# PEs of a manifest line "BINARY NAME PES" or "- LABEL": the launches of 2 for the ring
-# exchange under nvsh run and mpirun, else 1.
+# PEs of a manifest line.
 line_pes() {
-    case "$*" in
-    "- "*"-n 2"* | "- "*"-np 2"*) echo 2 ;;
-    "- "*) echo 1 ;;
-    *) echo "${*##* }" ;;
-    esac
+    local t a b
+    read -r t a b <<<"$1"
+    if [ "$t" = - ]; then echo "$a"; else echo "$b"; fi
 }
 
-# run_entry T NAME PES: one case of the manifest.
+# run_entry T A B: one case of the manifest, "BINARY NAME PES" or "- PES LABEL".
 run_entry() {
     local t=$1 name=$2 pes=$3
     if [ "$t" = - ]; then
-        local label="$name $pes"
+        local label=$3
         case "$label" in
         "ring_exchange, 1 PE") run_case "$label" 0 "$bin/ring_exchange" ;;
         "ring_exchange, nvsh run -n 2") run_case "$label" 0 "$nvsh" run -n 2 -- "$bin/ring_exchange" ;;
@@ -228,9 +225,9 @@ run_entry() {
 # run_lines FILE: the cases of FILE (manifest lines) one after another. Read on fd 3: the
 # cases get /dev/null as stdin.
 run_lines() {
-    local t name pes
-    while read -r t name pes <&3; do
-        run_entry "$t" "$name" "$pes"
+    local t a b
+    while read -r t a b <&3; do
+        run_entry "$t" "$a" "$b"
     done 3<"$1"
 }
 

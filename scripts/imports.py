@@ -8,11 +8,11 @@ Layers of the library (src/), lowest first: core; p2p, sync and bootstrap; team;
 sparse; pipeline. A file imports only from its own layer or lower ones (LAYER_RULES), and
 library code writes no eprintln! (the log facade instead).
 
-Reads every `crate::`, `$crate::` and `super::` path of a crate's source files (not their test
-modules: lines from a file's first `#[cfg(test)]` on), resolves each to the file of the module
-it names (a name re-exported at the crate root, such as `crate::Error`, to the file its
-`pub use` takes it from), and prints every cycle of files (a strongly connected set of two or
-more) with the imports that tie it. Exits 1 if there is one, 0 otherwise. --graph also prints
+Reads every `crate::`, `$crate::`, `self::`, `super::` and child-module path of a crate's
+source files (not their test modules: lines from a file's first `#[cfg(test)]` on), resolves
+each to the file of the module it names (a name a module re-exports, such as `crate::Error`,
+to the file it comes from; `pub use` lines make no arrow of their own), and prints every cycle
+of files (a strongly connected set of two or more) with the imports that tie it. Exits 1 if there is one, 0 otherwise. --graph also prints
 every file's imports. Text only, so a path built by a macro it cannot see is missed.
 """
 import os
@@ -40,8 +40,8 @@ def source_lines(path):
 
 
 def expand(tree):
-    """`a::{b, c::{d, e}}` -> ['a::b', 'a::c::d', 'a::c::e'] (nested braces, `self`)."""
-    tree = re.sub(r"\s+", "", tree)
+    """`a::{b, c::{d, e}}` -> ['a::b', 'a::c::d', 'a::c::e'] (nested braces, `self`, renames)."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+" + IDENT, "", tree))
     depth, start = 0, None
     for i, ch in enumerate(tree):
         if ch == "{":
@@ -68,7 +68,7 @@ def expand(tree):
                     for e in expand(p):
                         out.append(prefix.rstrip(":") if e == "self" else prefix + e)
                 return [o + rest for o in out]
-    return [re.sub(r"\bas\b.*$", "", tree)]
+    return [tree]
 
 
 PUB_USE = re.compile(r"\bpub(?:\([a-z]+\))?\s+use\s+([^;]*);", re.S)

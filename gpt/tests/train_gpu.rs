@@ -419,21 +419,11 @@ fn a_comm_built_for_fewer_micro_batches_is_a_typed_error() {
     let nv = Nvshmem::init().expect("NVSHMEM init");
     assert_eq!(nv.n_pes(), 2, "run under nvsh run -n 2");
     let run = run_config(odd_model(2, true), 1, 2, 4, ScheduleKind::OneFOneB);
-    let topo = Topology::new(1, 2, nv.my_pe() as usize, 2).unwrap();
-    let be = GpuBackend::new(nv.context().new_stream().unwrap(), false, run.timeout).unwrap();
-    let act = run.micro_batch * run.model.block_size * run.model.n_embd;
-    let comm = NvComm::new(
-        &nv,
-        topo,
-        be.stream().clone(),
-        1,
-        act,
-        1,
-        run.model.tied,
-        run.timeout,
-        None,
-    )
-    .unwrap();
+    let one = RunConfig {
+        micro_batches: 1,
+        ..run.clone()
+    };
+    let (be, comm) = gpu_parts(&nv, &one, None);
     let mut tr = Trainer::new(&be, comm, run, odd_data()).unwrap();
     let err = tr
         .train_step()

@@ -83,7 +83,7 @@ pub fn bool_var(var: &'static str, default: bool, expected: &'static str) -> Res
 pub(crate) fn initial_heap_bytes() -> usize {
     std::env::var("NVSHMEM_SYMMETRIC_SIZE")
         .ok()
-        .and_then(|v| crate::core::env_value::parse_size(&v))
+        .and_then(|v| parse_size(&v))
         .unwrap_or(1 << 30)
 }
 

@@ -244,8 +244,8 @@ const PUSH_OFF: usize = 1 << 40;
 /// - 2 PEs (2 x H200, 2026-11-22): one-shot (low-latency protocol) up to 512 KiB, recursive
 ///   doubling to 8 MiB, two-shot above (out of place it pushes from 256 MiB).
 /// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27): one-shot up to 512 KiB, two-shot to 32 MiB,
-///   the ring from 32 to 128 MiB (on the H100s it beat the two-shot by 5-7% at 64 MiB, and lost
-///   at 16 and 256 MiB), two-shot above (out of place it pushes from 64 MiB).
+///   the ring from 32 to 128 MiB (on the H100s it beat the two-shot at 64 MiB and lost at 16
+///   and 256 MiB), two-shot above (out of place it pushes from 64 MiB).
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
 ///   up to 128 KiB, recursive doubling to 2 MiB, two-shot above.
 /// - more: recursive doubling for small messages, the ring for large ones.
