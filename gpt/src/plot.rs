@@ -99,6 +99,7 @@ pub fn figure(logs: &[(String, Vec<StepRecord>)]) -> Figure {
             series,
             // Losses fall from the upper left: the upper right stays empty.
             legend: Corner::UpperRight,
+            key: Vec::new(),
         }],
         columns: 1,
         panel_size: PANEL_SIZE,

@@ -757,6 +757,7 @@ pub fn figure(r: &TuneReport) -> nvsh_plot::Figure {
             y: log_axis("time (us)"),
             series,
             legend: Corner::UpperLeft,
+            key: Vec::new(),
         });
     }
     Figure {

@@ -10,7 +10,7 @@ mod common;
 use common::{gpu_test, runtime, skip};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{render_table, BenchDtype, Outcome, Report};
+use nvsh::bench::harness::{render_table, BenchDtype, Outcome, RatioOn, Report};
 use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::nccl_baseline;
 use nvshmem::{Nvshmem, ReduceOp};
@@ -39,7 +39,7 @@ fn check_report(report: Option<Report>, nv: &Nvshmem, dtypes: &[BenchDtype], siz
         return;
     }
     let report = report.expect("PE 0 has the report");
-    let table = render_table(&report);
+    let table = render_table(&report, RatioOn::default());
     report.verify().unwrap_or_else(|e| panic!("{e}\n{table}"));
     assert_eq!(report.rows.len(), dtypes.len() * sizes, "{table}");
     let ran: Vec<BenchDtype> = report.checked_dtypes().iter().map(|&(d, _)| d).collect();

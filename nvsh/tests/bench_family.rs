@@ -9,7 +9,7 @@ mod common;
 
 use common::{gpu_test, runtime, skip};
 use nvsh::bench::family::{self, Candidate, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{render_table, BenchDtype, Outcome, NCCL_BASELINES};
+use nvsh::bench::harness::{render_table, BenchDtype, Outcome, RatioOn, NCCL_BASELINES};
 use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::nccl_baseline;
 use nvshmem::ReduceOp;
@@ -54,7 +54,7 @@ fn family_benches_check_every_timed_call() {
             continue;
         }
         let report = report.expect("PE 0 has the report");
-        let table = render_table(&report);
+        let table = render_table(&report, RatioOn::default());
         report.verify().unwrap_or_else(|e| panic!("{e}\n{table}"));
         // 4K to 64K in f32 and bf16.
         assert_eq!(report.rows.len(), 10, "{table}");
@@ -74,12 +74,14 @@ fn family_benches_check_every_timed_call() {
                     Outcome::Unavailable(why) => panic!("{kind:?}: {why}\n{table}"),
                 }
             }
-            // Where both NCCL paths ran, the ratio takes the faster of them.
+            // Where both NCCL paths ran, the ratio takes the faster of them, on each timing.
             if row.timing("nccl").is_some() && row.timing("nccl-sym").is_some() {
-                let (_, fastest) = row.fastest(NCCL_BASELINES, false).unwrap();
-                let (_, base) = row.ratio_to_fastest("ours", NCCL_BASELINES, false).unwrap();
-                let other = if base == "nccl" { "nccl-sym" } else { "nccl" };
-                assert!(row.timing(other).unwrap().us >= fastest, "{table}");
+                for on in [RatioOn::AfterCompute, RatioOn::BackToBack] {
+                    let (_, fastest) = row.fastest(NCCL_BASELINES, on).unwrap();
+                    let (_, base) = row.ratio_to_fastest("ours", NCCL_BASELINES, on).unwrap();
+                    let other = if base == "nccl" { "nccl-sym" } else { "nccl" };
+                    assert!(row.timing(other).unwrap().us_on(on) >= fastest, "{table}");
+                }
             }
         }
     }
@@ -99,7 +101,7 @@ fn family_benches_check_every_timed_call() {
         } else {
             continue;
         };
-        let table = render_table(&report);
+        let table = render_table(&report, RatioOn::default());
         for row in &report.rows {
             match row.outcome("nvshmem") {
                 Some(Outcome::Unavailable(why)) => assert!(why.contains(want), "{table}"),

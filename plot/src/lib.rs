@@ -39,11 +39,23 @@ pub struct Axis {
     pub format: fn(f64) -> String,
 }
 
-/// Solid or dashed.
+/// Solid, dashed or dotted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stroke {
     Solid,
     Dashed,
+    Dotted,
+}
+
+impl Stroke {
+    /// Dash length and gap, pixels; None for a solid line.
+    fn dashes(self) -> Option<(u32, u32)> {
+        match self {
+            Stroke::Solid => None,
+            Stroke::Dashed => Some((8, 6)),
+            Stroke::Dotted => Some((2, 4)),
+        }
+    }
 }
 
 /// Where a panel's legend sits: in the corner its lines leave empty.
@@ -67,7 +79,8 @@ pub struct Series {
     pub markers: bool,
 }
 
-/// One chart.
+/// One chart. `key`: legend entries for what a stroke means where several series share it
+/// (solid: back to back, dotted: after compute), drawn in grey after the series' entries.
 #[derive(Debug, Clone)]
 pub struct Panel {
     pub title: String,
@@ -75,6 +88,7 @@ pub struct Panel {
     pub y: Axis,
     pub series: Vec<Series>,
     pub legend: Corner,
+    pub key: Vec<(String, Stroke)>,
 }
 
 /// A title over a grid of panels, `columns` wide, filled row by row.
@@ -208,6 +222,9 @@ const PALETTE: [(u8, u8, u8); 9] = [
     (188, 189, 34),
     (23, 190, 207),
 ];
+
+/// The colour of [`Panel::key`]'s entries, apart from every series colour.
+pub const KEY_RGB: [u8; 3] = [64, 64, 64];
 
 /// The colour of [`Series::color`] `i`, as the PNG holds it.
 pub fn series_rgb(i: usize) -> [u8; 3] {
@@ -444,7 +461,8 @@ fn draw_panel(
             .map_err(|e| e.to_string())?;
     }
 
-    let mut drawn = 0;
+    // Lines drawn, and legend entries among them.
+    let (mut drawn, mut entries) = (0, 0);
     for s in &p.series {
         let pts: Vec<(f64, f64)> = s
             .points
@@ -463,29 +481,39 @@ fn draw_panel(
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        let ann = match s.stroke {
+        let ann = match s.stroke.dashes() {
             // Segment by segment: plotters joins a wide polyline with unbounded miters, so a
             // one-step spike (a loss curve's) drew a miter far outside the plotting area.
-            Stroke::Solid => chart
+            None => chart
                 .draw_series(
                     pts.windows(2)
                         .map(|w| PathElement::new(vec![w[0], w[1]], style)),
                 )
                 .map_err(|e| e.to_string())?,
-            Stroke::Dashed => chart
-                .draw_series(DashedLineSeries::new(pts, 8, 6, style))
+            Some((dash, gap)) => chart
+                .draw_series(DashedLineSeries::new(pts, dash, gap, style))
                 .map_err(|e| e.to_string())?,
         };
-        let stroke = s.stroke;
-        ann.label(s.label.as_str()).legend(move |(x, y)| {
-            let path = vec![(x, y), (x + 22, y)];
-            match stroke {
-                Stroke::Solid => PathElement::new(path, style).into_dyn(),
-                Stroke::Dashed => DashedPathElement::new(path, 8, 6, style).into_dyn(),
-            }
-        });
+        // A series without a label has no legend entry (a key entry stands for it).
+        if !s.label.is_empty() {
+            entries += 1;
+            ann.label(s.label.as_str())
+                .legend(legend_sample(s.stroke, style));
+        }
     }
-    if text && drawn > 0 {
+    if drawn > 0 {
+        entries += p.key.len();
+        let [r, g, b] = KEY_RGB;
+        let style = RGBColor(r, g, b).stroke_width(2);
+        for (label, stroke) in &p.key {
+            chart
+                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+                .map_err(|e| e.to_string())?
+                .label(label.as_str())
+                .legend(legend_sample(*stroke, style));
+        }
+    }
+    if text && entries > 0 {
         let pos = match p.legend {
             Corner::UpperLeft => SeriesLabelPosition::UpperLeft,
             Corner::UpperRight => SeriesLabelPosition::UpperRight,
@@ -509,6 +537,20 @@ fn draw_panel(
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// A legend entry's sample of `stroke`: a short line.
+fn legend_sample<DB: DrawingBackend>(
+    stroke: Stroke,
+    style: ShapeStyle,
+) -> impl Fn((i32, i32)) -> DynElement<'static, DB, (i32, i32)> {
+    move |(x, y)| {
+        let path = vec![(x, y), (x + 22, y)];
+        match stroke.dashes() {
+            None => PathElement::new(path, style).into_dyn(),
+            Some((dash, gap)) => DashedPathElement::new(path, dash, gap, style).into_dyn(),
+        }
+    }
 }
 
 /// `t` as a UTC calendar date, YYYY-MM-DD.
@@ -575,6 +617,7 @@ mod tests {
                     y: axis(Scale::Log10),
                     series: series.clone(),
                     legend: Corner::UpperLeft,
+                    key: Vec::new(),
                 },
                 Panel {
                     title: "b".into(),
@@ -582,6 +625,7 @@ mod tests {
                     y: axis(Scale::Linear),
                     series,
                     legend: Corner::UpperRight,
+                    key: Vec::new(),
                 },
             ],
             columns: 2,
@@ -607,7 +651,11 @@ mod tests {
             if text && !matches!(font(), FontState::Loaded(_)) {
                 continue; // no font on this machine: the text case cannot run
             }
-            let fig = figure(vec![line(0, Stroke::Solid), line(3, Stroke::Dashed)]);
+            let fig = figure(vec![
+                line(0, Stroke::Solid),
+                line(3, Stroke::Dashed),
+                line(5, Stroke::Dotted),
+            ]);
             let (w, h) = fig.size();
             assert_eq!((w, h), (800, TITLE_HEIGHT + 300));
             let rgb = render_rgb(&fig, text).unwrap();
@@ -642,6 +690,74 @@ mod tests {
         }
     }
 
+    /// Pixels of exactly `rgb` in the image of `fig` (with text or without).
+    fn pixels_of(fig: &Figure, text: bool, rgb: [u8; 3]) -> usize {
+        let (w, h) = fig.size();
+        let img = Image {
+            width: w,
+            height: h,
+            rgb: render_rgb(fig, text).unwrap(),
+        };
+        (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .filter(|&(x, y)| img.pixel(x, y) == rgb)
+            .count()
+    }
+
+    /// A dotted line is drawn in its colour with gaps (fewer pixels than solid); key entries
+    /// add grey samples to the legend, and a series without a label adds none.
+    #[test]
+    fn dotted_lines_and_key_entries_are_drawn() {
+        let unlabelled = |stroke| Series {
+            label: String::new(),
+            ..line(5, stroke)
+        };
+        let solid = pixels_of(
+            &figure(vec![unlabelled(Stroke::Solid)]),
+            false,
+            series_rgb(5),
+        );
+        let dotted = pixels_of(
+            &figure(vec![unlabelled(Stroke::Dotted)]),
+            false,
+            series_rgb(5),
+        );
+        assert!(
+            dotted > 50 && dotted * 10 < solid * 8,
+            "{dotted} of {solid}"
+        );
+        let mut keyed = figure(vec![unlabelled(Stroke::Dotted)]);
+        for p in &mut keyed.panels {
+            p.key = vec![
+                ("back to back".into(), Stroke::Solid),
+                ("after compute".into(), Stroke::Dotted),
+            ];
+        }
+        // Without text there is no legend, so no key.
+        assert_eq!(pixels_of(&keyed, false, KEY_RGB), 0);
+        if !matches!(font(), FontState::Loaded(_)) {
+            return; // no font on this machine: the legend cannot be drawn
+        }
+        let plain = figure(vec![unlabelled(Stroke::Dotted)]);
+        let (with, without) = (
+            pixels_of(&keyed, true, KEY_RGB),
+            pixels_of(&plain, true, KEY_RGB),
+        );
+        // Two panels, each a solid (22 x 2) and a dotted sample.
+        assert!(
+            with >= without + 2 * 50,
+            "{with} with the key, {without} without"
+        );
+        // No labels and no key: no legend box. Its border colour is in the antialiased text
+        // too, but a box per panel would add hundreds of pixels of it.
+        let border = |fig: &Figure| pixels_of(fig, true, [160, 160, 160]);
+        let (boxed, bare) = (border(&keyed), border(&plain));
+        assert!(
+            bare < 100 && boxed > bare + 200,
+            "{boxed} with the key, {bare} without"
+        );
+    }
+
     /// A one-step spike among many points (a loss curve's) stays inside the plotting area:
     /// plotters' wide lines draw a steep segment as a polygon whose far corners once landed
     /// above the title and below the axis.
@@ -650,7 +766,7 @@ mod tests {
         let points: Vec<(f64, f64)> = (1..=1000)
             .map(|i| (i as f64, if i == 45 { 9.0 } else { 2.0 + 1.0 / i as f64 }))
             .collect();
-        for stroke in [Stroke::Solid, Stroke::Dashed] {
+        for stroke in [Stroke::Solid, Stroke::Dashed, Stroke::Dotted] {
             let mut fig = figure(vec![Series {
                 label: "s".into(),
                 points: points.clone(),

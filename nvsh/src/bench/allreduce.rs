@@ -549,9 +549,22 @@ fn report(
 mod tests {
     use super::*;
     use crate::bench::harness::{
-        algbw_gbps, iters_for, render_json, render_table, salt, slots_for, time_ratio, Outcome,
-        Row, Timing, MAX_ITERS, MIN_SLOTS,
+        algbw_gbps, iters_for, render_csv, render_json, render_table, salt, slots_for, time_ratio,
+        Outcome, RatioOn, Row, Timing, MAX_ITERS, MIN_SLOTS,
     };
+
+    /// The reports as the command line renders them by default (ratio on after compute).
+    fn table(r: &Report) -> String {
+        render_table(r, RatioOn::default())
+    }
+
+    fn json(r: &Report) -> String {
+        render_json(r, RatioOn::default())
+    }
+
+    fn csv(r: &Report) -> String {
+        render_csv(r, RatioOn::default())
+    }
 
     fn timing(us: f64, bytes: usize, n: i32) -> Outcome {
         let algbw = algbw_gbps(bytes, us);
@@ -636,8 +649,15 @@ mod tests {
     #[test]
     fn ratio_is_ours_over_nccl_and_needs_both_right() {
         let r = sample_report();
-        assert_eq!(r.rows[0].ratio("auto", "nccl"), Some(0.8));
-        assert_eq!(r.rows[1].ratio("auto", "nccl"), None);
+        assert_eq!(
+            r.rows[0].ratio("auto", "nccl", RatioOn::BackToBack),
+            Some(0.8)
+        );
+        assert_eq!(
+            r.rows[0].ratio("auto", "nccl", RatioOn::AfterCompute),
+            Some(12.0 / 14.5)
+        );
+        assert_eq!(r.rows[1].ratio("auto", "nccl", RatioOn::AfterCompute), None);
         assert_eq!(time_ratio(15.0, 10.0), 1.5);
     }
 
@@ -951,12 +971,13 @@ mod tests {
         }
     }
 
-    /// The time after a compute kernel is a column of its own, with its own ratio, in the
-    /// table, the JSON and the CSV (auto 10 + 2 us against NCCL 12.5 + 2 us).
+    /// The time after a compute kernel is a column of its own, and the ratio is on it, in the
+    /// table, the JSON and the CSV (auto 10 + 2 us against NCCL 12.5 + 2 us); back to back's
+    /// ratio beside it.
     #[test]
     fn the_time_after_a_compute_kernel_is_reported_beside_back_to_back() {
         let r = sample_report();
-        let t = harness::render_table(&r);
+        let t = table(&r);
         assert!(
             t.contains("# t|compute: us per call when each call follows"),
             "{t}"
@@ -966,29 +987,34 @@ mod tests {
             .find(|l| l.trim_start().starts_with("1M"))
             .unwrap();
         // 12/14.5 after compute, 10/12.5 back to back.
-        assert!(row.ends_with(" 0.80      0.83 twoshot"), "{row}");
+        assert!(row.ends_with(" 0.83      0.80 twoshot"), "{row}");
         assert!(
             row.contains("     10.00   104.9   104.9      0     12.00"),
             "{row}"
         );
-        let j = render_json(&r);
+        let j = json(&r);
         assert!(j.contains("\"us\":10.0,\"us_after_compute\":12.0"), "{j}");
-        let csv = harness::render_csv(&r);
+        let csv = csv(&r);
         let auto = csv.lines().find(|l| l.contains(",auto,")).unwrap();
-        // Then the row's ratios against NCCL, back to back and after compute.
-        assert!(auto.ends_with(",12.000,0.8000,nccl,0.8276,nccl"), "{auto}");
+        // Then the row's ratio against NCCL after compute, then back to back and after
+        // compute by name.
+        assert!(
+            auto.ends_with(",12.000,after-compute,0.8276,nccl,0.8000,nccl,0.8276,nccl"),
+            "{auto}"
+        );
     }
 
     #[test]
     fn csv_has_a_line_per_size_and_candidate_read_back_by_a_csv_reader() {
-        let text = harness::render_csv(&sample_report());
+        let text = csv(&sample_report());
         let mut rd = csv::Reader::from_reader(text.as_bytes());
         let head: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
         assert_eq!(
             head.join(","),
             "collective,size,count,type,redop,candidate,time_us,algbw_gbps,busbw_gbps,wrong,\
-             calls,checked,status,tolerance,time_after_compute_us,ratio,ratio_baseline,\
-             ratio_after_compute,ratio_after_compute_baseline"
+             calls,checked,status,tolerance,time_after_compute_us,ratio_on,ratio,\
+             ratio_baseline,ratio_back_to_back,ratio_back_to_back_baseline,ratio_after_compute,\
+             ratio_after_compute_baseline"
         );
         let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
         assert_eq!(rows.len(), 10);
@@ -1011,6 +1037,9 @@ mod tests {
                 "ok",
                 "0",
                 "22.000",
+                "after-compute",
+                "0.8276",
+                "nccl",
                 "0.8000",
                 "nccl",
                 "0.8276",
@@ -1031,6 +1060,9 @@ mod tests {
                 "n/a: status \"7\"",
                 "0",
                 "",
+                "after-compute",
+                "0.8276",
+                "nccl",
                 "0.8000",
                 "nccl",
                 "0.8276",
@@ -1041,12 +1073,12 @@ mod tests {
         assert_eq!(line(5)[9], "3");
         assert_eq!(line(5)[12], "wrong");
         // The bf16 row: ours (auto) did not run, so no ratio.
-        assert_eq!(line(5)[15..], ["", "", "", ""]);
+        assert_eq!(line(5)[15..], ["after-compute", "", "", "", "", "", ""]);
     }
 
     #[test]
     fn table_has_every_column_the_ratio_the_wrong_count_and_notes() {
-        let t = render_table(&sample_report());
+        let t = table(&sample_report());
         assert!(t.contains("NCCL 2.27.3 (NCCL_NVLS_ENABLE=0)"), "{t}");
         assert!(
             t.contains("\n# ours: low-latency one-shot up to 512K; direct two-shot from 0\n"),
@@ -1107,7 +1139,7 @@ mod tests {
 
     #[test]
     fn json_is_well_formed_and_escaped() {
-        let j = render_json(&sample_report());
+        let j = json(&sample_report());
         assert!(
             j.starts_with(
                 "{\"schema\":1,\"collective\":\"allreduce\",\"n_pes\":2,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
@@ -1118,8 +1150,14 @@ mod tests {
             j.contains("\"settings\":\"low-latency one-shot up to 512K; direct two-shot from 0\""),
             "{j}"
         );
-        assert!(j.contains("\"ratio_auto_over_nccl\":0.8,"), "{j}");
+        // The ratio on the times after compute by default, and so named.
+        assert!(j.contains("\"ratio_auto_over_nccl\":0.8276,"), "{j}");
+        assert!(
+            j.contains("\"ratio_back_to_back_auto_over_nccl\":0.8,"),
+            "{j}"
+        );
         assert!(j.contains("\"ratio_auto_over_nccl\":null"), "{j}");
+        assert!(j.contains("\"ratio_on\":\"after-compute\""), "{j}");
         assert!(j.contains("\"auto_algo\":\"twoshot\""), "{j}");
         assert!(
             j.contains("\"nvshmem\":{\"na\":\"status \\\"7\\\"\"}"),
@@ -1147,7 +1185,7 @@ mod tests {
     fn json_reads_back_for_the_charts() {
         use crate::bench::plot::{parse_bench_json, BenchJson};
         let r = sample_report();
-        let j = render_json(&r);
+        let j = json(&r);
         assert!(
             j.contains(&format!("\"op\":\"sum\",\"date\":\"{}\"", r.date)),
             "{j}"
@@ -1168,8 +1206,16 @@ mod tests {
         assert_eq!(twoshot.points, vec![((1 << 20) as f64, 10.0)]);
         let busbw = fig.panels[1].series[1].points[0].1;
         assert!((busbw - 104.858).abs() < 1e-9, "{busbw}");
+        // After every candidate's line, its line after compute: dotted, in its colour.
+        let n = r.candidates.len();
+        assert_eq!(fig.panels[0].series.len(), 2 * n);
+        let after = &fig.panels[0].series[n + 1];
+        assert_eq!((after.stroke, after.color), (nvsh_plot::Stroke::Dotted, 1));
+        assert_eq!(after.points, vec![((1 << 20) as f64, 12.0)]);
+        assert!(!fig.panels[0].key.is_empty());
         // bf16's one-shot had wrong outputs: no point, and a note.
         assert!(fig.panels[2].series[0].points.is_empty());
+        assert!(fig.panels[2].series[n].points.is_empty());
         assert_eq!(fig.panels[2].series[5].points, vec![(4096.0, 8.0)]);
         assert!(
             notes.contains(&"oneshot bf16 4K: left out, 3 wrong output(s)".to_string()),
@@ -1235,7 +1281,7 @@ mod tests {
         );
         assert_eq!(r.rows[0].tolerance, 48.0 * 2f64.powi(-24));
         assert_eq!(r.rows[1].tolerance, 0.0);
-        let t = render_table(&r);
+        let t = table(&r);
         assert!(
             t.contains("\n# types checked: f32 within 2.86e-6, i32 exact\n"),
             "{t}"
@@ -1253,15 +1299,15 @@ mod tests {
             .find(|l| l.trim_start().starts_with("4K") && l.contains(" i32 "))
             .unwrap();
         assert!(row.contains(" avg "), "{row}");
-        let j = render_json(&r);
+        let j = json(&r);
         assert!(j.contains("\"dtypes\":[\"f32\",\"i32\"]"), "{j}");
         assert!(
             j.contains("\"dtype\":\"f32\",\"tolerance\":2.86102294921875e-6"),
             "{j}"
         );
-        let csv = harness::render_csv(&r);
+        let csv = csv(&r);
         // The tolerance column, the one before the time after compute and the ratios.
-        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').nth(5).unwrap()).collect();
+        let last: Vec<&str> = csv.lines().map(|l| l.rsplit(',').nth(8).unwrap()).collect();
         assert_eq!(
             last,
             [
@@ -1275,7 +1321,7 @@ mod tests {
         // A float avg alone says nothing about integer rounding.
         let mut r = r;
         r.rows.pop();
-        assert!(!render_table(&r).contains("integer avg"));
+        assert!(!table(&r).contains("integer avg"));
     }
 
     /// u8 is refused before anything runs, in the user's terms; every reducible type is taken.

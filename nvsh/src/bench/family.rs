@@ -754,7 +754,7 @@ fn optional_names(candidates: &[Candidate], optional: &[Candidate]) -> Vec<&'sta
 mod tests {
     use super::*;
     use crate::bench::harness::{
-        algbw_gbps, render_json, render_table, salt, size_plan, Outcome, Row, Timing,
+        algbw_gbps, render_json, render_table, salt, size_plan, Outcome, RatioOn, Row, Timing,
     };
 
     /// The bench as the harness sees it, with neither candidate usable (no GPU here).
@@ -1206,7 +1206,7 @@ mod tests {
 
     #[test]
     fn reports_say_what_was_measured_and_checked() {
-        let t = render_table(&sample(Kind::Allgather, 3, 0));
+        let t = render_table(&sample(Kind::Allgather, 3, 0), RatioOn::BackToBack);
         assert!(
             t.starts_with("# allgather on 3 PE(s), NVIDIA H200\n"),
             "{t}"
@@ -1234,7 +1234,7 @@ mod tests {
         assert_eq!(header.len(), row.len(), "{header}\n{row}");
 
         let r = sample(Kind::Reduce, 4, 2);
-        let t = render_table(&r);
+        let t = render_table(&r, RatioOn::BackToBack);
         assert!(t.starts_with("# reduce (sum) on 4 PE(s)"), "{t}");
         assert!(t.contains("our receive slots 8M; root PE 2\n"), "{t}");
         assert!(t.contains("bus factor 1\n"), "{t}");
@@ -1247,7 +1247,7 @@ mod tests {
         // Wrong outputs are counted on the one checking PE.
         assert!(t.contains("2 wrong output(s) of 400 calls x 1 PEs"), "{t}");
         assert!(r.verify().is_err());
-        let j = render_json(&r);
+        let j = render_json(&r, RatioOn::BackToBack);
         assert!(
             j.starts_with(
                 "{\"schema\":1,\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
@@ -1262,10 +1262,10 @@ mod tests {
         assert!(j.contains("\"ratio_ours_over_nccl\":0.8,"), "{j}");
         assert!(j.contains("\"ratio_ours_over_nccl\":null"), "{j}");
 
-        let j = render_json(&sample(Kind::Broadcast, 2, 1));
+        let j = render_json(&sample(Kind::Broadcast, 2, 1), RatioOn::BackToBack);
         assert!(j.contains("\"op\":null") && j.contains("\"root\":1"), "{j}");
         assert!(!j.contains("slot_bytes"), "{j}");
-        let j = render_json(&sample(Kind::ReduceScatter, 2, 0));
+        let j = render_json(&sample(Kind::ReduceScatter, 2, 0), RatioOn::BackToBack);
         assert!(
             j.contains("\"slot_bytes\"") && !j.contains("\"root\""),
             "{j}"

@@ -591,12 +591,65 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The back-to-back time, or (`after_compute`) the time after a compute kernel.
-    pub fn us_for(&self, after_compute: bool) -> f64 {
-        if after_compute {
-            self.us_after_compute
-        } else {
-            self.us
+    /// The time of one call on `on`'s timing.
+    pub fn us_on(&self, on: RatioOn) -> f64 {
+        match on {
+            RatioOn::AfterCompute => self.us_after_compute,
+            RatioOn::BackToBack => self.us,
+        }
+    }
+}
+
+/// Which of a candidate's two times the ratio to NCCL is taken on (`--ratio-on`); the ratio
+/// on the other timing is reported beside it, and both times always are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
+pub enum RatioOn {
+    /// Each call after a compute kernel on the stream (`t|compute`): a training step's case,
+    /// where a collective cannot overlap the tail of the one before.
+    #[default]
+    AfterCompute,
+    /// Calls back to back (`time`), where a call may overlap the previous call's tail.
+    BackToBack,
+}
+
+impl RatioOn {
+    /// The flag's value, which is also the JSON's `ratio_on` and the CSV's.
+    pub fn name(self) -> &'static str {
+        match self {
+            RatioOn::AfterCompute => "after-compute",
+            RatioOn::BackToBack => "back-to-back",
+        }
+    }
+
+    /// The timing the ratio is not taken on, reported beside it.
+    pub fn other(self) -> RatioOn {
+        match self {
+            RatioOn::AfterCompute => RatioOn::BackToBack,
+            RatioOn::BackToBack => RatioOn::AfterCompute,
+        }
+    }
+
+    /// In the table's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            RatioOn::AfterCompute => "after compute",
+            RatioOn::BackToBack => "back to back",
+        }
+    }
+
+    /// The candidates' column of this time in the table.
+    pub fn time_column(self) -> &'static str {
+        match self {
+            RatioOn::AfterCompute => "t|compute",
+            RatioOn::BackToBack => "time",
+        }
+    }
+
+    /// The table's heading of the ratio on this timing where it is the second ratio column.
+    pub fn second_column(self) -> &'static str {
+        match self {
+            RatioOn::AfterCompute => "|compute",
+            RatioOn::BackToBack => "|b2b",
         }
     }
 }
@@ -639,23 +692,21 @@ impl Row {
         }
     }
 
-    /// `ours`'s time over `theirs`'s, where both ran correctly.
-    pub fn ratio(&self, ours: &str, theirs: &str) -> Option<f64> {
-        Some(time_ratio(self.timing(ours)?.us, self.timing(theirs)?.us))
+    /// `ours`'s time over `theirs`'s on `on`'s timing, where both ran correctly.
+    pub fn ratio(&self, ours: &str, theirs: &str, on: RatioOn) -> Option<f64> {
+        Some(time_ratio(
+            self.timing(ours)?.us_on(on),
+            self.timing(theirs)?.us_on(on),
+        ))
     }
 
-    /// The fastest of `baselines` that ran with every output right, by the back-to-back time
-    /// or (`after_compute`) by the time after a compute kernel: its name and that time. The
-    /// first listed wins a tie.
-    pub fn fastest(
-        &self,
-        baselines: &[&'static str],
-        after_compute: bool,
-    ) -> Option<(&'static str, f64)> {
+    /// The fastest of `baselines` that ran with every output right, by their times on `on`'s
+    /// timing: its name and that time. The first listed wins a tie.
+    pub fn fastest(&self, baselines: &[&'static str], on: RatioOn) -> Option<(&'static str, f64)> {
         let mut best: Option<(&'static str, f64)> = None;
         for &b in baselines {
             let Some(t) = self.timing(b) else { continue };
-            let us = t.us_for(after_compute);
+            let us = t.us_on(on);
             if !us.is_nan() && best.is_none_or(|(_, u)| us < u) {
                 best = Some((b, us));
             }
@@ -663,17 +714,16 @@ impl Row {
         best
     }
 
-    /// `ours`'s time over the fastest of `baselines` ([`Row::fastest`]), back to back or after
-    /// a compute kernel, and which baseline that was; None unless ours and one of them ran
-    /// right.
+    /// `ours`'s time over the fastest of `baselines` ([`Row::fastest`]), both on `on`'s
+    /// timing, and which baseline that was; None unless ours and one of them ran right.
     pub fn ratio_to_fastest(
         &self,
         ours: &str,
         baselines: &[&'static str],
-        after_compute: bool,
+        on: RatioOn,
     ) -> Option<(f64, &'static str)> {
-        let mine = self.timing(ours)?.us_for(after_compute);
-        let (b, us) = self.fastest(baselines, after_compute)?;
+        let mine = self.timing(ours)?.us_on(on);
+        let (b, us) = self.fastest(baselines, on)?;
         Some((time_ratio(mine, us), b))
     }
 }
@@ -683,10 +733,10 @@ impl Row {
 /// ratio takes the faster of them at each size.
 pub const NCCL_BASELINES: &[&str] = &["nccl", "nccl-sym"];
 
-/// The table's `vs` cell: which baseline the ratio used back to back, and after a compute
-/// kernel when that was another (`nccl|nccl-sym`).
-pub fn baseline_cell(b2b: Option<&str>, after: Option<&str>) -> String {
-    match (b2b, after) {
+/// The table's `vs` cell: which baseline the ratio used, and the second ratio (the other
+/// timing) when that was another (`nccl|nccl-sym`).
+pub fn baseline_cell(first: Option<&str>, second: Option<&str>) -> String {
+    match (first, second) {
         (Some(a), Some(b)) if a == b => a.to_string(),
         (a, None) => a.unwrap_or("-").to_string(),
         (a, Some(b)) => format!("{}|{b}", a.unwrap_or("-")),
@@ -711,9 +761,10 @@ pub struct Report {
     /// Extra top-level JSON fields: name and value.
     pub json_fields: Vec<(&'static str, Value)>,
     pub candidates: Vec<&'static str>,
-    /// (ours, baselines) for the ratio column: ours's time over the fastest baseline that ran
-    /// right at each size ([`Row::ratio_to_fastest`]); the column and JSON key are named after
-    /// the first baseline ("ours/nccl").
+    /// (ours, baselines) for the ratio columns: ours's time over the fastest baseline that ran
+    /// right at each size ([`Row::ratio_to_fastest`]), on the timing the rendering is given
+    /// ([`RatioOn`]) and on the other; the column and JSON key are named after the first
+    /// baseline ("ours/nccl").
     pub ratio: Option<(&'static str, &'static [&'static str])>,
     /// Candidates in the list only because the default list has them (nccl-sym): one that
     /// could not run is reported, but fails no run ([`Report::verify`]).
@@ -1588,9 +1639,10 @@ pub const INTEGER_AVG_WORDING: &str = "# integer avg: the sum divided by the PE 
 /// Width of one candidate's group of columns.
 const GROUP: usize = 42;
 
-/// The report as a table: one row per size and dtype, time / algbw / busbw / #wrong per
-/// candidate, then the ratio and the row note.
-pub fn render_table(r: &Report) -> String {
+/// The report as a table: one row per size and dtype, time / algbw / busbw / #wrong /
+/// t|compute per candidate, then the ratio on `on`'s timing, the ratio on the other, and the
+/// row note.
+pub fn render_table(r: &Report, on: RatioOn) -> String {
     let op = r.op.map_or("none", ReduceOp::name);
     let title = match r.op {
         Some(_) => format!("{} ({op})", r.collective),
@@ -1609,15 +1661,15 @@ pub fn render_table(r: &Report) -> String {
     s += &format!(
         "# t|compute: us per call when each call follows a compute kernel on the stream (a \
          {} memset, as a training step's work before its collective): median of the groups of \
-         (kernel, call) less median of the kernels alone; |compute: the ratio of those\n",
+         (kernel, call) less median of the kernels alone\n",
         size_label(COMPUTE_BYTES)
     );
-    s += "# algbw = bytes / time, busbw = algbw * bus factor, GB/s (1e9 B/s)";
+    s += "# algbw = bytes / time, busbw = algbw * bus factor, GB/s (1e9 B/s)\n";
     let show_vs = r.shows_baseline_column();
     if let Some((ours, bases)) = r.ratio {
-        s += &ratio_wording(ours, &r.ratio_baselines(), bases[0], show_vs);
+        s += &ratio_wording(ours, &r.ratio_baselines(), bases[0], show_vs, on);
+        s += "\n";
     }
-    s += "\n";
     s += &checked_wording(r.checked_by.as_deref());
     s += "\n";
     let checked = r.checked_dtypes();
@@ -1646,7 +1698,7 @@ pub fn render_table(r: &Report) -> String {
     }
     let ratio_head = r.ratio.map(|(a, b)| format!("{a}/{}", b[0]));
     if let Some(h) = &ratio_head {
-        s += &format!(" {h:>9} {:>9}", "|compute");
+        s += &format!(" {h:>9} {:>9}", on.other().second_column());
         if show_vs {
             s += &format!(" {:>13}", "vs");
         }
@@ -1684,13 +1736,13 @@ pub fn render_table(r: &Report) -> String {
             };
         }
         if let Some((ours, bases)) = r.ratio {
-            let b2b = row.ratio_to_fastest(ours, bases, false);
-            let after = row.ratio_to_fastest(ours, bases, true);
+            let first = row.ratio_to_fastest(ours, bases, on);
+            let second = row.ratio_to_fastest(ours, bases, on.other());
             let shown =
                 |x: Option<(f64, &str)>| x.map_or("-".to_string(), |x| format!("{:.2}", x.0));
-            s += &format!(" {:>9} {:>9}", shown(b2b), shown(after));
+            s += &format!(" {:>9} {:>9}", shown(first), shown(second));
             if show_vs {
-                let vs = baseline_cell(b2b.map(|x| x.1), after.map(|x| x.1));
+                let vs = baseline_cell(first.map(|x| x.1), second.map(|x| x.1));
                 s += &format!(" {vs:>13}");
             }
         }
@@ -1714,27 +1766,37 @@ pub fn render_table(r: &Report) -> String {
     s
 }
 
-/// The table header's words on the ratio: `ours`'s time over `named`'s (the ratio's baselines
-/// among the candidates; `label` names the column), over the faster of them at each size
-/// where there are several.
-pub fn ratio_wording(ours: &str, named: &[&str], label: &str, show_vs: bool) -> String {
-    let head = format!("; {ours}/{label} = {ours}'s time over ");
-    match named {
-        [] | [_] => format!(
-            "{head}{}'s (< 1: ours is faster)",
-            named.first().copied().unwrap_or(label)
-        ),
-        _ => format!(
-            "{head}the faster of {} at each size, back to back and after compute each (< 1: \
-             ours is faster){}",
-            named.join(" and "),
-            if show_vs {
-                "; vs = which (a|b: a back to back, b after compute)"
-            } else {
-                ""
-            }
-        ),
+/// The table header's line on the ratio: which timing it is taken on (`on`), `ours`'s time
+/// over `named`'s (the ratio's baselines among the candidates; `label` names the column), over
+/// the faster of them at each size where there are several, and the second column's timing.
+pub fn ratio_wording(
+    ours: &str,
+    named: &[&str],
+    label: &str,
+    show_vs: bool,
+    on: RatioOn,
+) -> String {
+    let theirs = match named {
+        [] | [_] => format!("{}'s", named.first().copied().unwrap_or(label)),
+        _ => format!("the faster of {} at each size", named.join(" and ")),
+    };
+    let other = on.other();
+    let mut s = format!(
+        "# ratio on {} (--ratio-on {}): {ours}/{label} = {ours}'s {} over {theirs} (< 1: \
+         ours is faster); {}: the same on the {} columns",
+        on.words(),
+        on.name(),
+        on.time_column(),
+        other.second_column(),
+        other.time_column()
+    );
+    if show_vs && named.len() > 1 {
+        s += &format!(
+            "; vs = which (a|b: a for {ours}/{label}, b for {})",
+            other.second_column()
+        );
     }
+    s
 }
 
 /// The report header's line on the nccl-sym candidate.
@@ -1751,6 +1813,17 @@ pub fn window_only(candidate: &str) -> Error {
     }
 }
 
+/// The ratios the JSON and CSV carry, with their keys: on `on`'s timing (plain `ratio`, what
+/// `ratio_on` names), then back to back and after compute by name, so that a reader wanting one
+/// timing need not look at `ratio_on`.
+fn ratio_keys(on: RatioOn) -> [(RatioOn, &'static str); 3] {
+    [
+        (on, "ratio"),
+        (RatioOn::BackToBack, "ratio_back_to_back"),
+        (RatioOn::AfterCompute, "ratio_after_compute"),
+    ]
+}
+
 /// Bytes the compute kernel between calls writes.
 pub const COMPUTE_BYTES: usize = 64 << 20;
 
@@ -1763,8 +1836,9 @@ pub fn rounded(x: f64, digits: i32) -> Value {
     json!((x * f).round() / f)
 }
 
-/// The report as JSON.
-pub fn render_json(r: &Report) -> String {
+/// The report as JSON; `ratio_on` says which timing the rows' `ratio_*_over_*` and
+/// `ratio_baseline` are on, and both timings' ratios are there by name as well.
+pub fn render_json(r: &Report, on: RatioOn) -> String {
     let outcome = |o: &Outcome| match o {
         Outcome::Timed(t) => json!({
             "us": rounded(t.us, 3),
@@ -1789,8 +1863,8 @@ pub fn render_json(r: &Report) -> String {
             m.insert(key.into(), json!(row.note));
         }
         if let Some((ours, bases)) = r.ratio {
-            for (after, key) in [(false, "ratio"), (true, "ratio_after_compute")] {
-                let best = row.ratio_to_fastest(ours, bases, after);
+            for (timing, key) in ratio_keys(on) {
+                let best = row.ratio_to_fastest(ours, bases, timing);
                 let value = best.map_or(Value::Null, |(x, _)| rounded(x, 4));
                 m.insert(format!("{key}_{ours}_over_{}", bases[0]), value);
                 m.insert(format!("{key}_baseline"), json!(best.map(|(_, b)| b)));
@@ -1822,6 +1896,7 @@ pub fn render_json(r: &Report) -> String {
     m.insert("candidates".into(), json!(r.candidates));
     // Ours over the fastest of these at each size (a row's `ratio_baseline` says which).
     m.insert("ratio_baselines".into(), json!(r.ratio_baselines()));
+    m.insert("ratio_on".into(), json!(on.name()));
     m.insert("optional".into(), json!(r.optional));
     m.insert(
         "rows".into(),
@@ -1834,10 +1909,10 @@ pub fn render_json(r: &Report) -> String {
 /// nccl-tests' columns (size, count, type, redop, time, algbw, busbw, #wrong) and the
 /// candidate, its calls per group, outputs checked, status ("ok", "wrong" or "n/a: why") and
 /// the tolerance the type's outputs were checked with (0: exact), its time after a compute
-/// kernel, then the row's ratio of ours over the fastest NCCL path, back to back and after
-/// compute, each with the baseline it used (the same on every line of a size and dtype; empty
-/// where none).
-pub fn render_csv(r: &Report) -> String {
+/// kernel, then the timing the ratio is on (`on`), the row's ratio of ours over the fastest
+/// NCCL path on it, and the same back to back and after compute by name, each with the
+/// baseline it used (the same on every line of a size and dtype; empty where none).
+pub fn render_csv(r: &Report, on: RatioOn) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let header = [
         "collective",
@@ -1855,8 +1930,11 @@ pub fn render_csv(r: &Report) -> String {
         "status",
         "tolerance",
         "time_after_compute_us",
+        "ratio_on",
         "ratio",
         "ratio_baseline",
+        "ratio_back_to_back",
+        "ratio_back_to_back_baseline",
         "ratio_after_compute",
         "ratio_after_compute_baseline",
     ];
@@ -1864,17 +1942,16 @@ pub fn render_csv(r: &Report) -> String {
     w.write_record(header).expect("CSV header");
     let redop = r.op.map_or("none", ReduceOp::name);
     for row in &r.rows {
-        let ratios: Vec<String> = [false, true]
-            .into_iter()
-            .flat_map(|after| {
+        let ratios: Vec<String> = std::iter::once(on.name().to_string())
+            .chain(ratio_keys(on).into_iter().flat_map(|(timing, _)| {
                 let best = r
                     .ratio
-                    .and_then(|(ours, bases)| row.ratio_to_fastest(ours, bases, after));
+                    .and_then(|(ours, bases)| row.ratio_to_fastest(ours, bases, timing));
                 [
                     best.map_or(String::new(), |(x, _)| format!("{x:.4}")),
                     best.map_or(String::new(), |(_, b)| b.to_string()),
                 ]
-            })
+            }))
             .collect();
         for (c, o) in &row.results {
             let fixed = [
@@ -2191,33 +2268,41 @@ mod tests {
         }
     }
 
-    /// The ratio takes the faster NCCL path that ran right, at each size and separately back
-    /// to back and after compute; a tie goes to the first listed (nccl).
+    /// The ratio takes the faster NCCL path that ran right, at each size and on each timing
+    /// separately; a tie goes to the first listed (nccl).
     #[test]
     fn ratio_takes_the_faster_nccl_path_per_size() {
+        use RatioOn::{AfterCompute as After, BackToBack as B2b};
         let r = two_baselines();
-        let at = |i: usize, after: bool| r.rows[i].ratio_to_fastest("ours", NCCL_BASELINES, after);
-        assert_eq!(at(0, false), Some((0.8, "nccl-sym")));
-        assert_eq!(at(0, true), Some((0.6, "nccl")));
-        assert_eq!(at(1, false), Some((1.5, "nccl")));
-        // Wrong outputs and a path that did not run are never the baseline.
-        assert_eq!(at(2, false), Some((0.5, "nccl")));
-        assert_eq!(at(3, true), Some((0.25, "nccl")));
+        let at = |i: usize, on: RatioOn| r.rows[i].ratio_to_fastest("ours", NCCL_BASELINES, on);
+        // At 4K the two timings disagree on which NCCL path is the faster.
+        assert_eq!(at(0, B2b), Some((0.8, "nccl-sym")));
+        assert_eq!(at(0, After), Some((0.6, "nccl")));
         assert_eq!(
-            r.rows[0].fastest(NCCL_BASELINES, false),
+            r.rows[0].fastest(NCCL_BASELINES, B2b),
             Some(("nccl-sym", 5.0))
         );
-        // The old single-baseline ratio is unchanged.
-        assert_eq!(r.rows[0].ratio("ours", "nccl"), Some(0.5));
+        assert_eq!(
+            r.rows[0].fastest(NCCL_BASELINES, After),
+            Some(("nccl", 10.0))
+        );
+        assert_eq!(at(1, B2b), Some((1.5, "nccl")));
+        // Wrong outputs and a path that did not run are never the baseline.
+        assert_eq!(at(2, B2b), Some((0.5, "nccl")));
+        assert_eq!(at(3, After), Some((0.25, "nccl")));
+        // The single-baseline ratio, on either timing.
+        assert_eq!(r.rows[0].ratio("ours", "nccl", B2b), Some(0.5));
+        assert_eq!(r.rows[0].ratio("ours", "nccl", After), Some(0.6));
+        assert_eq!(r.rows[0].ratio("ours", "nccl-sym", After), Some(0.5));
         let mut tie = r.rows[1].clone();
         tie.results[2] = ("nccl-sym", timed(6.0, 6.0, 0));
-        assert_eq!(tie.fastest(NCCL_BASELINES, false), Some(("nccl", 6.0)));
+        assert_eq!(tie.fastest(NCCL_BASELINES, B2b), Some(("nccl", 6.0)));
         // Neither ran: no ratio; ours did not run: none either.
         let mut none = r.rows[3].clone();
         none.results[1] = ("nccl", Outcome::Unavailable("no NCCL".into()));
-        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, false), None);
+        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, After), None);
         none.results = vec![("nccl", timed(1.0, 1.0, 0))];
-        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, false), None);
+        assert_eq!(none.ratio_to_fastest("ours", NCCL_BASELINES, After), None);
         assert_eq!(baseline_cell(Some("nccl"), Some("nccl")), "nccl");
         assert_eq!(
             baseline_cell(Some("nccl-sym"), Some("nccl")),
@@ -2228,17 +2313,80 @@ mod tests {
         assert_eq!(baseline_cell(None, None), "-");
     }
 
-    /// The table's ratio columns use the faster path and say which (`vs`); the header says
-    /// how the ratio is chosen; an optional candidate that did not run is a note, not a failure.
+    /// `--ratio-on` takes the two timings by name, after compute by default; the names are the
+    /// JSON's and the CSV's.
+    #[test]
+    fn ratio_is_on_after_compute_unless_asked_otherwise() {
+        use clap::ValueEnum;
+        assert_eq!(RatioOn::default(), RatioOn::AfterCompute);
+        for on in [RatioOn::AfterCompute, RatioOn::BackToBack] {
+            assert_eq!(on.to_possible_value().unwrap().get_name(), on.name());
+            assert_eq!(RatioOn::from_str(on.name(), true), Ok(on));
+            assert_ne!(on.other(), on);
+            assert_eq!(on.other().other(), on);
+        }
+        assert_eq!(RatioOn::value_variants().len(), 2);
+        let t = Timing {
+            us: 1.0,
+            us_after_compute: 2.0,
+            ..match timed(1.0, 2.0, 0) {
+                Outcome::Timed(t) => t,
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(t.us_on(RatioOn::AfterCompute), 2.0);
+        assert_eq!(t.us_on(RatioOn::BackToBack), 1.0);
+    }
+
+    /// After compute (the default): the first ratio column is on the times after compute, its
+    /// baseline the path fastest after compute; back to back beside it; the header says which.
+    #[test]
+    fn table_puts_the_ratio_on_after_compute_first() {
+        let r = two_baselines();
+        let t = render_table(&r, RatioOn::default());
+        assert!(
+            t.contains(
+                "\n# ratio on after compute (--ratio-on after-compute): ours/nccl = ours's \
+                 t|compute over the faster of nccl and nccl-sym at each size (< 1: ours is \
+                 faster); |b2b: the same on the time columns; vs = which (a|b: a for ours/nccl, \
+                 b for |b2b)\n"
+            ),
+            "{t}"
+        );
+        let header = t.lines().find(|l| l.contains("redop")).unwrap();
+        assert!(
+            header.ends_with(" ours/nccl      |b2b            vs"),
+            "{header}"
+        );
+        let line = |size: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(size))
+                .unwrap()
+                .to_string()
+        };
+        // 4K: 6 / 10 (nccl) after compute, 4 / 5 (nccl-sym) back to back.
+        assert!(line("4K").ends_with(" 0.60      0.80 nccl|nccl-sym"), "{t}");
+        assert!(line("8K").ends_with(" 1.50      1.50          nccl"), "{t}");
+        assert_eq!(header.len(), line("4K").len(), "{header}\n{}", line("4K"));
+        // Both time columns stay, in their places.
+        assert!(
+            line("4K").contains("      4.00     1.0     1.0      0      6.00"),
+            "{t}"
+        );
+    }
+
+    /// Back to back (`--ratio-on back-to-back`): the table as before the flag, with its
+    /// header saying so; after compute is the second ratio column.
     #[test]
     fn table_names_the_baseline_of_each_ratio() {
         let r = two_baselines();
-        let t = render_table(&r);
+        let t = render_table(&r, RatioOn::BackToBack);
         assert!(
             t.contains(
-                "; ours/nccl = ours's time over the faster of nccl and nccl-sym at each size, \
-                 back to back and after compute each (< 1: ours is faster); vs = which (a|b: a \
-                 back to back, b after compute)\n"
+                "\n# ratio on back to back (--ratio-on back-to-back): ours/nccl = ours's time \
+                 over the faster of nccl and nccl-sym at each size (< 1: ours is faster); \
+                 |compute: the same on the t|compute columns; vs = which (a|b: a for \
+                 ours/nccl, b for |compute)\n"
             ),
             "{t}"
         );
@@ -2272,56 +2420,77 @@ mod tests {
         ok.optional.clear();
         let err = ok.verify().unwrap_err().to_string();
         assert!(err.contains("nccl-sym: NCCL 2.26.2 has none"), "{err}");
-        // With one NCCL path among the candidates, the table reads as before: no vs column.
+        // With one NCCL path among the candidates: no vs column.
         let mut one = two_baselines();
         one.candidates = vec!["ours", "nccl"];
         for row in &mut one.rows {
             row.results.truncate(2);
         }
         assert!(!one.shows_baseline_column());
-        let t = render_table(&one);
-        assert!(t.contains("; ours/nccl = ours's time over nccl's (< 1: ours is faster)\n"));
+        let t = render_table(&one, RatioOn::AfterCompute);
+        assert!(t.contains(
+            "\n# ratio on after compute (--ratio-on after-compute): ours/nccl = ours's \
+             t|compute over nccl's (< 1: ours is faster); |b2b: the same on the time columns\n"
+        ));
         let header = t.lines().find(|l| l.contains("redop")).unwrap();
-        assert!(header.ends_with("ours/nccl  |compute"), "{header}");
+        assert!(header.ends_with("ours/nccl      |b2b"), "{header}");
         assert_eq!(
-            ratio_wording("auto", &["nccl-sym"], "nccl", false),
-            "; auto/nccl = auto's time over nccl-sym's (< 1: ours is faster)"
+            ratio_wording("auto", &["nccl-sym"], "nccl", false, RatioOn::BackToBack),
+            "# ratio on back to back (--ratio-on back-to-back): auto/nccl = auto's time over \
+             nccl-sym's (< 1: ours is faster); |compute: the same on the t|compute columns"
         );
     }
 
-    /// JSON: the ratios against the faster path with the baseline each used, the baselines
-    /// and the optional candidates; every candidate's own times under `results`.
+    /// JSON: `ratio_on`, the ratio on it against the faster path with the baseline it used,
+    /// both timings' ratios by name, the baselines and the optional candidates; every
+    /// candidate's own times under `results`.
     #[test]
     fn json_and_csv_carry_the_ratio_and_its_baseline() {
         let r = two_baselines();
-        let v: Value = serde_json::from_str(&render_json(&r)).expect("valid JSON");
+        let v: Value = serde_json::from_str(&render_json(&r, RatioOn::default())).unwrap();
+        assert_eq!(v["ratio_on"], "after-compute");
         assert_eq!(v["ratio_baselines"], json!(["nccl", "nccl-sym"]));
         assert_eq!(v["optional"], json!(["nccl-sym"]));
         let row = &v["rows"][0];
-        assert_eq!(row["ratio_ours_over_nccl"], json!(0.8));
-        assert_eq!(row["ratio_baseline"], "nccl-sym");
+        // The ratio is after compute's, against nccl; back to back's was nccl-sym.
+        assert_eq!(row["ratio_ours_over_nccl"], json!(0.6));
+        assert_eq!(row["ratio_baseline"], "nccl");
         assert_eq!(row["ratio_after_compute_ours_over_nccl"], json!(0.6));
         assert_eq!(row["ratio_after_compute_baseline"], "nccl");
+        assert_eq!(row["ratio_back_to_back_ours_over_nccl"], json!(0.8));
+        assert_eq!(row["ratio_back_to_back_baseline"], "nccl-sym");
         assert_eq!(row["results"]["nccl-sym"]["us"], json!(5.0));
+        assert_eq!(row["results"]["nccl-sym"]["us_after_compute"], json!(12.0));
         assert_eq!(
             v["rows"][3]["results"]["nccl-sym"]["na"],
             "NCCL 2.26.2 has none"
         );
+        // Back to back: the plain keys follow it; the named ones do not move.
+        let v: Value = serde_json::from_str(&render_json(&r, RatioOn::BackToBack)).unwrap();
+        assert_eq!(v["ratio_on"], "back-to-back");
+        let row = &v["rows"][0];
+        assert_eq!(row["ratio_ours_over_nccl"], json!(0.8));
+        assert_eq!(row["ratio_baseline"], "nccl-sym");
+        assert_eq!(row["ratio_after_compute_ours_over_nccl"], json!(0.6));
+        assert_eq!(row["ratio_back_to_back_baseline"], "nccl-sym");
         let mut lone = r.clone();
         lone.rows[0].results.truncate(1);
-        let v: Value = serde_json::from_str(&render_json(&lone)).unwrap();
+        let v: Value = serde_json::from_str(&render_json(&lone, RatioOn::default())).unwrap();
         assert_eq!(v["rows"][0]["ratio_ours_over_nccl"], Value::Null);
         assert_eq!(v["rows"][0]["ratio_baseline"], Value::Null);
 
-        let text = render_csv(&r);
+        let text = render_csv(&r, RatioOn::default());
         let mut rd = csv::Reader::from_reader(text.as_bytes());
         let head: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
         assert_eq!(
             head[14..],
             [
                 "time_after_compute_us",
+                "ratio_on",
                 "ratio",
                 "ratio_baseline",
+                "ratio_back_to_back",
+                "ratio_back_to_back_baseline",
                 "ratio_after_compute",
                 "ratio_after_compute_baseline"
             ]
@@ -2332,12 +2501,26 @@ mod tests {
         for line in &rows[..3] {
             assert_eq!(
                 line.iter().skip(15).collect::<Vec<_>>(),
-                ["0.8000", "nccl-sym", "0.6000", "nccl"]
+                [
+                    "after-compute",
+                    "0.6000",
+                    "nccl",
+                    "0.8000",
+                    "nccl-sym",
+                    "0.6000",
+                    "nccl"
+                ]
             );
         }
         assert_eq!(&rows[2][5], "nccl-sym");
         assert_eq!(&rows[11][12], "n/a: NCCL 2.26.2 has none");
-        assert_eq!(&rows[11][16], "nccl");
+        assert_eq!(&rows[11][17], "nccl");
+        let text = render_csv(&r, RatioOn::BackToBack);
+        let line = text.lines().nth(1).unwrap();
+        assert!(
+            line.ends_with(",back-to-back,0.8000,nccl-sym,0.8000,nccl-sym,0.6000,nccl"),
+            "{line}"
+        );
     }
 
     #[test]

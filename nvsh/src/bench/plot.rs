@@ -1,6 +1,6 @@
 //! The benches' results as charts: time per call and bus bandwidth against message size, log
-//! axes, a line per candidate (ours per algorithm, NCCL, NVSHMEM's reduce) and a row of two
-//! charts per dtype. `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh
+//! axes, a line per candidate (ours per algorithm, NCCL, NVSHMEM's reduce), back to back and
+//! (dotted, in the same colour) after a compute kernel, and a row of two charts per dtype. `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh
 //! plot RESULT.json --out FILE.png` one stored with `--json` (no GPU needed): both read the
 //! bench's JSON (`"schema":1`, see [`harness::render_json`] and [`put::render_json`]), so a
 //! stored file and a live run draw the same.
@@ -49,10 +49,14 @@ pub struct RowJson {
     pub results: BTreeMap<String, ResultJson>,
 }
 
-/// One candidate at one size: timed (`us`, `busbw`, `wrong`) or not run (`na`: why).
+/// One candidate at one size: timed (`us`, `us_after_compute`, `busbw`, `wrong`) or not run
+/// (`na`: why).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ResultJson {
     pub us: Option<f64>,
+    /// Absent from files of older builds.
+    #[serde(default)]
+    pub us_after_compute: Option<f64>,
     pub busbw: Option<f64>,
     #[serde(default)]
     pub wrong: u64,
@@ -220,13 +224,27 @@ fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
             dtypes.push(&r.dtype);
         }
     }
+    // Files of older builds have no times after compute: their charts stay as they were.
+    let after = c
+        .rows
+        .iter()
+        .any(|r| r.results.values().any(|x| x.us_after_compute.is_some()));
+    let key = if after {
+        vec![
+            ("back to back".to_string(), Stroke::Solid),
+            ("after a compute kernel".to_string(), Stroke::Dotted),
+        ]
+    } else {
+        Vec::new()
+    };
     let mut notes: Notes = Vec::new();
     let mut panels = Vec::new();
     for dtype in &dtypes {
-        let mut time = Vec::new();
-        let mut bw = Vec::new();
+        let (mut time, mut bw) = (Vec::new(), Vec::new());
+        let (mut time_after, mut bw_after) = (Vec::new(), Vec::new());
         for (i, cand) in c.candidates.iter().enumerate() {
             let (mut t, mut b) = (Vec::new(), Vec::new());
+            let (mut ta, mut ba) = (Vec::new(), Vec::new());
             for row in c.rows.iter().filter(|r| r.dtype == *dtype) {
                 let Some(res) = row.results.get(cand) else {
                     continue;
@@ -253,6 +271,13 @@ fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
                 if let Some(busbw) = res.busbw {
                     b.push((x, busbw));
                 }
+                if let Some(us_after) = res.us_after_compute {
+                    ta.push((x, us_after));
+                    // The same bytes and bus factor over the time after compute.
+                    if let (Some(us), Some(busbw)) = (res.us, res.busbw) {
+                        ba.push((x, busbw * us / us_after));
+                    }
+                }
             }
             // Allreduce's auto runs one of the other lines' algorithms at each size: dashed,
             // so that the line it lies on still shows.
@@ -270,6 +295,22 @@ fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
             };
             time.push(series(t));
             bw.push(series(b));
+            // The candidate's colour, dotted, without a legend entry of its own: the key's
+            // dotted entry says what it is.
+            let dotted = |points| Series {
+                label: String::new(),
+                points,
+                stroke: Stroke::Dotted,
+                color: i,
+                markers: false,
+            };
+            time_after.push(dotted(ta));
+            bw_after.push(dotted(ba));
+        }
+        // After every back-to-back line, so that candidate k's line is series k either way.
+        if after {
+            time.extend(time_after);
+            bw.extend(bw_after);
         }
         panels.push(Panel {
             title: format!("{dtype}: time per call"),
@@ -277,6 +318,7 @@ fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
             y: log_axis("time (us)"),
             series: time,
             legend: Corner::UpperLeft,
+            key: key.clone(),
         });
         panels.push(Panel {
             title: format!("{dtype}: bus bandwidth"),
@@ -284,6 +326,7 @@ fn collective_figure(c: &CollectiveJson) -> (Figure, Notes) {
             y: log_axis("busbw (GB/s)"),
             series: bw,
             legend: Corner::UpperLeft,
+            key: key.clone(),
         });
     }
     let what = match &c.op {
@@ -338,6 +381,7 @@ fn put_figure(p: &PutJson) -> Figure {
                     series("in kernel", 1, in_kernel_t),
                 ],
                 legend: Corner::UpperLeft,
+                key: Vec::new(),
             },
             Panel {
                 title: "bandwidth".into(),
@@ -348,6 +392,7 @@ fn put_figure(p: &PutJson) -> Figure {
                     series("in kernel", 1, in_kernel_b),
                 ],
                 legend: Corner::UpperLeft,
+                key: Vec::new(),
             },
         ],
         columns: 2,
@@ -411,6 +456,62 @@ mod tests {
         assert_eq!(time[1].points.len(), 1);
         assert!((time[1].points[0].1 - 65536.0 / 165.1e3).abs() < 1e-9);
         assert_eq!(fig.panels[1].series[1].points, vec![(65536.0, 165.1)]);
+    }
+
+    const ALLGATHER: &str = r#"{"schema":1,"collective":"allgather","n_pes":2,
+        "gpu":"NVIDIA H200","op":null,"date":"2026-12-01","candidates":["ours","nccl"],
+        "ratio_on":"after-compute","rows":[
+        {"bytes":4096,"dtype":"f32","results":{
+            "ours":{"us":4.0,"us_after_compute":6.0,"busbw":0.5,"wrong":0},
+            "nccl":{"us":8.0,"us_after_compute":10.0,"busbw":0.25,"wrong":0}}},
+        {"bytes":8192,"dtype":"f32","results":{
+            "ours":{"us":5.0,"us_after_compute":0.0,"busbw":0.8,"wrong":0},
+            "nccl":{"na":"no NCCL"}}}]}"#;
+
+    /// Each candidate has a line back to back and a dotted one after compute in its colour,
+    /// in both charts; the key says which is which, and the dotted lines have no entries of
+    /// their own.
+    #[test]
+    fn collective_results_draw_after_compute_dotted_beside_back_to_back() {
+        let (fig, notes) = parse_bench_json(ALLGATHER).unwrap().figure();
+        assert_eq!(notes, ["nccl: not run (no NCCL)"]);
+        let key = [
+            ("back to back".to_string(), Stroke::Solid),
+            ("after a compute kernel".to_string(), Stroke::Dotted),
+        ];
+        let [time, bw] = &fig.panels[..] else {
+            panic!("{} panels", fig.panels.len())
+        };
+        for p in [time, bw] {
+            assert_eq!(p.key, key);
+            let shape: Vec<(&str, Stroke, usize)> = p
+                .series
+                .iter()
+                .map(|s| (s.label.as_str(), s.stroke, s.color))
+                .collect();
+            assert_eq!(
+                shape,
+                [
+                    ("ours", Stroke::Solid, 0),
+                    ("nccl", Stroke::Solid, 1),
+                    ("", Stroke::Dotted, 0),
+                    ("", Stroke::Dotted, 1)
+                ]
+            );
+        }
+        assert_eq!(time.series[0].points, [(4096.0, 4.0), (8192.0, 5.0)]);
+        assert_eq!(time.series[2].points, [(4096.0, 6.0), (8192.0, 0.0)]);
+        assert_eq!(time.series[3].points, [(4096.0, 10.0)]);
+        // The same bytes and bus factor over the time after compute: 0.5 x 4 / 6. A time of
+        // 0 (compute alone took as long) gives no drawable bandwidth.
+        assert_eq!(bw.series[2].points[0], (4096.0, 0.5 * 4.0 / 6.0));
+        assert!(bw.series[2].points[1].1.is_infinite());
+        assert_eq!(bw.series[3].points, [(4096.0, 0.25 * 8.0 / 10.0)]);
+        // A file of an older build, without times after compute: the chart as before.
+        let old = ALLGATHER.replace("\"us_after_compute\"", "\"was_after_compute\"");
+        let (fig, _) = parse_bench_json(&old).unwrap().figure();
+        assert!(fig.panels.iter().all(|p| p.key.is_empty()));
+        assert!(fig.panels.iter().all(|p| p.series.len() == 2));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use clap::builder::PossibleValue;
 use clap::{Args, Subcommand, ValueEnum};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{self, Report};
+use nvsh::bench::harness::{self, RatioOn, Report};
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvsh::bench::sparse::{self, SparseBenchOptions};
 use nvshmem::core::env_value::size_label;
@@ -259,12 +259,22 @@ pub struct CollectiveArgs {
     /// #wrong, status).
     #[arg(long)]
     csv: bool,
+    /// The timing the ratio to NCCL (ours over the faster NCCL path at each size, and which
+    /// path that is) is taken on; the ratio on the other timing is printed beside it, and both
+    /// times always are.
+    #[arg(
+        long,
+        value_name = "TIMING",
+        default_value = "after-compute",
+        ignore_case = true
+    )]
+    ratio_on: RatioOn,
     /// Write the results to this file (from PE 0) instead of standard output.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
     /// Also draw the results as a PNG chart: time and bus bandwidth against message size, log
-    /// axes, a line per candidate, two charts per dtype (from PE 0; the path is checked before
-    /// the bench starts).
+    /// axes, a line per candidate back to back and a dotted one after compute, two charts per
+    /// dtype (from PE 0; the path is checked before the bench starts).
     #[arg(long, value_name = "FILE.png")]
     plot: Option<std::path::PathBuf>,
 }
@@ -691,13 +701,14 @@ fn collective(
     check_outputs(common.out.as_deref(), common.plot.as_deref())?;
     let nv = Nvshmem::init()?;
     if let Some(report) = bench(&nv)? {
-        let json = harness::render_json(&report);
+        let on = common.ratio_on;
+        let json = harness::render_json(&report, on);
         let text = if common.json {
             json.clone() + "\n"
         } else if common.csv {
-            harness::render_csv(&report)
+            harness::render_csv(&report, on)
         } else {
-            harness::render_table(&report)
+            harness::render_table(&report, on)
         };
         emit(&text, common.out.as_deref())?;
         // Printed (and drawn) first, so the table shows which results were wrong or missing;
@@ -882,6 +893,38 @@ mod tests {
         assert!(allreduce_args(&["--csv"]).unwrap().common.csv);
         let e = allreduce_args(&["--csv", "--json"]).err().unwrap();
         assert!(e.contains("cannot be used with"), "{e}");
+    }
+
+    /// `--ratio-on`: after compute unless told otherwise, for allreduce and the family alike;
+    /// the help names both timings and the default.
+    #[test]
+    fn ratio_is_on_after_compute_by_default() {
+        assert_eq!(
+            allreduce_args(&[]).unwrap().common.ratio_on,
+            RatioOn::AfterCompute
+        );
+        let a = allreduce_args(&["--ratio-on", "back-to-back"]).unwrap();
+        assert_eq!(a.common.ratio_on, RatioOn::BackToBack);
+        let a = allreduce_args(&["--ratio-on", "After-Compute"]).unwrap();
+        assert_eq!(a.common.ratio_on, RatioOn::AfterCompute);
+        let family = |args: &[&str]| {
+            let argv = ["bench", "reduce-scatter"].iter().chain(args);
+            match Cli::try_parse_from(argv).unwrap().bench {
+                BenchCommand::ReduceScatter(a) => a.family.common.ratio_on,
+                _ => panic!("parsed as another bench"),
+            }
+        };
+        assert_eq!(family(&[]), RatioOn::AfterCompute);
+        assert_eq!(family(&["--ratio-on", "back-to-back"]), RatioOn::BackToBack);
+        assert!(allreduce_args(&["--ratio-on", "compute"]).is_err());
+        for name in ["allreduce", "broadcast"] {
+            let help = clap_text(&[name, "-h"]);
+            assert!(
+                help.contains("[default: after-compute]")
+                    && help.contains("[possible values: after-compute, back-to-back]"),
+                "{help}"
+            );
+        }
     }
 
     #[test]

@@ -12,7 +12,8 @@ pub struct PlotArgs {
     #[arg(value_name = "RESULT.json")]
     json: PathBuf,
     /// The PNG to write: time and bandwidth against message size, log axes, a line per
-    /// candidate, two charts per dtype.
+    /// candidate (and a dotted one after a compute kernel, where the file has those times),
+    /// two charts per dtype.
     #[arg(long, value_name = "FILE.png")]
     out: PathBuf,
 }
