@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- Element types and reduce ops (src/element.rs Dtype, src/allreduce.rs ReduceOp) ---- */
+/* ---- Element types and reduce ops (src/core/element.rs Dtype, src/coll/op.rs ReduceOp) ---- */
 
 #define NVSHMEMRS_DTYPE_F32 0
 #define NVSHMEMRS_DTYPE_F64 1
@@ -30,7 +30,7 @@
 #define NVSHMEMRS_REDOP_MAX 3
 #define NVSHMEMRS_REDOP_AVG 4
 
-/* ---- Allreduce algorithms (src/allreduce.rs AllreduceAlgo and Protocol) ---- */
+/* ---- Allreduce algorithms (src/coll/allreduce/algo.rs AllreduceAlgo, mod.rs Protocol) ---- */
 
 #define NVSHMEMRS_ALGO_ONESHOT 0
 #define NVSHMEMRS_ALGO_TWOSHOT 1
@@ -105,9 +105,9 @@
 #define NVSHMEMRS_ALLREDUCE_PROTOCOL_PULL 1
 #define NVSHMEMRS_ALLREDUCE_PROTOCOL_PUSH 2
 
-/* ---- Failure records of waits with a deadline (src/deadline.rs) ---- */
+/* ---- Failure records of waits with a deadline (src/core/deadline.rs, src/core/status.rs) ---- */
 
-/* What waited (src/deadline.rs WaitOp). */
+/* What waited (src/core/status.rs WaitOp). */
 #define NVSHMEMRS_WAIT_OP_SEND 1
 #define NVSHMEMRS_WAIT_OP_RECV_INTO 2
 #define NVSHMEMRS_WAIT_OP_RECV 3
@@ -116,7 +116,7 @@
 #define NVSHMEMRS_WAIT_OP_SIGNAL_WAIT 6
 /* A call of the collective family (coll/family.h); the record's index is its NVSHMEMRS_COLL_*. */
 #define NVSHMEMRS_WAIT_OP_COLLECTIVE 7
-/* The names src/deadline.rs's test still uses; go once it takes the WAIT_OP names. */
+/* Older names of the WAIT_OP codes; nothing in the repository uses them any more. */
 #define NVSHMEMRS_OP_SEND NVSHMEMRS_WAIT_OP_SEND
 #define NVSHMEMRS_OP_RECV_INTO NVSHMEMRS_WAIT_OP_RECV_INTO
 #define NVSHMEMRS_OP_RECV NVSHMEMRS_WAIT_OP_RECV
@@ -132,7 +132,7 @@
 
 /*
  * The status record a failed wait writes (prims/deadline.cuh), in host-mapped memory; read by
- * src/deadline.rs (nvshmemrs_wait_status_size checks the size). Every field is 64 bits wide so
+ * src/core/status.rs (nvshmemrs_wait_status_size checks the size). Every field is 64 bits wide so
  * that both sides agree on the layout without padding rules.
  */
 typedef struct nvshmemrs_wait_status {

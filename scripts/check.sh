@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command, and exactly what CI runs (.ci/run): installs what the build needs
-# (scripts/setup_env.sh, arguments passed on), then formatting, lints and the CPU-side tests,
-# which must pass at least as many tests as .ci/min_tests says (scripts/test_floor.sh).
+# (scripts/setup_env.sh, arguments passed on), then formatting, the scripts' tests, the layer
+# and named-path checks, lints, the CPU-side tests (doc tests included), which must pass at
+# least as many tests as .ci/min_tests says (scripts/test_floor.sh), and the API docs.
 # Tests that need GPUs are #[ignore]d here; scripts/gpu_test.sh runs them on a GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,10 +34,15 @@ cargo fmt --all -- --check
 if [ -f scripts/tests/setup_scripts_test.sh ]; then
     bash scripts/tests/setup_scripts_test.sh
     bash scripts/tests/imports_test.sh
+    bash scripts/tests/paths_test.sh
 fi
-# The library's layers and no import cycle in any crate (absent from that copy too).
+# The library's layers and no import cycle in any crate, and every repository path that the
+# docs and comments name exists (both absent from that copy too).
 if [ -f scripts/imports.py ]; then
     python3 scripts/imports.py
+fi
+if [ -f scripts/paths.py ]; then
+    python3 scripts/paths.py
 fi
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # cargo reports success however few tests ran: count them against the floor in .ci/min_tests.
@@ -44,3 +50,6 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
 scripts/test_floor.sh "$log"
+# The library's API docs, with the write-ups of docs/ that its modules include: no warnings
+# (every intra-doc link resolves).
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p nvshmem

@@ -27,6 +27,11 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+/// The README's code blocks, compiled as doc tests (the example there stays true).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod bootstrap;
 pub mod coll;
 pub mod core;

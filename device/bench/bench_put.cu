@@ -1,4 +1,4 @@
-// Latency kernel of the put benchmark (src/bench_put.rs): p + wait ping-pong, one thread.
+// Latency kernel of the put benchmark (nvsh/src/bench/put.rs): p + wait ping-pong, one thread.
 #include <cuda_runtime.h>
 #include "core/nvshmem_device.cuh"
 

@@ -1,5 +1,5 @@
 /*
- * Kernels of the put benchmark (src/bench_put.rs). Return a cudaError_t from the launch.
+ * Kernels of the put benchmark (nvsh/src/bench/put.rs). Return a cudaError_t from the launch.
  */
 #ifndef NVSHMEM_RS_BENCH_PUT_H
 #define NVSHMEM_RS_BENCH_PUT_H

@@ -1,7 +1,8 @@
 /*
- * Allreduce steps (src/allreduce.rs). One launch reduces one segment of a message; the host
- * splits larger messages into segments. Every launch reads and advances a small device-resident
- * state, so the host passes no sequence numbers and a captured CUDA graph replays correctly.
+ * Allreduce steps (src/coll/allreduce/mod.rs). One launch reduces one segment of a message;
+ * the host splits larger messages into segments. Every launch reads and advances a small
+ * device-resident state, so the host passes no sequence numbers and a captured CUDA graph
+ * replays correctly.
  *
  * Workspace (symmetric; sized by the WORLD PE count so every PE allocates alike, even PEs whose
  * team is smaller or that belong to no team):

@@ -1,4 +1,4 @@
-// One-thread kernels behind the host API's 64-bit atomics (src/rma.rs).
+// One-thread kernels behind the host API's 64-bit atomics (src/p2p/rma.rs).
 #include <cuda_runtime.h>
 #include "core/nvshmem_device.cuh"
 

@@ -1,5 +1,5 @@
 /*
- * 64-bit atomics on a PE's symmetric memory, issued by one device thread (src/rma.rs).
+ * 64-bit atomics on a PE's symmetric memory, issued by one device thread (src/p2p/rma.rs).
  * NVSHMEM's host-side AMOs are not implemented over the NVLink/PCIe (P2P) transport, so the
  * host API runs these instead. Return a cudaError_t from the launch.
  */

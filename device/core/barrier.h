@@ -1,7 +1,8 @@
 /*
- * Barrier and stream signal wait with deadlines (src/ordering.rs, src/stream_rma.rs). NVSHMEM's
- * own barrier_all and signal_wait_until_on_stream spin without end on a dead peer; these record
- * a timeout in the runtime's host-mapped status record (abi.h, prims/deadline.cuh) and return.
+ * Barrier and stream signal wait with deadlines (src/sync/barrier.rs, src/p2p/stream_rma.rs).
+ * NVSHMEM's own barrier_all and signal_wait_until_on_stream spin without end on a dead peer;
+ * these record a timeout in the runtime's host-mapped status record (abi.h,
+ * prims/deadline.cuh) and return.
  *
  * Barrier: every PE adds 1 to arrivals[me] on every other PE, then waits until arrivals[q] on
  * itself reaches its own barrier count for every q. Counters only grow, so consecutive barriers

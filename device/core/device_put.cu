@@ -1,4 +1,4 @@
-// Device-initiated puts launched by src/device_put.rs. Each block moves one contiguous chunk:
+// Device-initiated puts launched by src/p2p/device_put.rs. Each block moves one contiguous chunk:
 // with direct stores into the peer's mapping when nvshmem_ptr gives one (NVLink/PCIe peers),
 // else with a block-scoped NVSHMEM put (InfiniBand: one thread posts the transfer).
 #include <cuda_runtime.h>

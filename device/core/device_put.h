@@ -1,5 +1,5 @@
 /*
- * Device-initiated puts (src/device_put.rs): kernels whose blocks each move one chunk with
+ * Device-initiated puts (src/p2p/device_put.rs): kernels whose blocks each move one chunk with
  * NVSHMEM's block-scoped put. All return a cudaError_t from the launch (0 on success).
  */
 #ifndef NVSHMEM_RS_DEVICE_PUT_H

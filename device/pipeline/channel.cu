@@ -1,8 +1,8 @@
-// Pipeline channel kernels launched by src/channel.rs; pipeline/channel.h documents the memory
-// layout and counters. Data moves like core/device_put.cu's put-with-signal: direct stores into
-// the peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts otherwise (other
-// nodes). Every wait has a deadline (prims/deadline.cuh): a dead peer ends the kernel, not the
-// stream.
+// Pipeline channel kernels launched by src/pipeline/channel.rs; pipeline/channel.h documents the
+// memory layout and counters. Data moves like core/device_put.cu's put-with-signal: direct
+// stores into the peer's mapping where nvshmem_ptr gives one (NVLink/PCIe), NVSHMEM puts
+// otherwise (other nodes). Every wait has a deadline (prims/deadline.cuh): a dead peer ends the
+// kernel, not the stream.
 #include <cuda_runtime.h>
 #include "core/nvshmem_device.cuh"
 

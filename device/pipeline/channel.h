@@ -1,5 +1,6 @@
 /*
- * Pipeline channel kernels (src/channel.rs). A channel's symmetric memory, the same on every PE:
+ * Pipeline channel kernels (src/pipeline/channel.rs). A channel's symmetric memory, the same on
+ * every PE:
  *   slots:   K receive slots of slot_bytes (16-byte aligned), written by the one sender;
  *   staging: NULL, or K slots on the sender for off-node puts from non-symmetric sources;
  *   words:   full[K] (arrival counters) and len[K] (message lengths), written by the sender;

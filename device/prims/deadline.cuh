@@ -1,6 +1,6 @@
 // Waits with a deadline, for kernels that wait on signals written by other PEs. A wait that
 // runs out of time records what it waited for in a status record in host-mapped memory (read by
-// src/deadline.rs without synchronising) and returns false, so that the kernel can exit instead
+// src/core/status.rs without synchronising) and returns false, so that the kernel can exit instead
 // of hanging the stream when a peer is dead or never sends. The record (struct
 // nvshmemrs_wait_status) and its codes are in abi.h.
 #ifndef NVSHMEM_RS_DEADLINE_CUH

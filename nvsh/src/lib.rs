@@ -2,6 +2,8 @@
 //! check (`nvsh doctor`), the benches with their shared harness and NCCL baseline, the soak and
 //! the tuning sweep (`nvsh tune`). The binary (`src/main.rs`) parses arguments and prints; this crate does the work, so tests and
 //! examples can call it.
+//!
+#![doc = include_str!("../../docs/benchmarks.md")]
 
 pub mod bench;
 pub mod doctor;

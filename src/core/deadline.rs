@@ -2,6 +2,8 @@
 //!
 //! Kernels wait with a spin bounded by `%globaltimer` (device/prims/deadline.cuh); a wait that runs
 //! out of time records what it waited for in a [`crate::core::status::StatusRecord`].
+//!
+#![doc = include_str!("../../docs/failures.md")]
 
 use crate::core::error::{Error, Result};
 use std::time::Duration;

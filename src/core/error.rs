@@ -213,7 +213,7 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// A channel call with arguments it cannot take (src/channel.rs).
+    /// A channel call with arguments it cannot take (src/pipeline/channel.rs).
     #[error("channel: {what}; {hint}")]
     Channel { what: String, hint: &'static str },
 

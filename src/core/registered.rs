@@ -50,6 +50,8 @@
 //!
 //! The physical memory is the same for both addresses, so the caller's kernels may keep using
 //! [`RegistrableBuffer`]'s own address, ordered with the collectives on streams as usual.
+//!
+#![doc = include_str!("../../docs/registration.md")]
 
 use crate::core::buffer::{device_interop, device_to_host, host_to_device, SymView};
 use crate::core::element::Element;

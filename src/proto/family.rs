@@ -217,7 +217,7 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// Enqueues `call`: numbers it (refusing a PE outside the team or a broken workspace),
-    /// exchanges checked mode's header, then launches `entry` (a coll/family.h entry point) once,
+    /// exchanges checked mode's header, then launches `entry` (a device/coll/family.h entry point) once,
     /// or with receive slots once per slot's worth of each rank block (a segment), each launch's
     /// pointers moved on to its segment. `what` names a launch that failed.
     pub fn call(

@@ -25,6 +25,8 @@
 //! - never at a call whose sizes differ between members (allgatherv, alltoallv), in which only
 //!   some members take part (grouped send/recv), or whose team is smaller than the world: such
 //!   a call refuses with [`crate::Error::StagingTooSmall`], which names the size to reserve.
+//!
+#![doc = include_str!("../../docs/staging.md")]
 
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Element;

@@ -14,6 +14,8 @@
 //! candidates, [`UserCandidate`]); `NVSH_TUNE=online` runs the same timing inside
 //! [`crate::Allreduce::run`] the first time `Auto` meets a size bucket (see
 //! [`crate::core::tuning`] for the tables and files).
+//!
+#![doc = include_str!("../../../docs/tuning.md")]
 
 pub mod timing;
 
