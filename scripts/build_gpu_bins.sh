@@ -16,10 +16,12 @@ if [ -z "${NVSHMEM_HOME:-}" ] && [ -f .deps/env.sh ]; then
     source .deps/env.sh
 fi
 
+# Where cargo puts them: CARGO_TARGET_DIR if set (a second checkout building beside this one).
+rel=${CARGO_TARGET_DIR:-target}/release
 cargo build --release --workspace --bins
-cp target/release/nvsh target/release/nvsh-gpt "$out/"
+cp "$rel/nvsh" "$rel/nvsh-gpt" "$out/"
 cargo build --release --workspace --features nvshmem/mpi --examples
-find target/release/examples -maxdepth 1 -type f -executable ! -name '*-*' -exec cp {} "$out/" \;
+find "$rel/examples" -maxdepth 1 -type f -executable ! -name '*-*' -exec cp {} "$out/" \;
 # Test executables carry a hash in their names; cargo reports them as JSON.
 cargo test --release --workspace --features nvshmem/mpi --no-run --message-format=json |
     python3 -c '
