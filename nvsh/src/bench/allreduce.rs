@@ -11,7 +11,7 @@
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, integer_power_value, integer_value, pattern_hash,
     power_of_two_value, quarter_value, size_steps, window_only, BenchElement, Collective, Harness,
-    Reduction, Report, NCCL_BASELINES, NCCL_SYM_WORDING, QUARTER_MAX,
+    Reduction, Report, SlotValues, NCCL_BASELINES, NCCL_SYM_WORDING, QUARTER_MAX,
 };
 use crate::bench::nvshmem_coll::{
     describe_nvshmem, nvshmem_status, shared_gpu_refusal, NvshmemElement, NvshmemReduction,
@@ -315,6 +315,31 @@ impl Reduction for AllreduceCall<'_, '_, '_> {
     }
 }
 
+/// The allreduce's inputs and expected outputs ([`input_value`], [`expected_value`]) for the
+/// harness's host threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllreduceValues {
+    pub op: ReduceOp,
+}
+
+impl SlotValues for AllreduceValues {
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
+        input_value(self.op, dtype, pe, i, salt)
+    }
+
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        _pe: i32,
+        i: usize,
+        _count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64 {
+        expected_value(self.op, dtype, i, salt, n_pes)
+    }
+}
+
 /// The allreduce as the harness sees it: the candidates' state and the reduction.
 struct AllreduceBench<'nv> {
     op: ReduceOp,
@@ -404,20 +429,10 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
         }
     }
 
-    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
-        input_value(self.op, dtype, pe, i, salt)
-    }
+    type Values = AllreduceValues;
 
-    fn expected_value(
-        &self,
-        dtype: BenchDtype,
-        _pe: i32,
-        i: usize,
-        _count: usize,
-        salt: u64,
-        n_pes: i32,
-    ) -> f64 {
-        expected_value(self.op, dtype, i, salt, n_pes)
+    fn values(&self) -> AllreduceValues {
+        AllreduceValues { op: self.op }
     }
 
     fn tolerance(&self, dtype: BenchDtype, n_pes: i32) -> f64 {
@@ -440,6 +455,16 @@ impl<T: NvshmemElement> Collective<T> for AllreduceBench<'_> {
 /// on the others. Wrong results and candidates that could not run are recorded in the report,
 /// not returned as errors: call [`Report::verify`] after printing it.
 pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>> {
+    run_reporting(nv, opts, &mut |_| {})
+}
+
+/// [`run`], handing PE 0's report of the rows so far to `partial` (on PE 0 only) after every
+/// size and dtype, so that a run cut short can leave what it measured.
+pub fn run_reporting(
+    nv: &Nvshmem,
+    opts: &AllreduceBenchOptions,
+    partial: &mut dyn FnMut(&Report),
+) -> Result<Option<Report>> {
     // The same options on every PE, so every PE refuses alike, before anything collective.
     check_dtypes("allreduce", true, &opts.dtypes).map_err(|why| Error::Io {
         what: "allreduce benchmark, --dtypes".into(),
@@ -470,26 +495,48 @@ pub fn run(nv: &Nvshmem, opts: &AllreduceBenchOptions) -> Result<Option<Report>>
         nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
-    let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
+    // PE 0's report of `rows` on `gpu`: the partial reports' and the final one.
+    let pe0 = nv.my_pe() == 0;
+    let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
+    let full = |rows: Vec<harness::Row>, gpu: String| {
+        let mut r = report(
+            nv.n_pes(),
+            gpu,
+            opts,
+            slot_bytes,
+            settings.clone(),
+            nccl_version.clone(),
+            nvls.clone(),
+            rows,
+        );
+        if opts.candidates.contains(&Candidate::Nvshmem) {
+            describe_nvshmem(&mut r);
+        }
+        r
+    };
+    // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
+    let gpu = if pe0 {
+        nv.context().name().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let mut on_row = |rows: &[harness::Row]| {
+        if pe0 {
+            partial(&full(rows.to_vec(), gpu.clone()));
+        }
+    };
+    let rows = h.run_dtypes(
+        &mut bench,
+        &opts.candidates,
+        &list,
+        &opts.dtypes,
+        &mut on_row,
+    )?;
     nv.barrier_all()?;
-    if nv.my_pe() != 0 {
+    if !pe0 {
         return Ok(None);
     }
-    let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
-    let mut report = report(
-        nv.n_pes(),
-        nv.context().name()?,
-        opts,
-        slot_bytes,
-        settings,
-        nccl_version,
-        nvls,
-        rows,
-    );
-    if opts.candidates.contains(&Candidate::Nvshmem) {
-        describe_nvshmem(&mut report);
-    }
-    Ok(Some(report))
+    Ok(Some(full(rows, nv.context().name()?)))
 }
 
 /// The harness report with allreduce's header lines, JSON fields, ratio and auto column.
@@ -1142,7 +1189,7 @@ mod tests {
         let j = json(&sample_report());
         assert!(
             j.starts_with(
-                "{\"schema\":1,\"collective\":\"allreduce\",\"n_pes\":2,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
+                "{\"schema\":1,\"complete\":true,\"collective\":\"allreduce\",\"n_pes\":2,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
             ),
             "{j}"
         );

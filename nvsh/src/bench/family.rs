@@ -19,7 +19,7 @@
 use crate::bench::allreduce;
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
-    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, NCCL_BASELINES,
+    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, SlotValues, NCCL_BASELINES,
     NCCL_SYM_WORDING,
 };
 pub use crate::bench::kind::Kind;
@@ -325,6 +325,35 @@ impl Reduction for FamilyReductionCall<'_, '_, '_> {
     }
 }
 
+/// A collective's inputs and expected outputs ([`input_value`], [`expected_value`]) for the
+/// harness's host threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilyValues {
+    pub kind: Kind,
+    pub op: ReduceOp,
+    pub root: i32,
+}
+
+impl SlotValues for FamilyValues {
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
+        input_value(self.kind, self.op, dtype, pe, i, salt)
+    }
+
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        pe: i32,
+        i: usize,
+        count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64 {
+        expected_value(
+            self.kind, self.op, dtype, self.root, pe, i, count, salt, n_pes,
+        )
+    }
+}
+
 /// One of the five collectives as the harness sees it.
 struct FamilyBench<'nv> {
     kind: Kind,
@@ -507,22 +536,14 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         self.kind.output_len(count, n_pes)
     }
 
-    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, _n_pes: i32) -> f64 {
-        input_value(self.kind, self.op, dtype, pe, i, salt)
-    }
+    type Values = FamilyValues;
 
-    fn expected_value(
-        &self,
-        dtype: BenchDtype,
-        pe: i32,
-        i: usize,
-        count: usize,
-        salt: u64,
-        n_pes: i32,
-    ) -> f64 {
-        expected_value(
-            self.kind, self.op, dtype, self.root, pe, i, count, salt, n_pes,
-        )
+    fn values(&self) -> FamilyValues {
+        FamilyValues {
+            kind: self.kind,
+            op: self.op,
+            root: self.root,
+        }
     }
 
     fn tolerance(&self, dtype: BenchDtype, n_pes: i32) -> f64 {
@@ -582,6 +603,16 @@ fn equal_parts(count: usize, n: i32) -> (Vec<usize>, Vec<usize>) {
 /// not returned as errors: call [`Report::verify`] after printing it. A root outside the job
 /// is an error on every PE before anything runs.
 pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
+    run_reporting(nv, opts, &mut |_| {})
+}
+
+/// [`run`], handing PE 0's report of the rows so far to `partial` (on PE 0 only) after every
+/// size and dtype, so that a run cut short can leave what it measured.
+pub fn run_reporting(
+    nv: &Nvshmem,
+    opts: &FamilyBenchOptions,
+    partial: &mut dyn FnMut(&Report),
+) -> Result<Option<Report>> {
     let kind = opts.kind;
     // The same options on every PE, so every PE refuses alike, before anything collective.
     check_dtypes(kind.name(), kind.reduces(), &opts.dtypes).map_err(|why| Error::Io {
@@ -657,25 +688,47 @@ pub fn run(nv: &Nvshmem, opts: &FamilyBenchOptions) -> Result<Option<Report>> {
         nccl_sym,
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
-    let rows = h.run_dtypes(&mut bench, &opts.candidates, &list, &opts.dtypes)?;
+    // PE 0's report of `rows` on `gpu`: the partial reports' and the final one.
+    let pe0 = nv.my_pe() == 0;
+    let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
+    let full = |rows: Vec<harness::Row>, gpu: String| {
+        let mut r = report(
+            nv.n_pes(),
+            gpu,
+            opts,
+            slot_bytes,
+            nccl_version.clone(),
+            nvls.clone(),
+            rows,
+        );
+        if opts.candidates.contains(&Candidate::Nvshmem) {
+            describe_nvshmem(&mut r);
+        }
+        r
+    };
+    // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
+    let gpu = if pe0 {
+        nv.context().name().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let mut on_row = |rows: &[harness::Row]| {
+        if pe0 {
+            partial(&full(rows.to_vec(), gpu.clone()));
+        }
+    };
+    let rows = h.run_dtypes(
+        &mut bench,
+        &opts.candidates,
+        &list,
+        &opts.dtypes,
+        &mut on_row,
+    )?;
     nv.barrier_all()?;
-    if nv.my_pe() != 0 {
+    if !pe0 {
         return Ok(None);
     }
-    let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
-    let mut report = report(
-        nv.n_pes(),
-        nv.context().name()?,
-        opts,
-        slot_bytes,
-        nccl_version,
-        nvls,
-        rows,
-    );
-    if opts.candidates.contains(&Candidate::Nvshmem) {
-        describe_nvshmem(&mut report);
-    }
-    Ok(Some(report))
+    Ok(Some(full(rows, nv.context().name()?)))
 }
 
 /// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio.
@@ -1250,7 +1303,7 @@ mod tests {
         let j = render_json(&r, RatioOn::BackToBack);
         assert!(
             j.starts_with(
-                "{\"schema\":1,\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
+                "{\"schema\":1,\"complete\":true,\"collective\":\"reduce\",\"n_pes\":4,\"gpu\":\"NVIDIA H200\",\"op\":\"sum\""
             ),
             "{j}"
         );

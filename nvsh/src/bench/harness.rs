@@ -437,6 +437,144 @@ pub fn time_ratio(ours_us: f64, theirs_us: f64) -> f64 {
     ours_us / theirs_us
 }
 
+/// A collective's input and expected-output functions, apart from the collective: a few Copy
+/// parameters (the reduction, the collective's kind, the root), so that host threads can compute the slots' values
+/// while the collective, which holds communicators and workspaces and is not Sync, stays on
+/// its thread. Every function must give the same answer on every PE and thread.
+pub trait SlotValues: Send + Sync + Copy {
+    /// Element `i` of PE `pe`'s input with salt `salt`, for element type `dtype`.
+    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+
+    /// The exact value of element `i` of PE `pe`'s output for count argument `count`, when
+    /// every PE's input used `salt`. Only asked where [`Collective::checks_output`] holds.
+    fn expected_value(
+        &self,
+        dtype: BenchDtype,
+        pe: i32,
+        i: usize,
+        count: usize,
+        salt: u64,
+        n_pes: i32,
+    ) -> f64;
+}
+
+/// Most host threads one PE computes its slots' values on.
+pub const MAX_FILL_THREADS: usize = 16;
+
+/// Fewest elements worth a thread of their own: starting one costs tens of microseconds, an
+/// element tens of nanoseconds.
+pub const MIN_FILL_CHUNK: usize = 1 << 16;
+
+/// Host threads per PE for the slots' values: the host's `cores` shared by the job's `n_pes`
+/// (an upper bound of the PEs on this node), at least 1, at most [`MAX_FILL_THREADS`].
+pub fn fill_threads(cores: usize, n_pes: i32) -> usize {
+    (cores / n_pes.max(1) as usize).clamp(1, MAX_FILL_THREADS)
+}
+
+/// The threads worth starting for `len` elements: at most `threads`, one per
+/// [`MIN_FILL_CHUNK`] elements, at least 1.
+pub fn threads_for(len: usize, threads: usize) -> usize {
+    len.div_ceil(MIN_FILL_CHUNK).clamp(1, threads.max(1))
+}
+
+/// Fills `out` on `threads` scoped threads (at most one per element), each calling
+/// `fill(at, part)` on its own chunk `part`, which is `out[at..at + part.len()]`. Where each
+/// element depends on its index only, the result is the serial loop's, bit for bit.
+pub fn fill_parallel<T: Send>(
+    out: &mut [T],
+    threads: usize,
+    fill: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let threads = threads.clamp(1, out.len().max(1));
+    if threads == 1 {
+        return fill(0, out);
+    }
+    let chunk = out.len().div_ceil(threads);
+    let fill = &fill;
+    std::thread::scope(|s| {
+        let mut parts = out.chunks_mut(chunk).enumerate();
+        // The first chunk on this thread, which would otherwise only wait.
+        let first = parts.next();
+        for (c, part) in parts {
+            s.spawn(move || fill(c * chunk, part));
+        }
+        if let Some((_, part)) = first {
+            fill(0, part);
+        }
+    });
+}
+
+/// [`fill_parallel`] of slots of `len` elements from slot `first` on: element `i` of slot `k`
+/// is `f(k, i)`. Counts slots and elements along each chunk rather than dividing every index,
+/// which would cost a good part of an element's hashing.
+pub fn fill_slots<T: Send>(
+    out: &mut [T],
+    threads: usize,
+    first: usize,
+    len: usize,
+    f: impl Fn(usize, usize) -> T + Sync,
+) {
+    if len == 0 {
+        return;
+    }
+    fill_parallel(out, threads, |at, part| {
+        let (mut k, mut i) = (first + at / len, at % len);
+        for x in part {
+            *x = f(k, i);
+            i += 1;
+            if i == len {
+                (k, i) = (k + 1, 0);
+            }
+        }
+    });
+}
+
+/// One message size as its values see it: this PE, the job's PEs, the count argument, the
+/// message size (which the salts derive from) and a PE's buffer lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotShape {
+    pub me: i32,
+    pub n_pes: i32,
+    pub count: usize,
+    pub bytes: usize,
+    pub in_len: usize,
+    pub out_len: usize,
+}
+
+impl SlotShape {
+    /// Writes this PE's inputs of the slots from `first` on into `out` (whole slots, one after
+    /// the other), on `threads` threads.
+    pub fn fill_inputs<T: BenchElement, V: SlotValues>(
+        &self,
+        v: V,
+        first: usize,
+        out: &mut [T],
+        threads: usize,
+    ) {
+        let dtype = T::BENCH_DTYPE;
+        fill_slots(out, threads, first, self.in_len, |k, i| {
+            let s = salt(self.bytes, k);
+            T::from_value(v.input_value(dtype, self.me, i, s, self.n_pes))
+        });
+    }
+
+    /// Writes this PE's expected outputs of the slots from `first` on into `out` (whole slots,
+    /// one after the other), on `threads` threads.
+    pub fn fill_expected<T: BenchElement, V: SlotValues>(
+        &self,
+        v: V,
+        first: usize,
+        out: &mut [T],
+        threads: usize,
+    ) {
+        let dtype = T::BENCH_DTYPE;
+        fill_slots(out, threads, first, self.out_len, |k, i| {
+            let s = salt(self.bytes, k);
+            T::from_value(v.expected_value(dtype, self.me, i, self.count, s, self.n_pes))
+        });
+    }
+}
+
 /// What a collective bench supplies: its candidates, its data and its bus-bandwidth factor.
 /// Every function must give the same answer on every PE (the harness runs them collectively).
 pub trait Collective<T: BenchElement> {
@@ -474,20 +612,11 @@ pub trait Collective<T: BenchElement> {
         count
     }
 
-    /// Element `i` of PE `pe`'s input with salt `salt`, for element type `dtype`.
-    fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
+    /// The collective's inputs and expected outputs, apart from its state.
+    type Values: SlotValues;
 
-    /// The exact value of element `i` of PE `pe`'s output for count argument `count`, when
-    /// every PE's input used `salt`. Only asked where [`Collective::checks_output`] holds.
-    fn expected_value(
-        &self,
-        dtype: BenchDtype,
-        pe: i32,
-        i: usize,
-        count: usize,
-        salt: u64,
-        n_pes: i32,
-    ) -> f64;
+    /// This collective's [`Collective::Values`].
+    fn values(&self) -> Self::Values;
 
     /// Whether PE `pe`'s output is defined, and so compared with the expected values (reduce:
     /// only at the root).
@@ -893,6 +1022,8 @@ pub struct Harness<'nv> {
     pub reps: usize,
     /// Untimed calls before them.
     pub warmup: usize,
+    /// Host threads this PE computes its slots' values on ([`fill_threads`]).
+    pub fill_threads: usize,
 }
 
 impl<'nv> Harness<'nv> {
@@ -905,6 +1036,10 @@ impl<'nv> Harness<'nv> {
             compute: std::cell::RefCell::new(nv.stream().alloc_zeros::<u8>(COMPUTE_BYTES)?),
             reps: reps.max(1),
             warmup: warmup.max(1),
+            fill_threads: fill_threads(
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+                nv.n_pes(),
+            ),
         })
     }
 
@@ -928,14 +1063,16 @@ impl<'nv> Harness<'nv> {
         }
     }
 
-    /// [`Harness::run_dtype`] for each of `dtypes` in turn: the report's rows. Collective.
-    /// The caller has refused the types its collective does not take ([`check_dtypes`]).
+    /// [`Harness::run_dtype`] for each of `dtypes` in turn: the report's rows, each handed
+    /// with the ones before it to `on_row` as soon as it is measured. Collective. The caller
+    /// has refused the types its collective does not take ([`check_dtypes`]).
     pub fn run_dtypes<K, C>(
         &self,
         coll: &mut C,
         candidates: &[K],
         sizes: &[usize],
         dtypes: &[BenchDtype],
+        on_row: &mut dyn FnMut(&[Row]),
     ) -> Result<Vec<Row>>
     where
         K: Copy,
@@ -953,30 +1090,46 @@ impl<'nv> Harness<'nv> {
         for &dtype in dtypes {
             let rows = &mut rows;
             match dtype {
-                BenchDtype::F32 => self.run_dtype::<f32, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::Bf16 => {
-                    self.run_dtype::<half::bf16, _>(coll, candidates, sizes, rows)?
+                BenchDtype::F32 => {
+                    self.run_dtype::<f32, _>(coll, candidates, sizes, rows, on_row)?
                 }
-                BenchDtype::F16 => self.run_dtype::<half::f16, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::F64 => self.run_dtype::<f64, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::I32 => self.run_dtype::<i32, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::U32 => self.run_dtype::<u32, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::I64 => self.run_dtype::<i64, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::U64 => self.run_dtype::<u64, _>(coll, candidates, sizes, rows)?,
-                BenchDtype::U8 => self.run_dtype::<u8, _>(coll, candidates, sizes, rows)?,
+                BenchDtype::Bf16 => {
+                    self.run_dtype::<half::bf16, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::F16 => {
+                    self.run_dtype::<half::f16, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::F64 => {
+                    self.run_dtype::<f64, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::I32 => {
+                    self.run_dtype::<i32, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::U32 => {
+                    self.run_dtype::<u32, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::I64 => {
+                    self.run_dtype::<i64, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::U64 => {
+                    self.run_dtype::<u64, _>(coll, candidates, sizes, rows, on_row)?
+                }
+                BenchDtype::U8 => self.run_dtype::<u8, _>(coll, candidates, sizes, rows, on_row)?,
             }
         }
         Ok(rows)
     }
 
     /// Times and checks every candidate at every size in `sizes` (bytes asked for) for element
-    /// type `T`, appending one row per size. Collective.
+    /// type `T`, appending one row per size and handing all rows so far to `on_row` after
+    /// each. Collective.
     pub fn run_dtype<T: BenchElement, C: Collective<T>>(
         &self,
         coll: &mut C,
         candidates: &[C::Candidate],
         sizes: &[usize],
         rows: &mut Vec<Row>,
+        on_row: &mut dyn FnMut(&[Row]),
     ) -> Result<()> {
         let (nv, n) = (self.nv, self.nv.n_pes());
         let elem = std::mem::size_of::<T>();
@@ -1009,7 +1162,8 @@ impl<'nv> Harness<'nv> {
                 windows: windows.as_ref(),
                 registered: registered.as_ref(),
             };
-            let slots = Slots::new(coll, pools, count, slots_for(bytes), nv)?;
+            let mut slots =
+                Slots::new(coll, pools, count, slots_for(bytes), nv, self.fill_threads)?;
             let mut row = Row {
                 bytes,
                 count,
@@ -1019,10 +1173,11 @@ impl<'nv> Harness<'nv> {
                 note: None,
             };
             for &c in candidates {
-                let outcome = self.measure(coll, c, &slots, &mut row.note)?;
+                let outcome = self.measure(coll, c, &mut slots, &mut row.note)?;
                 row.results.push((coll.name(c), outcome));
             }
             rows.push(row);
+            on_row(rows);
         }
         Ok(())
     }
@@ -1136,7 +1291,7 @@ impl<'nv> Harness<'nv> {
         &self,
         coll: &mut C,
         c: C::Candidate,
-        slots: &Slots<'_, T>,
+        slots: &mut Slots<'_, T>,
         note: &mut Option<&'static str>,
     ) -> Result<Outcome> {
         let (nv, stream, n) = (self.nv, &*self.stream, self.nv.n_pes());
@@ -1175,6 +1330,7 @@ impl<'nv> Harness<'nv> {
         let iters = iters_for(ms * 1e3 / self.warmup as f64);
         let iters = self.exchange.broadcast_from_pe0(iters as u64)? as usize;
         let group = iters.min(slots.n_slots);
+        slots.expect_first(coll.values(), group);
 
         let mut us = Vec::with_capacity(self.reps);
         let (mut with_compute, mut compute_alone) = (Vec::new(), Vec::new());
@@ -1369,38 +1525,39 @@ struct Slots<'p, T: BenchElement> {
     out_len: usize,
     /// Whether this PE's output is defined and compared.
     checks: bool,
-    /// Slot k's expected output on this PE, slot after slot (empty where not compared).
-    expected: Vec<T>,
+    /// This PE's expected outputs of the slots groups have reached so far.
+    expected: Expected<T>,
     /// How far an output element may be from its expected value ([`Collective::tolerance`]).
     tolerance: f64,
 }
 
 impl<'p, T: BenchElement> Slots<'p, T> {
-    /// Writes every slot's input on this PE and computes its expected outputs. Collective.
+    /// Writes every slot's input on this PE, computed on up to `threads` host threads; the
+    /// expected outputs come later, as far as a candidate's groups reach
+    /// ([`Slots::expect_first`]). Collective.
     fn new<C: Collective<T>>(
         coll: &C,
         pools: Pools<'p, '_, T>,
         count: usize,
         n_slots: usize,
         nv: &Nvshmem,
+        threads: usize,
     ) -> Result<Self> {
         let (me, n) = (nv.my_pe(), nv.n_pes());
         let (in_len, out_len) = (coll.input_len(count, n), coll.output_len(count, n));
         let bytes = message_bytes(in_len, out_len, std::mem::size_of::<T>());
         let checks = coll.checks_output(me, n);
-        let dtype = T::BENCH_DTYPE;
-        let mut host = Vec::with_capacity(n_slots * in_len);
-        let mut expected = Vec::with_capacity(if checks { n_slots * out_len } else { 0 });
-        for k in 0..n_slots {
-            let s = salt(bytes, k);
-            host.extend((0..in_len).map(|i| T::from_value(coll.input_value(dtype, me, i, s, n))));
-            if checks {
-                expected.extend(
-                    (0..out_len)
-                        .map(|i| T::from_value(coll.expected_value(dtype, me, i, count, s, n))),
-                );
-            }
-        }
+        let shape = SlotShape {
+            me,
+            n_pes: n,
+            count,
+            bytes,
+            in_len,
+            out_len,
+        };
+        let mut host = vec![T::default(); n_slots * in_len];
+        let fill = threads_for(host.len(), threads);
+        shape.fill_inputs(coll.values(), 0, &mut host, fill);
         let inputs = pools.inputs.view(..n_slots * in_len)?;
         inputs.copy_from_host(&host)?;
         let nccl = match pools.windows {
@@ -1447,9 +1604,14 @@ impl<'p, T: BenchElement> Slots<'p, T> {
             in_len,
             out_len,
             checks,
-            expected,
-            tolerance: coll.tolerance(dtype, n),
+            expected: Expected::new(shape, checks, threads),
+            tolerance: coll.tolerance(T::BENCH_DTYPE, n),
         })
+    }
+
+    /// Makes the expected outputs of the first `group` slots ready ([`Expected::reach`]).
+    fn expect_first<V: SlotValues>(&mut self, values: V, group: usize) {
+        self.expected.reach(values, group.min(self.n_slots));
     }
 
     fn input(&self, k: usize) -> Result<SymView<'p, T>> {
@@ -1564,7 +1726,7 @@ impl<'p, T: BenchElement> Slots<'p, T> {
     /// The first element of slot `k`'s output `got` outside the tolerance: (index, got,
     /// expected). NaN is always wrong.
     fn first_mismatch(&self, k: usize, got: &[T]) -> Option<(usize, f64, f64)> {
-        let expected = &self.expected[k * self.out_len..(k + 1) * self.out_len];
+        let expected = self.expected.slot(k);
         // Equal bytes are equal values, and comparing bytes runs near memory speed; only an
         // output that differs is compared element by element (which accepts avg's rounding).
         if as_bytes(got) == as_bytes(expected) {
@@ -1578,6 +1740,56 @@ impl<'p, T: BenchElement> Slots<'p, T> {
                 let ok = g == e || (g - e).abs() <= self.tolerance;
                 (!ok).then_some((i, g, e))
             })
+    }
+}
+
+/// One size's expected outputs on this PE, computed as far as the groups reach: a group of g
+/// calls uses slots 0..g only, and at sizes with many slots (up to [`MAX_ITERS`]) groups are
+/// often far shorter, so most slots' outputs would never be compared.
+struct Expected<T> {
+    shape: SlotShape,
+    /// Whether this PE's output is compared at all; none is computed where not.
+    checks: bool,
+    /// Host threads to compute them on.
+    threads: usize,
+    /// Slot after slot, the first `slots` slots.
+    outputs: Vec<T>,
+    slots: usize,
+}
+
+impl<T: BenchElement> Expected<T> {
+    fn new(shape: SlotShape, checks: bool, threads: usize) -> Self {
+        Expected {
+            shape,
+            checks,
+            threads,
+            outputs: Vec::new(),
+            slots: 0,
+        }
+    }
+
+    /// Computes the slots below `slots` not computed yet (where this PE's output is compared).
+    fn reach<V: SlotValues>(&mut self, values: V, slots: usize) {
+        if !self.checks || slots <= self.slots {
+            return;
+        }
+        let at = self.outputs.len();
+        self.outputs
+            .resize(slots * self.shape.out_len, T::default());
+        let more = &mut self.outputs[at..];
+        let threads = threads_for(more.len(), self.threads);
+        self.shape.fill_expected(values, self.slots, more, threads);
+        self.slots = slots;
+    }
+
+    /// Slot `k`'s expected output; `k` must be below what [`Expected::reach`] reached.
+    fn slot(&self, k: usize) -> &[T] {
+        assert!(
+            k < self.slots,
+            "slot {k} compared before its reference was computed"
+        );
+        let len = self.shape.out_len;
+        &self.outputs[k * len..(k + 1) * len]
     }
 }
 
@@ -1836,9 +2048,22 @@ pub fn rounded(x: f64, digits: i32) -> Value {
     json!((x * f).round() / f)
 }
 
-/// The report as JSON; `ratio_on` says which timing the rows' `ratio_*_over_*` and
-/// `ratio_baseline` are on, and both timings' ratios are there by name as well.
+/// The finished report as JSON (`"complete": true`); `ratio_on` says which timing the rows'
+/// `ratio_*_over_*` and `ratio_baseline` are on, and both timings' ratios are there by name as
+/// well.
 pub fn render_json(r: &Report, on: RatioOn) -> String {
+    json_report(r, on, true)
+}
+
+/// [`render_json`] of a report written while the bench still runs, holding the rows measured
+/// so far: `"complete": false`, so that a file left by a run cut short says so.
+pub fn render_json_partial(r: &Report, on: RatioOn) -> String {
+    json_report(r, on, false)
+}
+
+/// The JSON of [`render_json`] and [`render_json_partial`]; `complete` is the top-level
+/// `"complete"`, true only once every size and dtype ran.
+fn json_report(r: &Report, on: RatioOn, complete: bool) -> String {
     let outcome = |o: &Outcome| match o {
         Outcome::Timed(t) => json!({
             "us": rounded(t.us, 3),
@@ -1880,6 +2105,7 @@ pub fn render_json(r: &Report, on: RatioOn) -> String {
     };
     let mut m = Map::new();
     m.insert("schema".into(), json!(BENCH_SCHEMA));
+    m.insert("complete".into(), json!(complete));
     m.insert("collective".into(), json!(r.collective));
     m.insert("n_pes".into(), json!(r.n_pes));
     m.insert("gpu".into(), json!(r.gpu));
@@ -2534,5 +2760,216 @@ mod tests {
             "# types checked: f32 exact, bf16 within 1.25e-1, u8 exact"
         );
         assert!(checked_wording(None).contains("NaN, or an integer outside the data's range"));
+    }
+
+    /// `complete` is false in a report written while the bench runs and true in the final
+    /// one, right after `schema`; nothing else differs.
+    #[test]
+    fn json_says_whether_the_report_is_complete() {
+        let r = two_baselines();
+        let done: Value = serde_json::from_str(&render_json(&r, RatioOn::default())).unwrap();
+        let part: Value =
+            serde_json::from_str(&render_json_partial(&r, RatioOn::default())).unwrap();
+        assert_eq!(done["complete"], json!(true));
+        assert_eq!(part["complete"], json!(false));
+        let keys: Vec<&String> = done.as_object().unwrap().keys().take(2).collect();
+        assert_eq!(keys, ["schema", "complete"]);
+        let without = |mut v: Value| {
+            v.as_object_mut().unwrap().remove("complete");
+            v
+        };
+        assert_eq!(without(done), without(part));
+    }
+
+    /// Every element gets its own index's value, whatever the threads (more than the elements
+    /// included) and whether the length divides among them; by slots, each element its slot's
+    /// and index's, with chunks that start and end inside slots.
+    #[test]
+    fn parallel_fill_sets_every_element_from_its_index() {
+        let f = |j: usize| pattern_hash(3, j, 11);
+        for len in [0, 1, 2, 5, 17, 1000, 4099] {
+            for threads in [0, 1, 2, 3, 4, 7, 16, 5000] {
+                let mut out = vec![0u64; len];
+                fill_parallel(&mut out, threads, |at, part| {
+                    for (j, x) in part.iter_mut().enumerate() {
+                        *x = f(at + j);
+                    }
+                });
+                let want: Vec<u64> = (0..len).map(f).collect();
+                assert_eq!(out, want, "len {len}, {threads} threads");
+                for (first, slot) in [(0, 1), (2, 3), (1, 7), (5, 1000)] {
+                    let mut out = vec![(0, 0); len];
+                    fill_slots(&mut out, threads, first, slot, |k, i| (k, i));
+                    let want: Vec<(usize, usize)> =
+                        (0..len).map(|j| (first + j / slot, j % slot)).collect();
+                    assert_eq!(
+                        out, want,
+                        "len {len}, {threads} threads, {slot}-element slots"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fill_threads_share_the_cores_among_the_pes() {
+        assert_eq!(fill_threads(64, 8), 8);
+        assert_eq!(fill_threads(64, 4), 16);
+        assert_eq!(fill_threads(64, 1), MAX_FILL_THREADS);
+        assert_eq!(fill_threads(16, 3), 5);
+        assert_eq!(fill_threads(2, 4), 1);
+        assert_eq!(fill_threads(0, 0), 1);
+        assert_eq!(threads_for(0, 8), 1);
+        assert_eq!(threads_for(MIN_FILL_CHUNK, 8), 1);
+        assert_eq!(threads_for(MIN_FILL_CHUNK + 1, 8), 2);
+        assert_eq!(threads_for(100 * MIN_FILL_CHUNK, 8), 8);
+        assert_eq!(threads_for(100 * MIN_FILL_CHUNK, 0), 1);
+    }
+
+    /// The slots' inputs and expected outputs as Slots::new computed them before threading:
+    /// slot after slot, element after element.
+    fn serial_slots<T: BenchElement, V: SlotValues>(
+        v: V,
+        sh: &SlotShape,
+        n_slots: usize,
+    ) -> (Vec<T>, Vec<T>) {
+        let (me, n, dtype) = (sh.me, sh.n_pes, T::BENCH_DTYPE);
+        let (mut inputs, mut expected) = (Vec::new(), Vec::new());
+        for k in 0..n_slots {
+            let s = salt(sh.bytes, k);
+            inputs.extend((0..sh.in_len).map(|i| T::from_value(v.input_value(dtype, me, i, s, n))));
+            expected.extend(
+                (0..sh.out_len)
+                    .map(|i| T::from_value(v.expected_value(dtype, me, i, sh.count, s, n))),
+            );
+        }
+        (inputs, expected)
+    }
+
+    /// The threaded fills of `v`'s values equal the serial ones bit for bit, on thread counts
+    /// that divide the lengths and ones that do not, filled whole or from a later slot on; and
+    /// the expected outputs computed as groups reach them equal them too.
+    fn check_threaded_fill<T: BenchElement, V: SlotValues + std::fmt::Debug>(
+        v: V,
+        me: i32,
+        n_pes: i32,
+        count: usize,
+        lens: (usize, usize),
+    ) {
+        let n_slots = 3;
+        let sh = SlotShape {
+            me,
+            n_pes,
+            count,
+            bytes: message_bytes(lens.0, lens.1, std::mem::size_of::<T>()),
+            in_len: lens.0,
+            out_len: lens.1,
+        };
+        let (inputs, expected) = serial_slots::<T, V>(v, &sh, n_slots);
+        let what = format!("{v:?} {:?} {sh:?}", T::BENCH_DTYPE);
+        for threads in [1, 2, 3, 7, 16] {
+            let mut got = vec![T::default(); inputs.len()];
+            sh.fill_inputs(v, 0, &mut got, threads);
+            assert_eq!(
+                as_bytes(&got),
+                as_bytes(&inputs),
+                "inputs, {threads}: {what}"
+            );
+            let mut got = vec![T::default(); expected.len()];
+            sh.fill_expected(v, 0, &mut got, threads);
+            assert_eq!(
+                as_bytes(&got),
+                as_bytes(&expected),
+                "expected, {threads}: {what}"
+            );
+            // From slot 1 on: the salts are the later slots'.
+            let mut got = vec![T::default(); 2 * sh.in_len];
+            sh.fill_inputs(v, 1, &mut got, threads);
+            assert_eq!(as_bytes(&got), as_bytes(&inputs[sh.in_len..]), "{what}");
+            let mut got = vec![T::default(); 2 * sh.out_len];
+            sh.fill_expected(v, 1, &mut got, threads);
+            assert_eq!(as_bytes(&got), as_bytes(&expected[sh.out_len..]), "{what}");
+        }
+        let mut e = Expected::<T>::new(sh, true, 3);
+        for reach in [2, 1, 3] {
+            e.reach(v, reach);
+        }
+        assert_eq!(e.slots, n_slots);
+        for k in 0..n_slots {
+            let want = &expected[k * sh.out_len..(k + 1) * sh.out_len];
+            assert_eq!(as_bytes(e.slot(k)), as_bytes(want), "slot {k}: {what}");
+        }
+    }
+
+    /// Both collectives' values, threaded, are the serial ones: allreduce with each reduction,
+    /// every family collective, in float and integer types, on lengths of 1 element up to
+    /// lengths no thread count here divides.
+    #[test]
+    fn threaded_slot_values_are_the_serial_ones() {
+        use crate::bench::allreduce::AllreduceValues;
+        use crate::bench::family::{FamilyValues, Kind};
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Avg,
+        ];
+        for count in [1, 5, 1001] {
+            for op in ops {
+                let v = AllreduceValues { op };
+                check_threaded_fill::<f32, _>(v, 1, 4, count, (count, count));
+                check_threaded_fill::<half::bf16, _>(v, 0, 3, count, (count, count));
+                check_threaded_fill::<i64, _>(v, 2, 3, count, (count, count));
+            }
+            for kind in Kind::ALL {
+                let n = 3;
+                let v = FamilyValues {
+                    kind,
+                    op: ReduceOp::Sum,
+                    root: 1,
+                };
+                let lens = (kind.input_len(count, n), kind.output_len(count, n));
+                check_threaded_fill::<f32, _>(v, 1, n, count, lens);
+                check_threaded_fill::<half::bf16, _>(v, 2, n, count, lens);
+                if !kind.reduces() {
+                    check_threaded_fill::<u8, _>(v, 0, n, count, lens);
+                }
+            }
+        }
+    }
+
+    fn small_shape() -> SlotShape {
+        SlotShape {
+            me: 0,
+            n_pes: 2,
+            count: 8,
+            bytes: 32,
+            in_len: 8,
+            out_len: 8,
+        }
+    }
+
+    /// A PE whose output is not compared computes no reference; one that is computes the
+    /// slots the groups reached.
+    #[test]
+    fn expected_outputs_are_computed_only_where_compared() {
+        let v = crate::bench::allreduce::AllreduceValues { op: ReduceOp::Sum };
+        let mut none = Expected::<f32>::new(small_shape(), false, 2);
+        none.reach(v, 4);
+        assert!(none.outputs.is_empty() && none.slots == 0);
+        let mut some = Expected::<f32>::new(small_shape(), true, 2);
+        some.reach(v, 2);
+        assert_eq!((some.outputs.len(), some.slots), (16, 2));
+    }
+
+    /// A slot beyond what the groups reached is never compared against a missing reference.
+    #[test]
+    #[should_panic(expected = "slot 2 compared before its reference was computed")]
+    fn a_slot_not_reached_has_no_reference() {
+        let v = crate::bench::allreduce::AllreduceValues { op: ReduceOp::Sum };
+        let mut some = Expected::<f32>::new(small_shape(), true, 2);
+        some.reach(v, 2);
+        some.slot(2);
     }
 }

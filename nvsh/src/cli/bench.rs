@@ -269,7 +269,9 @@ pub struct CollectiveArgs {
         ignore_case = true
     )]
     ratio_on: RatioOn,
-    /// Write the results to this file (from PE 0) instead of standard output.
+    /// Write the results to this file (from PE 0) instead of standard output. The file is
+    /// rewritten after every size and dtype with the rows so far, so a run cut short leaves what
+    /// it measured; in JSON, "complete" is false until the last write.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
     /// Also draw the results as a PNG chart: time and bus bandwidth against message size, log
@@ -691,29 +693,61 @@ fn family_options(
     o
 }
 
+/// The report in the format the flags select; `complete` false for a report of the rows so
+/// far (JSON's "complete").
+fn rendered(common: &CollectiveArgs, report: &Report, complete: bool) -> String {
+    let on = common.ratio_on;
+    if common.json {
+        let json = if complete {
+            harness::render_json(report, on)
+        } else {
+            harness::render_json_partial(report, on)
+        };
+        json + "\n"
+    } else if common.csv {
+        harness::render_csv(report, on)
+    } else {
+        harness::render_table(report, on)
+    }
+}
+
+/// What PE 0 does with the report of the rows so far: rewrites --out with it (nothing without
+/// --out, since standard output cannot be rewritten). A failed write warns once and the bench
+/// goes on: PE 0 stopping alone would leave the other PEs waiting, and the end writes again.
+fn partial_writer(common: &CollectiveArgs) -> impl FnMut(&Report) + '_ {
+    let mut warned = false;
+    move |report: &Report| {
+        let Some(out) = common.out.as_deref() else {
+            return;
+        };
+        if let Err(e) = emit(&rendered(common, report, false), Some(out)) {
+            if !std::mem::replace(&mut warned, true) {
+                eprintln!(
+                    "nvsh: warning: {e}; the bench goes on, and tries again after each row and \
+                     at its end"
+                );
+            }
+        }
+    }
+}
+
 /// Initialises the PE, runs a collective bench and, on PE 0, prints its report and fails when
-/// an output was wrong or a requested candidate could not run.
+/// an output was wrong or a requested candidate could not run. With --out, the file holds the
+/// rows so far after every size and dtype ([`partial_writer`]).
 fn collective(
     common: &CollectiveArgs,
-    bench: impl FnOnce(&Nvshmem) -> Result<Option<Report>>,
+    bench: impl FnOnce(&Nvshmem, &mut dyn FnMut(&Report)) -> Result<Option<Report>>,
 ) -> Result<()> {
     check_min_max(common.sizes.min, common.sizes.max).unwrap_or_else(|e| e.exit());
     check_outputs(common.out.as_deref(), common.plot.as_deref())?;
     let nv = Nvshmem::init()?;
-    if let Some(report) = bench(&nv)? {
-        let on = common.ratio_on;
-        let json = harness::render_json(&report, on);
-        let text = if common.json {
-            json.clone() + "\n"
-        } else if common.csv {
-            harness::render_csv(&report, on)
-        } else {
-            harness::render_table(&report, on)
-        };
-        emit(&text, common.out.as_deref())?;
+    if let Some(report) = bench(&nv, &mut partial_writer(common))? {
+        emit(&rendered(common, &report, true), common.out.as_deref())?;
         // Printed (and drawn) first, so the table shows which results were wrong or missing;
         // then the exit status says so.
-        let drawn = common.plot.as_deref().map_or(Ok(()), |p| draw(&json, p));
+        let drawn = common.plot.as_deref().map_or(Ok(()), |p| {
+            draw(&harness::render_json(&report, common.ratio_on), p)
+        });
         verify_then(report.verify(), drawn)?;
     }
     Ok(())
@@ -722,7 +756,9 @@ fn collective(
 fn allreduce(args: AllreduceArgs) -> Result<()> {
     let opts = args.options();
     check_dtype_flag("allreduce", true, &opts.dtypes).unwrap_or_else(|e| e.exit());
-    collective(&args.common, |nv| allreduce::run(nv, &opts))
+    collective(&args.common, |nv, partial| {
+        allreduce::run_reporting(nv, &opts, partial)
+    })
 }
 
 fn family(
@@ -733,7 +769,9 @@ fn family(
 ) -> Result<()> {
     let opts = family_options(kind, args, reduction, root);
     check_dtype_flag(kind.name(), kind.reduces(), &opts.dtypes).unwrap_or_else(|e| e.exit());
-    collective(&args.common, |nv| family::run(nv, &opts))
+    collective(&args.common, |nv, partial| {
+        family::run_reporting(nv, &opts, partial)
+    })
 }
 
 impl PutArgs {
@@ -886,6 +924,107 @@ mod tests {
             .options();
         assert_eq!(o.candidates, [Candidate::Auto, Candidate::NcclSym]);
         assert!(o.optional.is_empty());
+    }
+
+    /// A report of allreduce's first `rows` sizes (f32, from 4K), auto against nccl.
+    fn report_of(rows: usize) -> Report {
+        let timed = |us: f64| {
+            harness::Outcome::Timed(harness::Timing {
+                iters: 20,
+                us,
+                us_after_compute: us,
+                algbw: 1.0,
+                busbw: 1.5,
+                checked: 40,
+                checked_pes: 2,
+                wrong: 0,
+                wrong_detail: None,
+            })
+        };
+        Report {
+            collective: "allreduce",
+            n_pes: 2,
+            gpu: "NVIDIA H100".into(),
+            date: "2026-12-01".into(),
+            op: Some(ReduceOp::Sum),
+            reps: 2,
+            warmup: 1,
+            header: vec![],
+            json_fields: vec![],
+            candidates: vec!["auto", "nccl"],
+            ratio: Some(("auto", harness::NCCL_BASELINES)),
+            optional: vec![],
+            note_column: None,
+            checked_by: None,
+            rows: (0..rows)
+                .map(|i| harness::Row {
+                    bytes: 4096 << i,
+                    count: 1024 << i,
+                    dtype: BenchDtype::F32,
+                    tolerance: 0.0,
+                    results: vec![("auto", timed(2.0)), ("nccl", timed(4.0))],
+                    note: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// With --out, every row rewrites the file with the rows so far, in the format the flags
+    /// select; in JSON "complete" is false until the final write, which is the report as
+    /// before plus "complete": true. Without --out nothing is written; a write that fails
+    /// only warns, so PE 0 does not stop alone.
+    #[test]
+    fn out_holds_the_rows_so_far_after_every_row() {
+        let dir = std::env::temp_dir().join(format!("nvsh-bench-partial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let json = dir.join("r.json");
+        let a = allreduce_args(&["--json", "--out", json.to_str().unwrap()]).unwrap();
+        let mut write = partial_writer(&a.common);
+        for n in 1..=3 {
+            write(&report_of(n));
+            let v: serde_json::Value = serde_json::from_str(&read(&json)).unwrap();
+            assert_eq!(v["complete"], false);
+            assert_eq!(v["rows"].as_array().unwrap().len(), n);
+        }
+        let last = rendered(&a.common, &report_of(3), true);
+        let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+        assert_eq!(v["complete"], true);
+        assert_eq!(
+            last,
+            harness::render_json(&report_of(3), RatioOn::AfterCompute) + "\n"
+        );
+        let partial: serde_json::Value = serde_json::from_str(&read(&json)).unwrap();
+        let strip = |mut v: serde_json::Value| {
+            v.as_object_mut().unwrap().remove("complete");
+            v
+        };
+        assert_eq!(strip(partial), strip(v));
+        // CSV and the table: the final rendering of the rows so far.
+        for (flag, render) in [
+            (
+                "--csv",
+                harness::render_csv as fn(&Report, RatioOn) -> String,
+            ),
+            ("--ratio-on=after-compute", harness::render_table),
+        ] {
+            let out = dir.join("r.txt");
+            let a = allreduce_args(&[flag, "--out", out.to_str().unwrap()]).unwrap();
+            partial_writer(&a.common)(&report_of(2));
+            assert_eq!(read(&out), render(&report_of(2), RatioOn::AfterCompute));
+            assert_eq!(rendered(&a.common, &report_of(2), false), read(&out));
+        }
+        // No --out: standard output gets the final report only.
+        let a = allreduce_args(&["--json"]).unwrap();
+        partial_writer(&a.common)(&report_of(1));
+        // A directory that went away: the write fails, and the bench goes on.
+        let gone = dir.join("gone").join("r.json");
+        let a = allreduce_args(&["--json", "--out", gone.to_str().unwrap()]).unwrap();
+        let mut write = partial_writer(&a.common);
+        write(&report_of(1));
+        write(&report_of(2));
+        assert!(!gone.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
