@@ -4,11 +4,8 @@
 # scripts/tests/imports_test.sh
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
 # shellcheck source=scripts/tests/lib.sh
-source "$ROOT/scripts/tests/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # A library of three layers: core/error.rs, core/buffer.rs (uses error), coll/mod.rs (uses
 # buffer through a root re-export and a child module).

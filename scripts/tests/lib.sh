@@ -1,6 +1,9 @@
-# Shared by the script tests (sourced): fail MESSAGE marks the running test failed; run_tests
-# runs every function named t_* of the caller, prints "ok" or "FAIL" per test and exits non-zero
-# if any failed.
+# Shared by the script tests (sourced): ROOT (the repository), WORK (a scratch folder removed
+# on exit); fail MESSAGE marks the running test failed; run_tests runs every function named t_*
+# of the caller, prints "ok" or "FAIL" per test and exits non-zero if any failed.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 
 fail() {

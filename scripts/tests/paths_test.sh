@@ -5,11 +5,8 @@
 # files, string literals) are left alone. Run: bash scripts/tests/paths_test.sh
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
 # shellcheck source=scripts/tests/lib.sh
-source "$ROOT/scripts/tests/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # A small repository: a library (src/), device code (device/), scripts and docs that name each
 # other, relative names included (device/ comments say prims/ll.cuh for device/prims/ll.cuh).

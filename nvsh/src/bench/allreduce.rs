@@ -496,7 +496,6 @@ pub fn run_reporting(
     };
     let list = size_steps(opts.min_bytes, opts.max_bytes, opts.factor);
     // PE 0's report of `rows` on `gpu`: the partial reports' and the final one.
-    let pe0 = nv.my_pe() == 0;
     let nvls = std::env::var("NCCL_NVLS_ENABLE").ok();
     let full = |rows: Vec<harness::Row>, gpu: String| {
         let mut r = report(
@@ -514,29 +513,14 @@ pub fn run_reporting(
         }
         r
     };
-    // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
-    let gpu = if pe0 {
-        nv.context().name().unwrap_or_default()
-    } else {
-        String::new()
-    };
-    let mut on_row = |rows: &[harness::Row]| {
-        if pe0 {
-            partial(&full(rows.to_vec(), gpu.clone()));
-        }
-    };
-    let rows = h.run_dtypes(
+    h.run_reported(
         &mut bench,
         &opts.candidates,
         &list,
         &opts.dtypes,
-        &mut on_row,
-    )?;
-    nv.barrier_all()?;
-    if !pe0 {
-        return Ok(None);
-    }
-    Ok(Some(full(rows, nv.context().name()?)))
+        &full,
+        partial,
+    )
 }
 
 /// The harness report with allreduce's header lines, JSON fields, ratio and auto column.

@@ -438,9 +438,10 @@ pub fn time_ratio(ours_us: f64, theirs_us: f64) -> f64 {
 }
 
 /// A collective's input and expected-output functions, apart from the collective: a few Copy
-/// parameters (the reduction, the collective's kind, the root), so that host threads can compute the slots' values
-/// while the collective, which holds communicators and workspaces and is not Sync, stays on
-/// its thread. Every function must give the same answer on every PE and thread.
+/// parameters (the reduction, the collective's kind, the root), so that host threads can
+/// compute the slots' values while the collective, which holds communicators and workspaces
+/// and is not Sync, stays on its thread. Every function must give the same answer on every PE
+/// and thread.
 pub trait SlotValues: Send + Sync + Copy {
     /// Element `i` of PE `pe`'s input with salt `salt`, for element type `dtype`.
     fn input_value(&self, dtype: BenchDtype, pe: i32, i: usize, salt: u64, n_pes: i32) -> f64;
@@ -1061,6 +1062,50 @@ impl<'nv> Harness<'nv> {
             Ok(_) if !failed.is_empty() => Err(failed_elsewhere(what, &failed)),
             Ok(v) => Ok(Ok(v)),
         }
+    }
+
+    /// [`Harness::run_dtypes`] with PE 0's report: `full(rows, gpu)` builds it from the rows and
+    /// the GPU's name, handed to `partial` after every row (the rows so far) and returned at
+    /// the end; None on the other PEs. Collective.
+    pub fn run_reported<K, C>(
+        &self,
+        coll: &mut C,
+        candidates: &[K],
+        sizes: &[usize],
+        dtypes: &[BenchDtype],
+        full: &dyn Fn(Vec<Row>, String) -> Report,
+        partial: &mut dyn FnMut(&Report),
+    ) -> Result<Option<Report>>
+    where
+        K: Copy,
+        C: Collective<f32, Candidate = K>
+            + Collective<half::bf16, Candidate = K>
+            + Collective<half::f16, Candidate = K>
+            + Collective<f64, Candidate = K>
+            + Collective<i32, Candidate = K>
+            + Collective<u32, Candidate = K>
+            + Collective<i64, Candidate = K>
+            + Collective<u64, Candidate = K>
+            + Collective<u8, Candidate = K>,
+    {
+        let pe0 = self.nv.my_pe() == 0;
+        // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
+        let gpu = if pe0 {
+            self.nv.context().name().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let mut on_row = |rows: &[Row]| {
+            if pe0 {
+                partial(&full(rows.to_vec(), gpu.clone()));
+            }
+        };
+        let rows = self.run_dtypes(coll, candidates, sizes, dtypes, &mut on_row)?;
+        self.nv.barrier_all()?;
+        if !pe0 {
+            return Ok(None);
+        }
+        Ok(Some(full(rows, self.nv.context().name()?)))
     }
 
     /// [`Harness::run_dtype`] for each of `dtypes` in turn: the report's rows, each handed
