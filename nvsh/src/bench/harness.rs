@@ -2472,6 +2472,13 @@ mod tests {
         })
     }
 
+    /// The table's row of message size `size` ("4K"): the first line that starts with it.
+    fn table_row<'t>(t: &'t str, size: &str) -> &'t str {
+        t.lines()
+            .find(|l| l.trim_start().starts_with(size))
+            .unwrap()
+    }
+
     /// A report of ours against NCCL's two paths: at 4K nccl-sym is the faster back to back
     /// but not after compute, at 8K nccl is the faster (nccl-sym ran, slower), at 16K
     /// nccl-sym's outputs were wrong and at 32K it did not run.
@@ -2629,12 +2636,7 @@ mod tests {
             header.ends_with(" ours/nccl      |b2b            vs"),
             "{header}"
         );
-        let line = |size: &str| {
-            t.lines()
-                .find(|l| l.trim_start().starts_with(size))
-                .unwrap()
-                .to_string()
-        };
+        let line = |size: &str| table_row(&t, size);
         // 4K: 6 / 10 (nccl) after compute, 4 / 5 (nccl-sym) back to back.
         assert!(line("4K").ends_with(" 0.60      0.80 nccl|nccl-sym"), "{t}");
         assert!(line("8K").ends_with(" 1.50      1.50          nccl"), "{t}");
@@ -2666,12 +2668,7 @@ mod tests {
             header.ends_with(" ours/nccl  |compute            vs"),
             "{header}"
         );
-        let line = |size: &str| {
-            t.lines()
-                .find(|l| l.trim_start().starts_with(size))
-                .unwrap()
-                .to_string()
-        };
+        let line = |size: &str| table_row(&t, size);
         assert!(line("4K").ends_with(" 0.80      0.60 nccl-sym|nccl"), "{t}");
         assert!(line("8K").ends_with(" 1.50      1.50          nccl"), "{t}");
         assert_eq!(header.len(), line("4K").len(), "{header}\n{}", line("4K"));
