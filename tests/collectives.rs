@@ -14,7 +14,8 @@ use common::reference::{RefElem, Tag};
 use common::{gpu_test, runtime};
 use half::{bf16, f16};
 use nvshmem::{
-    Allgather, Alltoall, Broadcast, Error, Nvshmem, Reduce, ReduceOp, ReduceScatter, TeamBarrier,
+    Allgather, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem, Reduce, ReduceOp,
+    ReduceScatter, TeamBarrier,
 };
 use std::time::{Duration, Instant};
 
@@ -755,4 +756,95 @@ fn team_barrier_case(nv: &Nvshmem) {
         }
     }
     nv.barrier_all().unwrap();
+}
+
+/// Counts of allgather and alltoall under the low-latency protocol: one 8-byte line, a partial
+/// last line is impossible (blocks must be 8-byte aligned), many lines per block, the largest
+/// block the lines take, and one past it (which goes by the handshake).
+fn ll_counts<T>() -> [(usize, FamilyProtocol); 5] {
+    let per_line = (8 / std::mem::size_of::<T>()).max(1);
+    let max = LL_MAX / std::mem::size_of::<T>();
+    [
+        (per_line, FamilyProtocol::LowLatency),
+        (per_line * 3, FamilyProtocol::LowLatency),
+        (per_line * 4099, FamilyProtocol::LowLatency),
+        (max, FamilyProtocol::LowLatency),
+        (max + per_line, FamilyProtocol::Direct),
+    ]
+}
+
+/// The largest block the tests below turn the low-latency protocol on for.
+const LL_MAX: usize = 256 << 10;
+
+/// Allgather and alltoall of T at [`ll_counts`], each call's protocol checked.
+fn ll_type<T: Tag>(nv: &Nvshmem, ag: &mut Allgather<'_>, a2a: &mut Alltoall<'_>, salt: usize) {
+    for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
+        allgather::<T>(nv, ag, count, salt + k);
+        assert_eq!(
+            ag.last_protocol(),
+            protocol,
+            "allgather {} x {count}",
+            T::NAME
+        );
+        alltoall::<T>(nv, a2a, count, salt + k);
+        assert_eq!(
+            a2a.last_protocol(),
+            protocol,
+            "alltoall {} x {count}",
+            T::NAME
+        );
+    }
+}
+
+/// Allgather and alltoall with the low-latency protocol on (NVSH_FAMILY_LL_MAX), at sizes it
+/// takes and one it does not, in and out of place; then 200 calls back to back alternating
+/// protocols and sizes with one sync at the end. Needs every member mapped (one node).
+fn low_latency_lines(pes: i32) {
+    // Before any workspace: the line region is sized at creation.
+    std::env::set_var("NVSH_FAMILY_LL_MAX", LL_MAX.to_string());
+    let nv = runtime(pes);
+    let mut ag = Allgather::world(&nv).unwrap();
+    let mut a2a = Alltoall::world(&nv).unwrap();
+    ll_type::<u8>(&nv, &mut ag, &mut a2a, 0);
+    ll_type::<f32>(&nv, &mut ag, &mut a2a, 10);
+    ll_type::<bf16>(&nv, &mut ag, &mut a2a, 20);
+    ll_type::<i64>(&nv, &mut ag, &mut a2a, 30);
+    // An odd f32 count makes 4-byte-aligned blocks: the handshake takes it.
+    allgather::<f32>(&nv, &mut ag, 7, 40);
+    assert_eq!(ag.last_protocol(), FamilyProtocol::Direct);
+
+    // Back to back: each call into its own output, alternating sizes (and so protocols).
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let counts = [2usize, 65536 + 2, 1024];
+    let calls = 200;
+    let inputs: Vec<_> = (0..calls)
+        .map(|k| filled(&nv, counts[k % 3], |i| <f32 as Tag>::tag(me, i, 100 + k)))
+        .collect();
+    let outputs: Vec<_> = (0..calls)
+        .map(|k| filled(&nv, n * counts[k % 3], |_| <f32 as Tag>::poison()))
+        .collect();
+    for k in 0..calls {
+        ag.run(&inputs[k], &outputs[k], &stream).unwrap();
+    }
+    ag.sync(&stream).unwrap();
+    for k in 0..calls {
+        let count = counts[k % 3];
+        expect(
+            &format!("back-to-back allgather {k} of f32 x {count}"),
+            &outputs[k].to_vec().unwrap(),
+            |i| <f32 as Tag>::tag(i / count, i % count, 100 + k),
+        );
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, low_latency_allgather_and_alltoall);
+fn low_latency_allgather_and_alltoall() {
+    low_latency_lines(2);
+}
+
+gpu_test!(4, low_latency_allgather_and_alltoall_on_four_pes);
+fn low_latency_allgather_and_alltoall_on_four_pes() {
+    low_latency_lines(4);
 }

@@ -9,13 +9,17 @@
 namespace {
 
 __global__ void allgather_kernel(nvshmemrs_family_args a) {
-    put_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
+    if (a.protocol == NVSHMEMRS_FAMILY_LL)
+        ll_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
+    else
+        put_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
 }
 
 }  // namespace
 
 extern "C" int nvshmemrs_allgather(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count) return cudaErrorInvalidValue;
+    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count || !family_ll_ok(args))
+        return cudaErrorInvalidValue;
     return (int)launch_pdl(allgather_kernel, blocks, threads, stream, args);
 }

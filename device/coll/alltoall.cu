@@ -9,13 +9,17 @@
 namespace {
 
 __global__ void alltoall_kernel(nvshmemrs_family_args a) {
-    put_blocks_step<true>(a, NVSHMEMRS_COLL_ALLTOALL);
+    if (a.protocol == NVSHMEMRS_FAMILY_LL)
+        ll_blocks_step<true>(a, NVSHMEMRS_COLL_ALLTOALL);
+    else
+        put_blocks_step<true>(a, NVSHMEMRS_COLL_ALLTOALL);
 }
 
 }  // namespace
 
 extern "C" int nvshmemrs_alltoall(nvshmemrs_family_args args, int blocks, int threads,
                                   cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count) return cudaErrorInvalidValue;
+    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count || !family_ll_ok(args))
+        return cudaErrorInvalidValue;
     return (int)launch_pdl(alltoall_kernel, blocks, threads, stream, args);
 }

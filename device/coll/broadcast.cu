@@ -49,6 +49,7 @@ __global__ void broadcast_kernel(nvshmemrs_family_args a) {
 
 extern "C" int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
-    if (!family_args_ok(args, blocks)) return cudaErrorInvalidValue;
+    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE)
+        return cudaErrorInvalidValue;
     return (int)launch_pdl(broadcast_kernel, blocks, threads, stream, args);
 }

@@ -2,6 +2,9 @@
 #ifndef NVSHMEM_RS_FAMILY_ARGS_CUH
 #define NVSHMEM_RS_FAMILY_ARGS_CUH
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "abi.h"
 
 // Members, rank, root, element size and grid in range (counters exist for FAMILY_BLOCKS).
@@ -9,6 +12,20 @@ static inline bool family_args_ok(const nvshmemrs_family_args &a, int blocks) {
     const nvshmemrs_coll_header &h = a.hdr;
     return h.n >= 1 && h.n <= h.world && h.rank >= 0 && h.rank < h.n && a.root >= 0 &&
            a.root < h.n && a.elem_bytes > 0 && blocks >= 1 && blocks <= NVSHMEMRS_FAMILY_BLOCKS;
+}
+
+// The low-latency protocol's conditions (abi.h NVSHMEMRS_FAMILY_LL), where a launch asks for
+// it: a line region large enough for a block, few enough members, 8-byte aligned buffers and
+// blocks.
+static inline bool family_ll_ok(const nvshmemrs_family_args &a) {
+    if (a.protocol == NVSHMEMRS_FAMILY_HANDSHAKE) return true;
+    const nvshmemrs_coll_header &h = a.hdr;
+    const size_t bytes = h.count * (size_t)a.elem_bytes;
+    const size_t block = a.stride * (size_t)a.elem_bytes;
+    const uintptr_t addrs = (uintptr_t)h.input | (uintptr_t)h.output;
+    return a.protocol == NVSHMEMRS_FAMILY_LL && h.ll_scratch != NULL &&
+           h.n <= NVSHMEMRS_FAMILY_LL_MAX_PES && (bytes + 7) / 8 * 16 <= h.ll_slot_bytes &&
+           addrs % 8 == 0 && block % 8 == 0 && !h.no_direct && h.all_mapped;
 }
 
 #endif

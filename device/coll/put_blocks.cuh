@@ -1,6 +1,8 @@
-// The step allgather and alltoall share (coll/family.h): every member puts a block into block
+// The steps allgather and alltoall share (coll/family.h): every member puts a block into block
 // [its rank] of every other member's output once that member has arrived, and waits for the
-// blocks put into its own. They differ only in what each receiver gets: allgather sends every
+// blocks put into its own; or, small and with every member mapped, writes it as low-latency
+// lines into the receivers' line slots, from which each receiver copies into its output
+// (NVSHMEMRS_FAMILY_LL). They differ only in what each receiver gets: allgather sends every
 // member the same input, alltoall input block [r] to member r (PER_PEER).
 #ifndef NVSHMEM_RS_PUT_BLOCKS_CUH
 #define NVSHMEM_RS_PUT_BLOCKS_CUH
@@ -10,6 +12,7 @@
 #include "abi.h"
 #include "prims/chunks.cuh"
 #include "prims/exchange.cuh"
+#include "prims/ll.cuh"
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/step.cuh"
@@ -48,6 +51,47 @@ __device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
         L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), s.value);
     auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
     if (!block_wait_others(w, h, data, s.value)) return;
+    end_step(h);
+}
+
+// Lines polled together by a receiver (ld_pending); larger teams go group after group.
+constexpr int FAMILY_LL_GROUP = 8;
+
+// One launch of the step under the low-latency protocol: no ARRIVE. A sender's next store
+// into a receiver's slot of this parity comes two steps later, after the sender has received
+// the receiver's data of the step between, which the receiver sends only once this launch has
+// completed on it (every member receives from every other here).
+template <bool PER_PEER>
+__device__ void ll_blocks_step(const nvshmemrs_family_args &a, int code) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    wait_for_previous_kernel();
+    if (block_broken(h)) return;
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
+    const Step s = begin_step(h.state);
+    const uint32_t flag = ll_flag(s.value - 1);
+    const size_t bytes = h.count * (size_t)a.elem_bytes, lines = (bytes + 7) / 8;
+    const size_t block_bytes = a.stride * (size_t)a.elem_bytes;
+    const char *in = static_cast<const char *>(h.input);
+    char *out = static_cast<char *>(h.output);
+    auto src = [&](int r) { return in + (PER_PEER ? (size_t)r * block_bytes : 0); };
+    __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    ll_peer_slots(h, s.parity, dst);
+    size_t l0, l1;
+    ll_block_lines(lines, &l0, &l1);
+    auto everyone = [](int) { return true; };
+    ll_put_lines(h, dst, src, everyone, bytes, l0, l1, flag);
+    // The own block, this block's lines of it; in place (allgather from the own block), it is
+    // there already.
+    char *mine = out + (size_t)h.rank * block_bytes;
+    const char *own = src(h.rank);
+    if (own != mine) {
+        const size_t b = l0 * 8 < bytes ? l0 * 8 : bytes, e = l1 * 8 < bytes ? l1 * 8 : bytes;
+        block_store(mine + b, own + b, e - b);
+    }
+    const bool ok = ll_get_lines<FAMILY_LL_GROUP>(
+        h, s.parity, l0, l1, flag, w, everyone,
+        [&](int r, size_t i, uint2 v) { store8(out + (size_t)r * block_bytes, i, bytes, v); });
+    if (__syncthreads_or(!ok)) return;
     end_step(h);
 }
 

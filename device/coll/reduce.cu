@@ -54,7 +54,7 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) ||
+    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE ||
         args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes)
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});

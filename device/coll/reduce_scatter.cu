@@ -53,7 +53,8 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                         int threads, cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.stride < args.hdr.count ||
+    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE ||
+        args.stride < args.hdr.count ||
         args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes)
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});

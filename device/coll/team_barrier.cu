@@ -36,6 +36,7 @@ __global__ void team_barrier_kernel(nvshmemrs_family_args a) {
 
 extern "C" int nvshmemrs_team_barrier(nvshmemrs_family_args args, int blocks, int threads,
                                       cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || blocks != 1) return cudaErrorInvalidValue;
+    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE || blocks != 1)
+        return cudaErrorInvalidValue;
     return (int)launch_pdl(team_barrier_kernel, blocks, threads, stream, args);
 }

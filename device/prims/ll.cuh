@@ -3,6 +3,7 @@
 #ifndef NVSHMEM_RS_LL_CUH
 #define NVSHMEM_RS_LL_CUH
 
+#include "core/nvshmem_device.cuh"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,20 +50,16 @@ __device__ __forceinline__ uint4 ld_line_once(const uint4 *p) {
     return v;
 }
 
-// Line i of the slots of ranks r0 .. r0 + G - 1 (those below n, except `skip`), polled together
+// Line i of the slots of ranks r0 + j for each bit j of `pending`, polled together
 // until each carries `flag` in both halves: G loads in flight per pass instead of one peer's
 // round trip after another, which at 8 PEs cost more than the data's flight. Payloads land in
 // out[j] (slot j of the group); each line is zeroed once read (its writer's next store to it is
 // two steps away, after this kernel has completed). False when the timeout passed or the
 // workspace broke meanwhile; the clock is read every 256 passes only.
 template <int G>
-__device__ __forceinline__ bool ld_lines(const nvshmemrs_coll_header &h, int parity, size_t i,
-                                         int r0, int skip, uint32_t flag, uint2 (&out)[G],
-                                         const Waiter &w) {
-    uint32_t pending = 0;
-#pragma unroll
-    for (int j = 0; j < G; ++j)
-        if (r0 + j < h.n && r0 + j != skip) pending |= 1u << j;
+__device__ __forceinline__ bool ld_pending(const nvshmemrs_coll_header &h, int parity, size_t i,
+                                           int r0, uint32_t pending, uint32_t flag,
+                                           uint2 (&out)[G], const Waiter &w) {
     uint64_t start = 0;
     for (uint32_t spin = 1; pending != 0; ++spin) {
         uint4 v[G];
@@ -90,6 +87,30 @@ __device__ __forceinline__ bool ld_lines(const nvshmemrs_coll_header &h, int par
     return true;
 }
 
+// Line i of the slots of ranks r0 .. r0 + G - 1 (those below n, except `skip`): ld_pending.
+template <int G>
+__device__ __forceinline__ bool ld_lines(const nvshmemrs_coll_header &h, int parity, size_t i,
+                                         int r0, int skip, uint32_t flag, uint2 (&out)[G],
+                                         const Waiter &w) {
+    uint32_t pending = 0;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+        if (r0 + j < h.n && r0 + j != skip) pending |= 1u << j;
+    return ld_pending<G>(h, parity, i, r0, pending, flag, out, w);
+}
+
+// ld_lines for the ranks r0 .. r0 + G - 1 below n, other than this PE, for which from(r) holds.
+template <int G, typename From>
+__device__ __forceinline__ bool ld_lines_from(const nvshmemrs_coll_header &h, int parity,
+                                              size_t i, int r0, From from, uint32_t flag,
+                                              uint2 (&out)[G], const Waiter &w) {
+    uint32_t pending = 0;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+        if (r0 + j < h.n && r0 + j != h.rank && from(r0 + j)) pending |= 1u << j;
+    return ld_pending<G>(h, parity, i, r0, pending, flag, out, w);
+}
+
 // 8 payload bytes at byte offset 8*i of buf (zero past `bytes`). buf is 8-byte aligned. The
 // tail is assembled in a register: a byte array would live in local memory.
 __device__ __forceinline__ uint2 load8(const char *buf, size_t i, size_t bytes) {
@@ -108,6 +129,62 @@ __device__ __forceinline__ void store8(char *buf, size_t i, size_t bytes, uint2 
     }
     const uint64_t w = (uint64_t)v.x | (uint64_t)v.y << 32;
     for (size_t j = 8 * i; j < bytes; ++j) buf[j] = (char)(w >> (8 * (j - 8 * i)));
+}
+
+// Lines [*l0, *l1) of `lines` for this block: an even split over the grid.
+__device__ __forceinline__ void ll_block_lines(size_t lines, size_t *l0, size_t *l1) {
+    const size_t per = (lines + gridDim.x - 1) / gridDim.x;
+    const size_t b = per * blockIdx.x;
+    *l0 = b < lines ? b : lines;
+    *l1 = b + per < lines ? b + per : lines;
+}
+
+// The address of slot [h.rank] at `parity` on each member (NULL for this PE), looked up once
+// per block into `dst` (shared memory): nvshmem_ptr reads a table. Every member is mapped
+// (the caller chose this protocol only then).
+__device__ __forceinline__ void ll_peer_slots(const nvshmemrs_coll_header &h, int parity,
+                                              uint4 **dst) {
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        dst[r] = r == h.rank ? nullptr
+                             : static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, parity, h.rank),
+                                                                h.pes[r]));
+    __syncthreads();
+}
+
+// Lines [l0, l1) of src(r) (`bytes` each, 8-byte aligned) into slot [h.rank] of every other
+// member r, one line per thread per pass, `to(r)` selecting the receivers. Peers in rank order
+// from the next one, so that the members do not all write to the same peer at once.
+template <typename Src, typename To>
+__device__ __forceinline__ void ll_put_lines(const nvshmemrs_coll_header &h, uint4 *const *dst,
+                                             Src src, To to, size_t bytes, size_t l0, size_t l1,
+                                             uint32_t flag) {
+    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        for (int k = 1, r = h.rank + 1; k < h.n; ++k, ++r) {
+            if (r == h.n) r = 0;
+            if (!to(r)) continue;
+            const uint2 v = load8(src(r), i, bytes);
+            st_line(dst[r] + i, v.x, v.y, flag);
+        }
+    }
+}
+
+// Lines [l0, l1) from every other member r with from(r), polled G members at a time
+// (ld_lines), each payload handed to got(r, i, v). False when a wait timed out or the
+// workspace broke (the failure is recorded).
+template <int G, typename From, typename Got>
+__device__ __forceinline__ bool ll_get_lines(const nvshmemrs_coll_header &h, int parity,
+                                             size_t l0, size_t l1, uint32_t flag, const Waiter &w,
+                                             From from, Got got) {
+    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        for (int r0 = 0; r0 < h.n; r0 += G) {
+            uint2 v[G];
+            if (!ld_lines_from<G>(h, parity, i, r0, from, flag, v, w)) return false;
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+                if (r0 + j < h.n && r0 + j != h.rank && from(r0 + j)) got(r0 + j, i, v[j]);
+        }
+    }
+    return true;
 }
 
 }  // namespace

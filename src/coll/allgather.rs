@@ -74,4 +74,4 @@ impl<'nv> Allgather<'nv> {
     }
 }
 
-family_methods!(Allgather, &TEXT);
+family_methods!(Allgather, &TEXT, lines);

@@ -74,4 +74,4 @@ impl<'nv> Alltoall<'nv> {
     }
 }
 
-family_methods!(Alltoall, &TEXT);
+family_methods!(Alltoall, &TEXT, lines);

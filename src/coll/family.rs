@@ -35,6 +35,10 @@ pub(crate) fn call_of<T: Element>(
         stride: count,
         elem_bytes: std::mem::size_of::<T>(),
         root: root.unwrap_or(0),
+        ll: matches!(
+            code,
+            sys::NVSHMEMRS_COLL_ALLGATHER | sys::NVSHMEMRS_COLL_ALLTOALL
+        ),
     }
 }
 
@@ -269,6 +273,9 @@ pub fn describe_family_meta(meta: u64) -> String {
     if root > 0 {
         s = format!("{s}, root {}", root - 1);
     }
+    if meta & crate::proto::family::META_LL != 0 {
+        s = format!("{s}, low-latency lines");
+    }
     s
 }
 
@@ -333,6 +340,9 @@ mod tests {
         assert_eq!(describe_family_meta(m), "bf16 max, root 3");
         let m = family_meta(Dtype::U8, None, sys::NVSHMEMRS_COLL_ALLGATHER, None);
         assert_eq!(describe_family_meta(m), "u8");
+        let ll = m | crate::proto::family::META_LL;
+        assert_ne!(ll, m);
+        assert_eq!(describe_family_meta(ll), "u8, low-latency lines");
         // Roots, ops and types that differ give different words.
         let a = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(0));
         let b = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(1));

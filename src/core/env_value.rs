@@ -78,6 +78,22 @@ pub fn bool_var(var: &'static str, default: bool, expected: &'static str) -> Res
     }
 }
 
+/// A size from `var` (65536, 64K, 1M, ...), or `default` when unset or empty.
+pub(crate) fn size_from_env(
+    var: &'static str,
+    default: usize,
+    expected: &'static str,
+) -> Result<usize> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => parse_size(&v).ok_or(Error::InvalidEnv {
+            var,
+            value: v,
+            expected,
+        }),
+        _ => Ok(default),
+    }
+}
+
 /// The heap NVSHMEM reserves at init: NVSHMEM_SYMMETRIC_SIZE (NVSHMEM's syntax: a number with an
 /// optional k/m/g/t suffix), default 1 GiB.
 pub(crate) fn initial_heap_bytes() -> usize {

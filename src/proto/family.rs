@@ -19,6 +19,31 @@ pub const FAMILY_BLOCKS: usize = sys::NVSHMEMRS_FAMILY_BLOCKS as usize;
 const BLOCK_BYTES: usize = 16 << 10;
 /// Threads per block of the family's kernels.
 const THREADS: i32 = 512;
+/// Largest block (bytes per rank block) the low-latency protocol carries, where the collective
+/// has it (allgather, alltoall) and every member is mapped; 0 (the default until it has been
+/// measured on separate GPUs) turns it off and allocates no line region. Every PE must set the
+/// same: the region is symmetric.
+pub const FAMILY_LL_MAX_ENV: &str = "NVSH_FAMILY_LL_MAX";
+/// Default of [`FAMILY_LL_MAX_ENV`]: off.
+pub const FAMILY_LL_MAX_DEFAULT: usize = 0;
+/// Checked mode's meta bit for a call under the low-latency protocol: members that disagree on
+/// the protocol would wait on different words.
+pub const META_LL: u64 = 1 << 24;
+/// Threads per block of the low-latency launches: one 16-byte line each per pass.
+const LL_THREADS: i32 = 512;
+/// Payload bytes per block of a low-latency launch, and most blocks.
+const LL_BLOCK_BYTES: usize = 4 << 10;
+const LL_BLOCKS_MAX: usize = 32;
+
+/// [`FAMILY_LL_MAX_ENV`], checked.
+fn ll_max_from_env() -> Result<usize> {
+    crate::core::env_value::size_from_env(
+        FAMILY_LL_MAX_ENV,
+        FAMILY_LL_MAX_DEFAULT,
+        "a size in bytes such as 65536, 64K or 0 (off)",
+    )
+}
+
 /// Words of `nvshmemrs_allreduce_state` (the family's kernels use its step count).
 const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
 
@@ -38,13 +63,18 @@ pub struct FamilyCall {
     pub elem_bytes: usize,
     /// The root's team rank (0 where there is none).
     pub root: i32,
+    /// The collective has the low-latency protocol (device/abi.h NVSHMEMRS_FAMILY_LL).
+    pub ll: bool,
 }
 
 /// What a family workspace holds besides its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scratch {
-    /// Nothing: the data goes straight into the outputs (broadcast, allgather, alltoall).
+    /// Nothing: the data goes straight into the outputs (broadcast).
     None,
+    /// As `None`, plus the low-latency protocol's line slots where it is on (allgather,
+    /// alltoall; [`FAMILY_LL_MAX_ENV`]).
+    Lines,
     /// Receive slots of this many bytes, 2 x world of them (reductions); larger messages go in
     /// segments of a slot.
     Slots(usize),
@@ -64,11 +94,18 @@ pub enum FamilyProtocol {
     Direct,
     /// NVSHMEM puts with signal, as across nodes.
     Put,
+    /// Low-latency lines where the call allows them (see [`FAMILY_LL_MAX_ENV`]), else direct
+    /// stores.
+    LowLatency,
 }
 
 impl FamilyProtocol {
     /// Every concrete protocol (not `Auto`), as tuning times them.
-    pub const ALL: [FamilyProtocol; 2] = [FamilyProtocol::Direct, FamilyProtocol::Put];
+    pub const ALL: [FamilyProtocol; 3] = [
+        FamilyProtocol::Direct,
+        FamilyProtocol::Put,
+        FamilyProtocol::LowLatency,
+    ];
 
     /// The name in tuning files and reports.
     pub fn name(self) -> &'static str {
@@ -76,6 +113,7 @@ impl FamilyProtocol {
             FamilyProtocol::Auto => "auto",
             FamilyProtocol::Direct => "direct",
             FamilyProtocol::Put => "put",
+            FamilyProtocol::LowLatency => "ll",
         }
     }
 
@@ -85,6 +123,7 @@ impl FamilyProtocol {
             "auto" => FamilyProtocol::Auto,
             "direct" => FamilyProtocol::Direct,
             "put" => FamilyProtocol::Put,
+            "ll" => FamilyProtocol::LowLatency,
             _ => return None,
         })
     }
@@ -100,7 +139,15 @@ pub struct FamilyWorkspace<'nv> {
     scratch: Option<SymmetricBuffer<'nv, u8>>,
     /// 0 unless the scratch is receive slots.
     slot_bytes: usize,
+    /// The low-latency protocol's line slots [parity][source rank] of `ll_slot_bytes`, where
+    /// it is on ([`FAMILY_LL_MAX_ENV`]) and the collective moves data without slots.
+    ll: Option<SymmetricBuffer<'nv, u8>>,
+    ll_slot_bytes: usize,
+    /// Largest rank block the line slots take (0: off).
+    ll_max: usize,
     protocol: FamilyProtocol,
+    /// What the last call took: `Direct`, `Put` or `LowLatency` (`Auto` before any call).
+    last: FamilyProtocol,
     /// This workspace's key in the tuned tables (`tuning::collective_key`).
     tuning_key: String,
 }
@@ -118,6 +165,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
         let flags = nv.alloc_zeroed::<u64>(phases * 2 * world * FAMILY_BLOCKS)?;
+        let lines = scratch == Scratch::Lines;
         let (scratch, slot_bytes) = match scratch {
             Scratch::Exchange => {
                 let words = world * sys::NVSHMEMRS_EXCHANGE_WORDS_PER_PE as usize;
@@ -136,10 +184,33 @@ impl<'nv> FamilyWorkspace<'nv> {
                 // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
                 (Some(nv.alloc_zeroed::<u8>(total)?), slot)
             }
-            Scratch::None => (None, 0),
+            Scratch::None | Scratch::Lines => (None, 0),
+        };
+        // Lines carry 8 payload bytes in 16: a block of ll_max takes 2 x ll_max per slot.
+        let ll_max = if lines && ws.n_pes() as u32 <= sys::NVSHMEMRS_FAMILY_LL_MAX_PES {
+            ll_max_from_env()?
+        } else {
+            0
+        };
+        let (ll, ll_slot_bytes) = if ll_max > 0 {
+            let slot = ll_max
+                .checked_mul(2)
+                .and_then(|b| b.checked_next_multiple_of(256));
+            let total = slot.and_then(|s| s.checked_mul(2 * world));
+            let (Some(slot), Some(total)) = (slot, total) else {
+                return Err(Error::SizeOverflow {
+                    what: text.call,
+                    detail: format!("2 x {world} PEs x 2 x {ll_max} bytes of lines"),
+                });
+            };
+            // Zeroed: a line's flag is never 0, and readers zero each line they read.
+            (Some(nv.alloc_zeroed::<u8>(total)?), slot)
+        } else {
+            (None, 0)
         };
         log::debug!(
-            "{} workspace over {} PE(s): slots of {slot_bytes} bytes, all mapped: {}",
+            "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
+             {ll_max} bytes, all mapped: {}",
             text.call,
             ws.n_pes(),
             ws.all_mapped()
@@ -151,7 +222,11 @@ impl<'nv> FamilyWorkspace<'nv> {
             flags,
             scratch,
             slot_bytes,
+            ll,
+            ll_slot_bytes,
+            ll_max,
             protocol: FamilyProtocol::Auto,
+            last: FamilyProtocol::Auto,
             tuning_key,
         })
     }
@@ -176,20 +251,47 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.protocol
     }
 
+    /// The protocol the last call took (`Auto` before the first).
+    pub fn last_protocol(&self) -> FamilyProtocol {
+        self.last
+    }
+
     /// Whether a call of `bytes` in `elem_bytes`-byte elements stores directly into mapped
     /// peers: the set protocol, or under `Auto` the tuned table ("put" turns it off).
     fn direct_for(&self, bytes: usize, elem_bytes: usize) -> bool {
+        self.concrete(bytes, elem_bytes) != FamilyProtocol::Put
+    }
+
+    /// The protocol a call of `bytes` takes before its own conditions: the set one, or under
+    /// `Auto` the tuned table's, else low-latency lines (where they are on and fit) or direct
+    /// stores.
+    fn concrete(&self, bytes: usize, elem_bytes: usize) -> FamilyProtocol {
         match self.protocol {
-            FamilyProtocol::Direct => true,
-            FamilyProtocol::Put => false,
-            FamilyProtocol::Auto => {
-                self.ws
-                    .runtime()
-                    .tuned(&self.tuning_key, bytes, elem_bytes, |c| {
-                        c.and_then(FamilyProtocol::parse) != Some(FamilyProtocol::Put)
-                    })
-            }
+            FamilyProtocol::Auto => self
+                .ws
+                .runtime()
+                .tuned(&self.tuning_key, bytes, elem_bytes, |c| {
+                    c.and_then(FamilyProtocol::parse)
+                })
+                .filter(|&p| p != FamilyProtocol::Auto)
+                .unwrap_or(FamilyProtocol::LowLatency),
+            p => p,
         }
+    }
+
+    /// Whether `call` goes as low-latency lines: asked for (or chosen by `Auto`), the
+    /// collective has them, they are on and the block fits, every member is mapped (after
+    /// `set_direct`), and the buffers and blocks are 8-byte aligned (the lines move 8 bytes).
+    fn low_latency(&self, call: &FamilyCall) -> bool {
+        let bytes = call.count * call.elem_bytes;
+        call.ll
+            && self.ll.is_some()
+            && self.concrete(bytes, call.elem_bytes) == FamilyProtocol::LowLatency
+            && bytes <= self.ll_max
+            && bytes.div_ceil(8) * 16 <= self.ll_slot_bytes
+            && self.ws.all_mapped()
+            && (call.input as usize | call.output as usize) % 8 == 0
+            && (call.stride * call.elem_bytes) % 8 == 0
     }
 
     /// Device address of the scratch (slots or exchange region), or null.
@@ -230,10 +332,16 @@ impl<'nv> FamilyWorkspace<'nv> {
         let rank = self.ws.begin_call()?;
         let direct = self.direct_for(call.count * call.elem_bytes, call.elem_bytes);
         self.ws.set_direct(direct);
-        let header = self.args(rank, call, 0, call.count);
+        let ll = self.low_latency(call);
+        self.last = match (ll, direct) {
+            (true, _) => FamilyProtocol::LowLatency,
+            (false, true) => FamilyProtocol::Direct,
+            (false, false) => FamilyProtocol::Put,
+        };
+        let header = self.args(rank, call, 0, call.count, ll);
         self.ws.exchange_header(
             header.hdr,
-            call.meta,
+            call.meta | if ll { META_LL } else { 0 },
             sys::NVSHMEMRS_WAIT_OP_COLLECTIVE,
             call.code as i32,
             stream,
@@ -247,12 +355,18 @@ impl<'nv> FamilyWorkspace<'nv> {
         let mut start = 0;
         while start < call.count {
             let len = segment.min(call.count - start);
-            let args = self.args(rank, call, start, len);
-            // One block per 16 KiB of what each block moves per peer, 1 to FAMILY_BLOCKS.
-            let blocks = (len * call.elem_bytes)
-                .div_ceil(BLOCK_BYTES)
-                .clamp(1, FAMILY_BLOCKS) as i32;
-            cuda_check(entry(args, blocks, THREADS, raw_stream(stream)), what)?;
+            let args = self.args(rank, call, start, len, ll);
+            let bytes = len * call.elem_bytes;
+            let (blocks, threads) = if ll {
+                // One 16-byte line per thread per pass, 4 KiB of each block per grid block.
+                let blocks = bytes.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX);
+                (blocks as i32, LL_THREADS)
+            } else {
+                // One block per 16 KiB of what each block moves per peer, 1 to FAMILY_BLOCKS.
+                let blocks = bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS);
+                (blocks as i32, THREADS)
+            };
+            cuda_check(entry(args, blocks, threads, raw_stream(stream)), what)?;
             start += len;
         }
         Ok(())
@@ -266,8 +380,13 @@ impl<'nv> FamilyWorkspace<'nv> {
         call: &FamilyCall,
         start: usize,
         len: usize,
+        ll: bool,
     ) -> sys::nvshmemrs_family_args {
         let offset = start * call.elem_bytes;
+        let ll_scratch = self
+            .ll
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |l| l.as_device_ptr().cast());
         sys::nvshmemrs_family_args {
             hdr: sys::nvshmemrs_coll_header {
                 input: call.input.cast::<u8>().wrapping_add(offset).cast(),
@@ -276,11 +395,18 @@ impl<'nv> FamilyWorkspace<'nv> {
                 scratch: self.scratch_ptr(),
                 slot_bytes: self.slot_bytes,
                 flags: self.flags_ptr(),
+                ll_scratch,
+                ll_slot_bytes: self.ll_slot_bytes,
                 ..self.ws.header(rank)
             },
             stride: call.stride,
             elem_bytes: call.elem_bytes as i32,
             root: call.root,
+            protocol: if ll {
+                sys::NVSHMEMRS_FAMILY_LL as i32
+            } else {
+                sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32
+            },
         }
     }
 }
@@ -304,6 +430,9 @@ pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
 macro_rules! family_methods {
     ($ty:ident, $text:expr) => {
         $crate::proto::family::family_methods!(@plain $ty, $text, None);
+    };
+    ($ty:ident, $text:expr, lines) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, Lines);
     };
     ($ty:ident, $text:expr, exchange) => {
         $crate::proto::family::family_methods!(@plain $ty, $text, Exchange);
@@ -435,6 +564,12 @@ macro_rules! family_methods {
             /// The protocol set ([`Self::set_protocol`]).
             pub fn protocol(&self) -> $crate::proto::family::FamilyProtocol {
                 self.fam.protocol()
+            }
+
+            /// The protocol the last call took (`Auto` before the first): `Direct`, `Put` or
+            /// `LowLatency`.
+            pub fn last_protocol(&self) -> $crate::proto::family::FamilyProtocol {
+                self.fam.last_protocol()
             }
         }
     };

@@ -17,6 +17,7 @@ use crate::coll::select::{rule, select, SelectionRule};
 use crate::coll::tuning::timing::measurement;
 use crate::core::buffer::{SymView, SymmetricBuffer};
 use crate::core::element::Dtype;
+use crate::core::env_value::size_from_env;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, Located, OutBuf};
 use crate::core::result::cuda_check;
@@ -46,20 +47,6 @@ pub const LL_MAX_DEFAULT: usize = 512 << 10;
 /// From 3 PEs the protocol's doubled bytes cost more sooner: on 4 H200 at 512 KiB it took
 /// 16.6 us, the signal-based one-shot 14.0 us (NCCL 14.2).
 pub const LL_MAX_DEFAULT_WIDE: usize = 256 << 10;
-
-/// A size from `var` (65536, 64K, 1M, ...), or `default` when unset or empty.
-fn size_from_env(var: &'static str, default: usize, expected: &'static str) -> Result<usize> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => {
-            crate::core::env_value::parse_size(&v).ok_or(Error::InvalidEnv {
-                var,
-                value: v,
-                expected,
-            })
-        }
-        _ => Ok(default),
-    }
-}
 
 /// [`size_from_env`] that must also pass `valid`; `expected` describes both.
 fn bounded_size_from_env(
