@@ -773,6 +773,20 @@ fn ll_counts<T>() -> [(usize, FamilyProtocol); 5] {
     ]
 }
 
+/// Reduce-scatter of T with `op` at [`ll_counts`], each call's protocol checked (past the
+/// lines' limit the slots take it, in segments of [`SLOT_BYTES`]).
+fn ll_reduce_type<T: RefElem>(nv: &Nvshmem, rs: &mut ReduceScatter<'_>, op: ReduceOp, salt: usize) {
+    for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
+        reduce_scatter::<T>(nv, rs, count, op, salt + k);
+        assert_eq!(
+            rs.last_protocol(),
+            protocol,
+            "reduce-scatter {} {op:?} x {count}",
+            T::NAME
+        );
+    }
+}
+
 /// The largest block the tests below turn the low-latency protocol on for.
 const LL_MAX: usize = 256 << 10;
 
@@ -796,8 +810,8 @@ fn ll_type<T: Tag>(nv: &Nvshmem, ag: &mut Allgather<'_>, a2a: &mut Alltoall<'_>,
     }
 }
 
-/// Allgather and alltoall with the low-latency protocol on (NVSH_FAMILY_LL_MAX), at sizes it
-/// takes and one it does not, in and out of place; then 200 calls back to back alternating
+/// Allgather, alltoall and reduce-scatter with the low-latency protocol on (NVSH_FAMILY_LL_MAX),
+/// at sizes it takes and one it does not, in and out of place; then 200 calls back to back alternating
 /// protocols and sizes with one sync at the end. Needs every member mapped (one node).
 fn low_latency_lines(pes: i32) {
     // Before any workspace: the line region is sized at creation.
@@ -809,6 +823,15 @@ fn low_latency_lines(pes: i32) {
     ll_type::<f32>(&nv, &mut ag, &mut a2a, 10);
     ll_type::<bf16>(&nv, &mut ag, &mut a2a, 20);
     ll_type::<i64>(&nv, &mut ag, &mut a2a, 30);
+    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
+    for (o, op) in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
+        .into_iter()
+        .enumerate()
+    {
+        ll_reduce_type::<f32>(&nv, &mut rs, op, 50 + o);
+        ll_reduce_type::<bf16>(&nv, &mut rs, op, 60 + o);
+        ll_reduce_type::<i64>(&nv, &mut rs, op, 70 + o);
+    }
     // An odd f32 count makes 4-byte-aligned blocks: the handshake takes it.
     allgather::<f32>(&nv, &mut ag, 7, 40);
     assert_eq!(ag.last_protocol(), FamilyProtocol::Direct);
@@ -839,12 +862,12 @@ fn low_latency_lines(pes: i32) {
     nv.barrier_all().unwrap();
 }
 
-gpu_test!(2, low_latency_allgather_and_alltoall);
-fn low_latency_allgather_and_alltoall() {
+gpu_test!(2, low_latency_allgather_alltoall_and_reduce_scatter);
+fn low_latency_allgather_alltoall_and_reduce_scatter() {
     low_latency_lines(2);
 }
 
-gpu_test!(4, low_latency_allgather_and_alltoall_on_four_pes);
-fn low_latency_allgather_and_alltoall_on_four_pes() {
+gpu_test!(4, low_latency_family_on_four_pes);
+fn low_latency_family_on_four_pes() {
     low_latency_lines(4);
 }

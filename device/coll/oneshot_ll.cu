@@ -8,15 +8,13 @@
 #include "coll/launch.cuh"
 #include "prims/dispatch.cuh"
 #include "prims/ll.cuh"
+#include "prims/ll_reduce.cuh"
 #include "prims/pdl.cuh"
 #include "prims/reduce.cuh"
 #include "prims/step.cuh"
 #include "prims/waiter.cuh"
 
 namespace {
-
-// Lines polled together (ld_lines); larger teams go group after group.
-constexpr int LL_GROUP = 8;
 
 template <typename T, int OP>
 __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
@@ -47,38 +45,9 @@ __global__ void oneshot_ll_kernel(nvshmemrs_allreduce_args a) {
             st_line(dst[r] + i, v.x, v.y, flag);
         }
     }
-    using A = typename Acc<T>::type;
-    constexpr int PER = 8 / sizeof(T) > 0 ? 8 / sizeof(T) : 1;
-    bool ok = true;
-    for (size_t i = l0 + threadIdx.x; i < l1 && ok; i += blockDim.x) {
-        const uint2 mine = load8(in, i, bytes);
-        A acc[PER];
-        // Ranks in order 0..n-1 on every PE: bit-identical results.
-        for (int r0 = 0; r0 < h.n && ok; r0 += LL_GROUP) {
-            uint2 got[LL_GROUP];
-            if (!ld_lines<LL_GROUP>(h, parity, i, r0, h.rank, flag, got, w)) {
-                ok = false;
-                break;
-            }
-#pragma unroll
-            for (int j = 0; j < LL_GROUP; ++j) {
-                if (r0 + j >= h.n) continue;
-                const uint2 v = r0 + j == h.rank ? mine : got[j];
-                const T *x = reinterpret_cast<const T *>(&v);
-#pragma unroll
-                for (int k = 0; k < PER; ++k) {
-                    A val = to_acc<T>(x[k]);
-                    acc[k] = r0 + j == 0 ? val : combine<T, OP>(acc[k], val);
-                }
-            }
-        }
-        if (!ok) break;
-        uint2 res;
-        T *r = reinterpret_cast<T *>(&res);
-#pragma unroll
-        for (int k = 0; k < PER; ++k) r[k] = finish<T, OP>(acc[k], h.n);
-        store8(out, i, bytes, res);
-    }
+    const bool ok = ll_reduce_lines<T, OP>(
+        h, parity, l0, l1, flag, w, [&](size_t i) { return load8(in, i, bytes); },
+        [&](size_t i, uint2 res) { store8(out, i, bytes, res); });
     if (__syncthreads_or(!ok)) return;
     end_step(h);
 }

@@ -1,5 +1,7 @@
 // Reduce-scatter (coll/family.h) through the receive slots: every member puts its block for r
-// into slot [rank] of r; r reduces its own block and the slots in rank order.
+// into slot [rank] of r; r reduces its own block and the slots in rank order. Or, small and with
+// every member mapped, as low-latency lines (NVSHMEMRS_FAMILY_LL): every member stores its block
+// for r into line slot [rank] of r, which reduces them line by line in rank order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +12,8 @@
 #include "prims/chunks.cuh"
 #include "prims/dispatch.cuh"
 #include "prims/exchange.cuh"
+#include "prims/ll.cuh"
+#include "prims/ll_reduce.cuh"
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/reduce.cuh"
@@ -18,12 +22,44 @@
 
 namespace {
 
+// The step under the low-latency protocol: no ARRIVE, as allgather's (coll/put_blocks.cuh):
+// every member receives from every other, so a sender reaches this parity again only after the
+// receiver has finished this step.
+template <typename T, int OP>
+__device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const uint32_t flag = ll_flag(s.value - 1);
+    const char *in = static_cast<const char *>(h.input);
+    char *out = static_cast<char *>(h.output);
+    const size_t bytes = h.count * sizeof(T), lines = (bytes + 7) / 8;
+    const size_t block = a.stride * sizeof(T);
+    __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    ll_peer_slots(h, s.parity, dst);
+    size_t l0, l1;
+    ll_block_lines(lines, &l0, &l1);
+    ll_put_lines(
+        h, dst, [&](int r) { return in + (size_t)r * block; }, [](int) { return true; }, bytes, l0,
+        l1, flag);
+    // In place the output is the own block: each thread reads line i of it before writing it.
+    const char *own = in + (size_t)h.rank * block;
+    const bool ok = ll_reduce_lines<T, OP>(
+        h, s.parity, l0, l1, flag, w, [&](size_t i) { return load8(own, i, bytes); },
+        [&](size_t i, uint2 v) { store8(out, i, bytes, v); });
+    if (__syncthreads_or(!ok)) return;
+    end_step(h);
+}
+
 template <typename T, int OP>
 __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE_SCATTER);
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) {
+        reduce_scatter_ll<T, OP>(a, w);
+        return;
+    }
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     const T *in = static_cast<const T *>(h.input);
@@ -53,9 +89,9 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                         int threads, cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE ||
-        args.stride < args.hdr.count ||
-        args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes)
+    const bool ll = args.protocol == NVSHMEMRS_FAMILY_LL;
+    if (!family_args_ok(args, blocks) || !family_ll_ok(args) || args.stride < args.hdr.count ||
+        (!ll && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -35,10 +35,6 @@ pub(crate) fn call_of<T: Element>(
         stride: count,
         elem_bytes: std::mem::size_of::<T>(),
         root: root.unwrap_or(0),
-        ll: matches!(
-            code,
-            sys::NVSHMEMRS_COLL_ALLGATHER | sys::NVSHMEMRS_COLL_ALLTOALL
-        ),
     }
 }
 

@@ -75,4 +75,4 @@ impl<'nv> ReduceScatter<'nv> {
     }
 }
 
-family_methods!(ReduceScatter, &TEXT, slots);
+family_methods!(ReduceScatter, &TEXT, slots, lines);

@@ -44,7 +44,6 @@ impl<'nv> TeamBarrier<'nv> {
             stride: 1,
             elem_bytes: 1,
             root: 0,
-            ll: false,
         };
         self.fam
             .call("team barrier kernel launch", &call, stream, |a, b, t, s| {

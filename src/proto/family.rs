@@ -63,18 +63,13 @@ pub struct FamilyCall {
     pub elem_bytes: usize,
     /// The root's team rank (0 where there is none).
     pub root: i32,
-    /// The collective has the low-latency protocol (device/abi.h NVSHMEMRS_FAMILY_LL).
-    pub ll: bool,
 }
 
 /// What a family workspace holds besides its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scratch {
-    /// Nothing: the data goes straight into the outputs (broadcast).
+    /// Nothing: the data goes straight into the outputs (broadcast, allgather, alltoall).
     None,
-    /// As `None`, plus the low-latency protocol's line slots where it is on (allgather,
-    /// alltoall; [`FAMILY_LL_MAX_ENV`]).
-    Lines,
     /// Receive slots of this many bytes, 2 x world of them (reductions); larger messages go in
     /// segments of a slot.
     Slots(usize),
@@ -153,19 +148,21 @@ pub struct FamilyWorkspace<'nv> {
 }
 
 impl<'nv> FamilyWorkspace<'nv> {
-    /// The workspace over `team` (None on PEs in no team of the split), with `scratch`.
-    /// Collective over the world.
+    /// The workspace over `team` (None on PEs in no team of the split), with `scratch`, and
+    /// with `lines` the low-latency protocol's line slots where it is on
+    /// ([`FAMILY_LL_MAX_ENV`]; the collective's kernel has the protocol). Collective over the
+    /// world.
     pub fn new(
         nv: &'nv Nvshmem,
         team: Option<&Team<'_>>,
         text: &'static CollectiveText,
         scratch: Scratch,
+        lines: bool,
     ) -> Result<FamilyWorkspace<'nv>> {
         let world = nv.n_pes() as usize;
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
         let flags = nv.alloc_zeroed::<u64>(phases * 2 * world * FAMILY_BLOCKS)?;
-        let lines = scratch == Scratch::Lines;
         let (scratch, slot_bytes) = match scratch {
             Scratch::Exchange => {
                 let words = world * sys::NVSHMEMRS_EXCHANGE_WORDS_PER_PE as usize;
@@ -184,7 +181,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
                 (Some(nv.alloc_zeroed::<u8>(total)?), slot)
             }
-            Scratch::None | Scratch::Lines => (None, 0),
+            Scratch::None => (None, 0),
         };
         // Lines carry 8 payload bytes in 16: a block of ll_max takes 2 x ll_max per slot.
         let ll_max = if lines && ws.n_pes() as u32 <= sys::NVSHMEMRS_FAMILY_LL_MAX_PES {
@@ -280,12 +277,11 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// Whether `call` goes as low-latency lines: asked for (or chosen by `Auto`), the
-    /// collective has them, they are on and the block fits, every member is mapped (after
+    /// workspace has line slots (the collective has the protocol and it is on), the block fits, every member is mapped (after
     /// `set_direct`), and the buffers and blocks are 8-byte aligned (the lines move 8 bytes).
     fn low_latency(&self, call: &FamilyCall) -> bool {
         let bytes = call.count * call.elem_bytes;
-        call.ll
-            && self.ll.is_some()
+        self.ll.is_some()
             && self.concrete(bytes, call.elem_bytes) == FamilyProtocol::LowLatency
             && bytes <= self.ll_max
             && bytes.div_ceil(8) * 16 <= self.ll_slot_bytes
@@ -346,7 +342,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             call.code as i32,
             stream,
         )?;
-        let segment = if self.slot_bytes > 0 {
+        let segment = if self.slot_bytes > 0 && !ll {
             self.segment_elems(call.elem_bytes)
         } else {
             call.count
@@ -429,15 +425,15 @@ pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
 /// (timeout, checks, failure). `$text` is its [`CollectiveText`].
 macro_rules! family_methods {
     ($ty:ident, $text:expr) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, None);
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, false);
     };
     ($ty:ident, $text:expr, lines) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, Lines);
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, true);
     };
     ($ty:ident, $text:expr, exchange) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange);
+        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, false);
     };
-    (@plain $ty:ident, $text:expr, $scratch:ident) => {
+    (@plain $ty:ident, $text:expr, $scratch:ident, $lines:expr) => {
         impl<'nv> $ty<'nv> {
             /// Over `team` (None on PEs in no team of the split: they only take part in the
             /// allocation). Collective over the world.
@@ -451,6 +447,7 @@ macro_rules! family_methods {
                         team,
                         $text,
                         $crate::proto::family::Scratch::$scratch,
+                        $lines,
                     )?,
                 })
             }
@@ -463,6 +460,12 @@ macro_rules! family_methods {
         $crate::proto::family::family_methods!(@common $ty);
     };
     ($ty:ident, $text:expr, slots) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, false);
+    };
+    ($ty:ident, $text:expr, slots, lines) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, true);
+    };
+    (@slots $ty:ident, $text:expr, $lines:expr) => {
         impl<'nv> $ty<'nv> {
             /// Over `team` (None on PEs in no team of the split), with receive slots of
             /// `slot_bytes` each (2 x world of them); larger messages go in segments of that
@@ -478,6 +481,7 @@ macro_rules! family_methods {
                         team,
                         $text,
                         $crate::proto::family::Scratch::Slots(slot_bytes),
+                        $lines,
                     )?,
                 })
             }
