@@ -249,12 +249,13 @@ typedef struct nvshmemrs_family_args {
 } nvshmemrs_family_args;
 
 /* The family's protocols (nvshmemrs_family_args.protocol). HANDSHAKE: coll/family.h's steps
- * (ARRIVE then DATA, or receive slots). LL (allgather, alltoall, reduce-scatter): every member
- * mapped, at most NVSHMEMRS_FAMILY_LL_MAX_PES members, input, output and the rank blocks 8-byte
- * aligned; each sender stores its block as low-latency lines (prims/ll.cuh) into slot [its
- * rank] of hdr.ll_scratch ([parity][source rank] of hdr.ll_slot_bytes, at least 16 bytes per 8
- * of a block) on every receiver, which copies them into its output (reduce-scatter: reduces them
- * in rank order): no ARRIVE. */
+ * (ARRIVE then DATA, or receive slots). LL (allgather, alltoall, reduce-scatter, broadcast,
+ * reduce): every member mapped, at most NVSHMEMRS_FAMILY_LL_MAX_PES members, input, output and
+ * the rank blocks 8-byte aligned; each sender stores its block as low-latency lines
+ * (prims/ll.cuh) into slot [its rank] of hdr.ll_scratch ([parity][source rank] of
+ * hdr.ll_slot_bytes, at least 16 bytes per 8 of a block) on every receiver, which copies them
+ * into its output (reduce-scatter, reduce: reduces them in rank order): no ARRIVE; the rooted
+ * ones give credits back at the end of a step (prims/ll_credit.cuh). */
 #define NVSHMEMRS_FAMILY_HANDSHAKE 0
 #define NVSHMEMRS_FAMILY_LL 1
 #define NVSHMEMRS_FAMILY_LL_MAX_PES 64

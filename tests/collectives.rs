@@ -787,6 +787,35 @@ fn ll_reduce_type<T: RefElem>(nv: &Nvshmem, rs: &mut ReduceScatter<'_>, op: Redu
     }
 }
 
+/// Broadcast and reduce (`op`) of T at [`ll_counts`] from every root, each call's protocol
+/// checked.
+fn ll_rooted_type<T: RefElem + Tag>(
+    nv: &Nvshmem,
+    bc: &mut Broadcast<'_>,
+    r: &mut Reduce<'_>,
+    op: ReduceOp,
+    salt: usize,
+) {
+    for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
+        for root in 0..nv.n_pes() as usize {
+            broadcast::<T>(nv, bc, count, root, salt + k);
+            assert_eq!(
+                bc.last_protocol(),
+                protocol,
+                "broadcast {} x {count}",
+                T::NAME
+            );
+            reduce::<T>(nv, r, count, op, root, salt + k);
+            assert_eq!(
+                r.last_protocol(),
+                protocol,
+                "reduce {} {op:?} x {count}",
+                T::NAME
+            );
+        }
+    }
+}
+
 /// The largest block the tests below turn the low-latency protocol on for.
 const LL_MAX: usize = 256 << 10;
 
@@ -832,6 +861,12 @@ fn low_latency_lines(pes: i32) {
         ll_reduce_type::<bf16>(&nv, &mut rs, op, 60 + o);
         ll_reduce_type::<i64>(&nv, &mut rs, op, 70 + o);
     }
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    ll_rooted_type::<f32>(&nv, &mut bc, &mut r, ReduceOp::Sum, 80);
+    ll_rooted_type::<bf16>(&nv, &mut bc, &mut r, ReduceOp::Max, 90);
+    ll_rooted_type::<i64>(&nv, &mut bc, &mut r, ReduceOp::Sum, 95);
+    rooted_back_to_back(&nv, &mut bc, &mut r);
     // An odd f32 count makes 4-byte-aligned blocks: the handshake takes it.
     allgather::<f32>(&nv, &mut ag, 7, 40);
     assert_eq!(ag.last_protocol(), FamilyProtocol::Direct);
@@ -858,6 +893,64 @@ fn low_latency_lines(pes: i32) {
             &outputs[k].to_vec().unwrap(),
             |i| <f32 as Tag>::tag(i / count, i % count, 100 + k),
         );
+    }
+    nv.barrier_all().unwrap();
+}
+
+/// 300 broadcasts and reduces back to back, the root moving on each call and the sizes
+/// alternating between the lines and the handshake, one sync at the end: the writers never
+/// hear from the readers within a call, so this is what shows a slot written again before its
+/// reader had read it (prims/ll_credit.cuh).
+fn rooted_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let counts = [2usize, 1024, 65536 + 2];
+    let calls = 300;
+    let root = |k: usize| (k / 3) % n;
+    let inputs: Vec<_> = (0..calls)
+        .map(|k| filled(nv, counts[k % 3], |i| <u32 as Tag>::tag(me, i, 200 + k)))
+        .collect();
+    let bc_out: Vec<_> = (0..calls)
+        .map(|k| filled(nv, counts[k % 3], |_| <u32 as Tag>::poison()))
+        .collect();
+    let r_out: Vec<_> = (0..calls)
+        .map(|k| filled(nv, counts[k % 3], |_| <u32 as Tag>::poison()))
+        .collect();
+    for k in 0..calls {
+        bc.run(&inputs[k], &bc_out[k], root(k) as i32, &stream)
+            .unwrap();
+        r.run(
+            &inputs[k],
+            &r_out[k],
+            ReduceOp::Sum,
+            root(k) as i32,
+            &stream,
+        )
+        .unwrap();
+    }
+    bc.sync(&stream).unwrap();
+    r.sync(&stream).unwrap();
+    for k in 0..calls {
+        let count = counts[k % 3];
+        expect(
+            &format!(
+                "back-to-back broadcast {k} of u32 x {count} from {}",
+                root(k)
+            ),
+            &bc_out[k].to_vec().unwrap(),
+            |i| <u32 as Tag>::tag(root(k), i, 200 + k),
+        );
+        if me == root(k) {
+            expect(
+                &format!("back-to-back reduce {k} of u32 x {count} to {me}"),
+                &r_out[k].to_vec().unwrap(),
+                |i| {
+                    (0..n)
+                        .map(|p| <u32 as Tag>::tag(p, i, 200 + k))
+                        .fold(0u32, u32::wrapping_add)
+                },
+            );
+        }
     }
     nv.barrier_all().unwrap();
 }

@@ -1,5 +1,7 @@
 // Broadcast (coll/family.h): the root puts its input into every member's output once the
-// member has arrived.
+// member has arrived; or, small and with every member mapped, stores it as low-latency lines
+// into every member's line slot [root], from which each copies it into its output
+// (NVSHMEMRS_FAMILY_LL; the members give credits back, prims/ll_credit.cuh).
 #include <cuda_runtime.h>
 #include "core/nvshmem_device.cuh"
 
@@ -7,6 +9,8 @@
 #include "coll/family_args.cuh"
 #include "prims/chunks.cuh"
 #include "prims/exchange.cuh"
+#include "prims/ll.cuh"
+#include "prims/ll_credit.cuh"
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/step.cuh"
@@ -14,11 +18,45 @@
 
 namespace {
 
+// The step under the low-latency protocol.
+__device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const uint32_t flag = ll_flag(s.value - 1);
+    const size_t bytes = h.count * (size_t)a.elem_bytes, lines = (bytes + 7) / 8;
+    const char *in = static_cast<const char *>(h.input);
+    char *out = static_cast<char *>(h.output);
+    size_t l0, l1;
+    ll_block_lines(lines, &l0, &l1);
+    auto from_root = [&](int r) { return r == a.root; };
+    if (h.rank == a.root) {
+        __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
+        ll_peer_slots(h, s.parity, dst);
+        if (!ll_wait_credits(w, h, s, [](int) { return true; })) return;
+        ll_put_lines(h, dst, [&](int) { return in; }, [](int) { return true; }, bytes, l0, l1,
+                     flag);
+        if (in != out) {
+            const size_t b = l0 * 8 < bytes ? l0 * 8 : bytes, e = l1 * 8 < bytes ? l1 * 8 : bytes;
+            block_store(out + b, in + b, e - b);
+        }
+        end_step(h);
+        return;
+    }
+    const bool ok = ll_get_lines<1>(h, s.parity, l0, l1, flag, w, from_root,
+                                    [&](int, size_t i, uint2 v) { store8(out, i, bytes, v); });
+    if (__syncthreads_or(!ok)) return;
+    ll_end_step_credit(h, s, from_root);
+}
+
 __global__ void broadcast_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_BROADCAST);
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) {
+        broadcast_ll(a, w);
+        return;
+    }
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     size_t b, e;
@@ -49,7 +87,6 @@ __global__ void broadcast_kernel(nvshmemrs_family_args a) {
 
 extern "C" int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE)
-        return cudaErrorInvalidValue;
+    if (!family_args_ok(args, blocks) || !family_ll_ok(args)) return cudaErrorInvalidValue;
     return (int)launch_pdl(broadcast_kernel, blocks, threads, stream, args);
 }

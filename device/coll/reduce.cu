@@ -1,5 +1,7 @@
 // Reduce (coll/family.h) through the root's receive slots: the root arrives, every other member
-// puts its input into the root's slot [rank], the root reduces in rank order.
+// puts its input into the root's slot [rank], the root reduces in rank order. Or, small and with
+// every member mapped, as low-latency lines into the root's line slots (NVSHMEMRS_FAMILY_LL; the
+// root gives credits back, prims/ll_credit.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +12,9 @@
 #include "prims/chunks.cuh"
 #include "prims/dispatch.cuh"
 #include "prims/exchange.cuh"
+#include "prims/ll.cuh"
+#include "prims/ll_credit.cuh"
+#include "prims/ll_reduce.cuh"
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/reduce.cuh"
@@ -18,12 +23,44 @@
 
 namespace {
 
+// The step under the low-latency protocol.
+template <typename T, int OP>
+__device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const uint32_t flag = ll_flag(s.value - 1);
+    const size_t bytes = h.count * sizeof(T), lines = (bytes + 7) / 8;
+    const char *in = static_cast<const char *>(h.input);
+    size_t l0, l1;
+    ll_block_lines(lines, &l0, &l1);
+    auto is_root = [&](int r) { return r == a.root; };
+    if (h.rank != a.root) {
+        __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
+        ll_peer_slots(h, s.parity, dst);
+        if (!ll_wait_credits(w, h, s, is_root)) return;
+        ll_put_lines(h, dst, [&](int) { return in; }, is_root, bytes, l0, l1, flag);
+        end_step(h);
+        return;
+    }
+    // In place the output is the input: each thread reads line i before writing it.
+    char *out = static_cast<char *>(h.output);
+    const bool ok = ll_reduce_lines<T, OP>(
+        h, s.parity, l0, l1, flag, w, [&](size_t i) { return load8(in, i, bytes); },
+        [&](size_t i, uint2 v) { store8(out, i, bytes, v); });
+    if (__syncthreads_or(!ok)) return;
+    ll_end_step_credit(h, s, [](int) { return true; });
+}
+
 template <typename T, int OP>
 __global__ void reduce_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE);
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) {
+        reduce_ll<T, OP>(a, w);
+        return;
+    }
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     const T *in = static_cast<const T *>(h.input);
@@ -54,8 +91,9 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE ||
-        args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes)
+    const bool ll = args.protocol == NVSHMEMRS_FAMILY_LL;
+    if (!family_args_ok(args, blocks) || !family_ll_ok(args) ||
+        (!ll && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -64,9 +64,14 @@ struct Layout {
     // This block's counter `index` of `phase` (the same address on every PE: a sender passes
     // it to the put that signals the peer's copy). Only block b of a peer sets counter b.
     __device__ uint64_t *counter(int phase, int index) const {
+        return counter_at(phase, index, blockIdx.x);
+    }
+    // Counter `index` of `phase` of block `block` (a whole PE's word where every block uses
+    // block 0's: prims/ll_credit.cuh).
+    __device__ uint64_t *counter_at(int phase, int index, unsigned block) const {
         constexpr size_t B = NVSHMEMRS_ALLREDUCE_SLOT_BLOCKS;
         return h.flags + ((((size_t)algo * 2 + phase) * 2 + parity) * h.world + index) * B +
-               blockIdx.x;
+               block;
     }
 };
 

@@ -70,4 +70,4 @@ impl<'nv> Broadcast<'nv> {
     }
 }
 
-family_methods!(Broadcast, &TEXT);
+family_methods!(Broadcast, &TEXT, lines);

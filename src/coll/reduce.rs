@@ -67,4 +67,4 @@ impl<'nv> Reduce<'nv> {
     }
 }
 
-family_methods!(Reduce, &TEXT, slots);
+family_methods!(Reduce, &TEXT, slots, lines);

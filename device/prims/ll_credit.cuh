@@ -1,0 +1,59 @@
+// Credits of the rooted low-latency steps (broadcast, reduce): where the writer of a line slot
+// never hears from its reader within a step, it must not write the slot of a parity again
+// before the reader has read the last lines there. The reader gives a credit when a step ends
+// (its lines read and zeroed); the writer waits for the credit of two steps before, which in a
+// steady stream of calls has long arrived: no round trip on the critical path.
+//
+// The credit is block 0's ARRIVE counter [parity][reader's rank] on the writer, set to the
+// step's value. The handshake steps set the same counters (to their own, larger values at
+// their start), so a credit is never lower than an older one and waits stay `>=`.
+#ifndef NVSHMEM_RS_LL_CREDIT_CUH
+#define NVSHMEM_RS_LL_CREDIT_CUH
+
+#include "core/nvshmem_device.cuh"
+#include <stdint.h>
+
+#include "abi.h"
+#include "prims/step.cuh"
+#include "prims/waiter.cuh"
+
+// Internal linkage: see prims/reduce.cuh.
+namespace {
+
+// Waits (the whole block) until every reader r with reads(r) has given the credit of the step
+// two before `s` at this parity. False when a wait timed out or the workspace broke.
+template <typename Reads>
+__device__ __forceinline__ bool ll_wait_credits(const Waiter &w, const nvshmemrs_coll_header &h,
+                                                const Step &s, Reads reads) {
+    const Layout L{h, 0, s.parity};
+    const uint64_t want = s.value > 2 ? s.value - 2 : 0;
+    bool ok = true;
+    for (int r = threadIdx.x; r < h.n && ok; r += blockDim.x)
+        if (r != h.rank && reads(r))
+            ok = w.ge(L.counter_at(NVSHMEMRS_FAMILY_ARRIVE, r, 0), want, h.pes[r]);
+    return !__syncthreads_or(!ok);
+}
+
+// The end of a step in which this PE read line slots written by every member w with
+// writes(w): as end_step, and the last block gives each such writer this step's credit. Each
+// block's zeroing stores are ordered before its count, and the last block's system fence
+// before the credit, so a writer that sees the credit stores after the zeroes.
+template <typename Writes>
+__device__ __forceinline__ void ll_end_step_credit(const nvshmemrs_coll_header &h, const Step &s,
+                                                   Writes writes) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    advance_state(h.state, [&](nvshmemrs_allreduce_state *) {
+        __threadfence_system();
+        const Layout L{h, 0, s.parity};
+        for (int r = 0; r < h.n; ++r)
+            if (r != h.rank && writes(r))
+                nvshmemx_signal_op(L.counter_at(NVSHMEMRS_FAMILY_ARRIVE, h.rank, 0), s.value,
+                                   NVSHMEM_SIGNAL_SET, h.pes[r]);
+    });
+}
+
+}  // namespace
+
+#endif
