@@ -170,14 +170,11 @@ impl<'nv> FamilyWorkspace<'nv> {
                 (Some(nv.alloc_zeroed::<u8>(words * 8)?), 0)
             }
             Scratch::Slots(bytes) => {
-                let slot = bytes.max(4096).checked_next_multiple_of(256);
-                let total = slot.and_then(|s| s.checked_mul(2 * world));
-                let (Some(slot), Some(total)) = (slot, total) else {
-                    return Err(Error::SizeOverflow {
+                let (slot, total) =
+                    slot_region(bytes.max(4096), world).ok_or_else(|| Error::SizeOverflow {
                         what: text.call,
                         detail: format!("2 x {world} PEs x {bytes}"),
-                    });
-                };
+                    })?;
                 // Zeroed: peers fill the slots (see SymmetricBuffer::allocate).
                 (Some(nv.alloc_zeroed::<u8>(total)?), slot)
             }
@@ -190,16 +187,11 @@ impl<'nv> FamilyWorkspace<'nv> {
             0
         };
         let (ll, ll_slot_bytes) = if ll_max > 0 {
-            let slot = ll_max
-                .checked_mul(2)
-                .and_then(|b| b.checked_next_multiple_of(256));
-            let total = slot.and_then(|s| s.checked_mul(2 * world));
-            let (Some(slot), Some(total)) = (slot, total) else {
-                return Err(Error::SizeOverflow {
-                    what: text.call,
-                    detail: format!("2 x {world} PEs x 2 x {ll_max} bytes of lines"),
-                });
-            };
+            let region = ll_max.checked_mul(2).and_then(|b| slot_region(b, world));
+            let (slot, total) = region.ok_or_else(|| Error::SizeOverflow {
+                what: text.call,
+                detail: format!("2 x {world} PEs x 2 x {ll_max} bytes of lines"),
+            })?;
             // Zeroed: a line's flag is never 0, and readers zero each line they read.
             (Some(nv.alloc_zeroed::<u8>(total)?), slot)
         } else {
@@ -407,6 +399,13 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 }
 
+/// A region of slots [parity][rank] of at least `bytes` each, rounded up to 256: (slot bytes,
+/// region bytes), or None where that overflows.
+fn slot_region(bytes: usize, world: usize) -> Option<(usize, usize)> {
+    let slot = bytes.checked_next_multiple_of(256)?;
+    Some((slot, slot.checked_mul(2 * world)?))
+}
+
 /// A root that is a rank of a team of `n` members, else [`Error::InvalidRoot`].
 pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
     if (0..n).contains(&root) {
@@ -594,6 +593,14 @@ mod tests {
         }
         assert_eq!(FamilyProtocol::parse(" Put "), Some(FamilyProtocol::Put));
         assert_eq!(FamilyProtocol::parse("nvlink"), None);
+    }
+
+    #[test]
+    fn slot_regions_round_up_and_refuse_overflow() {
+        assert_eq!(slot_region(4096, 4), Some((4096, 4096 * 8)));
+        assert_eq!(slot_region(1, 2), Some((256, 256 * 4)));
+        assert_eq!(slot_region(usize::MAX, 2), None);
+        assert_eq!(slot_region(usize::MAX / 4, 4), None);
     }
 
     #[test]
