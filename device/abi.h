@@ -161,6 +161,9 @@ typedef struct nvshmemrs_allreduce_state {
     /* Blocks of the running launch that have finished; the last one advances the state. */
     uint32_t done;
     uint32_t pad;
+    /* The value of the last low-latency broadcast or reduce step at each parity: what a writer
+     * of lines waits every member's credit for (prims/ll_credit.cuh). */
+    uint64_t ll_last[2];
 } nvshmemrs_allreduce_state;
 
 /*
@@ -254,8 +257,8 @@ typedef struct nvshmemrs_family_args {
  * the rank blocks 8-byte aligned; each sender stores its block as low-latency lines
  * (prims/ll.cuh) into slot [its rank] of hdr.ll_scratch ([parity][source rank] of
  * hdr.ll_slot_bytes, at least 16 bytes per 8 of a block) on every receiver, which copies them
- * into its output (reduce-scatter, reduce: reduces them in rank order): no ARRIVE; the rooted
- * ones give credits back at the end of a step (prims/ll_credit.cuh). */
+ * into its output (reduce-scatter, reduce: reduces them in rank order): no ARRIVE; in the
+ * rooted ones every member gives every other a credit at the end of a step (prims/ll_credit.cuh). */
 #define NVSHMEMRS_FAMILY_HANDSHAKE 0
 #define NVSHMEMRS_FAMILY_LL 1
 #define NVSHMEMRS_FAMILY_LL_MAX_PES 64

@@ -1,7 +1,7 @@
 // Reduce (coll/family.h) through the root's receive slots: the root arrives, every other member
 // puts its input into the root's slot [rank], the root reduces in rank order. Or, small and with
-// every member mapped, as low-latency lines into the root's line slots (NVSHMEMRS_FAMILY_LL; the
-// root gives credits back, prims/ll_credit.cuh).
+// every member mapped, as low-latency lines into the root's line slots (NVSHMEMRS_FAMILY_LL; every
+// member gives credits, prims/ll_credit.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,7 +39,7 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
         ll_peer_slots(h, s.parity, dst);
         if (!ll_wait_credits(w, h, s, is_root)) return;
         ll_put_lines(h, dst, [&](int) { return in; }, is_root, bytes, l0, l1, flag);
-        end_step(h);
+        ll_end_step_credit(h, s);
         return;
     }
     // In place the output is the input: each thread reads line i before writing it.
@@ -48,7 +48,7 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
         h, s.parity, l0, l1, flag, w, [&](size_t i) { return load8(in, i, bytes); },
         [&](size_t i, uint2 v) { store8(out, i, bytes, v); });
     if (__syncthreads_or(!ok)) return;
-    ll_end_step_credit(h, s, [](int) { return true; });
+    ll_end_step_credit(h, s);
 }
 
 template <typename T, int OP>
