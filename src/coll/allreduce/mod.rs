@@ -229,9 +229,9 @@ const PUSH_OFF: usize = 1 << 40;
 /// row yet; the figures are in docs/measured.md). Two-shot here means its direct protocol where
 /// every member is mapped (one node); across nodes it falls back to receive slots.
 /// - 2 PEs (2 x H200, 2026-11-22; 4 x H100 2026-11-27): one-shot (low-latency protocol) up to
-///   512 KiB, recursive doubling to 8 MiB, the ring to 32 MiB (on the H100s it beat the
-///   two-shot at 16 MiB and lost at 64 MiB), two-shot above (out of place it pushes from
-///   256 MiB).
+///   512 KiB, recursive doubling to 8 MiB, the ring to 16 MiB (on the H100s it beat the
+///   two-shot at 16 MiB and lost at 32 and 64 MiB), two-shot above (out of place it pushes
+///   from 256 MiB).
 /// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27): one-shot up to 512 KiB, two-shot to 32 MiB,
 ///   the ring from 32 to 128 MiB (on the H100s it beat the two-shot at 64 MiB and lost at 16
 ///   and 256 MiB), two-shot above (out of place it pushes from 64 MiB).
@@ -242,7 +242,7 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(1, usize::MAX, AllreduceAlgo::OneShot),
     rule(2, 512 << 10, AllreduceAlgo::OneShot),
     rule(2, 8 << 20, AllreduceAlgo::RecursiveDoubling),
-    rule(2, 32 << 20, AllreduceAlgo::Ring),
+    rule(2, 16 << 20, AllreduceAlgo::Ring),
     rule(2, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 512 << 10, AllreduceAlgo::OneShot),
     rule(4, 32 << 20, AllreduceAlgo::TwoShot),
@@ -1096,7 +1096,7 @@ mod tests {
         assert_eq!(pick(2, 1 << 20), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(2, 8 << 20), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(2, 16 << 20), AllreduceAlgo::Ring);
-        assert_eq!(pick(2, 32 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(2, 32 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(2, 64 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
