@@ -84,6 +84,12 @@ gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 fi
+# nvidia-smi lists every GPU of the machine; CUDA (and so every PE) sees only those in
+# CUDA_VISIBLE_DEVICES when it is set: more PEs than those would share GPUs.
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    visible=$(printf '%s\n' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c '[^[:space:]]' || true)
+    [ "$visible" -ge "$gpus" ] || gpus=$visible
+fi
 if [ "$gpus" -ge 1 ] && "$bin/nvsh" info >/dev/null 2>&1; then
     n=$((gpus > 8 ? 8 : gpus))
     step "nvsh doctor"
