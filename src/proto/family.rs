@@ -20,12 +20,14 @@ const BLOCK_BYTES: usize = 16 << 10;
 /// Threads per block of the family's kernels.
 const THREADS: i32 = 512;
 /// Largest block (bytes per rank block) the low-latency protocol carries, where the collective
-/// has it (allgather, alltoall) and every member is mapped; 0 (the default until it has been
-/// measured on separate GPUs) turns it off and allocates no line region. Every PE must set the
-/// same: the region is symmetric.
+/// has it (broadcast, reduce, allgather, alltoall, reduce-scatter) and every member is mapped;
+/// 0 turns it off and allocates no line region. Every PE must set the same: the region is
+/// symmetric.
 pub const FAMILY_LL_MAX_ENV: &str = "NVSH_FAMILY_LL_MAX";
-/// Default of [`FAMILY_LL_MAX_ENV`]: off.
-pub const FAMILY_LL_MAX_DEFAULT: usize = 0;
+/// Default of [`FAMILY_LL_MAX_ENV`]: 256 KiB. On 4 x H100 at 2 and 4 PEs the lines took half
+/// or less of the handshake's time up to a 256 KiB block, and broadcast and reduce lost to it
+/// at 1 MiB (docs/measured.md). The region costs 4 x 256 KiB x world PEs per workspace.
+pub const FAMILY_LL_MAX_DEFAULT: usize = 256 << 10;
 /// Checked mode's meta bit for a call under the low-latency protocol: members that disagree on
 /// the protocol would wait on different words.
 pub const META_LL: u64 = 1 << 24;
@@ -269,8 +271,9 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// Whether `call` goes as low-latency lines: asked for (or chosen by `Auto`), the
-    /// workspace has line slots (the collective has the protocol and it is on), the block fits, every member is mapped (after
-    /// `set_direct`), and the buffers and blocks are 8-byte aligned (the lines move 8 bytes).
+    /// workspace has line slots (the collective has the protocol and it is on), the block
+    /// fits, every member is mapped (after `set_direct`), and the buffers and blocks are
+    /// 8-byte aligned (the lines move 8 bytes).
     fn low_latency(&self, call: &FamilyCall) -> bool {
         let bytes = call.count * call.elem_bytes;
         self.ll.is_some()
