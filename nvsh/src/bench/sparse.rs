@@ -98,12 +98,18 @@ pub struct SparseBenchReport {
     pub rows: Vec<SparseRow>,
 }
 
-/// Runs the benchmark on every PE. Returns the report on PE 0, None on the others.
-pub fn run(nv: &Nvshmem, opts: &SparseBenchOptions) -> Result<Option<SparseBenchReport>> {
+/// Runs the benchmark on every PE. Returns the report on PE 0, None on the others; on PE 0
+/// `partial` gets the report of the rows so far after every gradient size, so that a run cut
+/// short leaves what it measured.
+pub fn run(
+    nv: &Nvshmem,
+    opts: &SparseBenchOptions,
+    partial: &mut dyn FnMut(&SparseBenchReport),
+) -> Result<Option<SparseBenchReport>> {
     if opts.bf16 {
-        run_typed::<bf16>(nv, opts)
+        run_typed::<bf16>(nv, opts, partial)
     } else {
-        run_typed::<f32>(nv, opts)
+        run_typed::<f32>(nv, opts, partial)
     }
 }
 
@@ -115,9 +121,24 @@ impl Grad for bf16 {}
 fn run_typed<T: Grad>(
     nv: &Nvshmem,
     opts: &SparseBenchOptions,
+    partial: &mut dyn FnMut(&SparseBenchReport),
 ) -> Result<Option<SparseBenchReport>> {
     let stream = nv.stream().clone();
     let (me, p) = (nv.my_pe(), nv.n_pes());
+    // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
+    let gpu = if me == 0 {
+        nv.context().name().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let report = |rows: &[SparseRow]| SparseBenchReport {
+        n_pes: p,
+        gpu: gpu.clone(),
+        date: nvsh_plot::today(),
+        dtype: T::NAME,
+        error_feedback: opts.error_feedback,
+        rows: rows.to_vec(),
+    };
     let elem = std::mem::size_of::<T>();
     let sizes: Vec<usize> = size_steps(opts.min_bytes, opts.max_bytes, opts.factor)
         .into_iter()
@@ -225,19 +246,15 @@ fn run_typed<T: Grad>(
                 });
             }
         }
+        if me == 0 {
+            partial(&report(&rows));
+        }
     }
     nv.barrier_all()?;
     if me != 0 {
         return Ok(None);
     }
-    Ok(Some(SparseBenchReport {
-        n_pes: p,
-        gpu: nv.context().name()?,
-        date: nvsh_plot::today(),
-        dtype: T::NAME,
-        error_feedback: opts.error_feedback,
-        rows,
-    }))
+    Ok(Some(report(&rows)))
 }
 
 fn dense_row(
@@ -393,8 +410,18 @@ pub fn render_table(r: &SparseBenchReport) -> String {
     s
 }
 
-/// The report as JSON.
+/// The finished report as JSON (`"complete": true`).
 pub fn render_json(r: &SparseBenchReport) -> String {
+    json_report(r, true)
+}
+
+/// The report of the rows so far as JSON: `"complete": false`, so that a file left by a run
+/// cut short says so.
+pub fn render_json_partial(r: &SparseBenchReport) -> String {
+    json_report(r, false)
+}
+
+fn json_report(r: &SparseBenchReport, complete: bool) -> String {
     let rows: Vec<_> = r
         .rows
         .iter()
@@ -424,6 +451,7 @@ pub fn render_json(r: &SparseBenchReport) -> String {
         "date": r.date,
         "dtype": r.dtype,
         "error_feedback": r.error_feedback,
+        "complete": complete,
         "rows": rows,
     })
     .to_string()
@@ -464,5 +492,11 @@ mod tests {
         let j: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
         assert_eq!(j["rows"][0]["k"], 2622);
         assert!(j["rows"][1]["time_us"].is_null());
+        assert_eq!(j["complete"], true);
+        // A run cut short: the same rows, marked incomplete.
+        let mut p: serde_json::Value = serde_json::from_str(&render_json_partial(&r)).unwrap();
+        assert_eq!(p["complete"], false);
+        p["complete"] = serde_json::json!(true);
+        assert_eq!(p, j);
     }
 }

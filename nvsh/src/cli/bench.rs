@@ -136,8 +136,17 @@ fn sparse_bench(args: SparseArgs) -> Result<()> {
         nccl: !args.no_nccl,
     };
     let nv = Nvshmem::init()?;
-    if let Some(report) = sparse::run(&nv, &opts)? {
-        let text = if args.json {
+    let json = args.json;
+    // With --out, the file holds the rows so far after every gradient size.
+    let mut partial = rewriter(args.out.as_deref(), |r: &sparse::SparseBenchReport| {
+        if json {
+            sparse::render_json_partial(r) + "\n"
+        } else {
+            sparse::render_table(r)
+        }
+    });
+    if let Some(report) = sparse::run(&nv, &opts, &mut partial)? {
+        let text = if json {
             sparse::render_json(&report) + "\n"
         } else {
             sparse::render_table(&report)
@@ -711,16 +720,20 @@ fn rendered(common: &CollectiveArgs, report: &Report, complete: bool) -> String 
     }
 }
 
-/// What PE 0 does with the report of the rows so far: rewrites --out with it (nothing without
-/// --out, since standard output cannot be rewritten). A failed write warns once and the bench
-/// goes on: PE 0 stopping alone would leave the other PEs waiting, and the end writes again.
-fn partial_writer(common: &CollectiveArgs) -> impl FnMut(&Report) + '_ {
+/// What PE 0 does with the report of the rows so far: rewrites `out` with `render(report)`
+/// (nothing without --out, since standard output cannot be rewritten). A failed write warns
+/// once and the bench goes on: PE 0 stopping alone would leave the other PEs waiting, and the
+/// end writes again.
+fn rewriter<'a, R>(
+    out: Option<&'a std::path::Path>,
+    render: impl Fn(&R) -> String + 'a,
+) -> impl FnMut(&R) + 'a {
     let mut warned = false;
-    move |report: &Report| {
-        let Some(out) = common.out.as_deref() else {
+    move |report: &R| {
+        let Some(out) = out else {
             return;
         };
-        if let Err(e) = emit(&rendered(common, report, false), Some(out)) {
+        if let Err(e) = emit(&render(report), Some(out)) {
             if !std::mem::replace(&mut warned, true) {
                 eprintln!(
                     "nvsh: warning: {e}; the bench goes on, and tries again after each row and \
@@ -729,6 +742,13 @@ fn partial_writer(common: &CollectiveArgs) -> impl FnMut(&Report) + '_ {
             }
         }
     }
+}
+
+/// [`rewriter`] for the collective benches, in the format the flags select.
+fn partial_writer(common: &CollectiveArgs) -> impl FnMut(&Report) + '_ {
+    rewriter(common.out.as_deref(), move |r: &Report| {
+        rendered(common, r, false)
+    })
 }
 
 /// Initialises the PE, runs a collective bench and, on PE 0, prints its report and fails when
