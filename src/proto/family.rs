@@ -24,9 +24,10 @@ const THREADS: i32 = 512;
 /// 0 turns it off and allocates no line region. Every PE must set the same: the region is
 /// symmetric.
 pub const FAMILY_LL_MAX_ENV: &str = "NVSH_FAMILY_LL_MAX";
-/// Default of [`FAMILY_LL_MAX_ENV`]: 256 KiB. On 4 x H100 at 2 and 4 PEs the lines took half
-/// or less of the handshake's time up to a 256 KiB block, and broadcast and reduce lost to it
-/// at 1 MiB (docs/measured.md). The region costs 4 x 256 KiB x world PEs per workspace.
+/// Default of [`FAMILY_LL_MAX_ENV`]: 256 KiB. On 4 x H100 at 2 and 4 PEs the lines took
+/// 0.30-0.83x the handshake's time up to a 256 KiB block; at 1 MiB broadcast lost to it and
+/// reduce gained little at 2 PEs (docs/measured.md). The region costs 4 x 256 KiB x world PEs
+/// per workspace.
 pub const FAMILY_LL_MAX_DEFAULT: usize = 256 << 10;
 /// Checked mode's meta bit for a call under the low-latency protocol: members that disagree on
 /// the protocol would wait on different words.
