@@ -248,15 +248,9 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.last
     }
 
-    /// Whether a call of `bytes` in `elem_bytes`-byte elements stores directly into mapped
-    /// peers: the set protocol, or under `Auto` the tuned table ("put" turns it off).
-    fn direct_for(&self, bytes: usize, elem_bytes: usize) -> bool {
-        self.concrete(bytes, elem_bytes) != FamilyProtocol::Put
-    }
-
     /// The protocol a call of `bytes` takes before its own conditions: the set one, or under
-    /// `Auto` the tuned table's, else low-latency lines (where they are on and fit) or direct
-    /// stores.
+    /// `Auto` the tuned table's, else low-latency lines (where they are on and fit,
+    /// [`FamilyWorkspace::fits_lines`]) or direct stores. Only `Put` turns direct stores off.
     fn concrete(&self, bytes: usize, elem_bytes: usize) -> FamilyProtocol {
         match self.protocol {
             FamilyProtocol::Auto => self
@@ -271,14 +265,13 @@ impl<'nv> FamilyWorkspace<'nv> {
         }
     }
 
-    /// Whether `call` goes as low-latency lines: asked for (or chosen by `Auto`), the
+    /// Whether `call` can go as low-latency lines once asked for (or chosen by `Auto`): the
     /// workspace has line slots (the collective has the protocol and it is on), the block
     /// fits, every member is mapped (after `set_direct`), and the buffers and blocks are
     /// 8-byte aligned (the lines move 8 bytes).
-    fn low_latency(&self, call: &FamilyCall) -> bool {
+    fn fits_lines(&self, call: &FamilyCall) -> bool {
         let bytes = call.count * call.elem_bytes;
         self.ll.is_some()
-            && self.concrete(bytes, call.elem_bytes) == FamilyProtocol::LowLatency
             && bytes <= self.ll_max
             && bytes.div_ceil(8) * 16 <= self.ll_slot_bytes
             && self.ws.all_mapped()
@@ -322,9 +315,11 @@ impl<'nv> FamilyWorkspace<'nv> {
         entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
     ) -> Result<()> {
         let rank = self.ws.begin_call()?;
-        let direct = self.direct_for(call.count * call.elem_bytes, call.elem_bytes);
+        // One lookup of the tuned table per call: it decides both the stores and the lines.
+        let chosen = self.concrete(call.count * call.elem_bytes, call.elem_bytes);
+        let direct = chosen != FamilyProtocol::Put;
         self.ws.set_direct(direct);
-        let ll = self.low_latency(call);
+        let ll = chosen == FamilyProtocol::LowLatency && self.fits_lines(call);
         self.last = match (ll, direct) {
             (true, _) => FamilyProtocol::LowLatency,
             (false, true) => FamilyProtocol::Direct,
