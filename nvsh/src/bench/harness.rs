@@ -576,6 +576,16 @@ impl SlotShape {
     }
 }
 
+/// The GPU's name for PE 0's reports, empty on the other PEs. A failure here is PE 0's alone,
+/// so it must not stop the run (the other PEs would wait for it): the name is only text.
+pub fn gpu_name_on_pe0(nv: &Nvshmem) -> String {
+    if nv.my_pe() == 0 {
+        nv.context().name().unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 /// What a collective bench supplies: its candidates, its data and its bus-bandwidth factor.
 /// Every function must give the same answer on every PE (the harness runs them collectively).
 pub trait Collective<T: BenchElement> {
@@ -1089,12 +1099,7 @@ impl<'nv> Harness<'nv> {
             + Collective<u8, Candidate = K>,
     {
         let pe0 = self.nv.my_pe() == 0;
-        // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
-        let gpu = if pe0 {
-            self.nv.context().name().unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let gpu = gpu_name_on_pe0(self.nv);
         let mut on_row = |rows: &[Row]| {
             if pe0 {
                 partial(&full(rows.to_vec(), gpu.clone()));

@@ -16,7 +16,9 @@
 //! the residual is cleared, re-estimates. The dense rows are checked against the host sum of the
 //! patterns.
 
-use crate::bench::harness::{pattern_hash, quarter_value, rounded, size_steps, BENCH_SCHEMA};
+use crate::bench::harness::{
+    gpu_name_on_pe0, pattern_hash, quarter_value, rounded, size_steps, BENCH_SCHEMA,
+};
 use crate::bench::{elapsed_ms, median};
 use crate::nccl_baseline::NcclBaseline;
 use cudarc::driver::CudaStream;
@@ -125,12 +127,7 @@ fn run_typed<T: Grad>(
 ) -> Result<Option<SparseBenchReport>> {
     let stream = nv.stream().clone();
     let (me, p) = (nv.my_pe(), nv.n_pes());
-    // A failure here is PE 0's alone, so it must not stop the run: the name is only text.
-    let gpu = if me == 0 {
-        nv.context().name().unwrap_or_default()
-    } else {
-        String::new()
-    };
+    let gpu = gpu_name_on_pe0(nv);
     let report = |rows: &[SparseRow]| SparseBenchReport {
         n_pes: p,
         gpu: gpu.clone(),
