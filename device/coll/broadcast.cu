@@ -39,13 +39,13 @@ __device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w) {
             const size_t b = l0 * 8 < bytes ? l0 * 8 : bytes, e = l1 * 8 < bytes ? l1 * 8 : bytes;
             block_store(out + b, in + b, e - b);
         }
-        ll_end_step_credit(h, s);
+        ll_end_step_credit(h, s, false);
         return;
     }
     const bool ok = ll_get_lines<1>(h, s.parity, l0, l1, flag, w, from_root,
                                     [&](int, size_t i, uint2 v) { store8(out, i, bytes, v); });
     if (__syncthreads_or(!ok)) return;
-    ll_end_step_credit(h, s);
+    ll_end_step_credit(h, s, true);
 }
 
 __global__ void broadcast_kernel(nvshmemrs_family_args a) {

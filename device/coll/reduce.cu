@@ -39,7 +39,7 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
         ll_peer_slots(h, s.parity, dst);
         if (!ll_wait_credits(w, h, s, is_root)) return;
         ll_put_lines(h, dst, [&](int) { return in; }, is_root, bytes, l0, l1, flag);
-        ll_end_step_credit(h, s);
+        ll_end_step_credit(h, s, false);
         return;
     }
     // In place the output is the input: each thread reads line i before writing it.
@@ -48,7 +48,7 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
         h, s.parity, l0, l1, flag, w, [&](size_t i) { return load8(in, i, bytes); },
         [&](size_t i, uint2 v) { store8(out, i, bytes, v); });
     if (__syncthreads_or(!ok)) return;
-    ll_end_step_credit(h, s);
+    ll_end_step_credit(h, s, true);
 }
 
 template <typename T, int OP>

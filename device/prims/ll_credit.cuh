@@ -38,15 +38,19 @@ __device__ __forceinline__ bool ll_wait_credits(const Waiter &w, const nvshmemrs
 }
 
 // The end of a low-latency rooted step, on every member: as end_step, and the last block
-// gives every other member this step's credit and records the step as the parity's last. Each
-// block's zeroing stores are ordered before its count, and the last block's system fence
-// before the credits, so a writer that sees a credit stores after the zeroes.
-__device__ __forceinline__ void ll_end_step_credit(const nvshmemrs_coll_header &h, const Step &s) {
+// gives every other member this step's credit and records the step as the parity's last.
+// Where this member read lines in the step (`read`), each block's zeroing stores are ordered
+// before its count, and the last block's system fence before the credits, so a writer that
+// sees a credit stores after the zeroes. A member that only wrote has no zeroes of this step
+// to order, and those of its earlier steps were done when their kernels completed: no fence,
+// which would otherwise wait for its own lines to land before the kernel may end.
+__device__ __forceinline__ void ll_end_step_credit(const nvshmemrs_coll_header &h, const Step &s,
+                                                   bool read) {
     __syncthreads();
     if (threadIdx.x != 0) return;
-    __threadfence();
+    if (read) __threadfence();
     advance_state(h.state, [&](nvshmemrs_allreduce_state *st) {
-        __threadfence_system();
+        if (read) __threadfence_system();
         const Layout L{h, 0, s.parity};
         for (int r = 0; r < h.n; ++r)
             if (r != h.rank)
