@@ -1000,13 +1000,15 @@ const SPLIT_TEST_LL_MAX: usize = 1 << 10;
 /// elements (parts are 16-byte aligned, so all in the first part, the others empty); one
 /// 16-byte vector per part, and one element more; counts neither n - 1 nor 16 bytes divide,
 /// past a 64K slot per part (reduce in segments). Under `Auto`: one element below the
-/// threshold (the handshake), at it, past it, and with `large` 16M + 5.
+/// threshold (the handshake), at it, past it (split from 3 PEs on, else the handshake), and
+/// with `large` 16M + 5.
 fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyProtocol)> {
     use FamilyProtocol::{Auto, Direct, Split};
     let size = std::mem::size_of::<T>();
     let per16 = (16 / size).max(1);
     let parts = n - 1;
     let min = SPLIT_MIN / size;
+    let auto = if n >= 3 { Split } else { Direct };
     let mut counts = vec![
         (1, Split, Split),
         (parts, Split, Split),
@@ -1015,11 +1017,11 @@ fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyP
         (1000, Split, Split),
         (65537, Split, Split),
         (min - 1, Auto, Direct),
-        (min, Auto, Split),
-        ((1 << 20) + 1, Auto, Split),
+        (min, Auto, auto),
+        ((1 << 20) + 1, Auto, auto),
     ];
     if large {
-        counts.push(((16 << 20) + 5, Auto, Split));
+        counts.push(((16 << 20) + 5, Auto, auto));
     }
     counts
 }
@@ -1071,7 +1073,9 @@ fn split_reduce_type<T: RefElem>(
 /// Broadcast and reduce under the split protocol (NVSH_FAMILY_SPLIT_MIN = [`SPLIT_MIN`]):
 /// [`split_counts`] for several types (reduce: several ops), every root, in and out of place;
 /// 16M elements with 64K and 8M slots where every PE has a GPU of its own; 200 calls of each
-/// back to back; then the same over NVSHMEM puts only (NVSH_NO_DIRECT).
+/// back to back; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs `Auto` never
+/// splits: the forced calls there take the one-part form (the root's part to the other PE,
+/// nothing passed on).
 fn split_family(pes: i32) {
     // Before any workspace: both are read at creation.
     std::env::set_var(
@@ -1095,8 +1099,9 @@ fn split_family(pes: i32) {
     split_reduce_type::<i64>(&nv, &mut r, ReduceOp::Prod, 480, false);
     split_reduce_type::<u32>(&nv, &mut r, ReduceOp::Sum, 500, false);
     if large {
-        // Parts larger than in the benches' 8M slots: three segments.
+        // Parts larger than the benches' 8M slots: segments of n - 1 slots.
         let mut big = Reduce::world(&nv, 8 << 20).unwrap();
+        big.set_protocol(FamilyProtocol::Split);
         for root in 0..pes as usize {
             reduce::<f32>(&nv, &mut big, (16 << 20) + 5, ReduceOp::Sum, root, 520);
             assert_eq!(big.last_protocol(), FamilyProtocol::Split);
@@ -1199,6 +1204,11 @@ fn split_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>, 
         }
     }
     nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, split_broadcast_and_reduce_on_two_pes);
+fn split_broadcast_and_reduce_on_two_pes() {
+    split_family(2);
 }
 
 gpu_test!(3, split_broadcast_and_reduce_on_three_pes);
