@@ -1000,8 +1000,8 @@ const SPLIT_TEST_LL_MAX: usize = 1 << 10;
 /// elements (parts are 16-byte aligned, so all in the first part, the others empty); one
 /// 16-byte vector per part, and one element more; counts neither n - 1 nor 16 bytes divide,
 /// past a 64K slot per part (reduce in segments). Under `Auto`: one element below the
-/// threshold (the handshake), at it, past it (split from 3 PEs on, else the handshake), and
-/// with `large` 16M + 5.
+/// threshold (the handshake), at it (split from 3 PEs on, else the handshake), and with
+/// `large` 1M + 1 and 16M + 5.
 fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyProtocol)> {
     use FamilyProtocol::{Auto, Direct, Split};
     let size = std::mem::size_of::<T>();
@@ -1018,9 +1018,9 @@ fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyP
         (65537, Split, Split),
         (min - 1, Auto, Direct),
         (min, Auto, auto),
-        ((1 << 20) + 1, Auto, auto),
     ];
     if large {
+        counts.push(((1 << 20) + 1, Auto, auto));
         counts.push(((16 << 20) + 5, Auto, auto));
     }
     counts
@@ -1084,7 +1084,8 @@ fn split_family(pes: i32) {
     );
     std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
     let nv = runtime(pes);
-    // PEs sharing a GPU take turns in time slices: 16M elements would take minutes there.
+    // PEs sharing a GPU take turns in time slices: 1M elements and more would take minutes
+    // there (as in every_collective_on_four_pes).
     let large = !nv.shares_gpus();
     let mut bc = Broadcast::world(&nv).unwrap();
     split_broadcast_type::<u8>(&nv, &mut bc, 0, large);
@@ -1094,7 +1095,7 @@ fn split_family(pes: i32) {
     let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
     split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 400, large);
     split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Avg, 420, false);
-    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 440, false);
+    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 440, large);
     split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, 460, false);
     split_reduce_type::<i64>(&nv, &mut r, ReduceOp::Prod, 480, false);
     split_reduce_type::<u32>(&nv, &mut r, ReduceOp::Sum, 500, false);
