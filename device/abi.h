@@ -226,10 +226,13 @@ typedef struct nvshmemrs_allreduce_args {
 #define NVSHMEMRS_COLL_BARRIER 21
 /* Largest grid of the family's kernels: their counters are per (source rank, block). */
 #define NVSHMEMRS_FAMILY_BLOCKS 128
-/* Counter phases: arrive (the receiver's area is free for this step) and data (landed). */
-#define NVSHMEMRS_FAMILY_PHASES 2
+/* Counter phases: arrive (the receiver's area is free for this step) and data (landed). ADDR
+ * holds words, not counters: under SPLIT the reduce root's output address, which the root
+ * stores into word [its rank] on every member before its ARRIVE (never waited on). */
+#define NVSHMEMRS_FAMILY_PHASES 3
 #define NVSHMEMRS_FAMILY_ARRIVE 0
 #define NVSHMEMRS_FAMILY_DATA 1
+#define NVSHMEMRS_FAMILY_ADDR 2
 
 /*
  * One launch of a family collective. hdr.flags: counters [phase][parity][rank][block]
@@ -247,7 +250,7 @@ typedef struct nvshmemrs_family_args {
     int elem_bytes;
     /* Team rank of the root (broadcast, reduce), else 0. */
     int root;
-    /* How the data moves: NVSHMEMRS_FAMILY_HANDSHAKE or NVSHMEMRS_FAMILY_LL. */
+    /* How the data moves: NVSHMEMRS_FAMILY_HANDSHAKE, _LL or _SPLIT. */
     int protocol;
 } nvshmemrs_family_args;
 
@@ -261,6 +264,22 @@ typedef struct nvshmemrs_family_args {
  * rooted ones every member gives every other a credit at the end of a step (prims/ll_credit.cuh). */
 #define NVSHMEMRS_FAMILY_HANDSHAKE 0
 #define NVSHMEMRS_FAMILY_LL 1
+/*
+ * SPLIT (broadcast, reduce; at least 2 members): the buffer in n - 1 parts, part k for the k-th
+ * member other than the root (rank order, prims/split.cuh), so that no member moves more than
+ * about one buffer's worth over its links (the handshake's root moves n - 1). Every member but
+ * the root sends ARRIVE to every other (reduce: the root too) at the start; writes wait for
+ * the receiver's ARRIVE; each member gets one DATA from each other per step.
+ *   broadcast: the root puts part k into member k's output (scatter); member k, once its part
+ *     has arrived, puts it into every other non-root's output (allgather).
+ *   reduce: every member puts part k of its input into slot [its rank] of member k (the root
+ *     included; reduce-scatter); member k reduces part k over every member in rank order and
+ *     stores the result into the root's output, at the address the root gave it in word
+ *     [root] of phase ADDR (non-root outputs are not written; where the root is not mapped,
+ *     member k reduces into its own slot [k] and puts from there). Parts fit a slot.
+ * Data moves as in HANDSHAKE: direct stores to mapped peers, NVSHMEM puts with signal otherwise.
+ */
+#define NVSHMEMRS_FAMILY_SPLIT 2
 #define NVSHMEMRS_FAMILY_LL_MAX_PES 64
 
 /* ---- Exchanges: alltoallv, allgatherv, grouped send/recv (coll/exchange.h) ---- */

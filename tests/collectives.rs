@@ -4,7 +4,8 @@
 //! rank order in one pass, as the reference does, on values whose results are exact). Counts 1,
 //! 7, 1000, 65537 and 1M + 1; every root; in place; segmented reductions; graph capture and
 //! replay with fresh data; 1000 back-to-back calls mixing them; NVSHMEM puts only
-//! (NVSH_NO_DIRECT); checked-mode mismatches; refused calls.
+//! (NVSH_NO_DIRECT); checked-mode mismatches; refused calls; the low-latency lines and the
+//! split protocol of broadcast and reduce, each at the sizes where it starts and stops.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 
 mod common;
@@ -556,6 +557,28 @@ fn checked_mode_catches_count_root_and_type_mismatches() {
         ("u32 sum", "f32 sum")
     };
     mismatch(err, mine, theirs);
+    // Protocols differ: one member splits the buffer, the other does not.
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    r.set_protocol(if me == 0 {
+        FamilyProtocol::Split
+    } else {
+        FamilyProtocol::Direct
+    });
+    r.run(&buf, out.view(..512).unwrap(), ReduceOp::Sum, 0, &stream)
+        .unwrap();
+    let split = me == 0;
+    assert_eq!(r.last_protocol(), r.protocol());
+    match r.sync(&stream).unwrap_err() {
+        Error::CollectiveMismatch { mine, theirs, .. } => {
+            assert_eq!(mine.contains("split in parts"), split, "{mine} / {theirs}");
+            assert_eq!(
+                theirs.contains("split in parts"),
+                !split,
+                "{mine} / {theirs}"
+            );
+        }
+        e => panic!("not a mismatch: {e:?}"),
+    }
     // Not a dead peer: barriers and new workspaces still work.
     assert_eq!(nv.peer_failure(), None);
     nv.barrier_all().unwrap();
@@ -963,4 +986,238 @@ fn low_latency_allgather_alltoall_and_reduce_scatter() {
 gpu_test!(4, low_latency_family_on_four_pes);
 fn low_latency_family_on_four_pes() {
     low_latency_lines(4);
+}
+
+/// The split protocol's threshold (NVSH_FAMILY_SPLIT_MIN) in the split tests: small, so that
+/// modest sizes take it under `Auto`.
+const SPLIT_MIN: usize = 64 << 10;
+/// The low-latency lines' limit in the split tests, so that their back-to-back stretch mixes
+/// the lines, the handshake and the split protocol on one workspace.
+const SPLIT_TEST_LL_MAX: usize = 1 << 10;
+
+/// Counts of broadcast and reduce of T on `n` PEs for the split protocol, each with the
+/// protocol set and the one the call must take. Forced (any size splits): one element; n - 1
+/// elements (parts are 16-byte aligned, so all in the first part, the others empty); one
+/// 16-byte vector per part, and one element more; counts neither n - 1 nor 16 bytes divide,
+/// past a 64K slot per part (reduce in segments). Under `Auto`: one element below the
+/// threshold (the handshake), at it (split from 3 PEs on, else the handshake), and with
+/// `large` 1M + 1 and 16M + 5.
+fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyProtocol)> {
+    use FamilyProtocol::{Auto, Direct, Split};
+    let size = std::mem::size_of::<T>();
+    let per16 = (16 / size).max(1);
+    let parts = n - 1;
+    let min = SPLIT_MIN / size;
+    let auto = if n >= 3 { Split } else { Direct };
+    let mut counts = vec![
+        (1, Split, Split),
+        (parts, Split, Split),
+        (parts * per16, Split, Split),
+        (parts * per16 + 1, Split, Split),
+        (1000, Split, Split),
+        (65537, Split, Split),
+        (min - 1, Auto, Direct),
+        (min, Auto, auto),
+    ];
+    if large {
+        counts.push(((1 << 20) + 1, Auto, auto));
+        counts.push(((16 << 20) + 5, Auto, auto));
+    }
+    counts
+}
+
+/// Broadcasts of T at [`split_counts`] from every root, in and out of place, each call's
+/// protocol checked.
+fn split_broadcast_type<T: Tag>(nv: &Nvshmem, bc: &mut Broadcast<'_>, salt: usize, large: bool) {
+    let n = nv.n_pes() as usize;
+    for (k, (count, set, want)) in split_counts::<T>(n, large).into_iter().enumerate() {
+        bc.set_protocol(set);
+        for root in 0..n {
+            broadcast::<T>(nv, bc, count, root, salt + k);
+            assert_eq!(
+                bc.last_protocol(),
+                want,
+                "broadcast {} x {count} from {root}",
+                T::NAME
+            );
+        }
+    }
+    bc.set_protocol(FamilyProtocol::Auto);
+}
+
+/// Reduces of T with `op` at [`split_counts`] to every root, in and out of place (non-root
+/// outputs checked untouched), each call's protocol checked.
+fn split_reduce_type<T: RefElem>(
+    nv: &Nvshmem,
+    r: &mut Reduce<'_>,
+    op: ReduceOp,
+    salt: usize,
+    large: bool,
+) {
+    let n = nv.n_pes() as usize;
+    for (k, (count, set, want)) in split_counts::<T>(n, large).into_iter().enumerate() {
+        r.set_protocol(set);
+        for root in 0..n {
+            reduce::<T>(nv, r, count, op, root, salt + k);
+            assert_eq!(
+                r.last_protocol(),
+                want,
+                "reduce {} {op:?} x {count} to {root}",
+                T::NAME
+            );
+        }
+    }
+    r.set_protocol(FamilyProtocol::Auto);
+}
+
+/// Broadcast and reduce under the split protocol (NVSH_FAMILY_SPLIT_MIN = [`SPLIT_MIN`]):
+/// [`split_counts`] for several types (reduce: several ops), every root, in and out of place;
+/// 16M elements with 64K and 8M slots where every PE has a GPU of its own; 200 calls of each
+/// back to back; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs `Auto` never
+/// splits: the forced calls there take the one-part form (the root's part to the other PE,
+/// nothing passed on).
+fn split_family(pes: i32) {
+    // Before any workspace: both are read at creation.
+    std::env::set_var(
+        nvshmem::proto::family::FAMILY_SPLIT_MIN_ENV,
+        SPLIT_MIN.to_string(),
+    );
+    std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
+    let nv = runtime(pes);
+    // PEs sharing a GPU take turns in time slices: 1M elements and more would take minutes
+    // there (as in every_collective_on_four_pes).
+    let large = !nv.shares_gpus();
+    let mut bc = Broadcast::world(&nv).unwrap();
+    split_broadcast_type::<u8>(&nv, &mut bc, 0, large);
+    split_broadcast_type::<f32>(&nv, &mut bc, 100, large);
+    split_broadcast_type::<bf16>(&nv, &mut bc, 200, false);
+    split_broadcast_type::<i64>(&nv, &mut bc, 300, false);
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 400, large);
+    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Avg, 420, false);
+    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 440, large);
+    split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, 460, false);
+    split_reduce_type::<i64>(&nv, &mut r, ReduceOp::Prod, 480, false);
+    split_reduce_type::<u32>(&nv, &mut r, ReduceOp::Sum, 500, false);
+    if large {
+        // Parts larger than the benches' 8M slots: segments of n - 1 slots.
+        let mut big = Reduce::world(&nv, 8 << 20).unwrap();
+        big.set_protocol(FamilyProtocol::Split);
+        for root in 0..pes as usize {
+            reduce::<f32>(&nv, &mut big, (16 << 20) + 5, ReduceOp::Sum, root, 520);
+            assert_eq!(big.last_protocol(), FamilyProtocol::Split);
+        }
+    }
+    split_back_to_back(&nv, &mut bc, &mut r, true);
+
+    // NVSHMEM puts even to mapped peers, as across nodes.
+    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    let mut bc = Broadcast::world(&nv).unwrap();
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    split_broadcast_type::<u8>(&nv, &mut bc, 600, false);
+    split_broadcast_type::<f32>(&nv, &mut bc, 620, false);
+    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 640, false);
+    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 660, false);
+    split_back_to_back(&nv, &mut bc, &mut r, false);
+    std::env::remove_var(nvshmem::proto::workspace::NO_DIRECT_ENV);
+}
+
+/// 200 broadcasts and 200 reduces back to back, one sync at the end: the root moving every
+/// 4 calls, the sizes taking the low-latency lines, the handshake and the split protocol (and
+/// the split protocol forced at small sizes every fifth call), so that each protocol's step
+/// follows each other's on the same counters and slots. `lines`: the 8-byte calls can take the
+/// lines (every PE mapped, direct stores on).
+fn split_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>, lines: bool) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    // u32: 8 bytes (lines where every PE is mapped), 4000 bytes (the handshake), just past
+    // SPLIT_MIN, and 256K (reduce: two segments of 64K slots per part at 3 and 4 PEs).
+    let counts = [2usize, 1000, SPLIT_MIN / 4 + 3, 65536 + 2];
+    let calls = 200;
+    let root = |k: usize| (k / 4) % n;
+    let count = |k: usize| counts[k % 4];
+    let forced = |k: usize| k % 5 == 4;
+    let inputs: Vec<_> = (0..calls)
+        .map(|k| filled(nv, count(k), |i| <u32 as Tag>::tag(me, i, 700 + k)))
+        .collect();
+    let bc_out: Vec<_> = (0..calls)
+        .map(|k| filled(nv, count(k), |_| <u32 as Tag>::poison()))
+        .collect();
+    let r_out: Vec<_> = (0..calls)
+        .map(|k| filled(nv, count(k), |_| <u32 as Tag>::poison()))
+        .collect();
+    let mut taken = Vec::new();
+    for k in 0..calls {
+        let set = if forced(k) {
+            FamilyProtocol::Split
+        } else {
+            FamilyProtocol::Auto
+        };
+        bc.set_protocol(set);
+        r.set_protocol(set);
+        bc.run(&inputs[k], &bc_out[k], root(k) as i32, &stream)
+            .unwrap();
+        taken.push(bc.last_protocol());
+        r.run(
+            &inputs[k],
+            &r_out[k],
+            ReduceOp::Sum,
+            root(k) as i32,
+            &stream,
+        )
+        .unwrap();
+        taken.push(r.last_protocol());
+    }
+    bc.set_protocol(FamilyProtocol::Auto);
+    r.set_protocol(FamilyProtocol::Auto);
+    bc.sync(&stream).unwrap();
+    r.sync(&stream).unwrap();
+    let mut mixed = vec![FamilyProtocol::Direct, FamilyProtocol::Split];
+    if lines {
+        mixed.push(FamilyProtocol::LowLatency);
+    }
+    for p in mixed {
+        assert!(taken.contains(&p), "no call took {p:?}: {taken:?}");
+    }
+    for k in 0..calls {
+        let c = count(k);
+        expect(
+            &format!("back-to-back broadcast {k} of u32 x {c} from {}", root(k)),
+            &bc_out[k].to_vec().unwrap(),
+            |i| <u32 as Tag>::tag(root(k), i, 700 + k),
+        );
+        let got = r_out[k].to_vec().unwrap();
+        if me == root(k) {
+            expect(
+                &format!("back-to-back reduce {k} of u32 x {c} to {me}"),
+                &got,
+                |i| {
+                    (0..n)
+                        .map(|p| <u32 as Tag>::tag(p, i, 700 + k))
+                        .fold(0u32, u32::wrapping_add)
+                },
+            );
+        } else {
+            assert!(
+                got.iter().all(|&g| g == <u32 as Tag>::poison()),
+                "back-to-back reduce {k}: a non-root output was written"
+            );
+        }
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, split_broadcast_and_reduce_on_two_pes);
+fn split_broadcast_and_reduce_on_two_pes() {
+    split_family(2);
+}
+
+gpu_test!(3, split_broadcast_and_reduce_on_three_pes);
+fn split_broadcast_and_reduce_on_three_pes() {
+    split_family(3);
+}
+
+gpu_test!(4, split_broadcast_and_reduce_on_four_pes);
+fn split_broadcast_and_reduce_on_four_pes() {
+    split_family(4);
 }

@@ -17,6 +17,10 @@
  *     two later (same parity) starts only after every receiver has read: no ARRIVE needed.
  *   reduce: the root signals ARRIVE (its slots are free), every other member puts its input
  *     into the root's slot [rank] with DATA; the root reduces in rank order.
+ * Broadcast and reduce also have a split protocol for large buffers (abi.h
+ * NVSHMEMRS_FAMILY_SPLIT): the buffer in n - 1 parts, scattered then allgathered (broadcast),
+ * or reduce-scattered then gathered into the root's output (reduce), with the ARRIVE/DATA
+ * handshake between every pair of members.
  * Every wait has the header's deadline; a miss is recorded (NVSHMEMRS_WAIT_OP_COLLECTIVE, index
  * the NVSHMEMRS_COLL_* code) and breaks the workspace. Returns a cudaError_t
  * (cudaErrorInvalidValue for bad arguments, an unknown dtype or op).

@@ -28,4 +28,12 @@ static inline bool family_ll_ok(const nvshmemrs_family_args &a) {
            addrs % 8 == 0 && block % 8 == 0 && !h.no_direct && h.all_mapped;
 }
 
+// The protocol a launch asks for, where the entry point has it (`split`: broadcast, reduce):
+// HANDSHAKE; LL under family_ll_ok's conditions; SPLIT with at least 2 members (the parts are
+// one per member other than the root). Reduce checks that a part fits a slot itself.
+static inline bool family_protocol_ok(const nvshmemrs_family_args &a, bool split) {
+    if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) return split && a.hdr.n >= 2;
+    return family_ll_ok(a);
+}
+
 #endif

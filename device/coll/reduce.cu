@@ -1,7 +1,10 @@
 // Reduce (coll/family.h) through the root's receive slots: the root arrives, every other member
 // puts its input into the root's slot [rank], the root reduces in rank order. Or, small and with
 // every member mapped, as low-latency lines into the root's line slots (NVSHMEMRS_FAMILY_LL; every
-// member gives credits, prims/ll_credit.cuh).
+// member gives credits, prims/ll_credit.cuh). Or, large, as a reduce-scatter over the members
+// other than the root and a gather of the results into the root's output
+// (NVSHMEMRS_FAMILY_SPLIT), so that the root's links carry one buffer's worth instead of n - 1
+// and n - 1 members reduce instead of one.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +21,7 @@
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/reduce.cuh"
+#include "prims/split.cuh"
 #include "prims/step.cuh"
 #include "prims/waiter.cuh"
 
@@ -51,6 +55,68 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
     ll_end_step_credit(h, s, true);
 }
 
+// The step under the split protocol (abi.h NVSHMEMRS_FAMILY_SPLIT). Every member arrives at
+// every other (its slots, at the root its output, are free), the root with its output's
+// address. Block b of every member puts chunk b of part k of its input into slot [its rank] of
+// member k; member k's block b, once chunk b has come from every other member, reduces it in
+// rank order into the root's output (or into its own slot [k], then puts it there) and signals
+// the root, whose block b waits for chunk b of every part.
+template <typename T, int OP>
+__device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const Layout L{h, 0, s.parity};
+    const int root = a.root, parts = h.n - 1;
+    const T *in = static_cast<const T *>(h.input);
+    auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
+    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
+    if (h.rank == root)
+        block_arrive_with_word(h, L, s.value, (uint64_t)(uintptr_t)h.output);
+    else
+        block_arrive(h, L, AllOthers{}, s.value);
+    if (!block_wait_others(w, h, arrive, s.value)) return;
+    // The reduce-scatter: chunk b of part k of the input into slot [rank] of member k, at the
+    // chunk's place in the part.
+    block_put_signal_to(
+        h,
+        [&](int r, char **dst, const char **src, size_t *bytes) {
+            const SplitChunk c = split_chunk<T>(h.count, parts, split_part(r, root));
+            *dst = L.slot(h.rank) + (c.begin - c.part_begin) * sizeof(T);
+            *src = reinterpret_cast<const char *>(in + c.begin);
+            *bytes = (c.end - c.begin) * sizeof(T);
+        },
+        [&](int r) { return r != root; },
+        h.rank == root ? split_root_first(h.n, root) : h.rank + 1, data(h.rank), s.value);
+    // Every other member's chunk here (at the root: every part's result in its output).
+    if (!block_wait_others(w, h, data, s.value)) return;
+    if (h.rank != root) {
+        const SplitChunk c = split_chunk<T>(h.count, parts, split_part(h.rank, root));
+        // Sources indexed from the part's start.
+        auto src = [&](int r) -> const T * {
+            return r == h.rank ? in + c.part_begin : reinterpret_cast<const T *>(L.slot(r));
+        };
+        const size_t b = c.begin - c.part_begin, e = c.end - c.part_begin;
+        // The root's output, as it said before its ARRIVE (seen by block_wait_others).
+        T *out = reinterpret_cast<T *>(
+            (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, root));
+        const int root_pe = h.pes[root];
+        uint64_t *flag = data(h.rank);
+        char *mapped = direct_ptr(h, out, root_pe);
+        if (mapped != NULL) {
+            block_reduce<T, OP>(src, h.n, reinterpret_cast<T *>(mapped) + c.part_begin, b, e, true,
+                                h.n);
+            if (threadIdx.x == 0) release_signal(flag, s.value, root_pe);
+        } else {
+            T *mine = reinterpret_cast<T *>(L.slot(h.rank));
+            block_reduce<T, OP>(src, h.n, mine, b, e, true, h.n);
+            block_put_signal(h, reinterpret_cast<char *>(out + c.begin),
+                             reinterpret_cast<const char *>(mine + b), (e - b) * sizeof(T), flag,
+                             s.value, root_pe);
+        }
+    }
+    end_step(h);
+}
+
 template <typename T, int OP>
 __global__ void reduce_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
@@ -59,6 +125,10 @@ __global__ void reduce_kernel(nvshmemrs_family_args a) {
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
         reduce_ll<T, OP>(a, w);
+        return;
+    }
+    if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) {
+        reduce_split<T, OP>(a, w);
         return;
     }
     const Step s = begin_step(h.state);
@@ -89,11 +159,26 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_kernel, nvshmemrs_family_args);
 
 }  // namespace
 
+// Whether the split protocol's part of `count` elements (prims/split.cuh: part_of over n - 1
+// parts, rounded to 16 bytes) fits a receive slot.
+static bool split_part_fits(const nvshmemrs_family_args &a) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const size_t elem = (size_t)a.elem_bytes, parts = (size_t)(h.n - 1);
+    const size_t per16 = 16 / elem > 0 ? 16 / elem : 1;
+    const size_t per = ((h.count + parts - 1) / parts + per16 - 1) / per16 * per16;
+    return per <= h.slot_bytes / elem;
+}
+
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
-    const bool ll = args.protocol == NVSHMEMRS_FAMILY_LL;
-    if (!family_args_ok(args, blocks) || !family_ll_ok(args) ||
-        (!ll && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
+    const nvshmemrs_coll_header &h = args.hdr;
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true))
+        return cudaErrorInvalidValue;
+    const bool fits = args.protocol == NVSHMEMRS_FAMILY_LL ||
+                      (args.protocol == NVSHMEMRS_FAMILY_SPLIT
+                           ? split_part_fits(args)
+                           : h.count * (size_t)args.elem_bytes <= h.slot_bytes);
+    if (!fits || (args.protocol != NVSHMEMRS_FAMILY_LL && h.scratch == NULL))
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -32,6 +32,24 @@ __device__ __forceinline__ void block_arrive(const nvshmemrs_coll_header &h, con
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
 }
 
+// block_arrive to every other member, each first given `word` in this block's word [rank] of
+// phase NVSHMEMRS_FAMILY_ADDR there (the address of this PE's memory the member writes into in
+// this step), ordered before the ARRIVE by nvshmem_fence: a member that has seen the ARRIVE
+// reads the word. The caller must not finish its step before every member has read the word
+// (it waits for a DATA each member sends after reading it), so that its next write of the word
+// cannot come first.
+__device__ __forceinline__ void block_arrive_with_word(const nvshmemrs_coll_header &h,
+                                                       const Layout &L, uint64_t value,
+                                                       uint64_t word) {
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        if (r != h.rank) {
+            nvshmem_uint64_p(L.counter(NVSHMEMRS_FAMILY_ADDR, h.rank), word, h.pes[r]);
+            nvshmem_fence();
+            nvshmemx_signal_op(L.counter(NVSHMEMRS_FAMILY_ARRIVE, h.rank), value,
+                               NVSHMEM_SIGNAL_SET, h.pes[r]);
+        }
+}
+
 // Every other member, as block_arrive's from(); the matching waits are block_wait_others
 // (prims/waiter.cuh).
 struct AllOthers {

@@ -84,17 +84,20 @@ __device__ void block_put_signal(const nvshmemrs_coll_header &h, char *dst, cons
     __syncthreads();
 }
 
-// block_put_signal to every other member at once: member r gets `bytes` from src(r) at dst
-// (a symmetric address) and its `flag` set to `value`. Mapped members take direct stores, then
-// their signals in parallel after one barrier (thread k releases and signals the k-th); the
-// others take NVSHMEM puts with signal, blocking ones with `reuse_src` (the caller overwrites a
-// source next). `part(r, &dst, &src, &bytes)` names what goes to rank r.
-template <typename Part>
-__device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, uint64_t *flag,
-                                     uint64_t value, bool reuse_src = false) {
+// block_put_signal to every other member r with to(r) at once: member r gets `bytes` from
+// src(r) at dst (a symmetric address) and its `flag` set to `value`. Members go in rank order
+// from `first` (wrapping, this PE skipped), so that senders starting at different members do
+// not all write to one receiver at a time. Mapped members take direct stores, then their
+// signals in parallel after one barrier (thread r releases and signals member r); the others
+// take NVSHMEM puts with signal, blocking ones with `reuse_src` (the caller overwrites a source
+// next). `part(r, &dst, &src, &bytes)` names what goes to rank r.
+template <typename Part, typename To>
+__device__ void block_put_signal_to(const nvshmemrs_coll_header &h, Part part, To to, int first,
+                                    uint64_t *flag, uint64_t value, bool reuse_src = false) {
     bool mapped_any = false;
-    for (int k = 1; k < h.n; ++k) {
-        const int r = (h.rank + k) % h.n;
+    for (int k = 0; k < h.n; ++k) {
+        const int r = (first + k) % h.n;
+        if (r == h.rank || !to(r)) continue;
         char *dst;
         const char *src;
         size_t bytes;
@@ -103,8 +106,8 @@ __device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, 
     }
     if (mapped_any) {
         __syncthreads();
-        for (int k = 1 + threadIdx.x; k < h.n; k += blockDim.x) {
-            const int r = (h.rank + k) % h.n;
+        for (int r = threadIdx.x; r < h.n; r += blockDim.x) {
+            if (r == h.rank || !to(r)) continue;
             char *dst;
             const char *src;
             size_t bytes;
@@ -113,6 +116,14 @@ __device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, 
         }
     }
     __syncthreads();
+}
+
+// block_put_signal_to every other member, from the next rank on.
+template <typename Part>
+__device__ void block_put_signal_all(const nvshmemrs_coll_header &h, Part part, uint64_t *flag,
+                                     uint64_t value, bool reuse_src = false) {
+    block_put_signal_to(
+        h, part, [](int) { return true; }, h.rank + 1, flag, value, reuse_src);
 }
 
 }  // namespace

@@ -65,16 +65,25 @@ __device__ __forceinline__ bool block_broken(const nvshmemrs_coll_header &h) {
     return __syncthreads_or(threadIdx.x == 0 && *(volatile uint64_t *)&h.state->broken != 0);
 }
 
-// Waits (thread t for rank t) until counter(r) of every rank r but `rank` reached `want`.
-// False, for every thread, when a wait failed: the kernel must return without using the data.
+// Waits (thread t for rank t) until counter(r) of every rank r but `rank` with from(r) reached
+// `want`. False, for every thread, when a wait failed: the kernel must return without using
+// the data.
+template <typename Counter, typename From>
+__device__ bool block_wait_from(const Waiter &w, const nvshmemrs_coll_header &h, Counter counter,
+                                From from, uint64_t want) {
+    bool ok = true;
+    for (int r = threadIdx.x; r < h.n && ok; r += blockDim.x)
+        if (r != h.rank && from(r)) ok = w.ge(counter(r), want, h.pes[r]);
+    // Each waiting thread acquired (w.ge); the barrier passes that on to the block.
+    return !__syncthreads_or(!ok);
+}
+
+// block_wait_from every other member.
 template <typename Counter>
 __device__ bool block_wait_others(const Waiter &w, const nvshmemrs_coll_header &h,
                                   Counter counter, uint64_t want) {
-    bool ok = true;
-    for (int r = threadIdx.x; r < h.n && ok; r += blockDim.x)
-        if (r != h.rank) ok = w.ge(counter(r), want, h.pes[r]);
-    // Each waiting thread acquired (w.ge); the barrier passes that on to the block.
-    return !__syncthreads_or(!ok);
+    return block_wait_from(
+        w, h, counter, [](int) { return true; }, want);
 }
 
 // Thread 0 waits for one counter, signalled by world PE `peer`. False as above.

@@ -14,6 +14,7 @@ use nvshmem::core::buffer::SymmetricBuffer;
 use nvshmem::core::element::Element;
 use nvshmem::core::env_value::size_label;
 use nvshmem::core::tuning::{dtype_class, Fingerprint, TuningTable};
+use nvshmem::proto::family::Protocols;
 use nvshmem::{
     Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem,
     Reduce, ReduceOp, ReduceScatter, Result, Tuner,
@@ -28,7 +29,8 @@ pub enum TuneCollective {
     /// Our four algorithms.
     #[value(name = "allreduce")]
     Allreduce,
-    /// Direct stores against NVSHMEM puts, and likewise below.
+    /// Our protocols against each other (direct stores, NVSHMEM puts, low-latency lines, and
+    /// for broadcast and reduce split parts), and likewise below.
     #[value(name = "broadcast")]
     Broadcast,
     #[value(name = "reduce")]
@@ -97,8 +99,19 @@ impl TuneCollective {
     pub fn candidates(self) -> Vec<&'static str> {
         match self {
             TuneCollective::Allreduce => AllreduceAlgo::ALL.iter().map(|a| a.name()).collect(),
-            _ => FamilyProtocol::ALL.iter().map(|p| p.name()).collect(),
+            _ => self.protocols().iter().map(|p| p.name()).collect(),
         }
+    }
+
+    /// A family collective's candidates: the protocols it has (the split one only broadcast
+    /// and reduce; none for allreduce).
+    pub fn protocols(self) -> Vec<FamilyProtocol> {
+        let protocols = match self {
+            TuneCollective::Allreduce => return Vec::new(),
+            TuneCollective::Broadcast | TuneCollective::Reduce => Protocols::LINES_SPLIT,
+            _ => Protocols::LINES,
+        };
+        FamilyProtocol::offered(protocols)
     }
 }
 
@@ -338,6 +351,7 @@ fn reduction_point<T: Reducible>(
     let n = ws.allreduce.n_pes() as usize;
     let c = plan.count;
     let names = plan.coll.candidates();
+    let protocols = plan.coll.protocols();
     match plan.coll {
         TuneCollective::Allreduce => {
             let (i, o) = (input.view(0..c)?, output.view(0..c)?);
@@ -357,7 +371,7 @@ fn reduction_point<T: Reducible>(
             let m = tuner.measure(
                 &names,
                 |k, s| {
-                    r.set_protocol(FamilyProtocol::ALL[k]);
+                    r.set_protocol(protocols[k]);
                     r.run(i, o, ReduceOp::Sum, 0, s)
                 },
                 stream,
@@ -372,7 +386,7 @@ fn reduction_point<T: Reducible>(
             let m = tuner.measure(
                 &names,
                 |k, s| {
-                    r.set_protocol(FamilyProtocol::ALL[k]);
+                    r.set_protocol(protocols[k]);
                     r.run(i, o, ReduceOp::Sum, s)
                 },
                 stream,
@@ -399,7 +413,8 @@ fn measure_point<T: TuneElement>(
     let n = ws.allgather.n_pes() as usize;
     let c = plan.count;
     let names = plan.coll.candidates();
-    let protocol = |k: usize| FamilyProtocol::ALL[k];
+    let protocols = plan.coll.protocols();
+    let protocol = |k: usize| protocols[k];
     macro_rules! family {
         ($ws:expr, $i:expr, $o:expr, |$w:ident, $in:ident, $out:ident, $s:ident| $call:expr) => {{
             let ($in, $out) = ($i, $o);
@@ -790,6 +805,29 @@ mod tests {
             choice: choice.into(),
             tuned: list(rebench),
             rebench: list(rebench),
+        }
+    }
+
+    #[test]
+    fn only_broadcast_and_reduce_time_the_split_protocol() {
+        assert_eq!(
+            TuneCollective::Broadcast.candidates(),
+            ["direct", "put", "ll", "split"]
+        );
+        assert_eq!(TuneCollective::Reduce.candidates().last(), Some(&"split"));
+        for c in [
+            TuneCollective::Allgather,
+            TuneCollective::ReduceScatter,
+            TuneCollective::Alltoall,
+        ] {
+            assert_eq!(c.candidates(), ["direct", "put", "ll"], "{c:?}");
+        }
+        assert!(TuneCollective::Allreduce.protocols().is_empty());
+        // Every family candidate's name reads back as the protocol it sets.
+        for c in TuneCollective::ALL {
+            for (name, p) in c.candidates().into_iter().zip(c.protocols()) {
+                assert_eq!(FamilyProtocol::parse(name), Some(p));
+            }
         }
     }
 

@@ -359,6 +359,8 @@ pub(crate) mod tests {
         crate::coll::allreduce::DIRECT_BLOCKS_ENV,
         crate::coll::allreduce::DIRECT_BLOCK_BYTES_ENV,
         crate::proto::checked::CHECKED_ENV,
+        crate::proto::family::FAMILY_LL_MAX_ENV,
+        crate::proto::family::FAMILY_SPLIT_MIN_ENV,
         crate::core::tuning::TUNE_ENV,
         crate::core::tuning::TUNING_FILE_ENV,
         crate::core::tuning::TUNE_BUDGET_ENV,

@@ -1,7 +1,10 @@
 //! Broadcast: the root's buffer into every member's (device/coll/broadcast.cu). The root puts
 //! into each member's output once that member has arrived (its output is free), so calls go back
 //! to back on a stream with no barrier; NVLink stores where the peer is mapped, NVSHMEM puts
-//! otherwise.
+//! otherwise. Large buffers on 3 members or more go split
+//! ([`crate::proto::family::FamilyProtocol::Split`]): the root scatters one part to each other
+//! member, which passes it on to the rest, so that the root's links carry one buffer's worth
+//! instead of n - 1.
 
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
@@ -30,8 +33,9 @@ pub struct Broadcast<'nv> {
 
 impl<'nv> Broadcast<'nv> {
     /// `output = input of the root` on every member, in stream order. `input` (read at the
-    /// root only) and `output` have the same length (at least 1) on every member; at the root
-    /// they may be the same range (in place). `root` is a team rank.
+    /// root only) and `output` have the same length (at least 1) on every member, and `output`
+    /// is the same symmetric buffer on every member (members write into each other's); at the
+    /// root they may be the same range (in place). `root` is a team rank.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]:
     /// a cudarc slice or view, or a raw pointer), the latter staged through the workspace's
@@ -70,4 +74,4 @@ impl<'nv> Broadcast<'nv> {
     }
 }
 
-family_methods!(Broadcast, &TEXT, lines);
+family_methods!(Broadcast, &TEXT, lines, split);

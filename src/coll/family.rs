@@ -272,6 +272,9 @@ pub fn describe_family_meta(meta: u64) -> String {
     if meta & crate::proto::family::META_LL != 0 {
         s = format!("{s}, low-latency lines");
     }
+    if meta & crate::proto::family::META_SPLIT != 0 {
+        s = format!("{s}, split in parts");
+    }
     s
 }
 
@@ -339,6 +342,16 @@ mod tests {
         let ll = m | crate::proto::family::META_LL;
         assert_ne!(ll, m);
         assert_eq!(describe_family_meta(ll), "u8, low-latency lines");
+        let split = family_meta(Dtype::F32, Some(ReduceOp::Sum), code, Some(2))
+            | crate::proto::family::META_SPLIT;
+        assert_eq!(
+            describe_family_meta(split),
+            "f32 sum, root 2, split in parts"
+        );
+        assert_ne!(
+            crate::proto::family::META_SPLIT,
+            crate::proto::family::META_LL
+        );
         // Roots, ops and types that differ give different words.
         let a = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(0));
         let b = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(1));

@@ -1,6 +1,10 @@
 //! Reduce: the root's output = op over members of their inputs (device/coll/reduce.cu). Through
 //! the root's receive slots, a slot's worth per launch; the root tells the others when its slots
-//! are free (they are not all-to-all steps).
+//! are free (they are not all-to-all steps). Large buffers on 3 members or more go split
+//! ([`crate::proto::family::FamilyProtocol::Split`]): each member other than the root reduces
+//! one part, from every member's input sent into its slots, and stores it into the root's
+//! output (at the address the root gives it in the step), n - 1 slots' worth per launch, so
+//! that the root neither receives n - 1 buffers nor reduces alone.
 
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
@@ -26,9 +30,10 @@ pub struct Reduce<'nv> {
 }
 
 impl<'nv> Reduce<'nv> {
-    /// At the root, `output` = op over members of their `input`, element-wise in rank order;
-    /// other members' outputs are not written. Buffers of the same length (at least 1) on every
-    /// member; the same range for in place. `root` is a team rank.
+    /// At the root, `output` = op over members of their `input`, element-wise in rank order
+    /// (the same result under every protocol); other members' outputs are not written (they
+    /// need not be the root's buffer). Buffers of the same length (at least 1) on every member;
+    /// the same range for in place. `root` is a team rank.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
     /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]): a
@@ -67,4 +72,4 @@ impl<'nv> Reduce<'nv> {
     }
 }
 
-family_methods!(Reduce, &TEXT, slots, lines);
+family_methods!(Reduce, &TEXT, slots, lines, split);

@@ -32,6 +32,17 @@ pub const FAMILY_LL_MAX_DEFAULT: usize = 256 << 10;
 /// Checked mode's meta bit for a call under the low-latency protocol: members that disagree on
 /// the protocol would wait on different words.
 pub const META_LL: u64 = 1 << 24;
+/// Checked mode's meta bit for a call under the split protocol ([`FamilyProtocol::Split`]).
+pub const META_SPLIT: u64 = 1 << 25;
+/// Smallest buffer (bytes) that `Auto` moves by the split protocol, where the collective has it
+/// (broadcast, reduce) and the team has at least [`SPLIT_MIN_PES`] members: there the root's
+/// links carry one buffer's worth instead of n - 1. A huge value (`1T`) turns the choice off.
+/// Every PE must set the same (members that disagree fail checked mode, or time out).
+pub const FAMILY_SPLIT_MIN_ENV: &str = "NVSH_FAMILY_SPLIT_MIN";
+/// Default of [`FAMILY_SPLIT_MIN_ENV`].
+pub const FAMILY_SPLIT_MIN_DEFAULT: usize = 1 << 20;
+/// Fewest members for which `Auto` splits: at 2 the split moves what the handshake moves.
+pub const SPLIT_MIN_PES: i32 = 3;
 /// Threads per block of the low-latency launches: one 16-byte line each per pass.
 const LL_THREADS: i32 = 512;
 /// Payload bytes per block of a low-latency launch, and most blocks.
@@ -44,6 +55,15 @@ fn ll_max_from_env() -> Result<usize> {
         FAMILY_LL_MAX_ENV,
         FAMILY_LL_MAX_DEFAULT,
         "a size in bytes such as 65536, 64K or 0 (off)",
+    )
+}
+
+/// [`FAMILY_SPLIT_MIN_ENV`], checked.
+fn split_min_from_env() -> Result<usize> {
+    crate::core::env_value::size_from_env(
+        FAMILY_SPLIT_MIN_ENV,
+        FAMILY_SPLIT_MIN_DEFAULT,
+        "a size in bytes such as 1048576, 1M or 1T (never)",
     )
 }
 
@@ -95,15 +115,38 @@ pub enum FamilyProtocol {
     /// Low-latency lines where the call allows them (see [`FAMILY_LL_MAX_ENV`]), else direct
     /// stores.
     LowLatency,
+    /// The buffer split into one part per member other than the root, which the members pass
+    /// on to each other (broadcast: scatter, then allgather; reduce: reduce-scatter, then
+    /// gather into the root's output), so that no member's links carry much more than one
+    /// buffer's worth; where the collective has it (broadcast, reduce) and the team has at
+    /// least 2 members, else direct stores. Mapped peers get direct stores, others NVSHMEM
+    /// puts. `Auto` takes it from [`FAMILY_SPLIT_MIN_ENV`] bytes on at [`SPLIT_MIN_PES`]
+    /// members or more.
+    Split,
 }
 
 impl FamilyProtocol {
-    /// Every concrete protocol (not `Auto`), as tuning times them.
-    pub const ALL: [FamilyProtocol; 3] = [
+    /// Every concrete protocol (not `Auto`), as tuning times them (`Split` only where the
+    /// collective has it: [`FamilyProtocol::offered`]).
+    pub const ALL: [FamilyProtocol; 4] = [
         FamilyProtocol::Direct,
         FamilyProtocol::Put,
         FamilyProtocol::LowLatency,
+        FamilyProtocol::Split,
     ];
+
+    /// The concrete protocols a collective with `protocols` runs as themselves (the others
+    /// would fall back to direct stores).
+    pub fn offered(protocols: Protocols) -> Vec<FamilyProtocol> {
+        FamilyProtocol::ALL
+            .into_iter()
+            .filter(|&p| match p {
+                FamilyProtocol::LowLatency => protocols.lines,
+                FamilyProtocol::Split => protocols.split,
+                _ => true,
+            })
+            .collect()
+    }
 
     /// The name in tuning files and reports.
     pub fn name(self) -> &'static str {
@@ -112,6 +155,7 @@ impl FamilyProtocol {
             FamilyProtocol::Direct => "direct",
             FamilyProtocol::Put => "put",
             FamilyProtocol::LowLatency => "ll",
+            FamilyProtocol::Split => "split",
         }
     }
 
@@ -122,9 +166,103 @@ impl FamilyProtocol {
             "direct" => FamilyProtocol::Direct,
             "put" => FamilyProtocol::Put,
             "ll" => FamilyProtocol::LowLatency,
+            "split" => FamilyProtocol::Split,
             _ => return None,
         })
     }
+}
+
+/// The protocols a family collective has besides the handshake (its kernel takes them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Protocols {
+    /// Low-latency lines ([`FamilyProtocol::LowLatency`]).
+    pub lines: bool,
+    /// Parts passed on among the members ([`FamilyProtocol::Split`]).
+    pub split: bool,
+}
+
+impl Protocols {
+    /// The handshake only.
+    pub const NONE: Protocols = Protocols {
+        lines: false,
+        split: false,
+    };
+    /// Low-latency lines too (allgather, alltoall, reduce-scatter).
+    pub const LINES: Protocols = Protocols {
+        lines: true,
+        split: false,
+    };
+    /// Lines and the split protocol (broadcast, reduce).
+    pub const LINES_SPLIT: Protocols = Protocols {
+        lines: true,
+        split: true,
+    };
+}
+
+/// What a call's protocol depends on besides the one asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CallFit {
+    /// The call fits the low-latency lines (they are on, the block fits, every member is
+    /// mapped, 8-byte alignment).
+    lines: bool,
+    /// The collective has the split protocol and the team at least 2 members.
+    split: bool,
+    /// Members.
+    n: i32,
+    /// The buffer's (rank block's) bytes.
+    bytes: usize,
+}
+
+/// The protocol a call takes: `asked` (the set one, or under `Auto` the tuned table's choice)
+/// where the call allows it, else direct stores; `Auto` with no tuned choice takes the lines
+/// where they fit, else the split protocol from `split_min` bytes at [`SPLIT_MIN_PES`] members
+/// or more, else direct stores.
+fn decide(asked: FamilyProtocol, fit: CallFit, split_min: usize) -> FamilyProtocol {
+    use FamilyProtocol::*;
+    match asked {
+        Auto if fit.lines => LowLatency,
+        Auto if fit.split && fit.n >= SPLIT_MIN_PES && fit.bytes >= split_min => Split,
+        LowLatency if fit.lines => LowLatency,
+        Split if fit.split => Split,
+        Auto | LowLatency | Split => Direct,
+        Direct | Put => asked,
+    }
+}
+
+/// [`FamilyWorkspace::settings`]: the lines' limit and the split threshold where the collective
+/// has them, and whether [`crate::proto::workspace::NO_DIRECT_ENV`] turns direct stores off.
+fn describe_settings(
+    protocols: Protocols,
+    ll_max: usize,
+    split_min: usize,
+    puts_only: bool,
+) -> String {
+    use crate::core::env_value::size_label;
+    let mut auto = Vec::new();
+    if protocols.lines && ll_max > 0 {
+        auto.push(format!("low-latency lines up to {}", size_label(ll_max)));
+    }
+    if protocols.split && split_min < usize::MAX {
+        auto.push(format!(
+            "split from {} at {SPLIT_MIN_PES} or more PEs",
+            size_label(split_min)
+        ));
+    }
+    let mut s = if auto.is_empty() {
+        "auto takes the handshake".to_string()
+    } else {
+        format!("auto takes {}, else the handshake", auto.join(", "))
+    };
+    if protocols.lines && ll_max == 0 {
+        s += &format!(" (low-latency lines off: {FAMILY_LL_MAX_ENV})");
+    }
+    if puts_only {
+        s += &format!(
+            "; NVSHMEM puts only ({})",
+            crate::proto::workspace::NO_DIRECT_ENV
+        );
+    }
+    s
 }
 
 /// The shared part of a family collective: see the module documentation.
@@ -143,8 +281,13 @@ pub struct FamilyWorkspace<'nv> {
     ll_slot_bytes: usize,
     /// Largest rank block the line slots take (0: off).
     ll_max: usize,
+    /// The protocols the collective's kernel has besides the handshake.
+    protocols: Protocols,
+    /// Smallest buffer `Auto` splits ([`FAMILY_SPLIT_MIN_ENV`]).
+    split_min: usize,
     protocol: FamilyProtocol,
-    /// What the last call took: `Direct`, `Put` or `LowLatency` (`Auto` before any call).
+    /// What the last call took: `Direct`, `Put`, `LowLatency` or `Split` (`Auto` before any
+    /// call).
     last: FamilyProtocol,
     /// This workspace's key in the tuned tables (`tuning::collective_key`).
     tuning_key: String,
@@ -152,16 +295,17 @@ pub struct FamilyWorkspace<'nv> {
 
 impl<'nv> FamilyWorkspace<'nv> {
     /// The workspace over `team` (None on PEs in no team of the split), with `scratch`, and
-    /// with `lines` the low-latency protocol's line slots where it is on
-    /// ([`FAMILY_LL_MAX_ENV`]; the collective's kernel has the protocol). Collective over the
-    /// world.
+    /// for the `protocols` the collective's kernel has: the low-latency protocol's line slots
+    /// where it is on ([`FAMILY_LL_MAX_ENV`]), the split protocol's threshold
+    /// ([`FAMILY_SPLIT_MIN_ENV`]). Collective over the world.
     pub fn new(
         nv: &'nv Nvshmem,
         team: Option<&Team<'_>>,
         text: &'static CollectiveText,
         scratch: Scratch,
-        lines: bool,
+        protocols: Protocols,
     ) -> Result<FamilyWorkspace<'nv>> {
+        let lines = protocols.lines;
         let world = nv.n_pes() as usize;
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
@@ -200,9 +344,14 @@ impl<'nv> FamilyWorkspace<'nv> {
         } else {
             (None, 0)
         };
+        let split_min = if protocols.split {
+            split_min_from_env()?
+        } else {
+            usize::MAX
+        };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
-             {ll_max} bytes, all mapped: {}",
+             {ll_max} bytes, split from {split_min} bytes, all mapped: {}",
             text.call,
             ws.n_pes(),
             ws.all_mapped()
@@ -217,6 +366,8 @@ impl<'nv> FamilyWorkspace<'nv> {
             ll,
             ll_slot_bytes,
             ll_max,
+            protocols,
+            split_min,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
             tuning_key,
@@ -248,10 +399,19 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.last
     }
 
-    /// The protocol a call of `bytes` takes before its own conditions: the set one, or under
-    /// `Auto` the tuned table's, else low-latency lines (where they are on and fit,
-    /// [`FamilyWorkspace::fits_lines`]) or direct stores. Only `Put` turns direct stores off.
-    fn concrete(&self, bytes: usize, elem_bytes: usize) -> FamilyProtocol {
+    /// What `Auto` chooses from without a tuned table, in words (benchmark reports).
+    pub fn settings(&self) -> String {
+        describe_settings(
+            self.protocols,
+            self.ll_max,
+            self.split_min,
+            self.ws.env_no_direct(),
+        )
+    }
+
+    /// The protocol asked for a call of `bytes` in `elem_bytes`-byte elements: the set one,
+    /// or under `Auto` the tuned table's choice, if any (else `Auto`).
+    fn asked(&self, bytes: usize, elem_bytes: usize) -> FamilyProtocol {
         match self.protocol {
             FamilyProtocol::Auto => self
                 .ws
@@ -259,16 +419,14 @@ impl<'nv> FamilyWorkspace<'nv> {
                 .tuned(&self.tuning_key, bytes, elem_bytes, |c| {
                     c.and_then(FamilyProtocol::parse)
                 })
-                .filter(|&p| p != FamilyProtocol::Auto)
-                .unwrap_or(FamilyProtocol::LowLatency),
+                .unwrap_or(FamilyProtocol::Auto),
             p => p,
         }
     }
 
-    /// Whether `call` can go as low-latency lines once asked for (or chosen by `Auto`): the
-    /// workspace has line slots (the collective has the protocol and it is on), the block
-    /// fits, every member is mapped (after `set_direct`), and the buffers and blocks are
-    /// 8-byte aligned (the lines move 8 bytes).
+    /// Whether `call` fits the low-latency lines: the workspace has line slots (the collective
+    /// has the protocol and it is on), the block fits, every member is mapped (after
+    /// `set_direct`), and the buffers and blocks are 8-byte aligned (the lines move 8 bytes).
     fn fits_lines(&self, call: &FamilyCall) -> bool {
         let bytes = call.count * call.elem_bytes;
         self.ll.is_some()
@@ -315,34 +473,45 @@ impl<'nv> FamilyWorkspace<'nv> {
         entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
     ) -> Result<()> {
         let rank = self.ws.begin_call()?;
-        // One lookup of the tuned table per call: it decides both the stores and the lines.
-        let chosen = self.concrete(call.count * call.elem_bytes, call.elem_bytes);
-        let direct = chosen != FamilyProtocol::Put;
-        self.ws.set_direct(direct);
-        let ll = chosen == FamilyProtocol::LowLatency && self.fits_lines(call);
-        self.last = match (ll, direct) {
-            (true, _) => FamilyProtocol::LowLatency,
-            (false, true) => FamilyProtocol::Direct,
-            (false, false) => FamilyProtocol::Put,
+        let bytes = call.count * call.elem_bytes;
+        let asked = self.asked(bytes, call.elem_bytes);
+        self.ws.set_direct(asked != FamilyProtocol::Put);
+        let fit = CallFit {
+            lines: self.fits_lines(call),
+            split: self.protocols.split && self.ws.n_pes() >= 2,
+            n: self.ws.n_pes(),
+            bytes,
         };
-        let header = self.args(rank, call, 0, call.count, ll);
+        let protocol = decide(asked, fit, self.split_min);
+        self.last = protocol;
+        let header = self.args(rank, call, 0, call.count, protocol);
+        let meta = match protocol {
+            FamilyProtocol::LowLatency => META_LL,
+            FamilyProtocol::Split => META_SPLIT,
+            _ => 0,
+        };
         self.ws.exchange_header(
             header.hdr,
-            call.meta | if ll { META_LL } else { 0 },
+            call.meta | meta,
             sys::NVSHMEMRS_WAIT_OP_COLLECTIVE,
             call.code as i32,
             stream,
         )?;
-        let segment = if self.slot_bytes > 0 && !ll {
-            self.segment_elems(call.elem_bytes)
-        } else {
-            call.count
+        let segment = match protocol {
+            _ if self.slot_bytes == 0 => call.count,
+            FamilyProtocol::LowLatency => call.count,
+            // A slot holds one of the n - 1 parts.
+            FamilyProtocol::Split => self
+                .segment_elems(call.elem_bytes)
+                .saturating_mul(self.ws.n_pes() as usize - 1),
+            _ => self.segment_elems(call.elem_bytes),
         };
+        let ll = protocol == FamilyProtocol::LowLatency;
         self.ws.runtime().bind()?;
         let mut start = 0;
         while start < call.count {
             let len = segment.min(call.count - start);
-            let args = self.args(rank, call, start, len, ll);
+            let args = self.args(rank, call, start, len, protocol);
             let bytes = len * call.elem_bytes;
             let (blocks, threads) = if ll {
                 // One 16-byte line per thread per pass, 4 KiB of each block per grid block.
@@ -360,14 +529,14 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// The kernel arguments of the launch for elements `start .. start + len` of each rank
-    /// block of `call`.
+    /// block of `call` under `protocol` (as [`decide`] returns it).
     fn args(
         &self,
         rank: i32,
         call: &FamilyCall,
         start: usize,
         len: usize,
-        ll: bool,
+        protocol: FamilyProtocol,
     ) -> sys::nvshmemrs_family_args {
         let offset = start * call.elem_bytes;
         let ll_scratch = self
@@ -389,10 +558,10 @@ impl<'nv> FamilyWorkspace<'nv> {
             stride: call.stride,
             elem_bytes: call.elem_bytes as i32,
             root: call.root,
-            protocol: if ll {
-                sys::NVSHMEMRS_FAMILY_LL as i32
-            } else {
-                sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32
+            protocol: match protocol {
+                FamilyProtocol::LowLatency => sys::NVSHMEMRS_FAMILY_LL as i32,
+                FamilyProtocol::Split => sys::NVSHMEMRS_FAMILY_SPLIT as i32,
+                _ => sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32,
             },
         }
     }
@@ -423,15 +592,18 @@ pub fn check_root(what: &'static str, root: i32, n: i32) -> Result<()> {
 /// (timeout, checks, failure). `$text` is its [`CollectiveText`].
 macro_rules! family_methods {
     ($ty:ident, $text:expr) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, None, false);
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, NONE);
     };
     ($ty:ident, $text:expr, lines) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, None, true);
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES);
+    };
+    ($ty:ident, $text:expr, lines, split) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES_SPLIT);
     };
     ($ty:ident, $text:expr, exchange) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, false);
+        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, NONE);
     };
-    (@plain $ty:ident, $text:expr, $scratch:ident, $lines:expr) => {
+    (@plain $ty:ident, $text:expr, $scratch:ident, $protocols:ident) => {
         impl<'nv> $ty<'nv> {
             /// Over `team` (None on PEs in no team of the split: they only take part in the
             /// allocation). Collective over the world.
@@ -445,7 +617,7 @@ macro_rules! family_methods {
                         team,
                         $text,
                         $crate::proto::family::Scratch::$scratch,
-                        $lines,
+                        $crate::proto::family::Protocols::$protocols,
                     )?,
                 })
             }
@@ -458,12 +630,15 @@ macro_rules! family_methods {
         $crate::proto::family::family_methods!(@common $ty);
     };
     ($ty:ident, $text:expr, slots) => {
-        $crate::proto::family::family_methods!(@slots $ty, $text, false);
+        $crate::proto::family::family_methods!(@slots $ty, $text, NONE);
     };
     ($ty:ident, $text:expr, slots, lines) => {
-        $crate::proto::family::family_methods!(@slots $ty, $text, true);
+        $crate::proto::family::family_methods!(@slots $ty, $text, LINES);
     };
-    (@slots $ty:ident, $text:expr, $lines:expr) => {
+    ($ty:ident, $text:expr, slots, lines, split) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, LINES_SPLIT);
+    };
+    (@slots $ty:ident, $text:expr, $protocols:ident) => {
         impl<'nv> $ty<'nv> {
             /// Over `team` (None on PEs in no team of the split), with receive slots of
             /// `slot_bytes` each (2 x world of them); larger messages go in segments of that
@@ -479,7 +654,7 @@ macro_rules! family_methods {
                         team,
                         $text,
                         $crate::proto::family::Scratch::Slots(slot_bytes),
-                        $lines,
+                        $crate::proto::family::Protocols::$protocols,
                     )?,
                 })
             }
@@ -556,9 +731,11 @@ macro_rules! family_methods {
                 self.fam.ws().staging_bytes()
             }
 
-            /// How calls move data to mapped peers from now on: direct stores, NVSHMEM puts,
-            /// or (`Auto`, the default) what the tuned table says for the call's size. Every
-            /// member sets the same.
+            /// How calls move data from now on: direct stores, NVSHMEM puts, low-latency
+            /// lines or split parts where the collective and the call allow them (else direct
+            /// stores), or (`Auto`, the default) what the tuned table says for the call's size,
+            /// else by size ([`crate::proto::family::FamilyProtocol`]). Every member sets the
+            /// same.
             pub fn set_protocol(&mut self, protocol: $crate::proto::family::FamilyProtocol) {
                 self.fam.set_protocol(protocol);
             }
@@ -568,10 +745,17 @@ macro_rules! family_methods {
                 self.fam.protocol()
             }
 
-            /// The protocol the last call took (`Auto` before the first): `Direct`, `Put` or
-            /// `LowLatency`.
+            /// The protocol the last call took (`Auto` before the first): `Direct`, `Put`,
+            /// `LowLatency` or `Split`.
             pub fn last_protocol(&self) -> $crate::proto::family::FamilyProtocol {
                 self.fam.last_protocol()
+            }
+
+            /// What `Auto` chooses from without a tuned table, in words: the low-latency
+            /// lines' limit and the split threshold where the collective has them
+            /// (benchmark reports).
+            pub fn settings(&self) -> String {
+                self.fam.settings()
             }
         }
     };
@@ -592,6 +776,124 @@ mod tests {
         }
         assert_eq!(FamilyProtocol::parse(" Put "), Some(FamilyProtocol::Put));
         assert_eq!(FamilyProtocol::parse("nvlink"), None);
+    }
+
+    #[test]
+    fn split_is_offered_by_the_rooted_collectives_only() {
+        use FamilyProtocol::*;
+        assert_eq!(FamilyProtocol::offered(Protocols::NONE), [Direct, Put]);
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES),
+            [Direct, Put, LowLatency]
+        );
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_SPLIT),
+            [Direct, Put, LowLatency, Split]
+        );
+        assert_eq!(FamilyProtocol::parse("SPLIT"), Some(Split));
+    }
+
+    #[test]
+    fn auto_splits_large_buffers_from_three_members() {
+        use FamilyProtocol::*;
+        let min = FAMILY_SPLIT_MIN_DEFAULT;
+        let fit = |n, bytes| CallFit {
+            lines: false,
+            split: n >= 2,
+            n,
+            bytes,
+        };
+        // The threshold is inclusive; below it, and at 2 members, the handshake.
+        assert_eq!(decide(Auto, fit(4, min), min), Split);
+        assert_eq!(decide(Auto, fit(3, 256 << 20), min), Split);
+        assert_eq!(decide(Auto, fit(4, min - 1), min), Direct);
+        assert_eq!(decide(Auto, fit(2, 256 << 20), min), Direct);
+        assert_eq!(decide(Auto, fit(1, 256 << 20), min), Direct);
+        // A collective without the split protocol never takes it.
+        let no_split = CallFit {
+            split: false,
+            ..fit(4, 1 << 30)
+        };
+        assert_eq!(decide(Auto, no_split, min), Direct);
+        assert_eq!(decide(Split, no_split, min), Direct);
+        // Lines that fit come first; a threshold of 0 splits every size.
+        let lines = CallFit {
+            lines: true,
+            ..fit(4, 4096)
+        };
+        assert_eq!(decide(Auto, lines, 0), LowLatency);
+        assert_eq!(decide(Auto, fit(4, 1), 0), Split);
+        assert_eq!(decide(Auto, fit(4, 1 << 30), usize::MAX), Direct);
+    }
+
+    #[test]
+    fn a_forced_protocol_is_taken_where_the_call_allows_it() {
+        use FamilyProtocol::*;
+        let fit = |lines, split, n| CallFit {
+            lines,
+            split,
+            n,
+            bytes: 64,
+        };
+        let min = FAMILY_SPLIT_MIN_DEFAULT;
+        // Forced split runs at any size from 2 members; forced lines where they fit.
+        assert_eq!(decide(Split, fit(false, true, 2), min), Split);
+        assert_eq!(decide(Split, fit(true, true, 4), min), Split);
+        assert_eq!(decide(LowLatency, fit(true, true, 4), min), LowLatency);
+        assert_eq!(decide(LowLatency, fit(false, true, 4), min), Direct);
+        // Direct and put are always what they say.
+        for f in [fit(true, true, 4), fit(false, false, 1)] {
+            assert_eq!(decide(Direct, f, 0), Direct);
+            assert_eq!(decide(Put, f, 0), Put);
+        }
+    }
+
+    #[test]
+    fn settings_say_what_auto_chooses_from() {
+        let mb = 1 << 20;
+        assert_eq!(
+            describe_settings(Protocols::LINES_SPLIT, 256 << 10, mb, false),
+            "auto takes low-latency lines up to 256K, split from 1M at 3 or more PEs, else the \
+             handshake"
+        );
+        assert_eq!(
+            describe_settings(Protocols::LINES_SPLIT, 0, 4 * mb, true),
+            "auto takes split from 4M at 3 or more PEs, else the handshake (low-latency lines \
+             off: NVSH_FAMILY_LL_MAX); NVSHMEM puts only (NVSH_NO_DIRECT)"
+        );
+        assert_eq!(
+            describe_settings(Protocols::NONE, 0, usize::MAX, false),
+            "auto takes the handshake"
+        );
+    }
+
+    #[test]
+    fn the_split_threshold_is_read_from_the_environment() {
+        use crate::bootstrap::tests::with_env;
+        with_env(&[], || {
+            assert_eq!(split_min_from_env().unwrap(), FAMILY_SPLIT_MIN_DEFAULT)
+        });
+        with_env(&[(FAMILY_SPLIT_MIN_ENV, "")], || {
+            assert_eq!(split_min_from_env().unwrap(), 1 << 20)
+        });
+        with_env(&[(FAMILY_SPLIT_MIN_ENV, "64K")], || {
+            assert_eq!(split_min_from_env().unwrap(), 64 << 10)
+        });
+        with_env(&[(FAMILY_SPLIT_MIN_ENV, "0")], || {
+            assert_eq!(split_min_from_env().unwrap(), 0)
+        });
+        with_env(&[(FAMILY_SPLIT_MIN_ENV, "1T")], || {
+            assert_eq!(split_min_from_env().unwrap(), 1 << 40)
+        });
+        with_env(&[(FAMILY_SPLIT_MIN_ENV, "big")], || {
+            let err = split_min_from_env().unwrap_err();
+            assert!(matches!(err, Error::InvalidEnv { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(
+                text.contains(FAMILY_SPLIT_MIN_ENV) && text.contains("1M"),
+                "{text}"
+            );
+        });
     }
 
     #[test]

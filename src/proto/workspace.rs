@@ -233,6 +233,11 @@ impl<'nv> Workspace<'nv> {
         self.all_mapped
     }
 
+    /// Whether [`NO_DIRECT_ENV`] turned direct stores off for every call of this workspace.
+    pub fn env_no_direct(&self) -> bool {
+        self.env_no_direct
+    }
+
     /// Whether direct stores are off for this workspace's calls ([`NO_DIRECT_ENV`], or
     /// [`Workspace::set_direct`]).
     pub fn no_direct(&self) -> bool {

@@ -274,6 +274,31 @@ impl<'nv> Ours<'nv> {
         }
     }
 
+    /// What ours' `Auto` chooses from (the collectives with protocols to choose from).
+    fn settings(&self) -> Option<String> {
+        match self {
+            Ours::Broadcast(b) => Some(b.settings()),
+            Ours::Allgather(a) => Some(a.settings()),
+            Ours::Alltoall(a) => Some(a.settings()),
+            Ours::ReduceScatter(rs) => Some(rs.settings()),
+            Ours::Reduce(r) => Some(r.settings()),
+            Ours::Allgatherv(_) | Ours::Alltoallv(_) | Ours::Group(_) => None,
+        }
+    }
+
+    /// The protocol the last call took, by name (the collectives with protocols).
+    fn last_protocol(&self) -> Option<&'static str> {
+        let p = match self {
+            Ours::Broadcast(b) => b.last_protocol(),
+            Ours::Allgather(a) => a.last_protocol(),
+            Ours::Alltoall(a) => a.last_protocol(),
+            Ours::ReduceScatter(rs) => rs.last_protocol(),
+            Ours::Reduce(r) => r.last_protocol(),
+            Ours::Allgatherv(_) | Ours::Alltoallv(_) | Ours::Group(_) => return None,
+        };
+        Some(p.name())
+    }
+
     /// The receive slot size the workspace rounded to (reductions only).
     fn slot_bytes(&self) -> Option<usize> {
         match self {
@@ -521,7 +546,12 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
             }
             Candidate::NcclSym => Err(window_only(c.name())),
         };
-        done.map(|()| None)
+        done?;
+        // What ours ran, for the report's ours= column.
+        Ok(match (c, &self.ours) {
+            (Candidate::Ours, Ok(ours)) => ours.last_protocol(),
+            _ => None,
+        })
     }
 
     fn count_for(&self, elems: usize, elem_bytes: usize, n_pes: i32) -> usize {
@@ -668,6 +698,7 @@ pub fn run_reporting(
             ),
         })
     };
+    let settings = ours.as_ref().ok().and_then(Ours::settings);
     // The workspace rounds the slot size; report what ran.
     let slot_bytes = kind.reduces().then(|| {
         ours.as_ref()
@@ -696,6 +727,7 @@ pub fn run_reporting(
             gpu,
             opts,
             slot_bytes,
+            settings.clone(),
             nccl_version.clone(),
             nvls.clone(),
             rows,
@@ -715,12 +747,16 @@ pub fn run_reporting(
     )
 }
 
-/// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio.
+/// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio;
+/// with `settings` (what ours' `Auto` chooses from, where it chooses), a line saying them and
+/// the ours= column of what each row's ours ran.
+#[allow(clippy::too_many_arguments)]
 fn report(
     n_pes: i32,
     gpu: String,
     opts: &FamilyBenchOptions,
     slot_bytes: Option<usize>,
+    settings: Option<String>,
     nccl_version: Option<String>,
     nccl_nvls_enable: Option<String>,
     rows: Vec<harness::Row>,
@@ -742,12 +778,18 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
+    if let Some(s) = &settings {
+        header.push(format!("ours: {s}; ours= what ours ran"));
+    }
     if opts.candidates.contains(&Candidate::NcclSym) {
         header.push(NCCL_SYM_WORDING.to_string());
     }
     let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
     if let Some(slot) = slot_bytes {
         json_fields.push(("slot_bytes", slot.into()));
+    }
+    if let Some(s) = &settings {
+        json_fields.push(("settings", s.clone().into()));
     }
     if kind.rooted() {
         json_fields.push(("root", opts.root.into()));
@@ -767,7 +809,7 @@ fn report(
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
         ratio: Some(("ours", NCCL_BASELINES)),
         optional: optional_names(&opts.candidates, &opts.optional),
-        note_column: None,
+        note_column: settings.is_some().then_some(("ours=", "ours_protocol")),
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
                 "the root (PE {}), the only PE whose output is defined,",
@@ -1213,6 +1255,11 @@ mod tests {
     }
 
     fn sample(kind: Kind, n: i32, root: i32) -> Report {
+        sample_with(kind, n, root, None)
+    }
+
+    /// [`sample`] with ours' `settings`: its rows say ours ran "direct", then "split".
+    fn sample_with(kind: Kind, n: i32, root: i32, settings: Option<&str>) -> Report {
         let mut opts = FamilyBenchOptions::new(kind);
         opts.root = root;
         let pes = if kind == Kind::Reduce { 1 } else { n };
@@ -1227,7 +1274,7 @@ mod tests {
                 dtype: BenchDtype::F32,
                 tolerance: 0.0,
                 results: vec![("ours", ours), ("nccl", timing(10.0, bytes, kind, n, pes))],
-                note: None,
+                note: settings.map(|_| if bytes < 1 << 20 { "direct" } else { "split" }),
             }
         };
         report(
@@ -1235,10 +1282,36 @@ mod tests {
             "NVIDIA H200".into(),
             &opts,
             kind.reduces().then_some(8 << 20),
+            settings.map(str::to_string),
             Some("2.27.3".into()),
             Some("0".into()),
             vec![row(4080, 340, 0), row(1 << 20, 1 << 16, 2)],
         )
+    }
+
+    #[test]
+    fn reports_say_what_ours_ran_where_it_chooses() {
+        let settings = "auto takes split from 1M at 3 or more PEs, else the handshake";
+        let r = sample_with(Kind::Broadcast, 4, 0, Some(settings));
+        let t = render_table(&r, RatioOn::BackToBack);
+        assert!(
+            t.contains(&format!("# ours: {settings}; ours= what ours ran\n")),
+            "{t}"
+        );
+        let header = t.lines().find(|l| l.contains("redop")).unwrap();
+        assert!(header.ends_with("  ours="), "{header}");
+        let row = |start: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap()
+                .to_string()
+        };
+        assert!(row("4080").ends_with(" direct"), "{t}");
+        assert!(row("1M").ends_with("  split"), "{t}");
+        assert_eq!(header.len(), row("1M").len(), "{t}");
+        let j = render_json(&r, RatioOn::BackToBack);
+        assert!(j.contains(&format!("\"settings\":\"{settings}\"")), "{j}");
+        assert!(j.contains("\"ours_protocol\":\"split\""), "{j}");
     }
 
     #[test]
