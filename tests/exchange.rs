@@ -13,7 +13,8 @@ use common::reference::Tag;
 use common::{gpu_test, runtime};
 use half::bf16;
 use nvshmem::{
-    Allgatherv, Alltoallv, DeviceParts, Error, Nvshmem, P2p, P2pGroup, Parts, SymmetricBuffer,
+    Allgatherv, Alltoallv, DeviceParts, Error, FamilyProtocol, Nvshmem, P2p, P2pGroup, Parts,
+    SymmetricBuffer,
 };
 
 /// Elements member `s` sends member `r` in alltoallv (scale `m`; 0 for some pairs).
@@ -536,7 +537,7 @@ gpu_test!(
 );
 /// A send of 10 f32 against a receive of 12, then of f32 against i32 of the same size, then
 /// device counts past the input: a typed error on both PEs each time, naming what differs;
-/// the failed workspace stays failed, and a new one works.
+/// the failed workspace stays failed, and a new one works. Through the mailbox (lines off).
 fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     let nv = runtime(2);
     let (me, _) = me_n(&nv);
@@ -547,6 +548,7 @@ fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     let i10 = filled(&nv, 10, |_| i32::poison());
     // Sizes.
     let mut g = P2pGroup::world(&nv).unwrap();
+    g.set_protocol(FamilyProtocol::Direct);
     let ops = if me == 0 {
         [P2p::send(&f10, peer)]
     } else {
@@ -572,6 +574,7 @@ fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     nv.barrier_all().unwrap();
     // Types.
     let mut g = P2pGroup::world(&nv).unwrap();
+    g.set_protocol(FamilyProtocol::Direct);
     let ops = if me == 0 {
         [P2p::send(&f10, peer)]
     } else {
