@@ -302,9 +302,14 @@ typedef struct nvshmemrs_family_args {
  *   data[r]     added to by r: bytes it delivered here, + 1 per transfer (all launches);
  *   expect[r]   local: what data[r] had reached when the last launch ended;
  *   sent[r], received[r]  local: launches in which this PE sent to / received from r;
+ *   credit[r]   set by r: the last pair sequence of this PE's lines to r that r has read and
+ *               zeroed (NVSHMEMRS_EXCHANGE_LINES), or the mismatch mark (1 << 62) once r found
+ *               this PE's sends not matching its receives;
+ *   ll_last[parity][r]  local: the pair sequence of the last launch in which this PE wrote
+ *               lines into its slot at that parity on r;
  *   mailbox[parity][r][NVSHMEMRS_EXCHANGE_MAILBOX_WORDS]  written by r (see arrive).
  */
-#define NVSHMEMRS_EXCHANGE_WORDS_PER_PE (5 + 2 * NVSHMEMRS_EXCHANGE_MAILBOX_WORDS)
+#define NVSHMEMRS_EXCHANGE_WORDS_PER_PE (8 + 2 * NVSHMEMRS_EXCHANGE_MAILBOX_WORDS)
 /* A size word: bytes | dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT (sizes below 2^56). */
 #define NVSHMEMRS_EXCHANGE_DTYPE_SHIFT 56
 /* Why a transfer did not match (the status record's `signal` word, with FAIL_LENGTH):
@@ -312,12 +317,41 @@ typedef struct nvshmemrs_family_args {
  * COUNT: the receiver posts `want` receives from the sender, which sends `seen`;
  * PEER: the peer found the mismatch (its own error says what);
  * PEER_ARGS: the peer's own arguments were out of range;
- * BOUNDS: this PE's device counts reach element `seen` of a buffer of `want`. */
+ * BOUNDS: this PE's device counts reach element `seen` of a buffer of `want`;
+ * and found by the receiver in the sender's lines (NVSHMEMRS_EXCHANGE_LINES):
+ * SENT_SIZES: want = this PE's (the receiver's) size word, seen = the sender's;
+ * SENT_COUNT: this PE posts `want` receives from the sender, which sends `seen`;
+ * SENT_MODE: this PE takes the pair's transfers as lines (want 1) or through the mailbox
+ *   (want 0), the sender the other way (`seen`): their limits or protocols differ;
+ * RECEIVER: on the sender, the receiver found the mismatch (its error says what). */
 #define NVSHMEMRS_EXCHANGE_SIZES 1
 #define NVSHMEMRS_EXCHANGE_COUNT 2
 #define NVSHMEMRS_EXCHANGE_PEER 3
 #define NVSHMEMRS_EXCHANGE_PEER_ARGS 4
 #define NVSHMEMRS_EXCHANGE_BOUNDS 5
+#define NVSHMEMRS_EXCHANGE_SENT_SIZES 6
+#define NVSHMEMRS_EXCHANGE_SENT_COUNT 7
+#define NVSHMEMRS_EXCHANGE_SENT_MODE 8
+#define NVSHMEMRS_EXCHANGE_RECEIVER 9
+/*
+ * Low-latency lines of the exchange (nvshmemrs_exchange_args.lines; list launches only). Each
+ * ordered pair (sender s, receiver r) has a line slot on r: hdr.ll_scratch [parity][s] of
+ * hdr.ll_slot_bytes, the parity that of the pair sequence q (the q-th launch in which s sends
+ * to r). In a launch with lines, s stores into it, as prims/ll.cuh lines with flag
+ * ll_flag(q), a header: line 0 holds `of | mode << 8` (mode 1: the pair's data follows as
+ * lines), line 1 + j the size word of transfer nth = j; with mode 1, then the payload of
+ * transfer 0, 1, ... from a line boundary each. r reads every line, compares the header with
+ * its own receives (a difference is a SENT_* failure on r, and r sets credit[r] on s to the
+ * mismatch mark), copies the payload out, zeroes the lines and, at the end, sets credit[r] on s
+ * to q. s waits for credit >= ll_last[q & 1][r] before storing; with mode 0 it then goes on
+ * through the mailbox as without lines. Both ends choose the mode from the pair's sizes alone
+ * (NVSHMEMRS_EXCHANGE_PAIR_LINES), so they agree when the sizes do, and the header catches it
+ * when they do not.
+ */
+/* Header lines of a pair besides one per transfer. */
+#define NVSHMEMRS_EXCHANGE_HEADER_LINES 1
+/* nvshmemrs_transfer.lines: this transfer's pair goes as lines (mode 1). */
+#define NVSHMEMRS_EXCHANGE_PAIR_LINES 1
 /* How a launch names its transfers (nvshmemrs_exchange_args.mode). */
 #define NVSHMEMRS_EXCHANGE_LIST 0
 #define NVSHMEMRS_EXCHANGE_ALLGATHERV 1
@@ -333,11 +367,14 @@ typedef struct nvshmemrs_transfer {
      * (matched in that order with the peer's). */
     uint8_t nth;
     uint8_t of;
-    uint8_t pad;
+    /* NVSHMEMRS_EXCHANGE_PAIR_LINES where the launch has lines and the transfers between this
+     * PE and `peer` in this direction go as lines; the same on all of them. */
+    uint8_t lines;
 } nvshmemrs_transfer;
 
 /*
- * One exchange launch. LIST: ops[0 .. n_send) are sends, then n_recv receives. ALLGATHERV:
+ * One exchange launch. LIST: ops[0 .. n_send) are sends, then n_recv receives; with lines,
+ * the transfers of one direction and peer are consecutive, in nth order. ALLGATHERV:
  * counts[0], counts[1] are device arrays of n element counts and displacements (the same on
  * every member); member r sends its input (counts[0][r] elements) to displacement counts[1][r]
  * of every output. ALLTOALLV: counts[0..4] are send counts, send displacements, receive counts
@@ -353,6 +390,10 @@ typedef struct nvshmemrs_exchange_args {
     int n_recv;
     /* The NVSHMEMRS_COLL_* a failure names. */
     int code;
+    /* Non-zero: this launch has low-latency lines (LIST only; every member mapped): every pair
+     * with another PE exchanges a header through the line slots, and the pairs whose
+     * transfers say NVSHMEMRS_EXCHANGE_PAIR_LINES their data too. */
+    int lines;
     uint64_t in_count;
     const uint64_t *counts[4];
     nvshmemrs_transfer ops[NVSHMEMRS_EXCHANGE_MAX_OPS];

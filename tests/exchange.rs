@@ -11,9 +11,11 @@ mod common;
 use common::data::{expect, filled, laid_out, me_n, part_of};
 use common::reference::Tag;
 use common::{gpu_test, runtime};
-use half::bf16;
+use half::{bf16, f16};
+use nvshmem::proto::exchange::ExchangePairs;
 use nvshmem::{
-    Allgatherv, Alltoallv, DeviceParts, Error, Nvshmem, P2p, P2pGroup, Parts, SymmetricBuffer,
+    Allgatherv, Alltoallv, DeviceParts, Error, FamilyProtocol, Nvshmem, P2p, P2pGroup, Parts,
+    SymmetricBuffer,
 };
 
 /// Elements member `s` sends member `r` in alltoallv (scale `m`; 0 for some pairs).
@@ -536,7 +538,8 @@ gpu_test!(
 );
 /// A send of 10 f32 against a receive of 12, then of f32 against i32 of the same size, then
 /// device counts past the input: a typed error on both PEs each time, naming what differs;
-/// the failed workspace stays failed, and a new one works.
+/// the failed workspace stays failed, and a new one works. Through the mailbox (lines off:
+/// mismatched_lines_fail_on_the_receiver_then_on_the_sender has them).
 fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     let nv = runtime(2);
     let (me, _) = me_n(&nv);
@@ -547,6 +550,7 @@ fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     let i10 = filled(&nv, 10, |_| i32::poison());
     // Sizes.
     let mut g = P2pGroup::world(&nv).unwrap();
+    g.set_protocol(FamilyProtocol::Direct);
     let ops = if me == 0 {
         [P2p::send(&f10, peer)]
     } else {
@@ -572,6 +576,7 @@ fn mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on() {
     nv.barrier_all().unwrap();
     // Types.
     let mut g = P2pGroup::world(&nv).unwrap();
+    g.set_protocol(FamilyProtocol::Direct);
     let ops = if me == 0 {
         [P2p::send(&f10, peer)]
     } else {
@@ -678,6 +683,672 @@ fn wrong_parts_and_lists_are_refused_before_launch() {
     a.sync(&stream).unwrap();
     expect("alltoallv after refusals", &output.to_vec().unwrap(), |i| {
         f32::tag(i / 4, me * 4 + i % 4, 0)
+    });
+    nv.barrier_all().unwrap();
+}
+
+// ---- Low-latency lines (NVSH_EXCHANGE_LL_MAX) ----
+
+/// The lines' bound these tests set (the default, set before any workspace: the line region
+/// is sized at creation).
+const LL_MAX: usize = 256 << 10;
+
+fn lines_on() {
+    std::env::set_var(
+        nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
+        LL_MAX.to_string(),
+    );
+}
+
+/// The pairs a PE expects of a call in which it sends `send(r)` bytes to each other member r
+/// and receives `recv(s)` from each other member s (zero bytes is a pair too), with lines up
+/// to `limit` bytes (None: off).
+fn expected_pairs(
+    me: usize,
+    n: usize,
+    limit: Option<usize>,
+    send: impl Fn(usize) -> usize,
+    recv: impl Fn(usize) -> usize,
+) -> ExchangePairs {
+    let mut p = ExchangePairs::default();
+    for peer in (0..n).filter(|&p| p != me) {
+        for bytes in [send(peer), recv(peer)] {
+            if limit.is_some_and(|l| bytes <= l) {
+                p.lines += 1;
+            } else {
+                p.mailbox += 1;
+            }
+        }
+    }
+    p
+}
+
+/// A symmetric buffer every PE allocates alike (the largest `len(pe)` of any PE, at least 1:
+/// allocation is collective), filled with `f`.
+fn alike<'nv, T: Tag>(
+    nv: &'nv Nvshmem,
+    len: impl Fn(usize) -> usize,
+    f: impl Fn(usize) -> T,
+) -> SymmetricBuffer<'nv, T> {
+    let most = (0..nv.n_pes() as usize).map(len).max().unwrap_or(0).max(1);
+    filled(nv, most, f)
+}
+
+/// Alltoallv of T with host counts where member s sends member r `count(s, r)` elements,
+/// parts `gap` elements apart (an odd gap leaves them unaligned for every type wider than a
+/// byte), into a poisoned output; every element checked on the receiver and the pairs the
+/// call took asserted (lines up to `limit` bytes; None: off).
+fn ll_alltoallv<T: Tag>(
+    nv: &Nvshmem,
+    a: &mut Alltoallv<'_>,
+    count: impl Fn(usize, usize) -> usize,
+    gap: usize,
+    limit: Option<usize>,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let size = std::mem::size_of::<T>();
+    let sends = |s: usize| (0..n).map(|r| count(s, r)).collect::<Vec<_>>();
+    let recvs = |r: usize| (0..n).map(|s| count(s, r)).collect::<Vec<_>>();
+    let (send_counts, recv_counts) = (sends(me), recvs(me));
+    let (send_displs, _) = laid_out(&send_counts, gap);
+    let (recv_displs, _) = laid_out(&recv_counts, gap + 1);
+    let input = alike(
+        nv,
+        |p| laid_out(&sends(p), gap).1,
+        |i| match part_of(i, &send_counts, &send_displs) {
+            Some((r, k)) => pair_tag::<T>(me, r, k, salt),
+            None => T::poison(),
+        },
+    );
+    let output = alike(nv, |p| laid_out(&recvs(p), gap + 1).1, |_| T::poison());
+    let send = Parts {
+        counts: &send_counts,
+        displs: &send_displs,
+    };
+    let recv = Parts {
+        counts: &recv_counts,
+        displs: &recv_displs,
+    };
+    a.run(&input, send, &output, recv, &stream).unwrap();
+    a.sync(&stream).unwrap();
+    let what = format!("lines alltoallv {} (salt {salt}, gap {gap})", T::NAME);
+    expect(&what, &output.to_vec().unwrap(), |i| {
+        match part_of(i, &recv_counts, &recv_displs) {
+            Some((s, k)) => pair_tag(s, me, k, salt),
+            None => T::poison(),
+        }
+    });
+    let want = expected_pairs(
+        me,
+        n,
+        limit,
+        |r| send_counts[r] * size,
+        |s| recv_counts[s] * size,
+    );
+    assert_eq!(a.last_pairs(), want, "{what}");
+    let all = want.mailbox == 0 && want.lines > 0;
+    assert_eq!(
+        a.last_protocol() == FamilyProtocol::LowLatency,
+        all,
+        "{what}"
+    );
+    nv.barrier_all().unwrap();
+}
+
+/// Allgatherv of T with host counts, member r contributing `count(r)` elements, parts `gap`
+/// apart, out of place and in place; every element checked and the pairs asserted.
+fn ll_allgatherv<T: Tag>(
+    nv: &Nvshmem,
+    a: &mut Allgatherv<'_>,
+    count: impl Fn(usize) -> usize,
+    gap: usize,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let size = std::mem::size_of::<T>();
+    let counts: Vec<usize> = (0..n).map(&count).collect();
+    let (displs, len) = laid_out(&counts, gap);
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    let want = |i: usize| match part_of(i, &counts, &displs) {
+        Some((r, k)) => T::tag(r, k, salt),
+        None => T::poison(),
+    };
+    let pairs = expected_pairs(
+        me,
+        n,
+        Some(LL_MAX),
+        |_| counts[me] * size,
+        |s| counts[s] * size,
+    );
+    let what = format!("lines allgatherv {} (salt {salt}, gap {gap})", T::NAME);
+    let input = alike(nv, &count, |k| T::tag(me, k, salt));
+    let output = filled(nv, len.max(1), |_| T::poison());
+    a.run(input.view(..counts[me]).unwrap(), &output, parts, &stream)
+        .unwrap();
+    a.sync(&stream).unwrap();
+    expect(&what, &output.to_vec().unwrap(), want);
+    assert_eq!(a.last_pairs(), pairs, "{what}");
+    nv.barrier_all().unwrap();
+    let buf = filled(nv, len.max(1), |i| match part_of(i, &counts, &displs) {
+        Some((r, k)) if r == me => T::tag(me, k, salt),
+        _ => T::poison(),
+    });
+    let own = buf.view(displs[me]..displs[me] + counts[me]).unwrap();
+    a.run(own, &buf, parts, &stream).unwrap();
+    a.sync(&stream).unwrap();
+    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), want);
+    assert_eq!(a.last_pairs(), pairs, "{what}, in place");
+    nv.barrier_all().unwrap();
+}
+
+/// `total` elements in `k` transfers (the first takes what does not divide).
+fn split(total: usize, k: usize) -> Vec<usize> {
+    let mut sizes = vec![total / k; k];
+    sizes[0] += total % k;
+    sizes
+}
+
+/// Grouped send/recv of T: `k` transfers to the next PE adding up to `total` elements and as
+/// many from the previous one, each buffer a view `offset` elements into its allocation (odd:
+/// unaligned) with one element after it, plus one to itself; every receive buffer checked
+/// whole (around the view it stays poisoned) and the pairs asserted.
+fn ll_group<T: Tag>(
+    nv: &Nvshmem,
+    g: &mut P2pGroup<'_>,
+    k: usize,
+    total: usize,
+    offset: usize,
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    let stream = nv.stream().clone();
+    let size = std::mem::size_of::<T>();
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let sizes = split(total, k);
+    let tag = |s: usize, j: usize, i: usize| T::tag(s, i * 8 + j, salt);
+    let sends: Vec<_> = (0..k)
+        .map(|j| {
+            filled(nv, offset + sizes[j] + 1, |i| match i.checked_sub(offset) {
+                Some(i) => tag(me, j, i),
+                None => T::poison(),
+            })
+        })
+        .collect();
+    let recvs: Vec<_> = (0..k)
+        .map(|j| filled(nv, offset + sizes[j] + 1, |_| T::poison()))
+        .collect();
+    let own_send = filled(nv, 5, |i| tag(me, 9, i));
+    let own_recv = filled(nv, 5, |_| T::poison());
+    let mut ops: Vec<P2p<'_>> = Vec::new();
+    for j in 0..k {
+        let at = offset..offset + sizes[j];
+        ops.push(P2p::send(sends[j].view(at.clone()).unwrap(), next as i32));
+        ops.push(P2p::recv(recvs[j].view(at).unwrap(), prev as i32));
+    }
+    ops.push(P2p::send(&own_send, me as i32));
+    ops.push(P2p::recv(&own_recv, me as i32));
+    g.run(&ops, &stream).unwrap();
+    g.sync(&stream).unwrap();
+    drop(ops);
+    let what = format!(
+        "lines group {} x {k} adding up to {total} (offset {offset})",
+        T::NAME
+    );
+    for (j, r) in recvs.iter().enumerate() {
+        expect(
+            &format!("{what}, message {j}"),
+            &r.to_vec().unwrap(),
+            |i| match i.checked_sub(offset) {
+                Some(i) if i < sizes[j] => tag(prev, j, i),
+                _ => T::poison(),
+            },
+        );
+    }
+    expect(
+        &format!("{what}, to itself"),
+        &own_recv.to_vec().unwrap(),
+        |i| tag(me, 9, i),
+    );
+    let bytes = total * size;
+    let mut want = ExchangePairs::default();
+    if n > 1 {
+        // A ring: one pair each way, both ways the same peer at 2 PEs.
+        let lines = bytes <= LL_MAX;
+        want.lines = 2 * lines as usize;
+        want.mailbox = 2 * !lines as usize;
+    }
+    assert_eq!(g.last_pairs(), want, "{what}");
+    nv.barrier_all().unwrap();
+}
+
+/// Every case of the lines for one element type: alltoallv, allgatherv and groups at zero, one
+/// element, odd counts, the bound and one element past it, mixes of those, aligned and not.
+fn ll_every<T: Tag>(
+    nv: &Nvshmem,
+    a2a: &mut Alltoallv<'_>,
+    agv: &mut Allgatherv<'_>,
+    g: &mut P2pGroup<'_>,
+    salt: usize,
+) {
+    let size = std::mem::size_of::<T>();
+    let at = LL_MAX / size;
+    let mix = move |s: usize, r: usize| [0, 1, at, at + 1, 1000 + s, 7][(s * 3 + r) % 6];
+    ll_alltoallv::<T>(nv, a2a, |_, _| 0, 1, Some(LL_MAX), salt);
+    ll_alltoallv::<T>(nv, a2a, |_, _| 1, 1, Some(LL_MAX), salt + 1);
+    ll_alltoallv::<T>(nv, a2a, |s, r| 2 * (s + r) + 1, 1, Some(LL_MAX), salt + 2);
+    ll_alltoallv::<T>(nv, a2a, |_, _| at, 0, Some(LL_MAX), salt + 3);
+    ll_alltoallv::<T>(nv, a2a, |_, _| at, 1, Some(LL_MAX), salt + 4);
+    ll_alltoallv::<T>(nv, a2a, |_, _| at + 1, 1, Some(LL_MAX), salt + 5);
+    ll_alltoallv::<T>(nv, a2a, mix, 1, Some(LL_MAX), salt + 6);
+    ll_alltoallv::<T>(nv, a2a, mix, 0, Some(LL_MAX), salt + 7);
+    let agv_mix = move |r: usize| [at, at + 1, 3, 0][r % 4];
+    ll_allgatherv::<T>(nv, agv, |_| 0, 1, salt);
+    ll_allgatherv::<T>(nv, agv, |_| 1, 1, salt + 1);
+    ll_allgatherv::<T>(nv, agv, |r| 2 * r + 1, 1, salt + 2);
+    ll_allgatherv::<T>(nv, agv, |_| at, 0, salt + 3);
+    ll_allgatherv::<T>(nv, agv, |_| at + 1, 1, salt + 4);
+    ll_allgatherv::<T>(nv, agv, agv_mix, 1, salt + 5);
+    for (k, total, offset) in [
+        (1, 0, 0),
+        (1, 1, 1),
+        (3, 7, 1),
+        (8, at, 0),
+        (8, at, 3),
+        (8, at + 1, 1),
+        (1, at, 1),
+        (1, at + 1, 0),
+        (5, 1001, 1),
+    ] {
+        ll_group::<T>(nv, g, k, total, offset, salt + k + total % 7);
+    }
+}
+
+/// Every element type through the lines, then a group of all-to-all with itself at mixed
+/// sizes, asserting that `lines_max` reports the bound.
+fn low_latency_exchanges(pes: i32) {
+    lines_on();
+    let nv = runtime(pes);
+    let (mut a2a, mut agv, mut g) = exchanges(&nv);
+    assert_eq!(a2a.lines_max(), LL_MAX);
+    assert_eq!(g.lines_max(), LL_MAX);
+    ll_every::<f32>(&nv, &mut a2a, &mut agv, &mut g, 0);
+    ll_every::<f64>(&nv, &mut a2a, &mut agv, &mut g, 10);
+    ll_every::<f16>(&nv, &mut a2a, &mut agv, &mut g, 20);
+    ll_every::<bf16>(&nv, &mut a2a, &mut agv, &mut g, 30);
+    ll_every::<i32>(&nv, &mut a2a, &mut agv, &mut g, 40);
+    ll_every::<i64>(&nv, &mut a2a, &mut agv, &mut g, 50);
+    ll_every::<u32>(&nv, &mut a2a, &mut agv, &mut g, 60);
+    ll_every::<u64>(&nv, &mut a2a, &mut agv, &mut g, 70);
+    ll_every::<u8>(&nv, &mut a2a, &mut agv, &mut g, 80);
+    // The existing patterns (ring of two, all to all with itself, pairwise) with lines on.
+    group_patterns::<f32>(&nv, &mut g, 1, 90);
+    group_patterns::<u8>(&nv, &mut g, 1000, 91);
+    // Lines off on request: the mailbox for every pair.
+    a2a.set_protocol(FamilyProtocol::Direct);
+    ll_alltoallv::<u8>(&nv, &mut a2a, |_, _| 9, 1, None, 95);
+    a2a.set_protocol(FamilyProtocol::Auto);
+}
+
+gpu_test!(2, low_latency_exchanges_on_two_pes);
+fn low_latency_exchanges_on_two_pes() {
+    low_latency_exchanges(2);
+}
+
+gpu_test!(4, low_latency_exchanges_on_four_pes);
+fn low_latency_exchanges_on_four_pes() {
+    low_latency_exchanges(4);
+}
+
+/// One exchange call of the back-to-back run: its output and what each element must be.
+type Check<'nv> = (
+    String,
+    SymmetricBuffer<'nv, f32>,
+    Box<dyn Fn(usize) -> f32 + 'nv>,
+);
+
+/// 300 exchange calls back to back with lines on (alltoallv and allgatherv with host counts,
+/// a group), the sizes of each pair cycling through lines, the bound, one past it and zero,
+/// the group's peers moving every call, one sync at the end; every call into outputs of its
+/// own, all checked afterwards. Then a one-way stream: PE 0 sends PE 1 sixty messages in a row
+/// while PE 1 starts receiving late, so PE 0 runs ahead until the credits stop it: a slot
+/// written again before it was read would show as a wrong message or a timeout.
+fn lines_back_to_back(pes: i32) {
+    lines_on();
+    let nv = runtime(pes);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let (mut a2a, mut agv, mut g) = exchanges(&nv);
+    let at = LL_MAX / 4;
+    let sizes = [2usize, 1000, 0, at, at + 1, 7];
+    let size = |i: usize, k: usize| sizes[(i / 3 + k) % sizes.len()];
+    let mut checks: Vec<Check<'_>> = Vec::new();
+    let mut keep = Vec::new();
+    for i in 0..300 {
+        match i % 3 {
+            0 => {
+                let count = move |s: usize, r: usize| size(i, s + 2 * r);
+                let sends = |s: usize| (0..n).map(|r| count(s, r)).collect::<Vec<_>>();
+                let recvs = |r: usize| (0..n).map(|s| count(s, r)).collect::<Vec<_>>();
+                let (sc, rc) = (sends(me), recvs(me));
+                let (sd, _) = laid_out(&sc, 1);
+                let (rd, _) = laid_out(&rc, 1);
+                let input = alike(
+                    &nv,
+                    |p| laid_out(&sends(p), 1).1,
+                    |j| match part_of(j, &sc, &sd) {
+                        Some((r, k)) => pair_tag::<f32>(me, r, k, i),
+                        None => f32::poison(),
+                    },
+                );
+                let output = alike(&nv, |p| laid_out(&recvs(p), 1).1, |_| f32::poison());
+                let send = Parts {
+                    counts: &sc,
+                    displs: &sd,
+                };
+                let recv = Parts {
+                    counts: &rc,
+                    displs: &rd,
+                };
+                a2a.run(&input, send, &output, recv, &stream).unwrap();
+                let want = move |j: usize| match part_of(j, &rc, &rd) {
+                    Some((s, k)) => pair_tag(s, me, k, i),
+                    None => f32::poison(),
+                };
+                checks.push((format!("alltoallv call {i}"), output, Box::new(want)));
+                keep.push(input);
+            }
+            1 => {
+                let counts: Vec<usize> = (0..n).map(|r| size(i, r)).collect();
+                let (displs, len) = laid_out(&counts, 1);
+                let input = alike(&nv, |p| counts[p], |k| f32::tag(me, k, i));
+                let output = filled(&nv, len, |_| f32::poison());
+                let parts = Parts {
+                    counts: &counts,
+                    displs: &displs,
+                };
+                agv.run(input.view(..counts[me]).unwrap(), &output, parts, &stream)
+                    .unwrap();
+                let want = move |j: usize| match part_of(j, &counts, &displs) {
+                    Some((r, k)) => f32::tag(r, k, i),
+                    None => f32::poison(),
+                };
+                checks.push((format!("allgatherv call {i}"), output, Box::new(want)));
+                keep.push(input);
+            }
+            _ => {
+                let shift = 1 + (i / 3) % (n - 1).max(1);
+                let (to, from) = ((me + shift) % n, (me + n - shift) % n);
+                let len = size(i, 0);
+                let input = filled(&nv, len.max(1), |k| f32::tag(me, k, i));
+                let output = filled(&nv, len.max(1), |_| f32::poison());
+                g.run(
+                    &[
+                        P2p::send(input.view(..len).unwrap(), to as i32),
+                        P2p::recv(output.view(..len).unwrap(), from as i32),
+                    ],
+                    &stream,
+                )
+                .unwrap();
+                let want = move |k: usize| match k < len {
+                    true => f32::tag(from, k, i),
+                    false => f32::poison(),
+                };
+                checks.push((
+                    format!("group call {i} from {from}"),
+                    output,
+                    Box::new(want),
+                ));
+                keep.push(input);
+            }
+        }
+    }
+    stream.synchronize().unwrap();
+    a2a.check().unwrap();
+    agv.check().unwrap();
+    g.check().unwrap();
+    for (what, output, want) in &checks {
+        expect(what, &output.to_vec().unwrap(), want);
+    }
+    drop((checks, keep));
+    nv.barrier_all().unwrap();
+
+    // One way: PE 0 sends, PE 1 receives late; the others sit it out.
+    let messages = 60;
+    let len = |j: usize| if j % 10 == 9 { at + 1 } else { 1000 + j };
+    let bufs: Vec<_> = (0..messages)
+        .map(|j| match me {
+            0 => filled(&nv, at + 1, |k| f32::tag(0, k, 500 + j)),
+            _ => filled(&nv, at + 1, |_| f32::poison()),
+        })
+        .collect();
+    if me == 0 {
+        for (j, b) in bufs.iter().enumerate() {
+            g.run(&[P2p::send(b.view(..len(j)).unwrap(), 1)], &stream)
+                .unwrap();
+        }
+    } else if me == 1 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for (j, b) in bufs.iter().enumerate() {
+            g.run(&[P2p::recv(b.view(..len(j)).unwrap(), 0)], &stream)
+                .unwrap();
+        }
+    }
+    g.sync(&stream).unwrap();
+    if me == 1 {
+        for (j, b) in bufs.iter().enumerate() {
+            expect(
+                &format!("one-way message {j}"),
+                &b.to_vec().unwrap(),
+                |k| match k < len(j) {
+                    true => f32::tag(0, k, 500 + j),
+                    false => f32::poison(),
+                },
+            );
+        }
+    }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, lines_back_to_back_on_two_pes);
+fn lines_back_to_back_on_two_pes() {
+    lines_back_to_back(2);
+}
+
+gpu_test!(4, lines_back_to_back_on_four_pes);
+fn lines_back_to_back_on_four_pes() {
+    lines_back_to_back(4);
+}
+
+gpu_test!(2, replays_of_a_captured_graph_with_lines_see_fresh_data);
+/// Alltoallv and allgatherv with host counts and a ring group, captured once with lines for
+/// some pairs and the mailbox for others (an allgatherv past the bound), replayed 10 times with
+/// fresh inputs and poisoned outputs: the pair sequences, credits and slot parities live on the
+/// device, so every replay takes the next ones.
+fn replays_of_a_captured_graph_with_lines_see_fresh_data() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    lines_on();
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let (mut a2a, mut agv, mut g) = exchanges(&nv);
+    let count = 1001;
+    let big = LL_MAX / 4 + 1;
+    let counts = vec![count; n];
+    let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    let big_counts = vec![big; n];
+    let big_displs: Vec<usize> = (0..n).map(|r| r * big).collect();
+    let big_parts = Parts {
+        counts: &big_counts,
+        displs: &big_displs,
+    };
+    let input = nv.alloc::<f32>(n * big).unwrap();
+    let out_a2a = nv.alloc::<f32>(n * count).unwrap();
+    let out_agv = nv.alloc::<f32>(n * count).unwrap();
+    let out_big = nv.alloc::<f32>(n * big).unwrap();
+    let out_g = nv.alloc::<f32>(count).unwrap();
+    let peer = ((me + 1) % n) as i32;
+    let small = input.view(..n * count).unwrap();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    a2a.run(small, parts, &out_a2a, parts, &stream).unwrap();
+    agv.run(input.view(..count).unwrap(), &out_agv, parts, &stream)
+        .unwrap();
+    agv.run(input.view(..big).unwrap(), &out_big, big_parts, &stream)
+        .unwrap();
+    g.run(
+        &[
+            P2p::send(input.view(..count).unwrap(), peer),
+            P2p::recv(&out_g, peer),
+        ],
+        &stream,
+    )
+    .unwrap();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph was captured");
+    for it in 0..10usize {
+        input
+            .copy_from_host(
+                &(0..n * big)
+                    .map(|i| f32::tag(me, i, it))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+        for out in [&out_a2a, &out_agv] {
+            out.copy_from_host(&vec![f32::NAN; n * count]).unwrap();
+        }
+        out_big.copy_from_host(&vec![f32::NAN; n * big]).unwrap();
+        out_g.copy_from_host(&vec![f32::NAN; count]).unwrap();
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        for c in [a2a.check(), agv.check(), g.check()] {
+            c.unwrap();
+        }
+        let what = |w: &str| format!("replay {it}, {w}");
+        expect(&what("alltoallv"), &out_a2a.to_vec().unwrap(), |i| {
+            f32::tag(i / count, me * count + i % count, it)
+        });
+        expect(&what("allgatherv"), &out_agv.to_vec().unwrap(), |i| {
+            f32::tag(i / count, i % count, it)
+        });
+        expect(
+            &what("allgatherv past the bound"),
+            &out_big.to_vec().unwrap(),
+            |i| f32::tag(i / big, i % big, it),
+        );
+        let from = (me + n - 1) % n;
+        expect(&what("group"), &out_g.to_vec().unwrap(), |k| {
+            f32::tag(from, k, it)
+        });
+        nv.barrier_all().unwrap();
+    }
+}
+
+gpu_test!(2, mismatched_lines_fail_on_the_receiver_then_on_the_sender);
+/// Transfers whose two ends disagree, with lines on, each on a fresh group: the receiver
+/// fails in the call (it reads the sender's header), naming both sizes; a sender whose lines
+/// went out without waiting fails at its next send to that receiver, one that took the mailbox
+/// (its pair past the bound) in the same call. Then a fresh group moves data.
+fn mismatched_lines_fail_on_the_receiver_then_on_the_sender() {
+    lines_on();
+    let nv = runtime(2);
+    let (me, _) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let big = 300 << 10;
+    let bytes = filled(&nv, big, |k| u8::tag(me, k, 0));
+    let f10 = filled(&nv, 10, |k| f32::tag(me, k, 0));
+    let f12 = filled(&nv, 12, |_| f32::poison());
+    let i10 = filled(&nv, 10, |_| i32::poison());
+    let sender_said = "PE 1 found that this PE's sends to it";
+    // (what PE 0 sends, what PE 1 receives, PE 1's error, whether PE 0 fails in the call)
+    type Ops<'a> = Vec<P2p<'a>>;
+    let cases: Vec<(Ops<'_>, Ops<'_>, &str, bool)> = vec![
+        (
+            vec![P2p::send(&f10, 1)],
+            vec![P2p::recv(&f12, 0)],
+            "PE 0 sends 40 bytes of f32 to this PE where this PE receives 48 bytes of f32",
+            false,
+        ),
+        (
+            vec![P2p::send(&f10, 1)],
+            vec![P2p::recv(&i10, 0)],
+            "PE 0 sends 40 bytes of f32 to this PE where this PE receives 40 bytes of i32",
+            false,
+        ),
+        (
+            vec![
+                P2p::send(f10.view(..2).unwrap(), 1),
+                P2p::send(f10.view(2..4).unwrap(), 1),
+            ],
+            vec![P2p::recv(f12.view(..2).unwrap(), 0)],
+            "PE 0 sends 2 transfer(s) to this PE where this PE posts 1 receive(s)",
+            false,
+        ),
+        (
+            vec![P2p::send(&bytes, 1)],
+            vec![P2p::recv(bytes.view(..100 << 10).unwrap(), 0)],
+            "PE 0 sends 307200 bytes of u8 to this PE where this PE receives 102400 bytes of u8",
+            true,
+        ),
+        (
+            vec![P2p::send(bytes.view(..100 << 10).unwrap(), 1)],
+            vec![P2p::recv(&bytes, 0)],
+            "PE 0 sends 102400 bytes of u8 to this PE where this PE receives 307200 bytes of u8",
+            false,
+        ),
+    ];
+    for (k, (send, recv, receiver_says, sender_at_once)) in cases.into_iter().enumerate() {
+        let mut g = P2pGroup::world(&nv).unwrap();
+        let ops = if me == 0 { send } else { recv };
+        g.run(&ops, &stream).unwrap();
+        let r = g.sync(&stream);
+        if me == 1 {
+            let err = mismatch(r);
+            assert!(err.contains(receiver_says), "case {k}: {err}");
+        } else if sender_at_once {
+            let err = mismatch(r);
+            assert!(err.contains(sender_said), "case {k}: {err}");
+        } else {
+            // Its lines went out without waiting; the receiver's mark meets its next send.
+            r.unwrap();
+            nv.barrier_all().unwrap();
+            g.run(&[P2p::send(&f10, 1)], &stream).unwrap();
+            let err = mismatch(g.sync(&stream));
+            assert!(err.contains(sender_said), "case {k}: {err}");
+            // The workspace stays failed.
+            assert!(matches!(
+                g.run(&[P2p::send(&f10, 1)], &stream),
+                Err(Error::TransferMismatch { .. })
+            ));
+        }
+        if me == 1 && !sender_at_once {
+            nv.barrier_all().unwrap();
+        }
+        drop(ops);
+        nv.barrier_all().unwrap();
+    }
+    // The runtime goes on: a fresh group moves data both ways as lines.
+    let mut g = P2pGroup::world(&nv).unwrap();
+    let peer = 1 - me as i32;
+    let got = filled(&nv, 10, |_| f32::poison());
+    g.run(&[P2p::send(&f10, peer), P2p::recv(&got, peer)], &stream)
+        .unwrap();
+    g.sync(&stream).unwrap();
+    assert_eq!(g.last_protocol(), FamilyProtocol::LowLatency);
+    expect("after the failures", &got.to_vec().unwrap(), |k| {
+        f32::tag(peer as usize, k, 0)
     });
     nv.barrier_all().unwrap();
 }

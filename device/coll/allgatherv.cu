@@ -16,12 +16,12 @@ struct AllgathervSrc {
     __device__ int n_send() const { return a.hdr.n; }
     __device__ Xfer send(int r) const {
         return Xfer{static_cast<char *>(const_cast<void *>(a.hdr.input)),
-                    count(a.hdr.rank) * a.elem_bytes, r, a.dtype, 0, 1};
+                    count(a.hdr.rank) * a.elem_bytes, r, a.dtype, 0, 1, false};
     }
     __device__ int n_recv() const { return a.hdr.n; }
     __device__ Xfer recv(int r) const {
         return Xfer{static_cast<char *>(a.hdr.output) + displ(r) * a.elem_bytes,
-                    count(r) * a.elem_bytes, r, a.dtype, 0, 1};
+                    count(r) * a.elem_bytes, r, a.dtype, 0, 1, false};
     }
     // The own count past the input, or a block past the output (in elements).
     __device__ bool bad(uint64_t *limit, uint64_t *reach) const {
@@ -40,7 +40,7 @@ struct AllgathervSrc {
 };
 
 __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, AllgathervSrc{a}, NVSHMEMRS_COLL_ALLGATHERV);
+    exchange_step(a.hdr, AllgathervSrc{a}, NVSHMEMRS_COLL_ALLGATHERV, false);
 }
 
 }  // namespace
@@ -48,7 +48,8 @@ __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
 extern "C" int nvshmemrs_allgatherv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                                     cudaStream_t stream) {
     if (!exchange_args_ok(args, blocks) || args->mode != NVSHMEMRS_EXCHANGE_ALLGATHERV ||
-        args->elem_bytes <= 0 || args->counts[0] == NULL || args->counts[1] == NULL)
+        args->lines != 0 || args->elem_bytes <= 0 || args->counts[0] == NULL ||
+        args->counts[1] == NULL)
         return cudaErrorInvalidValue;
     return (int)launch_pdl(allgatherv_kernel, blocks, threads, stream, *args);
 }

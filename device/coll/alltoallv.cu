@@ -14,7 +14,7 @@ struct AlltoallvSrc {
     // counts[0..4]: send counts, send displacements, receive counts, receive displacements.
     __device__ Xfer part(char *base, int which, int r) const {
         return Xfer{base + a.counts[which + 1][r] * a.elem_bytes,
-                    a.counts[which][r] * a.elem_bytes, r, a.dtype, 0, 1};
+                    a.counts[which][r] * a.elem_bytes, r, a.dtype, 0, 1, false};
     }
     __device__ int n_send() const { return a.hdr.n; }
     __device__ Xfer send(int r) const {
@@ -39,7 +39,7 @@ struct AlltoallvSrc {
 };
 
 __global__ void alltoallv_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, AlltoallvSrc{a}, NVSHMEMRS_COLL_ALLTOALLV);
+    exchange_step(a.hdr, AlltoallvSrc{a}, NVSHMEMRS_COLL_ALLTOALLV, false);
 }
 
 }  // namespace
@@ -47,7 +47,7 @@ __global__ void alltoallv_kernel(nvshmemrs_exchange_args a) {
 extern "C" int nvshmemrs_alltoallv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                                    cudaStream_t stream) {
     if (!exchange_args_ok(args, blocks) || args->mode != NVSHMEMRS_EXCHANGE_ALLTOALLV ||
-        args->elem_bytes <= 0)
+        args->lines != 0 || args->elem_bytes <= 0)
         return cudaErrorInvalidValue;
     for (int i = 0; i < 4; ++i)
         if (args->counts[i] == NULL) return cudaErrorInvalidValue;

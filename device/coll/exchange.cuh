@@ -5,6 +5,17 @@
 // A Src has UNIQUE (at most one transfer per peer and direction, peer r's being number r),
 // n_send()/send(i), n_recv()/recv(i) (Xfer), and bad(&limit, &reach): device counts that reach
 // past a buffer.
+//
+// A launch with lines (abi.h NVSHMEMRS_EXCHANGE_LINES; list launches, every member mapped)
+// moves small pairs without the mailbox's round trip: the sender stores a header and the data
+// as low-latency lines (prims/ll.cuh) into its slot on the receiver and is done; the receiver
+// polls them, compares the header with its own receives and copies the data out. The sender
+// only waits for the receiver's credit of the launch two pair sequences back (long there in a
+// stream of calls), so a slot is never written before it was read. Pairs too large for a slot
+// still send a header, then go through the mailbox: a pair whose two ends chose differently
+// (their sizes differ) fails on the header instead of waiting. The transfers of one direction
+// and peer are consecutive in nth order there (the host sorts them): a pair is the index of
+// its nth-0 transfer and the `of` after it.
 #ifndef NVSHMEM_RS_EXCHANGE_CUH
 #define NVSHMEM_RS_EXCHANGE_CUH
 
@@ -13,6 +24,7 @@
 
 #include "abi.h"
 #include "prims/chunks.cuh"
+#include "prims/ll.cuh"
 #include "prims/pdl.cuh"
 #include "prims/put_signal.cuh"
 #include "prims/step.cuh"
@@ -28,10 +40,13 @@ struct Xfer {
     int dtype;
     int nth;
     int of;
+    // The pair goes as lines (nvshmemrs_transfer.lines; list launches only).
+    bool ll;
 };
 
 // Added to a receiver's data counter instead of the data when a transfer does not match: the
-// receiver's wait ends at once and it records the failure too.
+// receiver's wait ends at once and it records the failure too. Also the mark a receiver sets
+// a sender's credit[receiver] to when the sender's lines do not match its receives.
 constexpr uint64_t XCH_MISMATCH = 1ull << 62;
 // In a mailbox head: the receiver's own arguments were out of range.
 constexpr uint64_t XCH_BAD = 1ull << 63;
@@ -49,9 +64,14 @@ struct Region {
     __device__ uint64_t *expect(int r) const { return w + 2 * (size_t)world + r; }
     __device__ uint64_t *sent(int r) const { return w + 3 * (size_t)world + r; }
     __device__ uint64_t *received(int r) const { return w + 4 * (size_t)world + r; }
+    __device__ uint64_t *credit(int r) const { return w + 5 * (size_t)world + r; }
+    // The last pair sequence at seq's parity in which this PE wrote lines to r.
+    __device__ uint64_t *ll_last(uint64_t seq, int r) const {
+        return w + (6 + (size_t)(seq & 1)) * world + r;
+    }
     // The mailbox r writes here for the seq-th launch in which r receives from this PE.
     __device__ uint64_t *mailbox(uint64_t seq, int r) const {
-        return w + 5 * (size_t)world +
+        return w + 8 * (size_t)world +
                ((size_t)(seq & 1) * world + r) * NVSHMEMRS_EXCHANGE_MAILBOX_WORDS;
     }
 };
@@ -76,9 +96,305 @@ __device__ int nth_recv_from(const Src &src, int peer, int nth) {
     }
 }
 
-// One launch of the exchange; `code` (NVSHMEMRS_COLL_*) names a failure.
+// ---- Lines (abi.h NVSHMEMRS_EXCHANGE_LINES) ----
+
+static_assert(NVSHMEMRS_EXCHANGE_HEADER_LINES == 1, "line 0 is the pair word");
+
+// Lines polled together by a receiver (one per pair); more pairs go group after group.
+constexpr int XCH_LL_GROUP = 8;
+// Most header lines of a pair.
+constexpr int XCH_HEADER_MAX = NVSHMEMRS_EXCHANGE_HEADER_LINES + NVSHMEMRS_EXCHANGE_MAX_PER_PEER;
+
+__device__ __forceinline__ uint64_t payload_lines(uint64_t bytes) { return (bytes + 7) / 8; }
+
+// Header line 0: the pair's transfers and its mode.
+__device__ __forceinline__ uint64_t pair_word(const Xfer &x) {
+    return (uint64_t)x.of | (uint64_t)(x.ll ? 1 : 0) << 8;
+}
+
+// Header line i of the pair whose nth-0 transfer is get(g).
+template <typename Get>
+__device__ __forceinline__ uint64_t header_word(Get get, int g, int i) {
+    return i == 0 ? pair_word(get(g)) : size_word(get(g + i - NVSHMEMRS_EXCHANGE_HEADER_LINES));
+}
+
+// Payload lines of the pair at g, after its header: in mode 1 those of each of its transfers,
+// from a line boundary each; none in mode 0.
+template <typename Get>
+__device__ uint64_t pair_data_lines(Get get, int g) {
+    const Xfer x = get(g);
+    uint64_t t = 0;
+    if (x.ll)
+        for (int j = 0; j < x.of; ++j) t += payload_lines(get(g + j).bytes);
+    return t;
+}
+
+// Payload line d of the pair at g with `of` transfers: the transfer get(*j) and the line
+// within it (*k). False past the pair's payload.
+template <typename Get>
+__device__ __forceinline__ bool data_line(Get get, int g, int of, uint64_t d, int *j,
+                                          uint64_t *k) {
+    for (int t = 0; t < of; ++t) {
+        const uint64_t n = payload_lines(get(g + t).bytes);
+        if (d < n) {
+            *j = g + t;
+            *k = d;
+            return true;
+        }
+        d -= n;
+    }
+    return false;
+}
+
+// One pair with another PE in a launch with lines, as a block sees it (shared memory).
+struct LinePair {
+    // The slot: [parity][this rank] on the receiver, mapped (a send), or [parity][sender]
+    // here (a receive). Its header lines first, then its payload lines.
+    uint4 *slot;
+    // The pair sequence of this launch (its flag, its slot's parity).
+    uint64_t seq;
+    // This block's share of the pair's payload lines (counted from the end of the header).
+    uint32_t d0, d1;
+    // Index of the pair's nth-0 transfer among the sends or the receives.
+    int g;
+    int peer;
+    int pe;
+    // Header lines.
+    int head;
+};
+
+// The pairs of this launch with other PEs, into `plan`: sends from the front (*n_send),
+// receives from the back (*n_recv; together at most NVSHMEMRS_EXCHANGE_MAX_OPS), in no
+// particular order, built by the block's threads together.
 template <typename Src>
-__device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code) {
+__device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const Region &R,
+                           LinePair *plan, int *n_send, int *n_recv) {
+    if (threadIdx.x == 0) *n_send = *n_recv = 0;
+    __syncthreads();
+    const int ns = src.n_send(), nr = src.n_recv();
+    auto sends = [&](int k) { return src.send(k); };
+    auto recvs = [&](int k) { return src.recv(k); };
+    for (int i = threadIdx.x; i < ns + nr; i += blockDim.x) {
+        const bool send = i < ns;
+        const int g = send ? i : i - ns;
+        const Xfer x = send ? src.send(g) : src.recv(g);
+        if (x.peer == h.rank || x.nth != 0) continue;
+        LinePair p;
+        p.g = g;
+        p.peer = x.peer;
+        p.pe = h.pes[x.peer];
+        p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
+        p.seq = (send ? *R.sent(x.peer) : *R.received(x.peer)) + 1;
+        const int parity = (int)(p.seq & 1);
+        size_t d0, d1;
+        ll_block_lines(send ? pair_data_lines(sends, g) : pair_data_lines(recvs, g), &d0, &d1);
+        p.d0 = (uint32_t)d0;
+        p.d1 = (uint32_t)d1;
+        if (send) {
+            p.slot = static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, parity, h.rank), p.pe));
+            plan[atomicAdd(n_send, 1)] = p;
+        } else {
+            p.slot = ll_slot(h, parity, x.peer);
+            plan[NVSHMEMRS_EXCHANGE_MAX_OPS - 1 - atomicAdd(n_recv, 1)] = p;
+        }
+    }
+    __syncthreads();
+}
+
+// Until every receiver of this launch's lines has read the lines this PE last wrote into its
+// slot at the launch's parity (credit >= ll_last), the whole block. False when a wait failed,
+// or a receiver marked this PE's sends as not matching (recorded).
+__device__ bool wait_credits(const Waiter &w, const Region &R, const LinePair *plan, int n) {
+    bool ok = true;
+    for (int k = threadIdx.x; k < n && ok; k += blockDim.x) {
+        const LinePair &p = plan[k];
+        ok = w.ge(R.credit(p.peer), *R.ll_last(p.seq, p.peer), p.pe);
+        if (ok && *(volatile uint64_t *)R.credit(p.peer) >= XCH_MISMATCH) {
+            exchange_fail(w, p.pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
+            ok = false;
+        }
+    }
+    return !__syncthreads_or(!ok);
+}
+
+// Every send pair's lines, stored into its receiver's slot: block 0 the headers (a thread per
+// pair), every block its share of the payloads.
+template <typename Src>
+__device__ void send_lines(const Src &src, const LinePair *plan, int n) {
+    auto get = [&](int k) { return src.send(k); };
+    if (blockIdx.x == 0) {
+        for (int k = threadIdx.x; k < n; k += blockDim.x) {
+            const LinePair &p = plan[k];
+            const uint32_t flag = ll_flag(p.seq);
+            for (int i = 0; i < p.head; ++i) {
+                const uint64_t v = header_word(get, p.g, i);
+                st_line(p.slot + i, (uint32_t)v, (uint32_t)(v >> 32), flag);
+            }
+        }
+    }
+    for (int k = 0; k < n; ++k) {
+        const LinePair &p = plan[k];
+        const uint32_t flag = ll_flag(p.seq);
+        const int of = p.head - NVSHMEMRS_EXCHANGE_HEADER_LINES;
+        for (size_t d = p.d0 + threadIdx.x; d < p.d1; d += blockDim.x) {
+            int j;
+            uint64_t l;
+            if (!data_line(get, p.g, of, d, &j, &l)) continue;
+            const Xfer y = get(j);
+            const uint2 v = load8_any(y.addr + 8 * l, y.bytes - 8 * l);
+            st_line(p.slot + p.head + d, v.x, v.y, flag);
+        }
+    }
+}
+
+// The header of receive pair p, read by one thread: its lines polled together (zeroed once
+// read; the count checked as soon as line 0 is in, for a sender with fewer transfers writes
+// fewer of them), then compared with this PE's receives in order: the count, each size word,
+// the mode. False on a difference (recorded, and the sender's credit marked so that it fails
+// too: at once where it waits for this PE, else at its next send here), a timeout or a broken
+// workspace.
+template <typename Src>
+__device__ bool recv_header(const nvshmemrs_coll_header &h, const Waiter &w, const Region &R,
+                            const Src &src, const LinePair &p) {
+    auto get = [&](int k) { return src.recv(k); };
+    const uint32_t flag = ll_flag(p.seq);
+    uint64_t got[XCH_HEADER_MAX];
+    uint32_t pending = (1u << p.head) - 1;
+    uint64_t start = 0;
+    uint64_t why = 0, want = 0, seen = 0;
+    for (uint32_t spin = 1; pending != 0; ++spin) {
+        uint4 v[XCH_HEADER_MAX];
+#pragma unroll
+        for (int i = 0; i < XCH_HEADER_MAX; ++i)
+            if (pending >> i & 1) v[i] = ld_line_once(p.slot + i);
+        uint32_t late = 0;
+#pragma unroll
+        for (int i = 0; i < XCH_HEADER_MAX; ++i) {
+            if (!(pending >> i & 1)) continue;
+            if (v[i].y == flag && v[i].w == flag) {
+                got[i] = (uint64_t)v[i].x | (uint64_t)v[i].z << 32;
+                p.slot[i] = make_uint4(0, 0, 0, 0);
+                pending &= ~(1u << i);
+            } else if (late == 0) {
+                late = v[i].y != flag ? v[i].y : v[i].w;
+            }
+        }
+        if (!(pending & 1) && (got[0] & 0xff) != (uint64_t)(p.head - 1)) {
+            why = NVSHMEMRS_EXCHANGE_SENT_COUNT, want = p.head - 1, seen = got[0] & 0xff;
+            break;
+        }
+        if (pending != 0 && (spin & 255) == 0) {
+            const int i = __ffs(pending) - 1;
+            if (w.give_up(p.slot + i, flag, late, &start, p.pe)) return false;
+        }
+    }
+    for (int i = 1; why == 0 && i < p.head; ++i) {
+        const uint64_t mine = header_word(get, p.g, i);
+        if (got[i] != mine) why = NVSHMEMRS_EXCHANGE_SENT_SIZES, want = mine, seen = got[i];
+    }
+    const uint64_t mine = pair_word(get(p.g));
+    if (why == 0 && got[0] != mine)
+        why = NVSHMEMRS_EXCHANGE_SENT_MODE, want = mine >> 8, seen = got[0] >> 8;
+    if (why == 0) return true;
+    exchange_fail(w, p.pe, why, want, seen);
+    nvshmemx_signal_op(R.credit(h.rank), XCH_MISMATCH, NVSHMEM_SIGNAL_SET, p.pe);
+    return false;
+}
+
+// Every receive pair's lines: block 0 checks the headers (a thread per pair, recv_header),
+// then every block polls its share of the payloads, each thread one line of up to
+// XCH_LL_GROUP pairs at a time (their latencies overlap), copies each out and zeroes it (its
+// sender's next store to it waits for this launch's credit). False when a wait timed out, the
+// workspace broke meanwhile or a header did not match (recorded).
+template <typename Src>
+__device__ bool recv_lines(const nvshmemrs_coll_header &h, const Waiter &w, const Region &R,
+                           const Src &src, const LinePair *plan, int n) {
+    constexpr int G = XCH_LL_GROUP;
+    auto get = [&](int k) { return src.recv(k); };
+    if (blockIdx.x == 0)
+        for (int k = threadIdx.x; k < n; k += blockDim.x)
+            if (!recv_header(h, w, R, src, plan[k])) return false;
+    for (size_t off = threadIdx.x;; off += blockDim.x) {
+        bool any = false;
+        for (int k0 = 0; k0 < n; k0 += G) {
+            uint32_t pending = 0;
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+                if (k0 + j < n && plan[k0 + j].d0 + off < plan[k0 + j].d1) pending |= 1u << j;
+            any |= pending != 0;
+            uint64_t start = 0;
+            for (uint32_t spin = 1; pending != 0; ++spin) {
+                uint4 v[G];
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    const LinePair &p = plan[k0 + j];
+                    if (pending >> j & 1) v[j] = ld_line_once(p.slot + p.head + p.d0 + off);
+                }
+                int late = -1;
+                uint32_t seen = 0;
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    if (!(pending >> j & 1)) continue;
+                    const LinePair &p = plan[k0 + j];
+                    const uint32_t flag = ll_flag(p.seq);
+                    if (v[j].y == flag && v[j].w == flag) {
+                        const uint64_t d = p.d0 + off;
+                        p.slot[p.head + d] = make_uint4(0, 0, 0, 0);
+                        pending &= ~(1u << j);
+                        int t;
+                        uint64_t l;
+                        if (data_line(get, p.g, p.head - NVSHMEMRS_EXCHANGE_HEADER_LINES, d, &t,
+                                      &l)) {
+                            const Xfer y = get(t);
+                            store8_any(y.addr + 8 * l, y.bytes - 8 * l, make_uint2(v[j].x, v[j].z));
+                        }
+                    } else if (late < 0) {
+                        late = j;
+                        seen = v[j].y != flag ? v[j].y : v[j].w;
+                    }
+                }
+                if (pending != 0 && (spin & 255) == 0) {
+                    const LinePair &p = plan[k0 + late];
+                    if (w.give_up(p.slot + p.head + p.d0 + off, ll_flag(p.seq), seen, &start,
+                                  p.pe))
+                        return false;
+                }
+            }
+        }
+        if (!any) return true;
+    }
+}
+
+// Until receiver r has written this launch's mailbox here (arrive[r] >= want), then true; or
+// until it marked this PE's sends as not matching (credit[r]; it chose lines for the pair, so
+// wrote no mailbox), then false, recorded; or the wait timed out.
+__device__ bool wait_arrive(const Waiter &w, const Region &R, int r, uint64_t want, int pe) {
+    volatile uint64_t *arrive = R.arrive(r);
+    volatile uint64_t *credit = R.credit(r);
+    uint64_t start = 0;
+    for (uint32_t spin = 1;; ++spin) {
+        const uint64_t seen = *arrive;
+        if (seen >= want) {
+            nvshmemrs_after_wait(arrive);
+            return true;
+        }
+        if (*credit >= XCH_MISMATCH) {
+            exchange_fail(w, pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
+            return false;
+        }
+        if ((spin & 255) == 0) {
+            if (w.give_up(const_cast<uint64_t *>(arrive), want, seen, &start, pe)) return false;
+            // Past a millisecond a wait is no longer latency-bound (prims/deadline.cuh).
+            if (nvshmemrs_globaltimer() - start > 1000000) __nanosleep(1000);
+        }
+    }
+}
+
+// One launch of the exchange; `code` (NVSHMEMRS_COLL_*) names a failure; `with_lines`: the
+// launch has lines (abi.h nvshmemrs_exchange_args.lines).
+template <typename Src>
+__device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
+                              bool with_lines) {
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
@@ -96,15 +412,20 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     }
     __syncthreads();
     const bool bad = bad_s != 0;
+    // Lines come with list launches only, whose arguments the host checked (bad is false).
+    const bool lines = with_lines && !bad;
+    __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
+    __shared__ int n_lsend, n_lrecv;
+    if (lines) plan_lines(h, src, R, plan, &n_lsend, &n_lrecv);
 
-    // 1. Block 0, a thread per peer this PE receives from: where each transfer goes (offsets in
-    // the region, the same on every PE), into its mailbox on the peer, then arrive. No fence
-    // before: the receive buffers were last touched by earlier kernels on the stream, complete
-    // by now (prims/pdl.cuh).
+    // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
+    // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
+    // peer, then arrive. No fence before: the receive buffers were last touched by earlier
+    // kernels on the stream, complete by now (prims/pdl.cuh).
     if (blockIdx.x == 0) {
         for (int i = threadIdx.x; i < nr; i += blockDim.x) {
             const Xfer x = src.recv(i);
-            if (x.peer == h.rank || x.nth != 0) continue;
+            if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
             const int pe = h.pes[x.peer];
             const uint64_t seq = *R.received(x.peer) + 1;
             uint64_t *box = R.mailbox(seq, h.rank);
@@ -122,20 +443,28 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         }
     }
 
-    // 2. Until every peer this PE sends to is ready for this launch (its mailbox written).
+    // 2. With lines: each receiver's credit for the slot, then this block's share of every
+    // send pair's lines (the header; in mode 1 the data too, and that pair is done).
+    if (lines) {
+        if (!wait_credits(w, R, plan, n_lsend)) return;
+        send_lines(src, plan, n_lsend);
+    }
+
+    // 3. Until every peer this PE sends to through the mailbox is ready for this launch (its
+    // mailbox written).
     bool ok = true;
     for (int i = threadIdx.x; i < ns && ok; i += blockDim.x) {
         const Xfer x = src.send(i);
-        if (x.peer == h.rank || x.nth != 0) continue;
-        ok = w.ge(R.arrive(x.peer), *R.sent(x.peer) + 1, h.pes[x.peer]);
+        if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
+        ok = wait_arrive(w, R, x.peer, *R.sent(x.peer) + 1, h.pes[x.peer]);
     }
     if (__syncthreads_or(!ok)) return;
 
-    // 3. Part blockIdx.x of every send, where the receiver said; block 0 also adds the one per
-    // transfer that tells the receiver this PE has read its mailbox.
+    // 4. Part blockIdx.x of every mailbox send, where the receiver said; block 0 also adds the
+    // one per transfer that tells the receiver this PE has read its mailbox.
     for (int i = 0; i < ns; ++i) {
         const Xfer x = src.send(i);
-        if (x.peer == h.rank) continue;
+        if (x.peer == h.rank || x.ll) continue;
         size_t b, e;
         part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
         const uint64_t add = (e - b) + (blockIdx.x == 0 ? 1 : 0);
@@ -164,7 +493,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         block_put_signal(h, dst, x.addr + b, e - b, flag, add, pe, false, NVSHMEM_SIGNAL_ADD);
     }
 
-    // 4. Transfers to this PE itself: the nth send into the nth receive.
+    // 5. Transfers to this PE itself: the nth send into the nth receive.
     for (int i = 0; i < ns && !bad; ++i) {
         const Xfer x = src.send(i);
         if (x.peer != h.rank) continue;
@@ -198,11 +527,19 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         }
     }
 
-    // 5. Until every peer this PE receives from has delivered: its bytes, and one per transfer.
+    // 6. With lines: this block's share of every receive pair's lines (headers checked, data
+    // copied out).
+    if (lines) {
+        const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
+        if (__syncthreads_or(!recv_lines(h, w, R, src, recvs, n_lrecv))) return;
+    }
+
+    // 7. Until every peer this PE receives from through the mailbox has delivered: its bytes,
+    // and one per transfer.
     ok = true;
     for (int i = threadIdx.x; i < nr && ok; i += blockDim.x) {
         const Xfer x = src.recv(i);
-        if (x.peer == h.rank || x.nth != 0) continue;
+        if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
         uint64_t need = 0;
         for (int j = i, k = 0; j < nr && k < x.of; ++j) {
             const Xfer y = src.recv(j);
@@ -221,20 +558,32 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     }
     if (__syncthreads_or(!ok) || bad) return;
 
-    // 6. Puts through NVSHMEM complete; the last block moves the per-pair state on.
+    // 8. Puts through NVSHMEM complete; the last block moves the per-pair state on and, with
+    // lines, gives each sender its credit: this launch's lines of that pair are read and
+    // zeroed (each block's zeroes ordered before its count, the last block's system fence
+    // before the credits).
     __syncthreads();
     if (threadIdx.x == 0) {
         if (!h.all_mapped) nvshmem_quiet();
+        if (lines) __threadfence();
         advance_state(h.state, [&](nvshmemrs_allreduce_state *) {
+            if (lines) __threadfence_system();
             for (int i = 0; i < nr; ++i) {
                 const Xfer x = src.recv(i);
                 if (x.peer == h.rank) continue;
-                *R.expect(x.peer) += x.bytes + 1;
-                if (x.nth == 0) *R.received(x.peer) += 1;
+                if (!x.ll) *R.expect(x.peer) += x.bytes + 1;
+                if (x.nth != 0) continue;
+                const uint64_t q = *R.received(x.peer) + 1;
+                *R.received(x.peer) = q;
+                if (lines)
+                    nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
             }
             for (int i = 0; i < ns; ++i) {
                 const Xfer x = src.send(i);
-                if (x.peer != h.rank && x.nth == 0) *R.sent(x.peer) += 1;
+                if (x.peer == h.rank || x.nth != 0) continue;
+                const uint64_t q = *R.sent(x.peer) + 1;
+                *R.sent(x.peer) = q;
+                if (lines) *R.ll_last(q, x.peer) = q;
             }
         });
     }
@@ -246,6 +595,42 @@ static inline bool exchange_args_ok(const nvshmemrs_exchange_args *a, int blocks
     const nvshmemrs_coll_header &h = a->hdr;
     return h.n >= 1 && h.n <= h.world && h.rank >= 0 && h.rank < h.n && h.scratch != NULL &&
            blocks >= 1 && blocks <= NVSHMEMRS_FAMILY_BLOCKS;
+}
+
+// A list launch's lines (abi.h NVSHMEMRS_EXCHANGE_LINES), where it has them: a line region
+// whose slots hold every line pair's lines, every member mapped, the transfers of each
+// direction and peer consecutive in nth order with one mode, none to this PE itself as lines.
+// Without lines, no transfer may ask for them. ops[0 .. n) are checked otherwise already.
+static inline bool exchange_lines_ok(const nvshmemrs_exchange_args *a, int n) {
+    const nvshmemrs_coll_header &h = a->hdr;
+    if (!a->lines) {
+        for (int i = 0; i < n; ++i)
+            if (a->ops[i].lines != 0) return false;
+        return true;
+    }
+    const uint64_t slot_lines = h.ll_slot_bytes / 16;
+    if (h.ll_scratch == NULL || !h.all_mapped || h.no_direct || slot_lines > UINT32_MAX)
+        return false;
+    for (int i = 0; i < n; ++i) {
+        const nvshmemrs_transfer &t = a->ops[i];
+        if (t.lines > NVSHMEMRS_EXCHANGE_PAIR_LINES || (t.peer == h.rank && t.lines != 0))
+            return false;
+        if (t.peer == h.rank) continue;
+        if (t.nth != 0) {
+            // Its predecessor: the same direction and peer, one before it.
+            const bool same_dir = i > 0 && (i < a->n_send) == (i - 1 < a->n_send);
+            if (!same_dir) return false;
+            const nvshmemrs_transfer &p = a->ops[i - 1];
+            if (p.peer != t.peer || p.nth + 1 != t.nth || p.of != t.of || p.lines != t.lines)
+                return false;
+            continue;
+        }
+        uint64_t lines = NVSHMEMRS_EXCHANGE_HEADER_LINES + (uint64_t)t.of;
+        for (int j = i; t.lines != 0 && j < i + t.of && j < n; ++j)
+            lines += (a->ops[j].bytes + 7) / 8;
+        if (lines > slot_lines) return false;
+    }
+    return true;
 }
 
 }  // namespace

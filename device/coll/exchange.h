@@ -10,6 +10,11 @@
  * ends in NVSHMEMRS_FAIL_LENGTH on both sides; every wait has the header's deadline. hdr.scratch
  * is the exchange region (abi.h). Returns a cudaError_t (cudaErrorInvalidValue for bad
  * arguments).
+ *
+ * A list launch may have low-latency lines (abi.h NVSHMEMRS_EXCHANGE_LINES): each pair sends a
+ * header of its sizes through a line slot per ordered pair, and a small pair its data too,
+ * with no round trip; the sender learns of a mismatch found by the receiver at once where it
+ * waits for the receiver's mailbox, else at its next send there (coll/exchange.cuh).
  */
 #ifndef NVSHMEM_RS_EXCHANGE_H
 #define NVSHMEM_RS_EXCHANGE_H

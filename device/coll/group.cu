@@ -1,5 +1,7 @@
 // The exchange of a list of transfers (coll/exchange.h): grouped send/recv, and alltoallv and
-// allgatherv with their counts on the host.
+// allgatherv with their counts on the host; the launches that may take low-latency lines for
+// their small pairs (coll/exchange.cuh), as only here do both ends know each size before the
+// launch.
 #include <cuda_runtime.h>
 
 #include "coll/exchange.cuh"
@@ -12,7 +14,8 @@ struct ListSrc {
     static constexpr bool UNIQUE = false;
     const nvshmemrs_exchange_args &a;
     __device__ static Xfer of(const nvshmemrs_transfer &t) {
-        return Xfer{static_cast<char *>(t.addr), t.bytes, t.peer, t.dtype, t.nth, t.of};
+        return Xfer{static_cast<char *>(t.addr), t.bytes, t.peer, t.dtype, t.nth, t.of,
+                    t.lines == NVSHMEMRS_EXCHANGE_PAIR_LINES};
     }
     __device__ int n_send() const { return a.n_send; }
     __device__ Xfer send(int i) const { return of(a.ops[i]); }
@@ -23,7 +26,7 @@ struct ListSrc {
 };
 
 __global__ void exchange_list_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, ListSrc{a}, a.code);
+    exchange_step(a.hdr, ListSrc{a}, a.code, a.lines != 0);
 }
 
 }  // namespace
@@ -40,5 +43,6 @@ extern "C" int nvshmemrs_exchange_list(const nvshmemrs_exchange_args *args, int 
             t.bytes >> NVSHMEMRS_EXCHANGE_DTYPE_SHIFT != 0)
             return cudaErrorInvalidValue;
     }
+    if (!exchange_lines_ok(args, args->n_send + args->n_recv)) return cudaErrorInvalidValue;
     return (int)launch_pdl(exchange_list_kernel, blocks, threads, stream, *args);
 }

@@ -131,6 +131,55 @@ __device__ __forceinline__ void store8(char *buf, size_t i, size_t bytes, uint2 
     for (size_t j = 8 * i; j < bytes; ++j) buf[j] = (char)(w >> (8 * (j - 8 * i)));
 }
 
+// The first min(n, 8) bytes at p (the rest zero) as a line's payload, whatever p's alignment:
+// one 8-byte load where p allows it, else 4-, 2- or 1-byte loads (the exchanges' buffers are
+// as aligned as their element type and displacements make them).
+__device__ __forceinline__ uint2 load8_any(const char *p, size_t n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n >= 8) {
+        if ((a & 7) == 0) return *reinterpret_cast<const uint2 *>(p);
+        if ((a & 3) == 0) {
+            const uint32_t *q = reinterpret_cast<const uint32_t *>(p);
+            return make_uint2(q[0], q[1]);
+        }
+        if ((a & 1) == 0) {
+            const uint16_t *q = reinterpret_cast<const uint16_t *>(p);
+            return make_uint2(q[0] | (uint32_t)q[1] << 16, q[2] | (uint32_t)q[3] << 16);
+        }
+    }
+    uint64_t v = 0;
+    for (size_t j = 0; j < n && j < 8; ++j) v |= (uint64_t)(uint8_t)p[j] << (8 * j);
+    return make_uint2((uint32_t)v, (uint32_t)(v >> 32));
+}
+
+// Writes the first min(n, 8) bytes of payload v at p, whatever p's alignment (load8_any's
+// inverse).
+__device__ __forceinline__ void store8_any(char *p, size_t n, uint2 v) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n >= 8) {
+        if ((a & 7) == 0) {
+            *reinterpret_cast<uint2 *>(p) = v;
+            return;
+        }
+        if ((a & 3) == 0) {
+            uint32_t *q = reinterpret_cast<uint32_t *>(p);
+            q[0] = v.x;
+            q[1] = v.y;
+            return;
+        }
+        if ((a & 1) == 0) {
+            uint16_t *q = reinterpret_cast<uint16_t *>(p);
+            q[0] = (uint16_t)v.x;
+            q[1] = (uint16_t)(v.x >> 16);
+            q[2] = (uint16_t)v.y;
+            q[3] = (uint16_t)(v.y >> 16);
+            return;
+        }
+    }
+    const uint64_t w = (uint64_t)v.x | (uint64_t)v.y << 32;
+    for (size_t j = 0; j < n && j < 8; ++j) p[j] = (char)(w >> (8 * j));
+}
+
 // Lines [*l0, *l1) of `lines` for this block: an even split over the grid.
 __device__ __forceinline__ void ll_block_lines(size_t lines, size_t *l0, size_t *l1) {
     const size_t per = (lines + gridDim.x - 1) / gridDim.x;

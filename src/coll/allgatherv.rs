@@ -2,7 +2,9 @@
 //! `displs[r]` of every member's output; counts on the host ([`Allgatherv::run`], up to 64
 //! members) or in device memory ([`Allgatherv::run_device`]). An exchange
 //! ([`crate::proto::exchange`]; device/coll/allgatherv.cu and group.cu): each receiver tells
-//! each sender where its part goes, so calls go back to back with no barrier.
+//! each sender where its part goes, or with host counts a small part goes as low-latency
+//! lines with no round trip (`NVSH_EXCHANGE_LL_MAX`), so calls go back to back with no
+//! barrier. With device counts the mailbox only: the host cannot size the pairs.
 
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};

@@ -3,8 +3,9 @@
 //! counts may be skewed or 0. Counts on the host ([`Alltoallv::run`], up to 64 members) or in
 //! device memory ([`Alltoallv::run_device`]). An exchange ([`crate::proto::exchange`];
 //! device/coll/alltoallv.cu and group.cu): each receiver tells each sender where its part goes,
-//! so calls go back to back with no barrier; a count the two ends disagree on is an error on
-//! both.
+//! or with host counts a small part goes as low-latency lines with no round trip
+//! (`NVSH_EXCHANGE_LL_MAX`), so calls go back to back with no barrier; a count the two ends
+//! disagree on is an error on both.
 
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
@@ -36,7 +37,8 @@ impl<'nv> Alltoallv<'nv> {
     /// Part r of `input` (`send`) to member r, part s of `output` (`recv`) from member s, in
     /// stream order. Parts lie in their buffers; receive parts apart from each other; input and
     /// output apart. Member r's `recv.counts[s]` must equal member s's `send.counts[r]`, else
-    /// both fail with [`crate::Error::TransferMismatch`].
+    /// both fail with [`crate::Error::TransferMismatch`] (member s, where its part went as
+    /// low-latency lines, at its next call: [`crate::proto::exchange`]).
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
     /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]):

@@ -4,7 +4,9 @@
 //! matched in order, call by call (the k-th call in which r receives from s with the k-th in
 //! which s sends to r; within a call, in list order), so only the PEs with transfers in a call
 //! take part in it, and no pattern in which every send has its receive can deadlock (each
-//! receiver announces all its receives before any PE waits).
+//! receiver announces all its receives before any PE waits). Small pairs go as low-latency
+//! lines (`NVSH_EXCHANGE_LL_MAX`): a send then completes without its receive, which takes the
+//! lines in a later call; a sender runs at most two calls ahead of a receiver per pair.
 //!
 //! Each buffer is a symmetric view, moved as it is, or this PE's own device memory, staged
 //! through the workspace's symmetric area ([`crate::proto::staging`]); the area is reserved
@@ -146,7 +148,10 @@ impl<'nv> P2pGroup<'nv> {
     /// peer and direction; receive buffers apart from every other buffer of the call. Each send
     /// needs its receive on the peer (same size and type); a mismatch fails on both ends with
     /// [`crate::Error::TransferMismatch`], a send with no receive in time with
-    /// [`crate::Error::Timeout`]. Nothing to do for an empty list.
+    /// [`crate::Error::Timeout`]. Sends that go as low-latency lines (pairs up to
+    /// `NVSH_EXCHANGE_LL_MAX`) do not wait for their receive: the sender learns of a mismatch
+    /// at its next send to that peer, and of a missing receive when a send two calls later
+    /// finds the line slot still unread. Nothing to do for an empty list.
     ///
     /// Buffers of this PE's own memory are staged through the workspace's symmetric area
     /// ([`crate::proto::staging`]): sends copied in before the launch, receives copied out

@@ -4,6 +4,18 @@
 //! the sender puts the data there and adds its bytes to the receiver's data counter. Sequences
 //! are per pair of PEs, so a launch involves only the PEs with transfers in it.
 //!
+//! That is a round trip per transfer. Small pairs skip it with low-latency lines (device/abi.h
+//! NVSHMEMRS_EXCHANGE_LINES): where every member is mapped, a call with its transfers listed on
+//! the host (grouped send/recv, alltoallv and allgatherv with host counts) sends each pair
+//! (peer, direction) a header of its sizes through a line slot per ordered pair, and the data
+//! too where the pair's transfers together fit [`EXCHANGE_LL_MAX_ENV`]; the receiver copies
+//! it out and later credits the sender, who reuses a slot only after that credit. Both ends
+//! decide from the pair's sizes alone ([`pair_modes`]), so they agree whenever the sizes do;
+//! the header catches them when the sizes differ: the receiver fails with a
+//! [`crate::Error::TransferMismatch`] in that call, the sender in that call where it went
+//! through the mailbox, else at its next call sending to that receiver. Device counts stay on
+//! the mailbox: the host does not know their sizes, so it could neither decide nor report.
+//!
 //! This module turns a list of [`Transfer`]s into the kernel's arguments, checking what the host
 //! can (peers, list size, transfers per peer, receive buffers apart from each other and from the
 //! sends), launches it on a [`FamilyWorkspace`] with [`Scratch::Exchange`], and words the
@@ -15,6 +27,11 @@ use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::stream::raw_stream;
+use crate::proto::family::META_LL;
+pub use crate::proto::lines::{
+    line_slot_bytes, pair_lines, ExchangePairs, LineLimits, EXCHANGE_LL_MAX_DEFAULT,
+    EXCHANGE_LL_MAX_ENV,
+};
 use crate::proto::FamilyWorkspace;
 use crate::sys;
 use cudarc::driver::CudaStream;
@@ -29,6 +46,44 @@ pub const MAX_PER_PEER: usize = sys::NVSHMEMRS_EXCHANGE_MAX_PER_PEER as usize;
 const BLOCK_BYTES: usize = 16 << 10;
 const THREADS: i32 = 512;
 const DTYPE_SHIFT: u32 = sys::NVSHMEMRS_EXCHANGE_DTYPE_SHIFT;
+/// Payload bytes of a pair each block moves as lines (one 16-byte line per thread), and most
+/// blocks for lines, as the family's lines.
+const LL_BLOCK_BYTES: usize = 4 << 10;
+const LL_BLOCKS_MAX: usize = 32;
+/// Whether each transfer of `list` goes as lines: those of a pair (direction, peer other than
+/// `rank`, this PE's team rank) whose sizes add up to at most `limits.max_bytes` and whose
+/// lines ([`pair_lines`]) fit a slot; none without `limits` (the call has no lines). Both ends
+/// of a pair compute this from their own list, each seeing the pair's transfers as the other
+/// does when their sizes agree, so they agree. Also counts the pairs each way.
+pub fn pair_modes(
+    list: &[Transfer],
+    rank: i32,
+    limits: Option<LineLimits>,
+) -> (Vec<bool>, ExchangePairs) {
+    let mut sizes = std::collections::HashMap::<(Direction, i32), Vec<usize>>::new();
+    for t in list.iter().filter(|t| t.peer != rank) {
+        sizes.entry((t.dir, t.peer)).or_default().push(t.bytes);
+    }
+    let lines = |s: &Vec<usize>| match limits {
+        Some(l) => {
+            let total = s.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+            total.is_some_and(|t| t <= l.max_bytes)
+                && pair_lines(s.iter().copied()).saturating_mul(16) <= l.slot_bytes
+        }
+        None => false,
+    };
+    let mode: std::collections::HashMap<_, bool> =
+        sizes.iter().map(|(k, s)| (*k, lines(s))).collect();
+    let pairs = ExchangePairs {
+        lines: mode.values().filter(|&&m| m).count(),
+        mailbox: mode.values().filter(|&&m| !m).count(),
+    };
+    let each = list
+        .iter()
+        .map(|t| mode.get(&(t.dir, t.peer)).copied().unwrap_or(false))
+        .collect();
+    (each, pairs)
+}
 
 /// Which way a transfer goes, seen from this PE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,10 +203,29 @@ pub fn check_list(what: &'static str, list: &[Transfer], n: i32) -> Result<Vec<(
     Ok(list.iter().zip(nth).map(|(t, k)| (k, of(t))).collect())
 }
 
+/// The order of `list` in the kernel's arguments (indexes into it): the sends, then the
+/// receives; with `lines`, each peer's transfers of a direction together, in list (nth) order,
+/// as the kernel reads a pair's lines (device/coll/exchange.cuh).
+pub fn launch_order(list: &[Transfer], lines: bool) -> Vec<usize> {
+    let mut order = Vec::with_capacity(list.len());
+    for dir in [Direction::Send, Direction::Recv] {
+        let start = order.len();
+        order.extend((0..list.len()).filter(|&i| list[i].dir == dir));
+        if lines {
+            // Stable: nth order within a peer.
+            order[start..].sort_by_key(|&i| list[i].peer);
+        }
+    }
+    order
+}
+
 impl FamilyWorkspace<'_> {
     /// Enqueues exchange `call`: numbers it (refusing a PE outside the team or a broken
-    /// workspace), exchanges checked mode's header where it has one, then launches the kernel
-    /// once. `what` names a launch that failed. The workspace must have the exchange region.
+    /// workspace), decides which pairs go as lines ([`pair_modes`]; a listed call under `Auto`
+    /// or `LowLatency` on a workspace with lines), exchanges checked mode's header where it has
+    /// one (its meta with [`META_LL`] where the call has lines), then launches the kernel once
+    /// and records how the pairs went. `what` names a launch that failed. The workspace must
+    /// have the exchange region.
     pub fn exchange(
         &mut self,
         what: &'static str,
@@ -160,6 +234,13 @@ impl FamilyWorkspace<'_> {
     ) -> Result<()> {
         let rank = self.ws_mut().begin_call()?;
         let n = self.ws().n_pes();
+        // First: it sets whether stores go direct, which the header says. Lines only where
+        // the host lists the transfers: both ends then know every size before the launch.
+        let allowed = self.exchange_lines();
+        let limits = match call.transfers {
+            Transfers::List(_) => allowed,
+            Transfers::Device { .. } => None,
+        };
         let mut a: Box<sys::nvshmemrs_exchange_args> = Box::default();
         a.hdr = sys::nvshmemrs_coll_header {
             scratch: self.scratch_ptr(),
@@ -167,29 +248,46 @@ impl FamilyWorkspace<'_> {
             ..self.ws().header(rank)
         };
         a.code = call.code as i32;
-        let mut largest = 0;
-        match &call.transfers {
+        a.lines = limits.is_some() as i32;
+        if limits.is_some() {
+            a.hdr.ll_scratch = self.ll_ptr();
+            a.hdr.ll_slot_bytes = self.ll_slot_bytes();
+        }
+        // The largest mailbox transfer and the largest pair as lines (bytes): the grid.
+        let (mut largest, mut largest_lines) = (0, 0);
+        let pairs = match &call.transfers {
             Transfers::List(list) => {
                 let order = check_list(what, list, n)?;
+                let (lines, pairs) = pair_modes(list, rank, limits);
                 a.mode = sys::NVSHMEMRS_EXCHANGE_LIST as i32;
-                let mut k = 0;
-                for dir in [Direction::Send, Direction::Recv] {
-                    for (t, &(nth, of)) in list.iter().zip(&order).filter(|(t, _)| t.dir == dir) {
-                        a.ops[k] = sys::nvshmemrs_transfer {
-                            addr: t.addr as *mut std::ffi::c_void,
-                            bytes: t.bytes as u64,
-                            peer: t.peer,
-                            dtype: t.dtype as u8,
-                            nth,
-                            of,
-                            pad: 0,
-                        };
+                for (k, i) in launch_order(list, limits.is_some()).into_iter().enumerate() {
+                    let (t, (nth, of)) = (&list[i], order[i]);
+                    a.ops[k] = sys::nvshmemrs_transfer {
+                        addr: t.addr as *mut std::ffi::c_void,
+                        bytes: t.bytes as u64,
+                        peer: t.peer,
+                        dtype: t.dtype as u8,
+                        nth,
+                        of,
+                        lines: if lines[i] {
+                            sys::NVSHMEMRS_EXCHANGE_PAIR_LINES as u8
+                        } else {
+                            0
+                        },
+                    };
+                    if !lines[i] {
                         largest = largest.max(t.bytes);
-                        k += 1;
                     }
                 }
+                // A pair's bytes as lines: the sum of its transfers.
+                let mut per_pair = std::collections::HashMap::<(Direction, i32), usize>::new();
+                for (t, _) in list.iter().zip(&lines).filter(|(_, &l)| l) {
+                    *per_pair.entry((t.dir, t.peer)).or_default() += t.bytes;
+                }
+                largest_lines = per_pair.values().copied().max().unwrap_or(0);
                 a.n_send = list.iter().filter(|t| t.dir == Direction::Send).count() as i32;
                 a.n_recv = (list.len() - a.n_send as usize) as i32;
+                pairs
             }
             Transfers::Device {
                 mode,
@@ -208,9 +306,16 @@ impl FamilyWorkspace<'_> {
                 a.hdr.count = output.1;
                 // Counts are on the device: size the grid by the larger buffer.
                 largest = input.1.max(output.1) * elem.0 / n as usize;
+                // Every member sends to and receives from every other, through the mailbox.
+                ExchangePairs {
+                    lines: 0,
+                    mailbox: 2 * (n as usize).saturating_sub(1),
+                }
             }
-        }
+        };
         if let Some((count, meta)) = call.checked {
+            // Members that disagree on lines would wait on different words.
+            let meta = meta | if limits.is_some() { META_LL } else { 0 };
             let hdr = sys::nvshmemrs_coll_header { count, ..a.hdr };
             let op = sys::NVSHMEMRS_WAIT_OP_COLLECTIVE;
             self.ws()
@@ -219,6 +324,7 @@ impl FamilyWorkspace<'_> {
         self.ws().runtime().bind()?;
         let blocks = largest
             .div_ceil(BLOCK_BYTES)
+            .max(largest_lines.div_ceil(LL_BLOCK_BYTES).min(LL_BLOCKS_MAX))
             .clamp(1, super::family::FAMILY_BLOCKS) as i32;
         let s = raw_stream(stream);
         // SAFETY: the arguments point at this workspace's region, state, status record and PE
@@ -233,7 +339,9 @@ impl FamilyWorkspace<'_> {
                 Transfers::Device { .. } => sys::nvshmemrs_alltoallv(&*a, blocks, THREADS, s),
             }
         };
-        cuda_check(code, what)
+        cuda_check(code, what)?;
+        self.record_exchange(pairs);
+        Ok(())
     }
 }
 
@@ -284,5 +392,79 @@ mod tests {
         assert!(check_list("group", &[t(Recv, 0, 0, 64), t(Recv, 1, 63, 4)], 2).is_err());
         assert!(check_list("group", &[t(Send, 0, 0, 64), t(Send, 1, 0, 64)], 2).is_ok());
         assert!(check_list("group", &[t(Recv, 0, 0, 64), t(Recv, 1, 64, 4)], 2).is_ok());
+    }
+
+    const LIMITS: LineLimits = LineLimits {
+        max_bytes: 256 << 10,
+        slot_bytes: (512 << 10) + 512,
+    };
+
+    #[test]
+    fn pairs_go_as_lines_up_to_the_bound_on_their_sizes_alone() {
+        use Direction::*;
+        let max = LIMITS.max_bytes;
+        // Rank 0: to 1 at the bound (two transfers), to 2 one byte past it, from 1 nothing
+        // (zero bytes), from 2 one byte, itself (never lines).
+        let list = [
+            t(Send, 1, 0, max - 100),
+            t(Send, 2, 0, max + 1),
+            t(Recv, 1, 1 << 20, 0),
+            t(Send, 1, 0, 100),
+            t(Recv, 2, 2 << 20, 1),
+            t(Send, 0, 0, 8),
+            t(Recv, 0, 3 << 20, 8),
+        ];
+        let (each, pairs) = pair_modes(&list, 0, Some(LIMITS));
+        assert_eq!(each, [true, false, true, true, true, false, false]);
+        assert_eq!(
+            pairs,
+            ExchangePairs {
+                lines: 3,
+                mailbox: 1
+            }
+        );
+        // The receiving end of each pair, with the same sizes, decides the same: rank 1 gets
+        // the two sends to it (together at the bound), rank 2 the one past it.
+        let on_1 = [t(Recv, 0, 0, max - 100), t(Recv, 0, 1 << 20, 100)];
+        assert_eq!(pair_modes(&on_1, 1, Some(LIMITS)).0, [true, true]);
+        let on_2 = [t(Recv, 0, 0, max + 1)];
+        assert_eq!(pair_modes(&on_2, 2, Some(LIMITS)).0, [false]);
+        // No lines for the call: every pair through the mailbox.
+        let (each, pairs) = pair_modes(&list, 0, None);
+        assert!(each.iter().all(|&l| !l));
+        assert_eq!(
+            pairs,
+            ExchangePairs {
+                lines: 0,
+                mailbox: 4
+            }
+        );
+        // A bound of 0 bytes still takes zero-byte pairs (the header alone).
+        let none = LineLimits {
+            max_bytes: 0,
+            ..LIMITS
+        };
+        let zero = [t(Send, 1, 0, 0), t(Recv, 1, 0, 1)];
+        assert_eq!(pair_modes(&zero, 0, Some(none)).0, [true, false]);
+    }
+
+    #[test]
+    fn launches_with_lines_keep_each_pairs_transfers_together_in_order() {
+        use Direction::*;
+        let list = [
+            t(Recv, 2, 1000, 1),
+            t(Send, 1, 0, 2),
+            t(Recv, 1, 2000, 3),
+            t(Send, 2, 0, 4),
+            t(Send, 1, 0, 5),
+            t(Recv, 2, 3000, 6),
+        ];
+        assert_eq!(launch_order(&list, false), [1, 3, 4, 0, 2, 5]);
+        let order = launch_order(&list, true);
+        assert_eq!(order, [1, 4, 3, 2, 0, 5]);
+        // nth ascending within each pair, as check_list numbers them.
+        let nth = check_list("group", &list, 3).unwrap();
+        let seq: Vec<_> = order.iter().map(|&i| (list[i].peer, nth[i].0)).collect();
+        assert_eq!(seq, [(1, 0), (1, 1), (2, 0), (1, 0), (2, 0), (2, 1)]);
     }
 }

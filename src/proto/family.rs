@@ -8,6 +8,7 @@ use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
+use crate::proto::lines::{self, ExchangePairs, LineLimits};
 use crate::proto::{CollectiveText, Workspace};
 use crate::sys;
 use crate::team::Team;
@@ -279,7 +280,7 @@ pub struct FamilyWorkspace<'nv> {
     /// it is on ([`FAMILY_LL_MAX_ENV`]) and the collective moves data without slots.
     ll: Option<SymmetricBuffer<'nv, u8>>,
     ll_slot_bytes: usize,
-    /// Largest rank block the line slots take (0: off).
+    /// Largest rank block the line slots take, or for the exchange the largest pair (0: off).
     ll_max: usize,
     /// The protocols the collective's kernel has besides the handshake.
     protocols: Protocols,
@@ -289,6 +290,8 @@ pub struct FamilyWorkspace<'nv> {
     /// What the last call took: `Direct`, `Put`, `LowLatency` or `Split` (`Auto` before any
     /// call).
     last: FamilyProtocol,
+    /// The exchange's: how the last call's pairs went.
+    last_pairs: ExchangePairs,
     /// This workspace's key in the tuned tables (`tuning::collective_key`).
     tuning_key: String,
 }
@@ -296,7 +299,8 @@ pub struct FamilyWorkspace<'nv> {
 impl<'nv> FamilyWorkspace<'nv> {
     /// The workspace over `team` (None on PEs in no team of the split), with `scratch`, and
     /// for the `protocols` the collective's kernel has: the low-latency protocol's line slots
-    /// where it is on ([`FAMILY_LL_MAX_ENV`]), the split protocol's threshold
+    /// where it is on ([`FAMILY_LL_MAX_ENV`]; for the exchange region
+    /// [`lines::EXCHANGE_LL_MAX_ENV`]), the split protocol's threshold
     /// ([`FAMILY_SPLIT_MIN_ENV`]). Collective over the world.
     pub fn new(
         nv: &'nv Nvshmem,
@@ -310,6 +314,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
         let flags = nv.alloc_zeroed::<u64>(phases * 2 * world * FAMILY_BLOCKS)?;
+        let exchange = scratch == Scratch::Exchange;
         let (scratch, slot_bytes) = match scratch {
             Scratch::Exchange => {
                 let words = world * sys::NVSHMEMRS_EXCHANGE_WORDS_PER_PE as usize;
@@ -327,14 +332,19 @@ impl<'nv> FamilyWorkspace<'nv> {
             }
             Scratch::None => (None, 0),
         };
-        // Lines carry 8 payload bytes in 16: a block of ll_max takes 2 x ll_max per slot.
-        let ll_max = if lines && ws.n_pes() as u32 <= sys::NVSHMEMRS_FAMILY_LL_MAX_PES {
-            ll_max_from_env()?
-        } else {
-            0
+        // Lines carry 8 payload bytes in 16: a block of ll_max takes 2 x ll_max per slot, an
+        // exchange pair a header and line padding more.
+        let ll_max = match lines && ws.n_pes() as u32 <= sys::NVSHMEMRS_FAMILY_LL_MAX_PES {
+            false => 0,
+            true if exchange => lines::ll_max_from_env()?,
+            true => ll_max_from_env()?,
         };
         let (ll, ll_slot_bytes) = if ll_max > 0 {
-            let region = ll_max.checked_mul(2).and_then(|b| slot_region(b, world));
+            let slot = match exchange {
+                true => lines::line_slot_bytes(ll_max),
+                false => ll_max.checked_mul(2),
+            };
+            let region = slot.and_then(|b| slot_region(b, world));
             let (slot, total) = region.ok_or_else(|| Error::SizeOverflow {
                 what: text.call,
                 detail: format!("2 x {world} PEs x 2 x {ll_max} bytes of lines"),
@@ -370,6 +380,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             split_min,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
+            last_pairs: ExchangePairs::default(),
             tuning_key,
         })
     }
@@ -397,6 +408,62 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// The protocol the last call took (`Auto` before the first).
     pub fn last_protocol(&self) -> FamilyProtocol {
         self.last
+    }
+
+    /// How the last exchange call's pairs went (all zero before the first, and for the other
+    /// collectives).
+    pub fn last_pairs(&self) -> ExchangePairs {
+        self.last_pairs
+    }
+
+    /// The largest block (the family) or pair (the exchange) in bytes that calls may move as
+    /// low-latency lines on this workspace: 0 where it has none (the collective has no lines,
+    /// its environment variable is 0, or not every member is mapped for direct stores).
+    pub fn lines_max(&self) -> usize {
+        match self.ll.is_some() && self.ws.mapped() {
+            true => self.ll_max,
+            false => 0,
+        }
+    }
+
+    /// The exchange: readies the workspace for a call under the set protocol (NVSHMEM puts
+    /// for `Put`, else direct stores where mapped) and says whether the call may take lines
+    /// (`Auto` or `LowLatency`, the workspace has line slots, every member mapped), and
+    /// within what limits. Not from the tuned table: its sizes are per call, and each pair's
+    /// two ends must decide alike from what both know (the pair's sizes).
+    pub(crate) fn exchange_lines(&mut self) -> Option<LineLimits> {
+        let protocol = self.protocol;
+        self.ws.set_direct(protocol != FamilyProtocol::Put);
+        let allowed = matches!(protocol, FamilyProtocol::Auto | FamilyProtocol::LowLatency);
+        (allowed && self.ll.is_some() && self.ws.all_mapped()).then_some(LineLimits {
+            max_bytes: self.ll_max,
+            slot_bytes: self.ll_slot_bytes,
+        })
+    }
+
+    /// The exchange: records how a call's pairs went, and as `last_protocol` `LowLatency`
+    /// where every pair took lines (and there was one), else `Direct` or `Put`.
+    pub(crate) fn record_exchange(&mut self, pairs: ExchangePairs) {
+        self.last_pairs = pairs;
+        self.last = if pairs.lines > 0 && pairs.mailbox == 0 {
+            FamilyProtocol::LowLatency
+        } else if self.ws.no_direct() {
+            FamilyProtocol::Put
+        } else {
+            FamilyProtocol::Direct
+        };
+    }
+
+    /// Device address of the line region, or null.
+    pub(crate) fn ll_ptr(&self) -> *mut i8 {
+        self.ll
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |l| l.as_device_ptr().cast())
+    }
+
+    /// Bytes of one line slot (0 without lines).
+    pub(crate) fn ll_slot_bytes(&self) -> usize {
+        self.ll_slot_bytes
     }
 
     /// What `Auto` chooses from without a tuned table, in words (benchmark reports).
@@ -539,10 +606,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         protocol: FamilyProtocol,
     ) -> sys::nvshmemrs_family_args {
         let offset = start * call.elem_bytes;
-        let ll_scratch = self
-            .ll
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |l| l.as_device_ptr().cast());
+        let ll_scratch = self.ll_ptr();
         sys::nvshmemrs_family_args {
             hdr: sys::nvshmemrs_coll_header {
                 input: call.input.cast::<u8>().wrapping_add(offset).cast(),
@@ -601,7 +665,14 @@ macro_rules! family_methods {
         $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES_SPLIT);
     };
     ($ty:ident, $text:expr, exchange) => {
-        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, NONE);
+        $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, LINES);
+        impl<'nv> $ty<'nv> {
+            /// How the last call's pairs (a peer other than this PE, a direction) went: as
+            /// low-latency lines or through the mailbox ([`crate::proto::exchange`]).
+            pub fn last_pairs(&self) -> $crate::proto::lines::ExchangePairs {
+                self.fam.last_pairs()
+            }
+        }
     };
     (@plain $ty:ident, $text:expr, $scratch:ident, $protocols:ident) => {
         impl<'nv> $ty<'nv> {
@@ -749,6 +820,12 @@ macro_rules! family_methods {
             /// `LowLatency` or `Split`.
             pub fn last_protocol(&self) -> $crate::proto::family::FamilyProtocol {
                 self.fam.last_protocol()
+            }
+
+            /// The largest block (an exchange: pair) in bytes that calls may move as
+            /// low-latency lines on this workspace; 0 where it has none.
+            pub fn lines_max(&self) -> usize {
+                self.fam.lines_max()
             }
 
             /// What `Auto` chooses from without a tuned table, in words: the low-latency

@@ -44,6 +44,31 @@ pub fn mismatch_detail(f: &WaitFailure, me: i32) -> String {
             "this PE's device counts reach element {} of a buffer of {} elements",
             f.seen, f.want
         ),
+        sys::NVSHMEMRS_EXCHANGE_SENT_SIZES => format!(
+            "{peer} sends {} to this PE where this PE receives {}",
+            size_word(f.seen),
+            size_word(f.want)
+        ),
+        sys::NVSHMEMRS_EXCHANGE_SENT_COUNT => format!(
+            "{peer} sends {} transfer(s) to this PE where this PE posts {} receive(s)",
+            f.seen, f.want
+        ),
+        sys::NVSHMEMRS_EXCHANGE_SENT_MODE => {
+            let way = |lines: u64| match lines {
+                1 => "as low-latency lines",
+                _ => "through the mailbox",
+            };
+            format!(
+                "{peer} sends its transfers to this PE {} where this PE takes them {}: \
+                 NVSH_EXCHANGE_LL_MAX or the protocol set differs between the two",
+                way(f.seen),
+                way(f.want)
+            )
+        }
+        sys::NVSHMEMRS_EXCHANGE_RECEIVER => format!(
+            "{peer} found that this PE's sends to it (in this call or an earlier one) do not \
+             match its receives (its error says how)"
+        ),
         other => format!("transfer mismatch of unknown kind {other}"),
     }
 }
@@ -86,5 +111,31 @@ mod tests {
         let bounds = f(sys::NVSHMEMRS_EXCHANGE_BOUNDS, 0, 100, 130);
         assert!(mismatch_detail(&bounds, 0).contains("reach element 130 of a buffer of 100"));
         assert!(mismatch_detail(&f(sys::NVSHMEMRS_EXCHANGE_PEER, 2, 0, 0), 0).contains("PE 2"));
+        // Found by the receiver in the sender's lines: want is the receiver's own.
+        let sent = f(
+            sys::NVSHMEMRS_EXCHANGE_SENT_SIZES,
+            0,
+            word(48, Dtype::F32),
+            word(40, Dtype::F32),
+        );
+        assert_eq!(
+            mismatch_detail(&sent, 1),
+            "PE 0 sends 40 bytes of f32 to this PE where this PE receives 48 bytes of f32"
+        );
+        assert_eq!(
+            mismatch_detail(&f(sys::NVSHMEMRS_EXCHANGE_SENT_COUNT, 0, 2, 1), 1),
+            "PE 0 sends 1 transfer(s) to this PE where this PE posts 2 receive(s)"
+        );
+        let mode = mismatch_detail(&f(sys::NVSHMEMRS_EXCHANGE_SENT_MODE, 0, 0, 1), 1);
+        assert!(
+            mode.contains("as low-latency lines where this PE takes them through the mailbox")
+                && mode.contains("NVSH_EXCHANGE_LL_MAX"),
+            "{mode}"
+        );
+        let receiver = mismatch_detail(&f(sys::NVSHMEMRS_EXCHANGE_RECEIVER, 1, 0, 0), 0);
+        assert!(
+            receiver.starts_with("PE 1 found that this PE's sends to it"),
+            "{receiver}"
+        );
     }
 }

@@ -238,6 +238,12 @@ impl<'nv> Workspace<'nv> {
         self.env_no_direct
     }
 
+    /// Whether every member is reachable by direct stores and [`NO_DIRECT_ENV`] leaves them on,
+    /// whatever [`Workspace::set_direct`] said last.
+    pub fn mapped(&self) -> bool {
+        self.mapped && !self.env_no_direct
+    }
+
     /// Whether direct stores are off for this workspace's calls ([`NO_DIRECT_ENV`], or
     /// [`Workspace::set_direct`]).
     pub fn no_direct(&self) -> bool {

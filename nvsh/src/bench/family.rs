@@ -299,6 +299,21 @@ impl<'nv> Ours<'nv> {
         Some(p.name())
     }
 
+    /// The largest block (the exchanges: pair) its calls may move as low-latency lines; 0
+    /// where it has none.
+    fn lines_max(&self) -> usize {
+        match self {
+            Ours::Broadcast(c) => c.lines_max(),
+            Ours::Allgather(c) => c.lines_max(),
+            Ours::Alltoall(c) => c.lines_max(),
+            Ours::Allgatherv(c) => c.lines_max(),
+            Ours::Alltoallv(c) => c.lines_max(),
+            Ours::ReduceScatter(c) => c.lines_max(),
+            Ours::Reduce(c) => c.lines_max(),
+            Ours::Group(c) => c.lines_max(),
+        }
+    }
+
     /// The receive slot size the workspace rounded to (reductions only).
     fn slot_bytes(&self) -> Option<usize> {
         match self {
@@ -700,12 +715,16 @@ pub fn run_reporting(
     };
     let settings = ours.as_ref().ok().and_then(Ours::settings);
     // The workspace rounds the slot size; report what ran.
-    let slot_bytes = kind.reduces().then(|| {
-        ours.as_ref()
-            .ok()
-            .and_then(Ours::slot_bytes)
-            .unwrap_or(opts.slot_bytes)
-    });
+    let shape = OursShape {
+        slot_bytes: kind.reduces().then(|| {
+            ours.as_ref()
+                .ok()
+                .and_then(Ours::slot_bytes)
+                .unwrap_or(opts.slot_bytes)
+        }),
+        lines_max: ours.as_ref().ok().map(Ours::lines_max),
+        settings,
+    };
     let mut bench = FamilyBench {
         kind,
         my_pe: nv.my_pe(),
@@ -726,8 +745,7 @@ pub fn run_reporting(
             nv.n_pes(),
             gpu,
             opts,
-            slot_bytes,
-            settings.clone(),
+            shape.clone(),
             nccl_version.clone(),
             nvls.clone(),
             rows,
@@ -747,23 +765,63 @@ pub fn run_reporting(
     )
 }
 
+/// What our workspace ran with, for the report: its receive slot size (the reductions) and
+/// the largest block or pair its calls could move as low-latency lines (0: none; None: ours
+/// did not run), and what its `Auto` chooses from (the collectives that choose).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct OursShape {
+    slot_bytes: Option<usize>,
+    lines_max: Option<usize>,
+    settings: Option<String>,
+}
+
+/// The header line that says whether `ours` had low-latency lines (`lines_max` bytes; 0:
+/// none), and up to what size: `ours` is timed as the library chooses, and the lines are what
+/// it chooses for small calls.
+fn lines_text(kind: Kind, lines_max: usize) -> String {
+    let exchange = matches!(
+        kind,
+        Kind::Allgatherv | Kind::Alltoallv | Kind::SendrecvRing | Kind::SendrecvAll
+    );
+    let (env, what, otherwise) = if exchange {
+        (
+            nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
+            "pairs (two PEs, one direction)",
+            "the mailbox",
+        )
+    } else {
+        (
+            nvshmem::proto::family::FAMILY_LL_MAX_ENV,
+            "blocks",
+            "the handshake",
+        )
+    };
+    match lines_max {
+        0 => format!(
+            "ours: no low-latency lines ({env}=0, or a PE not mapped): {otherwise} at every size"
+        ),
+        max => format!(
+            "ours: low-latency lines for {what} up to {} ({env}), {otherwise} above",
+            size_label(max)
+        ),
+    }
+}
+
 /// The harness report with the collective's header lines, JSON fields and the ours/nccl ratio;
-/// with `settings` (what ours' `Auto` chooses from, where it chooses), a line saying them and
-/// the ours= column of what each row's ours ran.
-#[allow(clippy::too_many_arguments)]
+/// with `shape.settings` (what ours' `Auto` chooses from, where it chooses), a line saying them
+/// and the ours= column of what each row's ours ran, else the lines' limit.
 fn report(
     n_pes: i32,
     gpu: String,
     opts: &FamilyBenchOptions,
-    slot_bytes: Option<usize>,
-    settings: Option<String>,
+    shape: OursShape,
     nccl_version: Option<String>,
     nccl_nvls_enable: Option<String>,
     rows: Vec<harness::Row>,
 ) -> Report {
     let kind = opts.kind;
     let mut first = nccl_label(nccl_version.as_deref(), nccl_nvls_enable.as_deref());
-    if let Some(slot) = slot_bytes {
+    if let Some(slot) = shape.slot_bytes {
         first += &format!("; our receive slots {}", size_label(slot));
     }
     if kind.rooted() {
@@ -778,17 +836,19 @@ fn report(
         ),
         kind.expected_text().to_string(),
     ];
-    if let Some(s) = &settings {
+    if let Some(s) = &shape.settings {
         header.push(format!("ours: {s}; ours= what ours ran"));
+    } else if let Some(max) = shape.lines_max {
+        header.push(lines_text(kind, max));
     }
     if opts.candidates.contains(&Candidate::NcclSym) {
         header.push(NCCL_SYM_WORDING.to_string());
     }
     let mut json_fields: Vec<(&'static str, serde_json::Value)> = Vec::new();
-    if let Some(slot) = slot_bytes {
+    if let Some(slot) = shape.slot_bytes {
         json_fields.push(("slot_bytes", slot.into()));
     }
-    if let Some(s) = &settings {
+    if let Some(s) = &shape.settings {
         json_fields.push(("settings", s.clone().into()));
     }
     if kind.rooted() {
@@ -796,6 +856,9 @@ fn report(
     }
     json_fields.push(("nccl_version", nccl_version.into()));
     json_fields.push(("nccl_nvls_enable", nccl_nvls_enable.into()));
+    if let Some(max) = shape.lines_max {
+        json_fields.push(("lines_max", max.into()));
+    }
     Report {
         collective: kind.name(),
         n_pes,
@@ -809,7 +872,7 @@ fn report(
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
         ratio: Some(("ours", NCCL_BASELINES)),
         optional: optional_names(&opts.candidates, &opts.optional),
-        note_column: settings.is_some().then_some(("ours=", "ours_protocol")),
+        note_column: shape.settings.is_some().then_some(("ours=", "ours_protocol")),
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
                 "the root (PE {}), the only PE whose output is defined,",
@@ -1281,8 +1344,15 @@ mod tests {
             n,
             "NVIDIA H200".into(),
             &opts,
-            kind.reduces().then_some(8 << 20),
-            settings.map(str::to_string),
+            OursShape {
+                slot_bytes: kind.reduces().then_some(8 << 20),
+                lines_max: Some(if kind == Kind::Alltoallv {
+                    0
+                } else {
+                    256 << 10
+                }),
+                settings: settings.map(str::to_string),
+            },
             Some("2.27.3".into()),
             Some("0".into()),
             vec![row(4080, 340, 0), row(1 << 20, 1 << 16, 2)],
@@ -1380,5 +1450,32 @@ mod tests {
             j.contains("\"slot_bytes\"") && !j.contains("\"root\""),
             "{j}"
         );
+    }
+
+    #[test]
+    fn reports_say_whether_ours_had_lines() {
+        let t = render_table(&sample(Kind::Allgatherv, 4, 0), RatioOn::AfterCompute);
+        assert!(
+            t.contains(
+                "ours: low-latency lines for pairs (two PEs, one direction) up to 256K \
+                 (NVSH_EXCHANGE_LL_MAX), the mailbox above\n"
+            ),
+            "{t}"
+        );
+        let t = render_table(&sample(Kind::Alltoallv, 4, 0), RatioOn::AfterCompute);
+        assert!(
+            t.contains(
+                "ours: no low-latency lines (NVSH_EXCHANGE_LL_MAX=0, or a PE not mapped): the \
+                 mailbox at every size\n"
+            ),
+            "{t}"
+        );
+        let t = render_table(&sample(Kind::Broadcast, 2, 0), RatioOn::BackToBack);
+        assert!(
+            t.contains("lines for blocks up to 256K (NVSH_FAMILY_LL_MAX), the handshake above"),
+            "{t}"
+        );
+        let j = render_json(&sample(Kind::SendrecvRing, 2, 0), RatioOn::BackToBack);
+        assert!(j.contains("\"lines_max\":262144"), "{j}");
     }
 }
