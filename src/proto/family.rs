@@ -40,8 +40,9 @@ pub const META_SPLIT: u64 = 1 << 25;
 /// links carry one buffer's worth instead of n - 1. A huge value (`1T`) turns the choice off.
 /// Every PE must set the same (members that disagree fail checked mode, or time out).
 pub const FAMILY_SPLIT_MIN_ENV: &str = "NVSH_FAMILY_SPLIT_MIN";
-/// Default of [`FAMILY_SPLIT_MIN_ENV`].
-pub const FAMILY_SPLIT_MIN_DEFAULT: usize = 1 << 20;
+/// Default of [`FAMILY_SPLIT_MIN_ENV`]: 4 MiB, the smallest size at which the split took no
+/// longer than the handshake on 4 x H100 (docs/measured.md).
+pub const FAMILY_SPLIT_MIN_DEFAULT: usize = 4 << 20;
 /// Fewest members for which `Auto` splits: at 2 the split moves what the handshake moves.
 pub const SPLIT_MIN_PES: i32 = 3;
 /// Threads per block of the low-latency launches: one 16-byte line each per pass.
@@ -951,7 +952,7 @@ mod tests {
             assert_eq!(split_min_from_env().unwrap(), FAMILY_SPLIT_MIN_DEFAULT)
         });
         with_env(&[(FAMILY_SPLIT_MIN_ENV, "")], || {
-            assert_eq!(split_min_from_env().unwrap(), 1 << 20)
+            assert_eq!(split_min_from_env().unwrap(), 4 << 20)
         });
         with_env(&[(FAMILY_SPLIT_MIN_ENV, "64K")], || {
             assert_eq!(split_min_from_env().unwrap(), 64 << 10)
