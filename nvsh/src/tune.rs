@@ -113,6 +113,22 @@ impl TuneCollective {
         };
         FamilyProtocol::offered(protocols)
     }
+
+    /// [`TuneCollective::protocols`] at a point whose rank block is `block_bytes`, on a
+    /// workspace whose lines take blocks up to `lines_max` bytes: the lines only where the block
+    /// fits them. Above, a call asked for lines takes direct stores, so timing "ll" there would
+    /// only pick between two runs of one protocol and write that noise into the tuning file.
+    pub fn protocols_at(self, block_bytes: usize, lines_max: usize) -> Vec<FamilyProtocol> {
+        self.protocols()
+            .into_iter()
+            .filter(|&p| p != FamilyProtocol::LowLatency || block_bytes <= lines_max)
+            .collect()
+    }
+}
+
+/// The names of `protocols`, as the tuner's candidates.
+fn protocol_names(protocols: &[FamilyProtocol]) -> Vec<&'static str> {
+    protocols.iter().map(|p| p.name()).collect()
 }
 
 /// What to sweep.
@@ -350,8 +366,7 @@ fn reduction_point<T: Reducible>(
 ) -> Result<Measurement> {
     let n = ws.allreduce.n_pes() as usize;
     let c = plan.count;
-    let names = plan.coll.candidates();
-    let protocols = plan.coll.protocols();
+    let block = c * std::mem::size_of::<T>();
     match plan.coll {
         TuneCollective::Allreduce => {
             let (i, o) = (input.view(0..c)?, output.view(0..c)?);
@@ -368,6 +383,8 @@ fn reduction_point<T: Reducible>(
         TuneCollective::Reduce => {
             let (i, o) = (input.view(0..c)?, output.view(0..c)?);
             let r = &mut ws.reduce;
+            let protocols = plan.coll.protocols_at(block, r.lines_max());
+            let names = protocol_names(&protocols);
             let m = tuner.measure(
                 &names,
                 |k, s| {
@@ -383,6 +400,8 @@ fn reduction_point<T: Reducible>(
         _ => {
             let (i, o) = (input.view(0..n * c)?, output.view(0..c)?);
             let r = &mut ws.reduce_scatter;
+            let protocols = plan.coll.protocols_at(block, r.lines_max());
+            let names = protocol_names(&protocols);
             let m = tuner.measure(
                 &names,
                 |k, s| {
@@ -412,13 +431,14 @@ fn measure_point<T: TuneElement>(
     }
     let n = ws.allgather.n_pes() as usize;
     let c = plan.count;
-    let names = plan.coll.candidates();
-    let protocols = plan.coll.protocols();
-    let protocol = |k: usize| protocols[k];
+    let block = c * std::mem::size_of::<T>();
     macro_rules! family {
         ($ws:expr, $i:expr, $o:expr, |$w:ident, $in:ident, $out:ident, $s:ident| $call:expr) => {{
             let ($in, $out) = ($i, $o);
             let $w = $ws;
+            let protocols = plan.coll.protocols_at(block, $w.lines_max());
+            let names = protocol_names(&protocols);
+            let protocol = |k: usize| protocols[k];
             let m = tuner.measure(
                 &names,
                 |k, $s| {
@@ -829,6 +849,26 @@ mod tests {
                 assert_eq!(FamilyProtocol::parse(name), Some(p));
             }
         }
+    }
+
+    #[test]
+    fn the_lines_are_timed_only_where_the_block_fits_them() {
+        use FamilyProtocol::{Direct, LowLatency, Put, Split};
+        let max = 256 << 10;
+        assert_eq!(
+            TuneCollective::Broadcast.protocols_at(max, max),
+            [Direct, Put, LowLatency, Split]
+        );
+        assert_eq!(
+            TuneCollective::Broadcast.protocols_at(max + 1, max),
+            [Direct, Put, Split]
+        );
+        assert_eq!(
+            TuneCollective::Allgather.protocols_at(4096, 0),
+            [Direct, Put],
+            "lines off"
+        );
+        assert!(TuneCollective::Allreduce.protocols_at(4096, max).is_empty());
     }
 
     #[test]
