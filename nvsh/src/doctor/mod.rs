@@ -9,6 +9,9 @@
 //!
 //! Messages name the fix and, where it has one, the row of INSTALL.md's troubleshooting table.
 
+mod check;
+
+pub use check::{Check, Status};
 use nvshmem::bootstrap;
 use nvshmem::core::result;
 use std::collections::BTreeMap;
@@ -240,44 +243,6 @@ impl Report {
 // ---------------------------------------------------------------------------------------------
 // Decisions
 // ---------------------------------------------------------------------------------------------
-
-/// Outcome of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Ok,
-    /// A 2-PE run can work, but something is limited or risky.
-    Warn,
-    /// A 2-PE run cannot work until this is fixed.
-    Fail,
-}
-
-impl Status {
-    pub fn label(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Warn => "warn",
-            Status::Fail => "FAIL",
-        }
-    }
-}
-
-/// One line of the verdict: what was checked, how it went, and what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub name: String,
-    pub status: Status,
-    pub message: String,
-}
-
-impl Check {
-    fn new(name: impl Into<String>, status: Status, message: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            status,
-            message: message.into(),
-        }
-    }
-}
 
 /// True when no check failed: a 2-PE run can work on this node.
 pub fn can_run_two_pes(checks: &[Check]) -> bool {
