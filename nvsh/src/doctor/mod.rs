@@ -1,15 +1,17 @@
-//! `nvsh doctor`: whether a 2-PE NVSHMEM run can work on this node.
+//! `nvsh doctor`: whether a 2-PE NVSHMEM run can work on this node, and what stands in the way
+//! of multi-node runs ([`ib`]: InfiniBand ports, GPUDirect RDMA, NIC placement, transports).
 //!
 //! Two halves, so that the decisions can be tested without a GPU:
 //! - [`gather`] collects facts into a plain [`Report`] (CUDA driver and GPUs through cudarc,
 //!   NVLink/PCIe topology through NVML, NVSHMEM versions, MPI, environment). It never panics and
 //!   never fails: whatever it cannot find is recorded as such.
 //! - [`verdict`] is a pure function from a [`Report`] to [`Check`]s; a 2-PE run can work when no
-//!   check is a [`Status::Fail`].
+//!   check is a [`Status::Fail`]. The multi-node checks only warn: one node needs no NIC.
 //!
 //! Messages name the fix and, where it has one, the row of INSTALL.md's troubleshooting table.
 
 mod check;
+pub mod ib;
 
 pub use check::{Check, Status};
 use nvshmem::bootstrap;
@@ -76,6 +78,8 @@ pub struct Report {
     pub env: Vec<(String, Option<String>)>,
     /// Why `NVSH_BOOTSTRAP` cannot be used, when it is set to something unknown.
     pub bootstrap_error: Option<String>,
+    /// What multi-node runs would use: NICs, GPUDirect RDMA, transport plugins.
+    pub fabric: ib::Fabric,
 }
 
 /// What the CUDA runtime linked into this binary found.
@@ -264,6 +268,7 @@ pub fn verdict(report: &Report) -> Vec<Check> {
     checks.push(check_nvlink_multicast(report));
     checks.push(check_remote_transport(report));
     check_nvsh_env(report, &mut checks);
+    checks.extend(ib::checks(&report.fabric, &report.env));
     checks
 }
 
@@ -737,6 +742,7 @@ fn render_into(s: &mut String, report: &Report, checks: &[Check]) -> fmt::Result
             "no (feature `mpi` off; `nvsh run` works without it)"
         }
     )?;
+    ib::render_into(s, &report.fabric)?;
     writeln!(s, "Environment")?;
     for (name, value) in &report.env {
         match value {
@@ -792,6 +798,7 @@ pub fn gather() -> Report {
         bootstrap_error: bootstrap::Bootstrap::from_env()
             .err()
             .map(|e| e.to_string()),
+        fabric: ib::Fabric::default(),
     };
     match result::cuda_probe() {
         Err(e) => {
@@ -822,6 +829,23 @@ pub fn gather() -> Report {
             }
         }
     }
+    // After the GPUs: their PCI addresses place them on NUMA nodes.
+    let gpus: Vec<(i32, String)> = report
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.ordinal, g.pci?.to_string())))
+        .collect();
+    let driver = match &report.nvml {
+        Nvml::Loaded { driver_version } => Some(driver_version.as_str()),
+        Nvml::Unavailable { .. } => None,
+    };
+    report.fabric = ib::gather(
+        &ib::FsRoot::system(),
+        &gpus,
+        driver,
+        report.nvshmem.host_path.as_deref(),
+        report.env("NVSHMEM_HOME"),
+    );
     report
 }
 
@@ -1277,6 +1301,14 @@ mod tests {
                 ("NVSHMEM_REMOTE_TRANSPORT".into(), Some("none".into())),
             ],
             bootstrap_error: None,
+            // One node, no NIC: the multi-node checks say so and pass.
+            fabric: ib::Fabric {
+                kernel: Some((6, 8)),
+                driver: Some(580),
+                lib_dir: Some("/opt/nvshmem/lib".into()),
+                plugins: vec!["nvshmem_transport_ibrc.so.3".into()],
+                ..ib::Fabric::default()
+            },
         }
     }
 
@@ -1609,6 +1641,8 @@ mod tests {
             "mpirun: /usr/bin/mpirun (mpirun (Open MPI) 4.1.4)",
             "NVSHMEM_DISABLE_NVLS=1",
             "  ok   nvshmem version: ",
+            "Multi-node\n  no InfiniBand or RoCE device\n",
+            "  ok   infiniband: no InfiniBand or RoCE device",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
         }
