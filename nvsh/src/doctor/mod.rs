@@ -1,14 +1,19 @@
-//! `nvsh doctor`: whether a 2-PE NVSHMEM run can work on this node.
+//! `nvsh doctor`: whether a 2-PE NVSHMEM run can work on this node, and what stands in the way
+//! of multi-node runs ([`ib`]: InfiniBand ports, GPUDirect RDMA, NIC placement, transports).
 //!
 //! Two halves, so that the decisions can be tested without a GPU:
 //! - [`gather`] collects facts into a plain [`Report`] (CUDA driver and GPUs through cudarc,
 //!   NVLink/PCIe topology through NVML, NVSHMEM versions, MPI, environment). It never panics and
 //!   never fails: whatever it cannot find is recorded as such.
 //! - [`verdict`] is a pure function from a [`Report`] to [`Check`]s; a 2-PE run can work when no
-//!   check is a [`Status::Fail`].
+//!   check is a [`Status::Fail`]. The multi-node checks only warn: one node needs no NIC.
 //!
 //! Messages name the fix and, where it has one, the row of INSTALL.md's troubleshooting table.
 
+mod check;
+pub mod ib;
+
+pub use check::{Check, Status};
 use nvshmem::bootstrap;
 use nvshmem::core::result;
 use std::collections::BTreeMap;
@@ -73,6 +78,8 @@ pub struct Report {
     pub env: Vec<(String, Option<String>)>,
     /// Why `NVSH_BOOTSTRAP` cannot be used, when it is set to something unknown.
     pub bootstrap_error: Option<String>,
+    /// What multi-node runs would use: NICs, GPUDirect RDMA, transport plugins.
+    pub fabric: ib::Fabric,
 }
 
 /// What the CUDA runtime linked into this binary found.
@@ -241,44 +248,6 @@ impl Report {
 // Decisions
 // ---------------------------------------------------------------------------------------------
 
-/// Outcome of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Ok,
-    /// A 2-PE run can work, but something is limited or risky.
-    Warn,
-    /// A 2-PE run cannot work until this is fixed.
-    Fail,
-}
-
-impl Status {
-    pub fn label(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Warn => "warn",
-            Status::Fail => "FAIL",
-        }
-    }
-}
-
-/// One line of the verdict: what was checked, how it went, and what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub name: String,
-    pub status: Status,
-    pub message: String,
-}
-
-impl Check {
-    fn new(name: impl Into<String>, status: Status, message: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            status,
-            message: message.into(),
-        }
-    }
-}
-
 /// True when no check failed: a 2-PE run can work on this node.
 pub fn can_run_two_pes(checks: &[Check]) -> bool {
     checks.iter().all(|c| c.status != Status::Fail)
@@ -299,6 +268,7 @@ pub fn verdict(report: &Report) -> Vec<Check> {
     checks.push(check_nvlink_multicast(report));
     checks.push(check_remote_transport(report));
     check_nvsh_env(report, &mut checks);
+    checks.extend(ib::checks(&report.fabric, &report.env));
     checks
 }
 
@@ -772,6 +742,7 @@ fn render_into(s: &mut String, report: &Report, checks: &[Check]) -> fmt::Result
             "no (feature `mpi` off; `nvsh run` works without it)"
         }
     )?;
+    ib::render_into(s, &report.fabric)?;
     writeln!(s, "Environment")?;
     for (name, value) in &report.env {
         match value {
@@ -827,6 +798,7 @@ pub fn gather() -> Report {
         bootstrap_error: bootstrap::Bootstrap::from_env()
             .err()
             .map(|e| e.to_string()),
+        fabric: ib::Fabric::default(),
     };
     match result::cuda_probe() {
         Err(e) => {
@@ -857,6 +829,23 @@ pub fn gather() -> Report {
             }
         }
     }
+    // After the GPUs: their PCI addresses place them on NUMA nodes.
+    let gpus: Vec<(i32, String)> = report
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.ordinal, g.pci?.to_string())))
+        .collect();
+    let driver = match &report.nvml {
+        Nvml::Loaded { driver_version } => Some(driver_version.as_str()),
+        Nvml::Unavailable { .. } => None,
+    };
+    report.fabric = ib::gather(
+        &ib::FsRoot::system(),
+        &gpus,
+        driver,
+        report.nvshmem.host_path.as_deref(),
+        report.env("NVSHMEM_HOME"),
+    );
     report
 }
 
@@ -1312,6 +1301,14 @@ mod tests {
                 ("NVSHMEM_REMOTE_TRANSPORT".into(), Some("none".into())),
             ],
             bootstrap_error: None,
+            // One node, no NIC: the multi-node checks say so and pass.
+            fabric: ib::Fabric {
+                kernel: Some((6, 8)),
+                driver: Some(580),
+                lib_dir: Some("/opt/nvshmem/lib".into()),
+                plugins: vec!["nvshmem_transport_ibrc.so.3".into()],
+                ..ib::Fabric::default()
+            },
         }
     }
 
@@ -1644,6 +1641,8 @@ mod tests {
             "mpirun: /usr/bin/mpirun (mpirun (Open MPI) 4.1.4)",
             "NVSHMEM_DISABLE_NVLS=1",
             "  ok   nvshmem version: ",
+            "Multi-node\n  no InfiniBand or RoCE device\n",
+            "  ok   infiniband: no InfiniBand or RoCE device",
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
         }
