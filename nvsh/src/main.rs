@@ -2,7 +2,7 @@
 
 mod cli;
 
-use cli::{bench, doctor, info, plot, run, soak, tune};
+use cli::{bench, doctor, info, model, plot, run, soak, tune};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,6 +34,10 @@ enum Command {
     /// Time every collective's candidates per size and dtype class and write this machine's
     /// tuning file, which `Auto` then follows (run as a job: `nvsh run -n 2 -- nvsh tune`).
     Tune(tune::TuneArgs),
+    /// Predict collective times at scale from the alpha-beta cost model (no GPU needed):
+    /// flat, hierarchical and NCCL, the sparse methods' crossover densities, the trainer's
+    /// step (docs/scale.md).
+    Model(model::ModelArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS),
         Command::Tune(args) => tune::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Model(args) => model::run(args).map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod doctor;
 pub mod info;
+pub mod model;
 pub mod plot;
 pub mod run;
 pub mod soak;
