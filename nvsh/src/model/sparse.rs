@@ -4,7 +4,6 @@
 //! collectives' model plus a selection pass fitted from the sparse bench).
 
 use super::{log2_ceil, us, Params, Topology};
-use serde::Serialize;
 
 /// Index bytes (i32 indexes, gradients up to 2^31 elements).
 pub const INDEX_BYTES: f64 = 4.0;
@@ -18,51 +17,15 @@ const COUNT_BYTES: f64 = 4.0;
 pub const SELECT_TOPK_GBPS: f64 = 192.0 * 1.048576e6 / (1291.0 - 364.0) / 1e3;
 pub const SELECT_THRESHOLD_GBPS: f64 = 192.0 * 1.048576e6 / (1135.0 - 351.0) / 1e3;
 
-/// The methods, in `SparseMethod`'s order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Method {
-    TopK,
-    TopKAopt,
-    GaussianK,
-    GaussianKConcat,
-    GTopK,
-    OkTopK,
-    TopKSa,
-    GaussianKSa,
-}
+/// The library's methods; the model adds whether a method selects by threshold.
+pub use nvshmem::SparseMethod as Method;
 
-impl Method {
-    pub const ALL: [Method; 8] = [
-        Method::TopK,
-        Method::TopKAopt,
-        Method::GaussianK,
-        Method::GaussianKConcat,
-        Method::GTopK,
-        Method::OkTopK,
-        Method::TopKSa,
-        Method::GaussianKSa,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::TopK => "topk",
-            Method::TopKAopt => "topk_aopt",
-            Method::GaussianK => "gaussiank",
-            Method::GaussianKConcat => "gaussiank_concat",
-            Method::GTopK => "gtopk",
-            Method::OkTopK => "oktopk",
-            Method::TopKSa => "topk_sa",
-            Method::GaussianKSa => "gaussiank_sa",
-        }
-    }
-
-    fn threshold(self) -> bool {
-        matches!(
-            self,
-            Method::GaussianK | Method::GaussianKConcat | Method::OkTopK | Method::GaussianKSa
-        )
-    }
+/// Whether `m` selects by a threshold (up to 2k pairs) rather than an exact top-k.
+fn threshold(m: Method) -> bool {
+    matches!(
+        m,
+        Method::GaussianK | Method::GaussianKConcat | Method::OkTopK | Method::GaussianKSa
+    )
 }
 
 /// A gradient: `n` elements of `value_bytes` (4: f32, 2: bf16), over `pes` PEs.
@@ -140,7 +103,7 @@ impl Grad {
         let grad_bytes = self.n * self.value_bytes;
         let select = us(
             grad_bytes,
-            if m.threshold() {
+            if threshold(m) {
                 SELECT_THRESHOLD_GBPS
             } else {
                 SELECT_TOPK_GBPS
