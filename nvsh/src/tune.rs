@@ -99,7 +99,7 @@ impl TuneCollective {
     pub fn candidates(self) -> Vec<&'static str> {
         match self {
             TuneCollective::Allreduce => AllreduceAlgo::ALL.iter().map(|a| a.name()).collect(),
-            _ => self.protocols().iter().map(|p| p.name()).collect(),
+            _ => protocol_names(&self.protocols()),
         }
     }
 

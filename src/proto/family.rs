@@ -236,6 +236,7 @@ fn decide(asked: FamilyProtocol, fit: CallFit, split_min: usize) -> FamilyProtoc
 fn describe_settings(
     protocols: Protocols,
     ll_max: usize,
+    ll_env: &str,
     split_min: usize,
     puts_only: bool,
 ) -> String {
@@ -256,7 +257,7 @@ fn describe_settings(
         format!("auto takes {}, else the handshake", auto.join(", "))
     };
     if protocols.lines && ll_max == 0 {
-        s += &format!(" (low-latency lines off: {FAMILY_LL_MAX_ENV})");
+        s += &format!(" (low-latency lines off: {ll_env})");
     }
     if puts_only {
         s += &format!(
@@ -472,9 +473,19 @@ impl<'nv> FamilyWorkspace<'nv> {
         describe_settings(
             self.protocols,
             self.ll_max,
+            self.ll_env(),
             self.split_min,
             self.ws.env_no_direct(),
         )
+    }
+
+    /// The variable that bounds this workspace's lines: the exchange region's own
+    /// ([`lines::EXCHANGE_LL_MAX_ENV`]), else the family's.
+    fn ll_env(&self) -> &'static str {
+        match self.scratch.is_some() && self.slot_bytes == 0 {
+            true => lines::EXCHANGE_LL_MAX_ENV,
+            false => FAMILY_LL_MAX_ENV,
+        }
     }
 
     /// The protocol asked for a call of `bytes` in `elem_bytes`-byte elements: the set one,
@@ -930,18 +941,30 @@ mod tests {
     fn settings_say_what_auto_chooses_from() {
         let mb = 1 << 20;
         assert_eq!(
-            describe_settings(Protocols::LINES_SPLIT, 256 << 10, mb, false),
+            describe_settings(
+                Protocols::LINES_SPLIT,
+                256 << 10,
+                FAMILY_LL_MAX_ENV,
+                mb,
+                false
+            ),
             "auto takes low-latency lines up to 256K, split from 1M at 3 or more PEs, else the \
              handshake"
         );
         assert_eq!(
-            describe_settings(Protocols::LINES_SPLIT, 0, 4 * mb, true),
+            describe_settings(Protocols::LINES_SPLIT, 0, FAMILY_LL_MAX_ENV, 4 * mb, true),
             "auto takes split from 4M at 3 or more PEs, else the handshake (low-latency lines \
              off: NVSH_FAMILY_LL_MAX); NVSHMEM puts only (NVSH_NO_DIRECT)"
         );
         assert_eq!(
-            describe_settings(Protocols::NONE, 0, usize::MAX, false),
+            describe_settings(Protocols::NONE, 0, FAMILY_LL_MAX_ENV, usize::MAX, false),
             "auto takes the handshake"
+        );
+        // The exchanges name their own bound.
+        let env = lines::EXCHANGE_LL_MAX_ENV;
+        assert_eq!(
+            describe_settings(Protocols::LINES, 0, env, usize::MAX, false),
+            "auto takes the handshake (low-latency lines off: NVSH_EXCHANGE_LL_MAX)"
         );
     }
 
