@@ -872,7 +872,10 @@ fn report(
         candidates: opts.candidates.iter().map(|c| c.name()).collect(),
         ratio: Some(("ours", NCCL_BASELINES)),
         optional: optional_names(&opts.candidates, &opts.optional),
-        note_column: shape.settings.is_some().then_some(("ours=", "ours_protocol")),
+        note_column: shape
+            .settings
+            .is_some()
+            .then_some(("ours=", "ours_protocol")),
         checked_by: (kind == Kind::Reduce).then(|| {
             format!(
                 "the root (PE {}), the only PE whose output is defined,",
