@@ -8,12 +8,15 @@ Layers of the library (src/), lowest first: core; p2p, sync and bootstrap; team;
 sparse; pipeline. A file imports only from its own layer or lower ones (LAYER_RULES), and
 library code writes no eprintln! (the log facade instead).
 
-Reads every `crate::`, `$crate::`, `self::`, `super::` and child-module path of a crate's
-source files (not their test modules: lines from a file's first `#[cfg(test)]` on), resolves
-each to the file of the module it names (a name a module re-exports, such as `crate::Error`,
-to the file it comes from; `pub use` lines make no arrow of their own), and prints every cycle
-of files (a strongly connected set of two or more) with the imports that tie it. Exits 1 if there is one, 0 otherwise. --graph also prints
-every file's imports. Text only, so a path built by a macro it cannot see is missed.
+Each crate is its root file (lib.rs, or main.rs: a binary beside a library is a crate of its
+own) and the files its `mod` lines declare, test modules' excepted. Reads every `crate::`,
+`$crate::`, `self::`, `super::` and child-module path of those files (not their test modules:
+lines from a file's first `#[cfg(test)]` on), resolves each to the file of the module it names
+(a name a module imports or re-exports, such as `crate::Error`, to the file it comes from;
+`pub use` lines make no arrow of their own; an item of the root file itself, such as
+`crate::sys`, to the root file), and prints every cycle of files (a strongly connected set of
+two or more) with the imports that tie it. Exits 1 if there is one, 0 otherwise. --graph also
+prints every file's imports. Text only, so a path built by a macro it cannot see is missed.
 """
 import os
 import re
@@ -74,36 +77,43 @@ def expand(tree):
 PUB_USE = re.compile(r"\bpub(?:\([a-z]+\))?\s+use\s+([^;]*);", re.S)
 
 
+# A module's own `use` lines (not a function's): column 0 once rustfmt has run.
+TOP_USE = re.compile(r"^use\s+([^;]*);", re.M | re.S)
+
+
 class Crate:
-    def __init__(self, src):
+    """One crate of a source folder: the modules its root file (lib.rs or main.rs) declares,
+    found by their `mod` lines, so that a binary beside a library (nvsh's main.rs and its
+    cli/) is a crate of its own, as rustc sees it: its `crate::` paths name its own modules."""
+
+    def __init__(self, src, root="lib.rs"):
         self.src = src
         self.files = {}  # module path (tuple) -> file
-        for dirpath, _, names in os.walk(os.path.join(ROOT, src)):
-            for n in names:
-                if not n.endswith(".rs"):
-                    continue
-                rel = os.path.relpath(os.path.join(dirpath, n), os.path.join(ROOT, src))
-                parts = rel[:-3].split(os.sep)
-                if parts[-1] == "mod":
-                    parts = parts[:-1]
-                if parts in (["lib"], ["main"]):
-                    parts = []
-                if parts and parts[0] == "bin":
-                    continue
-                self.files[tuple(parts)] = os.path.join(src, rel)
         self.text, self.children, self.reexports = {}, {}, {}
-        for mod, f in self.files.items():
-            text = source_lines(os.path.join(ROOT, f))
-            self.children[mod] = set(CHILD.findall(text))
-            # Re-exports (`pub use`) name what a module offers, not what it needs: they are
-            # followed to the item's own module, and make no arrow of their own.
-            self.reexports[mod] = {}
-            for tree in PUB_USE.findall(text):
-                for p in expand(tree):
-                    target = self.absolute(mod, p.split("::"))
-                    if target:
-                        self.reexports[mod][target[-1]] = target
-            self.text[mod] = PUB_USE.sub("", text)
+        self.visit((), os.path.join(src, root), src)
+
+    def visit(self, mod, f, kids):
+        """Reads module `mod` from file `f`, then the children it declares (in folder `kids`).
+        Children declared in a test module are not read, so neither are their files."""
+        self.files[mod] = f
+        text = source_lines(os.path.join(ROOT, f))
+        self.children[mod] = set(CHILD.findall(text))
+        # Re-exports (`pub use`) name what a module offers, not what it needs: they are
+        # followed to the item's own module, and make no arrow of their own. A private `use`
+        # makes an arrow, and is followed too: the root's `use cli::bench` is what
+        # `crate::bench` names.
+        self.reexports[mod] = {}
+        for tree in PUB_USE.findall(text) + TOP_USE.findall(text):
+            for p in expand(tree):
+                target = self.absolute(mod, p.split("::"))
+                if target and target[-1] != "*":
+                    self.reexports[mod].setdefault(target[-1], target)
+        self.text[mod] = PUB_USE.sub("", text)
+        for name in sorted(self.children[mod]):
+            for path, sub in ((name + ".rs", name), (os.path.join(name, "mod.rs"), name)):
+                if os.path.isfile(os.path.join(ROOT, kids, path)):
+                    self.visit(mod + (name,), os.path.join(kids, path), os.path.join(kids, sub))
+                    break
 
     def absolute(self, mod, segs):
         """`segs` as written in module `mod`, from the crate root; None for another crate."""
@@ -153,7 +163,8 @@ class Crate:
                 if target is None:
                     continue  # another crate (std, cudarc, nvshmem, ...)
                 t = self.module_of(target)
-                if t is not None and t != mod and t != ():
+                # The root too: an item of lib.rs itself (crate::sys) is a file like any other.
+                if t is not None and t != mod:
                     out.setdefault(f, {}).setdefault(self.files[t], set()).add(segs[-1])
         return out
 
@@ -233,11 +244,11 @@ def cycles(graph):
 
 def main():
     bad = 0
-    for src in CRATES:
-        if not os.path.isdir(os.path.join(ROOT, src)):
+    for src, root in [(s, r) for s in CRATES for r in ("lib.rs", "main.rs")]:
+        if not os.path.isfile(os.path.join(ROOT, src, root)):
             continue
-        graph = Crate(src).edges()
-        if src == "src":
+        graph = Crate(src, root).edges()
+        if src == "src" and root == "lib.rs":
             bad_layers = layer_violations(graph)
             if bad_layers:
                 bad = 1
@@ -247,9 +258,10 @@ def main():
             for f in sorted(graph):
                 for t in sorted(graph[f]):
                     print(f"{f} -> {t}: {', '.join(sorted(graph[f][t]))}")
+        name = src if root == "lib.rs" else os.path.join(src, root)
         for comp in cycles(graph):
             bad = 1
-            print(f"-- import cycle of {len(comp)} files in {src}:")
+            print(f"-- import cycle of {len(comp)} files in {name}:")
             for f in comp:
                 for t in sorted(graph.get(f, {})):
                     if t in comp:

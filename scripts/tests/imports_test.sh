@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Tests of scripts/imports.py on fixture crates: a clean tree passes; a cycle, a layer broken
-# and an eprintln! in library code each fail it, naming what broke. Run: bash
+# Tests of scripts/imports.py on fixture crates: a clean tree passes; a cycle (through a
+# re-export, the crate root's own item or a binary's modules), a layer broken and an eprintln! in
+# library code each fail it, naming what broke. Run: bash
 # scripts/tests/imports_test.sh
 set -uo pipefail
 
@@ -67,6 +68,32 @@ t_a_lower_layer_reaching_up_fails() {
     printf 'use crate::coll::Ring;\npub struct Error(Ring);\n' >"$WORK/t/src/core/error.rs"
     run && fail "layer break passed: $(cat "$WORK/out")"
     expect_out "src/core/error.rs -> src/coll/ring.rs (core must not reach coll): Ring" "layer break not named"
+}
+
+t_a_cycle_through_an_item_of_the_crate_root_fails() {
+    fixture
+    # lib.rs's own ROOT reads coll's WIDTH, and coll reads ROOT back.
+    printf 'pub const ROOT: usize = coll::WIDTH;\n' >>"$WORK/t/src/lib.rs"
+    printf 'pub const WIDTH: usize = 1;\npub fn root() -> usize { crate::ROOT }\n' \
+        >>"$WORK/t/src/coll/mod.rs"
+    run && fail "root cycle passed: $(cat "$WORK/out")"
+    expect_out "src/coll/mod.rs -> src/lib.rs: ROOT" "arrow into the root not named"
+}
+
+# A binary beside the library is a crate of its own: its `crate::a` is the `a` its main.rs
+# imports (cli::a), not a module of the library.
+t_a_cycle_in_a_binary_beside_the_library_fails() {
+    fixture
+    mkdir -p "$WORK/t/src/cli"
+    printf 'mod cli;\nuse cli::a;\nfn main() { a::f() }\n' >"$WORK/t/src/main.rs"
+    printf 'pub mod a;\npub mod b;\n' >"$WORK/t/src/cli/mod.rs"
+    printf 'pub fn f() {}\npub fn h() { super::b::g() }\n' >"$WORK/t/src/cli/a.rs"
+    printf 'pub fn g() {}\n' >"$WORK/t/src/cli/b.rs"
+    run || fail "clean binary: $(cat "$WORK/out")"
+    printf 'pub fn g() { crate::a::f() }\n' >"$WORK/t/src/cli/b.rs"
+    run && fail "binary's cycle passed: $(cat "$WORK/out")"
+    expect_out "import cycle of 2 files in src/main.rs" "binary's cycle not named"
+    expect_out "src/cli/b.rs -> src/cli/a.rs: f" "binary's crate:: path not followed"
 }
 
 t_eprintln_in_library_code_fails() {
