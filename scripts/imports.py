@@ -171,7 +171,7 @@ class Crate:
 
 # (layer, layers it must not reach) of the library, by the top-level module of src/.
 LAYER_RULES = [
-    ("core", {"p2p", "sync", "team", "proto", "coll", "sparse", "pipeline"}),
+    ("core", {"p2p", "sync", "bootstrap", "team", "proto", "coll", "sparse", "pipeline"}),
     ("p2p", {"team", "proto", "coll", "sparse", "pipeline"}),
     ("sync", {"team", "proto", "coll", "sparse", "pipeline"}),
     ("bootstrap", {"team", "proto", "coll", "sparse", "pipeline"}),

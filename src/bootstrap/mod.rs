@@ -16,6 +16,7 @@ use crate::core::error::{Error, Result};
 use crate::sys;
 use std::env;
 
+mod init;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 

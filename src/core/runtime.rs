@@ -1,7 +1,7 @@
-//! The `Nvshmem` runtime handle: initialises NVSHMEM once per process through one of the
-//! bootstraps of [`crate::bootstrap`], and finalises it exactly once on Drop.
+//! The `Nvshmem` runtime handle: initialises NVSHMEM once per process where a bootstrap placed
+//! it (the bootstraps of [`crate::bootstrap`] stand on this layer and give the public `init`
+//! calls), and finalises it exactly once on Drop.
 
-use crate::bootstrap::{self, Bootstrap, LauncherEnv};
 use crate::core::deadline;
 use crate::core::error::{Error, Result};
 use crate::core::leak::{self, LiveBuffer};
@@ -102,14 +102,33 @@ impl Vote {
     }
 }
 
-/// Where this process sits in the job, decided before NVSHMEM init.
-struct Placement {
-    rank: i32,
-    n_pes: i32,
-    local_rank: i32,
-    unique_id: Option<Vec<u8>>,
-    #[cfg(feature = "mpi")]
-    mpi: Option<crate::bootstrap::mpi::MpiGuard>,
+/// Where this process sits in the job, decided by a bootstrap before NVSHMEM init.
+pub(crate) struct Placement {
+    pub rank: i32,
+    pub n_pes: i32,
+    pub local_rank: i32,
+    /// The unique ID every PE shares, or why the bootstrap's bytes are not one (reported after
+    /// the device checks, among the errors all PEs agree on); None: this process takes its own.
+    pub unique_id: Option<Result<sys::nvshmemx_uniqueid_t>>,
+    /// Which bootstrap placed this process, for the log.
+    pub bootstrap: &'static str,
+    /// The job runtime the bootstrap started (MPI), if any.
+    pub job: Option<Box<dyn Job>>,
+}
+
+/// A job runtime a bootstrap started (MPI), as init needs it: all PEs agree before NVSHMEM's
+/// own init, an error past that ends the job, and it stays up as long as NVSHMEM (dropped with
+/// the handle, after finalize). A trait of this layer so that the runtime needs no bootstrap.
+pub(crate) trait Job {
+    /// Every PE's readiness for NVSHMEM init: this PE's error, or one saying another PE failed.
+    /// Collective: every PE must call it.
+    fn all_ready(
+        &self,
+        local: Result<sys::nvshmemx_uniqueid_t>,
+    ) -> Result<sys::nvshmemx_uniqueid_t>;
+    /// Ends the whole job after an error past [`Job::all_ready`] (the others may wait inside
+    /// NVSHMEM's init for this PE).
+    fn abort(&self, err: &Error) -> !;
 }
 
 /// An initialised NVSHMEM runtime. Dropping it finalises NVSHMEM (and MPI, if it started it).
@@ -140,8 +159,8 @@ pub struct Nvshmem {
     /// The tuned tables `Auto` consults (a tuning file's, plus online tuning's results).
     tuning: RefCell<TuningState>,
     finalized: bool,
-    #[cfg(feature = "mpi")]
-    _mpi: Option<crate::bootstrap::mpi::MpiGuard>,
+    /// Dropped after the finalize of Drop: the job runtime outlives NVSHMEM.
+    _job: Option<Box<dyn Job>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -168,32 +187,17 @@ impl std::fmt::Debug for Nvshmem {
 }
 
 impl Nvshmem {
-    /// Initialises NVSHMEM with the bootstrap chosen by `NVSH_BOOTSTRAP` (default: automatic:
-    /// launcher environment, then MPI environment, else a single PE).
-    pub fn init() -> Result<Nvshmem> {
-        Self::init_with(Bootstrap::from_env()?)
-    }
-
-    /// Initialises this process as the only PE.
-    pub fn init_single_pe() -> Result<Nvshmem> {
-        Self::init_with(Bootstrap::Single)
-    }
-
-    /// Initialises NVSHMEM with the given bootstrap. Selects the CUDA device for the local rank
-    /// before init. Fails with a typed error (never aborts) when there is no driver or device,
-    /// when NVSHMEM is already initialised, or when NVSHMEM's own init fails.
-    ///
-    /// NVSHMEM comes up once per process: after the handle is dropped (finalised), a further
-    /// init is refused with [`Error::InitAfterFinalize`]; an init that fails before NVSHMEM's
-    /// own init may be retried.
-    pub fn init_with(bootstrap: Bootstrap) -> Result<Nvshmem> {
+    /// Initialises NVSHMEM where `place` puts this process (a bootstrap's decision, taken once
+    /// the lifecycle and the environment allow an init). The public calls are the bootstrap
+    /// layer's: `Nvshmem::init`, `init_single_pe` and `init_with`.
+    pub(crate) fn init_placed(place: impl FnOnce() -> Result<Placement>) -> Result<Nvshmem> {
         let cuda = result::cuda_probe()?;
         lifecycle(|state| -> Result<()> {
             *state = state.begin_init()?;
             Ok(())
         })?;
         let mut nvshmem_up = false;
-        let r = Self::init_inner(bootstrap, cuda, &mut nvshmem_up);
+        let r = Self::init_inner(place, cuda, &mut nvshmem_up);
         lifecycle(|state| {
             *state = match &r {
                 Ok(_) => Lifecycle::Live,
@@ -205,19 +209,22 @@ impl Nvshmem {
         r
     }
 
-    fn init_inner(bootstrap: Bootstrap, cuda: CudaInfo, nvshmem_up: &mut bool) -> Result<Nvshmem> {
+    fn init_inner(
+        place: impl FnOnce() -> Result<Placement>,
+        cuda: CudaInfo,
+        nvshmem_up: &mut bool,
+    ) -> Result<Nvshmem> {
         // Before anything is started: a bad NVSH_TIMEOUT_MS fails here, on every PE alike.
         let timeout = deadline::default_timeout()?;
         let tune_mode = tuning::tune_mode_from_env()?;
         tuning::budget_ms_from_env()?;
         check_library_version(result::compiled_version(), result::host_library_version())?;
-        #[allow(unused_mut)]
-        let mut placement = place(bootstrap)?;
+        let mut placement = place()?;
         // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
         let device = placement.local_rank % cuda.device_count;
         log::info!(
             "bootstrap {}: rank {} of {}, local rank {} -> GPU {device} of {} visible",
-            placement.bootstrap_name(),
+            placement.bootstrap,
             placement.rank,
             placement.n_pes,
             placement.local_rank,
@@ -225,29 +232,29 @@ impl Nvshmem {
         );
         let prepared = check_compute_capability(device)
             .and_then(|()| result::cuda_set_device(device))
-            .and_then(|()| match &placement.unique_id {
-                Some(bytes) => bootstrap::unique_id_from_bytes(bytes),
+            .and_then(|()| match placement.unique_id.take() {
+                Some(id) => id,
                 None => result::get_unique_id(),
             });
         // NVSHMEM's init waits for every PE with no timeout: under MPI all ranks first agree
         // that each is ready, so that one rank's failure fails them all instead of hanging.
-        let id = placement.all_ready(prepared)?;
-        #[cfg(feature = "mpi")]
-        let mpi = placement.mpi.take();
+        let job = placement.job.take();
+        let id = match &job {
+            Some(job) => job.all_ready(prepared),
+            None => prepared,
+        }?;
         let started = Self::start(placement, device, cuda, &id, timeout, nvshmem_up)
             .and_then(|nv| nv.start_tuning(tune_mode).map(|()| nv));
         // Past the agreement an error cannot be shared: the others may already wait inside
         // NVSHMEM's init, and MPI_Finalize would wait for them. End the whole MPI job.
-        #[cfg(feature = "mpi")]
-        let started = match (started, mpi) {
-            (Err(e), Some(mpi)) => mpi.abort(&e),
-            (Ok(mut nv), mpi) => {
-                nv._mpi = mpi;
+        match (started, job) {
+            (Err(e), Some(job)) => job.abort(&e),
+            (Ok(mut nv), job) => {
+                nv._job = job;
                 Ok(nv)
             }
             (Err(e), None) => Err(e),
-        };
-        started
+        }
     }
 
     /// NVSHMEM init and the runtime's own state, once every PE is ready. Sets `nvshmem_up` once
@@ -300,8 +307,8 @@ impl Nvshmem {
                 None,
             )),
             finalized: false,
-            #[cfg(feature = "mpi")]
-            _mpi: placement.mpi,
+            // Set by init_inner once the runtime is up.
+            _job: None,
             _not_send: PhantomData,
         };
         if n_pes != placement.n_pes || my_pe != placement.rank {
@@ -938,101 +945,6 @@ fn check_library_version(compiled: (i32, i32, i32), loaded: (i32, i32, i32)) -> 
     })
 }
 
-impl Placement {
-    /// Under MPI, whether every rank is ready: this rank's error, or one saying that another
-    /// rank failed. Every rank must call it. Elsewhere `local` itself.
-    fn all_ready<T>(&self, local: Result<T>) -> Result<T> {
-        #[cfg(feature = "mpi")]
-        if let Some(mpi) = &self.mpi {
-            return mpi.all_ready(local);
-        }
-        local
-    }
-}
-
-impl Placement {
-    /// Which bootstrap placed this process, for the log.
-    fn bootstrap_name(&self) -> &'static str {
-        #[cfg(feature = "mpi")]
-        if self.mpi.is_some() {
-            return "mpi";
-        }
-        if self.unique_id.is_some() {
-            "launcher"
-        } else {
-            "single PE"
-        }
-    }
-}
-
-/// Decides rank, size, local rank and where the unique ID comes from.
-fn place(bootstrap: Bootstrap) -> Result<Placement> {
-    let from_launcher = |env: LauncherEnv| Placement {
-        rank: env.rank,
-        n_pes: env.world_size,
-        local_rank: env.local_rank,
-        unique_id: Some(env.unique_id),
-        #[cfg(feature = "mpi")]
-        mpi: None,
-    };
-    let single = || Placement {
-        rank: 0,
-        n_pes: 1,
-        local_rank: 0,
-        unique_id: None,
-        #[cfg(feature = "mpi")]
-        mpi: None,
-    };
-    match bootstrap {
-        Bootstrap::Single => Ok(single()),
-        Bootstrap::Launcher => bootstrap::launcher_env()?
-            .map(from_launcher)
-            .ok_or_else(|| Error::BootstrapUnavailable {
-                reason: "the launcher bootstrap was chosen but NVSH_RANK is not set: start the \
-                         program with `nvsh run -n N -- prog`"
-                    .into(),
-            }),
-        Bootstrap::Mpi => place_mpi(),
-        Bootstrap::Auto => {
-            if let Some(env) = bootstrap::launcher_env()? {
-                return Ok(from_launcher(env));
-            }
-            match bootstrap::step_env() {
-                Some(step) if step.size > 1 => {
-                    step.check_mpi_capable()?;
-                    place_mpi()
-                }
-                _ => Ok(single()),
-            }
-        }
-    }
-}
-
-#[cfg(feature = "mpi")]
-fn place_mpi() -> Result<Placement> {
-    let (guard, rank, size, local_rank, id) = crate::bootstrap::mpi::exchange_unique_id()?;
-    Ok(Placement {
-        rank,
-        n_pes: size,
-        local_rank,
-        unique_id: Some(id),
-        mpi: Some(guard),
-    })
-}
-
-#[cfg(not(feature = "mpi"))]
-fn place_mpi() -> Result<Placement> {
-    let (launcher, size) =
-        bootstrap::step_env().map_or(("an MPI launcher", 0), |s| (s.launcher, s.size));
-    Err(Error::BootstrapUnavailable {
-        reason: format!(
-            "started by {launcher} ({size} processes) but this program was built without \
-             the `mpi` feature, so every process would be a separate 1-PE job; rebuild with \
-             `--features mpi`, or start it with `nvsh run -n N`"
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1048,41 +960,6 @@ mod tests {
             assert!(err.to_string().contains("no CUDA"), "{err}");
         }
         assert_eq!(lifecycle(|s| *s), Lifecycle::Uninit);
-    }
-
-    #[cfg(not(feature = "mpi"))]
-    #[test]
-    fn mpi_launch_without_the_mpi_feature_is_refused_not_split_into_single_pes() {
-        use crate::bootstrap::tests::with_env;
-        let vars = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
-        let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
-        assert!(err.to_string().contains("--features mpi"), "{err}");
-    }
-
-    #[cfg(not(feature = "mpi"))]
-    #[test]
-    fn a_plain_run_inside_an_sbatch_script_is_one_pe() {
-        use crate::bootstrap::tests::with_env;
-        // `sbatch -n 8` sets these for the batch script itself; no launcher started ./prog.
-        let vars = [
-            ("SLURM_PROCID", "0"),
-            ("SLURM_NTASKS", "8"),
-            ("SLURM_LOCALID", "0"),
-        ];
-        let placed = with_env(&vars, || place(Bootstrap::Auto)).map(|p| (p.rank, p.n_pes));
-        assert_eq!(placed.ok(), Some((0, 1)));
-        // Inside an srun step of 8 it is one of 8: refused without the `mpi` feature.
-        let step = [("SLURM_STEP_NUM_TASKS", "8"), ("SLURM_PROCID", "3")];
-        let err = with_env(&step, || place(Bootstrap::Auto).err()).expect("an error");
-        assert!(err.to_string().contains("--features mpi"), "{err}");
-    }
-
-    #[test]
-    fn torchrun_is_refused_not_split_into_single_pes() {
-        use crate::bootstrap::tests::with_env;
-        let vars = [("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1")];
-        let err = with_env(&vars, || place(Bootstrap::Auto).err()).expect("an error");
-        assert!(err.to_string().contains("torchrun"), "{err}");
     }
 
     #[test]
@@ -1168,12 +1045,5 @@ mod tests {
             text.contains("3.4.5") && text.contains("3.3.9") && text.contains("LD_LIBRARY_PATH"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn launcher_bootstrap_without_launcher_variables_says_how_to_start() {
-        use crate::bootstrap::tests::with_env;
-        let err = with_env(&[], || place(Bootstrap::Launcher).err()).expect("an error");
-        assert!(err.to_string().contains("nvsh run -n N"), "{err}");
     }
 }
