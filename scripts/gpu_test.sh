@@ -29,6 +29,9 @@
 # containing it (to split a suite over several runs; the count left out is printed);
 # GPU_TEST_MIN_PES leaves out the cases of fewer PEs (to run only what a machine with fewer GPUs
 # runs differently: GPU_TEST_MIN_PES=3 with CUDA_VISIBLE_DEVICES=0,1).
+# GPU_TEST_SHARD=K/N keeps every Nth case from the Kth on (1 <= K <= N), counted before
+# GPU_TEST_RESUME drops any, so N runs with K=1..N (on disjoint CUDA_VISIBLE_DEVICES, say)
+# share one suite: two 2-GPU lanes of a 4-GPU machine run the 2-GPU suite in half the time.
 # GPU_TEST_TIMEOUT (seconds, default 300) bounds each case. Logs go to GPU_TEST_LOG_DIR if set.
 # GPU_TEST_RESUME=1 with the GPU_TEST_LOG_DIR of a run that was cut off (a machine's time limit)
 # runs only the cases without a verdict there; the earlier verdicts count in the summary.
@@ -47,6 +50,20 @@ exclude=${GPU_TEST_EXCLUDE:-}
 min_pes=${GPU_TEST_MIN_PES:-1}
 parallel=${GPU_TEST_PARALLEL:-0}
 excluded=0
+shard=${GPU_TEST_SHARD:-1/1}
+if ! [[ "$shard" =~ ^([0-9]+)/([0-9]+)$ ]] || [ "${BASH_REMATCH[1]}" -lt 1 ] ||
+    [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+    echo "gpu_test.sh: GPU_TEST_SHARD='$shard' is not K/N with 1 <= K <= N (e.g. 1/2)" >&2
+    exit 2
+fi
+shard_k=${BASH_REMATCH[1]} shard_n=${BASH_REMATCH[2]} shard_seen=0 shard_other=0
+# in_shard: whether the next case (in manifest order) belongs to this shard.
+in_shard() {
+    shard_seen=$((shard_seen + 1))
+    [ $(((shard_seen - 1) % shard_n)) -eq $((shard_k - 1)) ] && return 0
+    shard_other=$((shard_other + 1))
+    return 1
+}
 logdir=${GPU_TEST_LOG_DIR:-$(mktemp -d)}
 mkdir -p "$logdir"
 manifest=$logdir/manifest.txt
@@ -157,6 +174,7 @@ for t in "${binaries[@]}"; do
             excluded=$((excluded + 1))
             continue
         fi
+        in_shard || continue
         if done_before "$(basename "$t") $name"; then
             resumed=$((resumed + 1))
             continue
@@ -168,6 +186,7 @@ done
 add_other() {
     [ "$min_pes" -le "$2" ] || return 0
     [ -z "$filter" ] || [[ "$1" == *"$filter"* ]] || [[ ring_exchange == *"$filter"* && "$1" == ring_exchange* ]] || return 0
+    in_shard || return 0
     if done_before "$1"; then
         resumed=$((resumed + 1))
         return 0
@@ -184,6 +203,8 @@ expected=$((expected + cases + resumed))
 echo "gpu_test.sh: $expected cases expected (manifest: $manifest)"
 [ -z "$exclude" ] && [ "$min_pes" -le 1 ] ||
     echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude' / GPU_TEST_MIN_PES=$min_pes"
+[ "$shard_n" -eq 1 ] ||
+    echo "gpu_test.sh: shard $shard: $shard_other case(s) belong to the other shards"
 if [ -n "$filter" ] && [ "$cases" -eq 0 ]; then
     echo "gpu_test.sh: GPU_TEST_FILTER='$filter' matched no case" >&2
 fi
