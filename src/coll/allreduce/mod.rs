@@ -233,10 +233,11 @@ const PUSH_OFF: usize = 1 << 40;
 ///   two-shot at 16 MiB and lost at 32 and 64 MiB), two-shot above (out of place it pushes
 ///   from 256 MiB).
 /// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27): one-shot up to 512 KiB, at 4 PEs recursive
-///   doubling to 1 MiB, two-shot above (out of place it pushes from 64 MiB). `nvsh tune` at 4
-///   PEs on 4 x H100 (2253fd8, f32 and bf16) took these; the ring, which an older two-shot
-///   lost to at 64 MiB, tied it at 32 MiB and lost at 64 and 128 MiB. 3 PEs: not measured
-///   since, so no recursive doubling there.
+///   doubling to 1 MiB, two-shot above (out of place it pushes from 64 MiB) except the ring
+///   above 16 MiB to 64 MiB at 4 PEs. Recursive doubling at 1 MiB is `nvsh tune`'s choice; the
+///   ring at 64 MiB is the bench's (two bench runs on two builds had it ahead of the two-shot
+///   there, where the tuner, which times each call after a barrier, had it behind). 3 PEs: not
+///   measured since, so no recursive doubling or ring there.
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
 ///   up to 128 KiB, recursive doubling to 2 MiB, two-shot above.
 /// - more: recursive doubling for small messages, the ring for large ones.
@@ -250,6 +251,8 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(3, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 512 << 10, AllreduceAlgo::OneShot),
     rule(4, 1 << 20, AllreduceAlgo::RecursiveDoubling),
+    rule(4, 16 << 20, AllreduceAlgo::TwoShot),
+    rule(4, 64 << 20, AllreduceAlgo::Ring),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
     rule(8, 128 << 10, AllreduceAlgo::OneShot),
     rule(8, 2 << 20, AllreduceAlgo::RecursiveDoubling),
@@ -1107,8 +1110,9 @@ mod tests {
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(4, 1 << 20), AllreduceAlgo::RecursiveDoubling);
         assert_eq!(pick(4, 2 << 20), AllreduceAlgo::TwoShot);
-        assert_eq!(pick(4, 32 << 20), AllreduceAlgo::TwoShot);
-        assert_eq!(pick(4, 64 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 16 << 20), AllreduceAlgo::TwoShot);
+        assert_eq!(pick(4, 32 << 20), AllreduceAlgo::Ring);
+        assert_eq!(pick(4, 64 << 20), AllreduceAlgo::Ring);
         assert_eq!(pick(4, 128 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 256 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(8, 4096), AllreduceAlgo::OneShot);
