@@ -704,6 +704,21 @@ pub fn size_plan<T: BenchElement, C: Collective<T>>(
     plan
 }
 
+/// One timed group ([`Harness::time_group`]), per call, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupTime {
+    /// The group: of the calls alone, or after compute of the (compute kernel, call) pairs.
+    pub us: f64,
+    /// After compute: the compute kernels alone.
+    pub compute_us: Option<f64>,
+}
+
+/// The time of a call after a compute kernel from the groups' per-call times with it and of
+/// the compute alone: the difference of their medians (never below 0), microseconds.
+pub fn after_compute_us(with_compute: &[f64], compute_alone: &[f64]) -> f64 {
+    (median(with_compute) - median(compute_alone)).max(0.0)
+}
+
 /// One candidate at one size, timed and checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timing {
@@ -1061,6 +1076,59 @@ impl<'nv> Harness<'nv> {
         Ok(())
     }
 
+    /// Calls per timed group for `call` (handed the call's index): [`iters_for`] of the time of
+    /// the untimed warm-up calls, which it makes, PE 0's estimate being everyone's. The caller
+    /// caps it where its calls need slots. Collective.
+    pub fn group_size(&self, call: &mut dyn FnMut(usize) -> Result<()>) -> Result<usize> {
+        self.nv.barrier_all()?;
+        let ms = elapsed_ms(self.nv, &self.stream, || {
+            for k in 0..self.warmup {
+                call(k)?;
+            }
+            Ok(())
+        })?;
+        let iters = iters_for(ms * 1e3 / self.warmup as f64);
+        Ok(self.exchange.broadcast_from_pe0(iters as u64)? as usize)
+    }
+
+    /// One timed group of `group` calls of `call` (handed the call's index 0..group), after a
+    /// barrier so that skew between PEs is not timed. With `after_compute`, each call follows
+    /// the compute kernel, and the compute kernels are then timed alone ([`after_compute_us`]
+    /// takes the difference of the medians). Collective.
+    pub fn time_group(
+        &self,
+        group: usize,
+        after_compute: bool,
+        call: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<GroupTime> {
+        let (nv, stream, group) = (self.nv, &*self.stream, group.max(1));
+        nv.barrier_all()?;
+        let ms = elapsed_ms(nv, stream, || {
+            for k in 0..group {
+                if after_compute {
+                    self.compute_kernel()?;
+                }
+                call(k)?;
+            }
+            Ok(())
+        })?;
+        let compute_us = if after_compute {
+            let ms = elapsed_ms(nv, stream, || {
+                for _ in 0..group {
+                    self.compute_kernel()?;
+                }
+                Ok(())
+            })?;
+            Some(ms * 1e3 / group as f64)
+        } else {
+            None
+        };
+        Ok(GroupTime {
+            us: ms * 1e3 / group as f64,
+            compute_us,
+        })
+    }
+
     /// Agrees on a step's result across PEs: Ok(Some(value)) when it worked everywhere,
     /// Ok(None) with `why` when it failed everywhere, an error when only some PEs failed (they
     /// can no longer run the same sequence of calls).
@@ -1369,17 +1437,11 @@ impl<'nv> Harness<'nv> {
         }
         stream.synchronize()?;
 
-        // Warm-up, timed to size the groups; PE 0's estimate is everyone's.
-        nv.barrier_all()?;
-        let ms = elapsed_ms(nv, stream, || {
-            for k in 0..self.warmup {
-                Self::call_slot(coll, c, slots, k % slots.n_slots, stream)?;
-            }
-            Ok(())
+        let n_slots = slots.n_slots;
+        let iters = self.group_size(&mut |k| {
+            Self::call_slot(coll, c, slots, k % n_slots, stream).map(|_| ())
         })?;
-        let iters = iters_for(ms * 1e3 / self.warmup as f64);
-        let iters = self.exchange.broadcast_from_pe0(iters as u64)? as usize;
-        let group = iters.min(slots.n_slots);
+        let group = iters.min(n_slots);
         slots.expect_first(coll.values(), group);
 
         let mut us = Vec::with_capacity(self.reps);
@@ -1400,28 +1462,15 @@ impl<'nv> Harness<'nv> {
             // NaN in every output, so a call that writes nothing (or only part) is caught.
             slots.poison(window, group)?;
             nv.context().synchronize()?;
-            // Every group starts together, so skew between PEs is not timed.
-            nv.barrier_all()?;
-            let ms = elapsed_ms(nv, stream, || {
-                for k in 0..group {
-                    if after_compute {
-                        self.compute_kernel()?;
-                    }
-                    Self::call_slot(coll, c, slots, k, stream)?;
-                }
-                Ok(())
+            let t = self.time_group(group, after_compute, &mut |k| {
+                Self::call_slot(coll, c, slots, k, stream).map(|_| ())
             })?;
-            if after_compute {
-                with_compute.push(ms * 1e3 / group as f64);
-                let ms = elapsed_ms(nv, stream, || {
-                    for _ in 0..group {
-                        self.compute_kernel()?;
-                    }
-                    Ok(())
-                })?;
-                compute_alone.push(ms * 1e3 / group as f64);
-            } else {
-                us.push(ms * 1e3 / group as f64);
+            match t.compute_us {
+                Some(alone) => {
+                    with_compute.push(t.us);
+                    compute_alone.push(alone);
+                }
+                None => us.push(t.us),
             }
             if !slots.checks {
                 continue;
@@ -1441,7 +1490,7 @@ impl<'nv> Harness<'nv> {
             }
         }
         let (wrong, wrong_detail) = self.gather_wrong(wrong, first)?;
-        let us_after_compute = (median(&with_compute) - median(&compute_alone)).max(0.0);
+        let us_after_compute = after_compute_us(&with_compute, &compute_alone);
         let us = median(&us);
         let algbw = algbw_gbps(slots.bytes, us);
         Ok(Outcome::Timed(Timing {
@@ -2275,6 +2324,17 @@ pub fn render_csv(r: &Report, on: RatioOn) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_compute_is_the_difference_of_the_medians_never_negative() {
+        assert_eq!(
+            after_compute_us(&[10.0, 30.0, 12.0], &[4.0, 5.0, 100.0]),
+            7.0
+        );
+        assert_eq!(after_compute_us(&[10.0, 12.0], &[4.0, 5.0]), 6.5);
+        // Noise can put the compute alone above the pairs: the call then costs nothing.
+        assert_eq!(after_compute_us(&[5.0], &[6.0]), 0.0);
+    }
 
     #[test]
     fn sizes_step_by_the_factor_up_to_max() {

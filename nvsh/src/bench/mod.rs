@@ -2,6 +2,7 @@
 //! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark
 //! (`family`: the collectives beside allreduce, which share candidates and options, listed in
 //! [`kind`]);
+//! the split of our small allreduce's time into rungs in [`probe`];
 //! charts of the results in [`plot`].
 
 pub mod allreduce;
@@ -10,6 +11,7 @@ pub mod harness;
 pub mod kind;
 pub mod nvshmem_coll;
 pub mod plot;
+pub mod probe;
 pub mod put;
 pub mod sparse;
 

@@ -5,6 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
 use nvsh::bench::harness::{self, RatioOn, Report};
+use nvsh::bench::probe::{self, ProbeOptions};
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvsh::bench::sparse::{self, SparseBenchOptions};
 use nvshmem::core::env_value::size_label;
@@ -15,6 +16,10 @@ use std::path::Path;
 pub enum BenchCommand {
     /// Device-initiated put bandwidth (PE 0 -> PE 1) per size, and one-way latency.
     Put(PutArgs),
+    /// What our small allreduce costs, split into rungs launched as the low-latency one-shot:
+    /// an empty kernel, one round of flags, the data as lines, the one-shot itself; each back
+    /// to back and after a compute kernel, with the differences between rungs.
+    Probe(ProbeArgs),
     /// Allreduce: our algorithms, the automatic choice, NCCL and NVSHMEM's reduce, per size and
     /// dtype, with the time ratio ours (auto) / NCCL.
     Allreduce(AllreduceArgs),
@@ -176,6 +181,76 @@ pub struct PutArgs {
     /// axes, a line per candidate (from PE 0; the path is checked before the bench starts).
     #[arg(long, value_name = "FILE.png")]
     plot: Option<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ProbeArgs {
+    /// Message size (bytes; K, M suffixes): a multiple of 8, at most 256K (the low-latency
+    /// one-shot's default limit at more than 2 PEs).
+    #[arg(
+        short = 'b',
+        long = "bytes",
+        value_name = "BYTES",
+        default_value = "4K",
+        value_parser = parse_probe_bytes
+    )]
+    bytes: usize,
+    /// Timed groups per rung and timing; the median is reported.
+    #[arg(short = 'n', long = "reps", default_value_t = 20)]
+    reps: usize,
+    /// Untimed calls before the groups (they also size them).
+    #[arg(short = 'w', long = "warmup", default_value_t = 3)]
+    warmup: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write the results to this file (from PE 0) instead of standard output.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+impl ProbeArgs {
+    fn options(&self) -> ProbeOptions {
+        ProbeOptions {
+            bytes: self.bytes,
+            reps: self.reps,
+            warmup: self.warmup,
+        }
+    }
+}
+
+/// The probe's size: [`parse_size`], a multiple of 8 (its lines carry 8 bytes) and no more
+/// than the size up to which the one-shot takes its low-latency path by default.
+fn parse_probe_bytes(s: &str) -> std::result::Result<usize, String> {
+    let bytes = parse_size(s)?;
+    let max = nvshmem::coll::allreduce::LL_MAX_DEFAULT_WIDE;
+    if bytes % 8 != 0 {
+        return Err(format!("{bytes} bytes is not a multiple of 8"));
+    }
+    if bytes > max {
+        return Err(format!(
+            "{} is above {}, where the one-shot leaves its low-latency path by default",
+            size_label(bytes),
+            size_label(max)
+        ));
+    }
+    Ok(bytes)
+}
+
+fn probe_bench(args: ProbeArgs) -> Result<()> {
+    check_outputs(args.out.as_deref(), None)?;
+    let nv = Nvshmem::init()?;
+    if let Some(report) = probe::run(&nv, &args.options())? {
+        let text = if args.json {
+            probe::render_json(&report) + "\n"
+        } else {
+            probe::render_table(&report)
+        };
+        emit(&text, args.out.as_deref())?;
+        // Printed first, so the table shows which rung failed; then the exit status says so.
+        report.verify()?;
+    }
+    Ok(())
 }
 
 /// Sizes and repetitions, as every bench takes them.
@@ -514,6 +589,7 @@ pub fn parse_check(s: &str) -> std::result::Result<u8, String> {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Put(args) => put(args),
+        BenchCommand::Probe(args) => probe_bench(args),
         BenchCommand::Allreduce(args) => allreduce(args),
         BenchCommand::Broadcast(a) => family(Kind::Broadcast, &a.family, None, Some(&a.root)),
         BenchCommand::Allgather(a) => family(Kind::Allgather, &a, None, None),
@@ -1172,6 +1248,41 @@ mod tests {
             BenchCommand::Put(a) => Ok(a.options()),
             _ => Err("parsed as another bench".into()),
         }
+    }
+
+    fn probe_opts(args: &[&str]) -> std::result::Result<ProbeOptions, String> {
+        let argv = ["bench", "probe"].iter().chain(args);
+        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
+            BenchCommand::Probe(a) => Ok(a.options()),
+            _ => Err("parsed as another bench".into()),
+        }
+    }
+
+    #[test]
+    fn probe_takes_a_size_reps_and_warmup() {
+        assert_eq!(probe_opts(&[]), Ok(ProbeOptions::default()));
+        assert_eq!(
+            probe_opts(&["-b", "64K", "-n", "5", "-w", "2"]),
+            Ok(ProbeOptions {
+                bytes: 64 << 10,
+                reps: 5,
+                warmup: 2
+            })
+        );
+        assert_eq!(
+            probe_opts(&["--bytes", "8", "--reps", "1"]).map(|o| (o.bytes, o.reps)),
+            Ok((8, 1))
+        );
+        for (bad, why) in [
+            ("12", "multiple of 8"),
+            ("512K", "low-latency path"),
+            ("0", "not a size"),
+        ] {
+            let err = probe_opts(&["--bytes", bad]).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = probe_opts(&["--min", "4K"]).unwrap_err();
+        assert!(err.contains("--min"), "{err}");
     }
 
     /// The text clap prints for `nvsh bench ARGS`, which must fail (an error or the help).

@@ -25,6 +25,7 @@ use crate::core::runtime::Nvshmem;
 use crate::core::status::WaitFailure;
 use crate::core::stream::is_capturing;
 use crate::core::stream::raw_stream;
+use crate::p2p::device_put::LaunchShape;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, Workspace};
 use crate::sys;
@@ -909,12 +910,14 @@ impl<'nv> Allreduce<'nv> {
             && bytes <= self.ll_max
             && 2 * bytes <= self.ll_slot_bytes;
         let (code, blocks, threads) = match (algo, protocol) {
-            // One 16-byte line per thread per pass (8 payload bytes each), 512 threads.
-            _ if low_latency => (
-                sys::NVSHMEMRS_ALGO_ONESHOT_LL as i32,
-                parts(bytes, 4 << 10, 32),
-                512,
-            ),
+            _ if low_latency => {
+                let shape = low_latency_shape(bytes);
+                (
+                    sys::NVSHMEMRS_ALGO_ONESHOT_LL as i32,
+                    shape.blocks as usize,
+                    shape.threads as usize,
+                )
+            }
             (_, Protocol::Pull | Protocol::Push) => (
                 protocol.code(),
                 self.direct_shape.blocks(bytes, n),
@@ -987,6 +990,16 @@ impl<'nv> Allreduce<'nv> {
     }
 }
 
+/// The launch of the low-latency one-shot for a message of `bytes`: a block per 4 KiB, at most
+/// 32, of 512 threads, one 16-byte line (8 payload bytes) per thread per pass. Public so that
+/// the tools' probe (`nvsh bench probe`) launches its kernels alike.
+pub fn low_latency_shape(bytes: usize) -> LaunchShape {
+    LaunchShape {
+        blocks: bytes.div_ceil(4 << 10).clamp(1, 32) as u32,
+        threads: 512,
+    }
+}
+
 /// [`Allreduce::settings`] for these values.
 fn describe_settings(ll_max: usize, d: &DirectShape) -> String {
     use crate::core::env_value::size_label;
@@ -1024,6 +1037,16 @@ mod tests {
     use super::*;
     use crate::bootstrap::tests::with_env;
     use crate::coll::family::refuse_overlap;
+
+    #[test]
+    fn low_latency_launch_has_a_block_per_4k_up_to_32() {
+        let shape = |bytes| low_latency_shape(bytes).to_string();
+        assert_eq!(shape(8), "1x512");
+        assert_eq!(shape(4 << 10), "1x512");
+        assert_eq!(shape((4 << 10) + 8), "2x512");
+        assert_eq!(shape(128 << 10), "32x512");
+        assert_eq!(shape(1 << 20), "32x512");
+    }
 
     #[test]
     fn outputs_overlapping_the_input_are_refused_unless_in_place() {
