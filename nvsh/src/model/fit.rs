@@ -2,6 +2,8 @@
 //! 2026-11-27), InfiniBand terms stated (NDR 400 Gb/s per GPU, a few microseconds a hop) and
 //! overridable from the command line. Each fit input is a constant naming its table.
 
+use crate::bench::allreduce::busbw_factor;
+use crate::bench::harness::algbw_gbps;
 use serde::Serialize;
 
 /// Our one-shot allreduce, f32, 4 KiB, 2 PEs, in us: the low-latency step. Table "allreduce
@@ -31,12 +33,12 @@ pub const IB_GBIT: f64 = 400.0;
 /// Per hop across the fabric (adapter, switch, adapter): 2-4 us; the middle.
 pub const IB_HOP_US: f64 = 3.0;
 
-const MIB_256: f64 = 256.0 * 1024.0 * 1024.0;
+const MIB_256: usize = 256 << 20;
 
-/// Bus bandwidth of an allreduce of `n` bytes in `t` us over `p` PEs (nccl-tests' factor
-/// 2(p-1)/p), in GB/s.
-pub fn busbw(n: f64, t: f64, p: f64) -> f64 {
-    2.0 * (p - 1.0) / p * n / (t * 1e3)
+/// Bus bandwidth of an allreduce of `n` bytes in `t` us over `p` PEs, in GB/s: the bench's
+/// algbw times its allreduce bus factor (nccl-tests' 2(p-1)/p).
+fn busbw(n: usize, t: f64, p: i32) -> f64 {
+    algbw_gbps(n, t) * busbw_factor(p)
 }
 
 /// Every term of the model.
@@ -77,14 +79,13 @@ impl Params {
     pub fn fitted(ib_gbit: f64, ib_us: f64) -> Params {
         // Two-shot: 2 steps and 2(P-1)/P of the message per PE, so its busbw at 256 MiB is
         // the per-GPU rate once the steps are negligible; the mean of 2 and 4 PEs.
-        let ts = (busbw(MIB_256, TWOSHOT_256M_2PE_US, 2.0)
-            + busbw(MIB_256, TWOSHOT_256M_4PE_US, 4.0))
-            / 2.0;
+        let ts =
+            (busbw(MIB_256, TWOSHOT_256M_2PE_US, 2) + busbw(MIB_256, TWOSHOT_256M_4PE_US, 4)) / 2.0;
         // At 2 PEs recursive doubling and one-shot send the whole message once.
-        let rd = MIB_256 / ((RD_256M_2PE_US - RD_4K_2PE_US) * 1e3);
-        let os = MIB_256 / ((ONESHOT_256M_2PE_US - RD_4K_2PE_US) * 1e3);
+        let rd = algbw_gbps(MIB_256, RD_256M_2PE_US - RD_4K_2PE_US);
+        let os = algbw_gbps(MIB_256, ONESHOT_256M_2PE_US - RD_4K_2PE_US);
         let nccl =
-            (busbw(MIB_256, NCCL_256M_2PE_US, 2.0) + busbw(MIB_256, NCCL_256M_4PE_US, 4.0)) / 2.0;
+            (busbw(MIB_256, NCCL_256M_2PE_US, 2) + busbw(MIB_256, NCCL_256M_4PE_US, 4)) / 2.0;
         Params {
             nvl_ll_us: ONESHOT_4K_2PE_US,
             nvl_step_us: RD_4K_2PE_US,

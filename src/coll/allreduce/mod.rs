@@ -901,7 +901,6 @@ impl<'nv> Allreduce<'nv> {
     ) -> Result<()> {
         let n = self.ws.n_pes() as usize;
         let bytes = input.num_bytes();
-        let parts = |bytes: usize, unit: usize, max: usize| bytes.div_ceil(unit).clamp(1, max);
         let aligned8 = (input.as_device_ptr() as usize | output.as_device_ptr() as usize) % 8 == 0;
         let low_latency = algo == AllreduceAlgo::OneShot
             && self.ws.all_mapped()
@@ -995,9 +994,14 @@ impl<'nv> Allreduce<'nv> {
 /// the tools' probe (`nvsh bench probe`) launches its kernels alike.
 pub fn low_latency_shape(bytes: usize) -> LaunchShape {
     LaunchShape {
-        blocks: bytes.div_ceil(4 << 10).clamp(1, 32) as u32,
+        blocks: parts(bytes, 4 << 10, 32) as u32,
         threads: 512,
     }
+}
+
+/// Blocks for `bytes` at one per `unit` bytes, 1 to `max`.
+fn parts(bytes: usize, unit: usize, max: usize) -> usize {
+    bytes.div_ceil(unit).clamp(1, max)
 }
 
 /// [`Allreduce::settings`] for these values.
