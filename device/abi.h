@@ -298,7 +298,9 @@ typedef struct nvshmemrs_family_args {
  * The exchange region (hdr.scratch, symmetric, zeroed at creation), u64 words, each array
  * indexed by team rank and `world` long:
  *   arrive[r]   set by r: r is ready for the k-th launch in which it receives from this PE
- *               (value k), and has written mailbox[k & 1][r] here;
+ *               (value k), and has written mailbox[k & 1][r] here; or, where r takes that
+ *               launch's pair as lines and writes no mailbox, k | 1 << 61 (a sender that
+ *               chose the mailbox has a mismatch);
  *   data[r]     added to by r: bytes it delivered here, + 1 per transfer (all launches);
  *   expect[r]   local: what data[r] had reached when the last launch ended;
  *   sent[r], received[r]  local: launches in which this PE sent to / received from r;
@@ -343,10 +345,12 @@ typedef struct nvshmemrs_family_args {
  * transfer 0, 1, ... from a line boundary each. r reads every line, compares the header with
  * its own receives (a difference is a SENT_* failure on r, and r sets credit[r] on s to the
  * mismatch mark), copies the payload out, zeroes the lines and, at the end, sets credit[r] on s
- * to q. s waits for credit >= ll_last[q & 1][r] before storing; with mode 0 it then goes on
- * through the mailbox as without lines. Both ends choose the mode from the pair's sizes alone
- * (NVSHMEMRS_EXCHANGE_PAIR_LINES), so they agree when the sizes do, and the header catches it
- * when they do not.
+ * to q. s waits for credit >= ll_last[q & 1][r] before storing. A pair of mode 0 goes through
+ * the mailbox as without lines, with no header, credit or ll_last. Both ends choose the mode
+ * from the pair's sizes alone (NVSHMEMRS_EXCHANGE_PAIR_LINES), so they agree when the sizes
+ * do; when they do not, r's marked arrive word fails an s that chose the mailbox (s then stores
+ * its mode-0 header for r to fail on), and r, having chosen the mailbox, watches line 0 of
+ * the slot while it waits for the data, so the header of an s that took lines fails it.
  */
 /* Header lines of a pair besides one per transfer. */
 #define NVSHMEMRS_EXCHANGE_HEADER_LINES 1
@@ -390,9 +394,9 @@ typedef struct nvshmemrs_exchange_args {
     int n_recv;
     /* The NVSHMEMRS_COLL_* a failure names. */
     int code;
-    /* Non-zero: this launch has low-latency lines (LIST only; every member mapped): every pair
-     * with another PE exchanges a header through the line slots, and the pairs whose
-     * transfers say NVSHMEMRS_EXCHANGE_PAIR_LINES their data too. */
+    /* Non-zero: this launch has low-latency lines (LIST only; every member mapped): the pairs
+     * with another PE whose transfers say NVSHMEMRS_EXCHANGE_PAIR_LINES go as lines, header
+     * and data, the others through the mailbox. */
     int lines;
     uint64_t in_count;
     const uint64_t *counts[4];

@@ -12,8 +12,13 @@
 // polls them, compares the header with its own receives and copies the data out. The sender
 // only waits for the receiver's credit of the launch two pair sequences back (long there in a
 // stream of calls), so a slot is never written before it was read. Pairs too large for a slot
-// still send a header, then go through the mailbox: a pair whose two ends chose differently
-// (their sizes differ) fails on the header instead of waiting. The transfers of one direction
+// go through the mailbox exactly as without lines: no header, credit or fence, which cost a
+// mailbox call about 5 us. A pair whose two ends chose differently (their sizes differ) still
+// fails at once, not at the deadline: a receiver that took lines sets its arrive word on the
+// sender to the pair sequence with XCH_LINES_MARK instead of writing a mailbox, so a sender
+// that chose the mailbox fails there and stores its header for the receiver to fail on; a
+// receiver that chose the mailbox watches its slot's first line while it waits for the data,
+// so the header of a sender that took lines fails it. The transfers of one direction
 // and peer are consecutive in nth order there (the host sorts them): a pair is the index of
 // its nth-0 transfer and the `of` after it.
 #ifndef NVSHMEM_RS_EXCHANGE_CUH
@@ -50,6 +55,9 @@ struct Xfer {
 constexpr uint64_t XCH_MISMATCH = 1ull << 62;
 // In a mailbox head: the receiver's own arguments were out of range.
 constexpr uint64_t XCH_BAD = 1ull << 63;
+// In an arrive word, with the pair sequence below it: the receiver takes that launch's pair as
+// lines, so it wrote no mailbox (a sender that chose the mailbox has a mismatch).
+constexpr uint64_t XCH_LINES_MARK = 1ull << 61;
 
 __device__ __forceinline__ uint64_t size_word(const Xfer &x) {
     return x.bytes | (uint64_t)x.dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT;
@@ -163,7 +171,7 @@ struct LinePair {
     int head;
 };
 
-// The pairs of this launch with other PEs, into `plan`: sends from the front (*n_send),
+// The pairs of this launch with other PEs that go as lines, into `plan`: sends from the front (*n_send),
 // receives from the back (*n_recv; together at most NVSHMEMRS_EXCHANGE_MAX_OPS), in no
 // particular order, built by the block's threads together.
 template <typename Src>
@@ -178,7 +186,7 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         const bool send = i < ns;
         const int g = send ? i : i - ns;
         const Xfer x = send ? src.send(g) : src.recv(g);
-        if (x.peer == h.rank || x.nth != 0) continue;
+        if (x.peer == h.rank || x.nth != 0 || !x.ll) continue;
         LinePair p;
         p.g = g;
         p.peer = x.peer;
@@ -244,6 +252,22 @@ __device__ void send_lines(const Src &src, const LinePair *plan, int n) {
             const uint2 v = load8_any(y.addr + 8 * l, y.bytes - 8 * l);
             st_line(p.slot + p.head + d, v.x, v.y, flag);
         }
+    }
+}
+
+// The header of send pair g (its nth-0 transfer) with pair sequence seq, stored by one thread
+// into its slot on receiver pe: a mailbox pair's, where the receiver took lines for it (the
+// receiver is in this launch, past its last read of the slot, and fails on the header).
+template <typename Src>
+__device__ void send_header(const nvshmemrs_coll_header &h, const Src &src, int g, uint64_t seq,
+                            int pe) {
+    auto get = [&](int k) { return src.send(k); };
+    uint4 *slot = static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, (int)(seq & 1), h.rank), pe));
+    const uint32_t flag = ll_flag(seq);
+    const int head = NVSHMEMRS_EXCHANGE_HEADER_LINES + get(g).of;
+    for (int i = 0; i < head; ++i) {
+        const uint64_t v = header_word(get, g, i);
+        st_line(slot + i, (uint32_t)v, (uint32_t)(v >> 32), flag);
     }
 }
 
@@ -365,26 +389,75 @@ __device__ bool recv_lines(const nvshmemrs_coll_header &h, const Waiter &w, cons
     }
 }
 
-// Until receiver r has written this launch's mailbox here (arrive[r] >= want), then true; or
-// until it marked this PE's sends as not matching (credit[r]; it chose lines for the pair, so
-// wrote no mailbox), then false, recorded; or the wait timed out.
-__device__ bool wait_arrive(const Waiter &w, const Region &R, int r, uint64_t want, int pe) {
+// What wait_arrive saw.
+enum ArriveSeen { ARRIVE_FAILED, ARRIVE_MAILBOX, ARRIVE_LINES };
+
+// Until receiver r has written this launch's mailbox here (arrive[r] >= want): ARRIVE_MAILBOX;
+// until it marked its arrive word for this launch (it took the pair as lines, so wrote no
+// mailbox): ARRIVE_LINES, nothing recorded; until it marked this PE's sends as not matching
+// (credit[r]): ARRIVE_FAILED, recorded; or until the wait timed out: ARRIVE_FAILED. A mark of
+// an earlier launch (a pair sequence below want) is waited past.
+__device__ ArriveSeen wait_arrive(const Waiter &w, const Region &R, int r, uint64_t want,
+                                  int pe) {
     volatile uint64_t *arrive = R.arrive(r);
     volatile uint64_t *credit = R.credit(r);
     uint64_t start = 0;
     for (uint32_t spin = 1;; ++spin) {
         const uint64_t seen = *arrive;
-        if (seen >= want) {
+        if (seen & XCH_LINES_MARK) {
+            if ((seen & ~XCH_LINES_MARK) >= want) return ARRIVE_LINES;
+        } else if (seen >= want) {
             nvshmemrs_after_wait(arrive);
-            return true;
+            return ARRIVE_MAILBOX;
         }
         if (*credit >= XCH_MISMATCH) {
             exchange_fail(w, pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
+            return ARRIVE_FAILED;
+        }
+        if ((spin & 255) == 0) {
+            if (w.give_up(const_cast<uint64_t *>(arrive), want, seen, &start, pe))
+                return ARRIVE_FAILED;
+            // Past a millisecond a wait is no longer latency-bound (prims/deadline.cuh).
+            if (nvshmemrs_globaltimer() - start > 1000000) __nanosleep(1000);
+        }
+    }
+}
+
+// Until mailbox receive pair g (its nth-0 transfer, from peer r on world PE pe) has delivered
+// (data[r] >= want), then true, in a launch with lines, where block 0 also watches line 0 of
+// the pair's slot: a header there means the sender took the pair as lines while this PE chose
+// the mailbox, so the header is read and compared (recv_header records the difference and
+// marks the sender's credit) and the wait ends false. Other blocks end when block 0's failure
+// breaks the workspace.
+template <typename Src>
+__device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, const Region &R,
+                               const Src &src, int g, uint64_t want, int pe) {
+    const Xfer x = src.recv(g);
+    if (blockIdx.x != 0) return w.ge(R.data(x.peer), want, pe);
+    LinePair p;
+    p.seq = *R.received(x.peer) + 1;
+    p.slot = ll_slot(h, (int)(p.seq & 1), x.peer);
+    p.g = g;
+    p.peer = x.peer;
+    p.pe = pe;
+    p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
+    const uint32_t flag = ll_flag(p.seq);
+    volatile uint64_t *data = R.data(x.peer);
+    uint64_t start = 0;
+    for (uint32_t spin = 1;; ++spin) {
+        const uint64_t seen = *data;
+        if (seen >= want) {
+            nvshmemrs_after_wait(data);
+            return true;
+        }
+        const uint4 v = ld_line_once(p.slot);
+        if (v.y == flag || v.w == flag) {
+            // Its mode differs from this PE's, so the comparison fails.
+            recv_header(h, w, R, src, p);
             return false;
         }
         if ((spin & 255) == 0) {
-            if (w.give_up(const_cast<uint64_t *>(arrive), want, seen, &start, pe)) return false;
-            // Past a millisecond a wait is no longer latency-bound (prims/deadline.cuh).
+            if (w.give_up(const_cast<uint64_t *>(data), want, seen, &start, pe)) return false;
             if (nvshmemrs_globaltimer() - start > 1000000) __nanosleep(1000);
         }
     }
@@ -416,18 +489,23 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     const bool lines = with_lines && !bad;
     __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
     __shared__ int n_lsend, n_lrecv;
-    if (lines) plan_lines(h, src, R, plan, &n_lsend, &n_lrecv);
 
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
-    // peer, then arrive. No fence before: the receive buffers were last touched by earlier
-    // kernels on the stream, complete by now (prims/pdl.cuh).
+    // peer, then arrive; for a pair it takes as lines, only the marked arrive. First in the
+    // launch: the senders wait for it. No fence before: the receive buffers were last touched
+    // by earlier kernels on the stream, complete by now (prims/pdl.cuh).
     if (blockIdx.x == 0) {
         for (int i = threadIdx.x; i < nr; i += blockDim.x) {
             const Xfer x = src.recv(i);
-            if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
+            if (x.peer == h.rank || x.nth != 0) continue;
             const int pe = h.pes[x.peer];
             const uint64_t seq = *R.received(x.peer) + 1;
+            if (x.ll) {
+                nvshmemx_signal_op(R.arrive(h.rank), seq | XCH_LINES_MARK, NVSHMEM_SIGNAL_SET,
+                                   pe);
+                continue;
+            }
             uint64_t *box = R.mailbox(seq, h.rank);
             for (int j = i, k = 0; j < nr && k < x.of; ++j) {
                 const Xfer y = src.recv(j);
@@ -443,9 +521,10 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         }
     }
 
-    // 2. With lines: each receiver's credit for the slot, then this block's share of every
-    // send pair's lines (the header; in mode 1 the data too, and that pair is done).
+    // 2. With lines: the pairs that go as lines, each receiver's credit for the slot, then this
+    // block's share of every such send pair's lines (header and data: that pair is done).
     if (lines) {
+        plan_lines(h, src, R, plan, &n_lsend, &n_lrecv);
         if (!wait_credits(w, R, plan, n_lsend)) return;
         send_lines(src, plan, n_lsend);
     }
@@ -456,7 +535,16 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     for (int i = threadIdx.x; i < ns && ok; i += blockDim.x) {
         const Xfer x = src.send(i);
         if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
-        ok = wait_arrive(w, R, x.peer, *R.sent(x.peer) + 1, h.pes[x.peer]);
+        const int pe = h.pes[x.peer];
+        const uint64_t seq = *R.sent(x.peer) + 1;
+        const ArriveSeen seen = wait_arrive(w, R, x.peer, seq, pe);
+        if (seen == ARRIVE_LINES && blockIdx.x == 0) {
+            // The receiver took the pair as lines: it fails on this header (where the launch
+            // has lines; without, at its deadline), this PE at once.
+            if (lines) send_header(h, src, i, seq, pe);
+            exchange_fail(w, pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
+        }
+        ok = seen == ARRIVE_MAILBOX;
     }
     if (__syncthreads_or(!ok)) return;
 
@@ -550,7 +638,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         // With its own arguments bad, this PE only waits for the peer's answer to its mark.
         if (bad) need = 1;
         const int pe = h.pes[x.peer];
-        ok = w.ge(R.data(x.peer), *R.expect(x.peer) + need, pe);
+        const uint64_t want = *R.expect(x.peer) + need;
+        ok = lines ? wait_delivered(h, w, R, src, i, want, pe) : w.ge(R.data(x.peer), want, pe);
         if (ok && *(volatile uint64_t *)R.data(x.peer) >= XCH_MISMATCH) {
             exchange_fail(w, pe, NVSHMEMRS_EXCHANGE_PEER, 0, 0);
             ok = false;
@@ -558,16 +647,17 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     }
     if (__syncthreads_or(!ok) || bad) return;
 
-    // 8. Puts through NVSHMEM complete; the last block moves the per-pair state on and, with
-    // lines, gives each sender its credit: this launch's lines of that pair are read and
-    // zeroed (each block's zeroes ordered before its count, the last block's system fence
-    // before the credits).
+    // 8. Puts through NVSHMEM complete; the last block moves the per-pair state on and gives
+    // each sender of lines its credit: this launch's lines of that pair are read and zeroed
+    // (each block's zeroes ordered before its count, the last block's system fence before the
+    // credits). Only where this PE received lines: a launch of mailbox pairs pays for none.
     __syncthreads();
     if (threadIdx.x == 0) {
+        const bool credits = lines && n_lrecv > 0;
         if (!h.all_mapped) nvshmem_quiet();
-        if (lines) __threadfence();
+        if (credits) __threadfence();
         advance_state(h.state, [&](nvshmemrs_allreduce_state *) {
-            if (lines) __threadfence_system();
+            if (credits) __threadfence_system();
             for (int i = 0; i < nr; ++i) {
                 const Xfer x = src.recv(i);
                 if (x.peer == h.rank) continue;
@@ -575,7 +665,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
                 if (x.nth != 0) continue;
                 const uint64_t q = *R.received(x.peer) + 1;
                 *R.received(x.peer) = q;
-                if (lines)
+                if (lines && x.ll)
                     nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
             }
             for (int i = 0; i < ns; ++i) {
@@ -583,7 +673,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
                 if (x.peer == h.rank || x.nth != 0) continue;
                 const uint64_t q = *R.sent(x.peer) + 1;
                 *R.sent(x.peer) = q;
-                if (lines) *R.ll_last(q, x.peer) = q;
+                if (lines && x.ll) *R.ll_last(q, x.peer) = q;
             }
         });
     }
