@@ -82,7 +82,7 @@ fn place_pmi(env: Lookup) -> Result<Placement> {
                  with srun (`srun --mpi=pmix`) or another PMI launcher, or with `nvsh run -n N`"
             .into(),
     })?;
-    let flavour = pmi::flavour(env, Some(&step), cfg!(feature = "mpi"))?;
+    let flavour = pmi::flavour(env, Some((step.launcher, step.size)), cfg!(feature = "mpi"))?;
     let plugin = pmi::load_plugin(flavour, env)?;
     if step.local_rank_var.is_none() && step.size > 1 {
         log::warn!(

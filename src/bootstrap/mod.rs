@@ -18,9 +18,12 @@ use crate::sys;
 use std::env;
 
 mod init;
+mod lookup;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
 pub mod pmi;
+
+pub use lookup::{process_env, Lookup};
 
 pub const ENV_RANK: &str = "NVSH_RANK";
 pub const ENV_LOCAL_RANK: &str = "NVSH_LOCAL_RANK";
@@ -28,15 +31,6 @@ pub const ENV_WORLD_SIZE: &str = "NVSH_WORLD_SIZE";
 pub const ENV_LOCAL_WORLD_SIZE: &str = "NVSH_LOCAL_WORLD_SIZE";
 pub const ENV_UNIQUE_ID: &str = "NVSH_UNIQUE_ID";
 pub const ENV_BOOTSTRAP: &str = "NVSH_BOOTSTRAP";
-
-/// How the decisions here read the environment: a variable's value, None when unset. The process
-/// environment in use ([`process_env`]), a fixed table in tests.
-pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
-
-/// The process environment as a [`Lookup`] (a value that is not Unicode counts as unset).
-pub fn process_env(name: &str) -> Option<String> {
-    env::var(name).ok()
-}
 
 /// Size of NVSHMEM's unique ID in bytes.
 pub const UNIQUE_ID_BYTES: usize = std::mem::size_of::<sys::nvshmemx_uniqueid_t>();
@@ -116,7 +110,7 @@ pub fn auto_choice(env: Lookup, mpi_built: bool) -> Result<Bootstrap> {
     if pmi::offered(env).is_some() {
         return Ok(Bootstrap::Pmi);
     }
-    Err(pmi::not_served(Some(&step), mpi_built))
+    Err(pmi::not_served(Some((step.launcher, step.size)), mpi_built))
 }
 
 /// What the launcher told this process.

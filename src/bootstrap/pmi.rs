@@ -14,7 +14,7 @@
 //! `NVSH_PMI` (`pmix`, `pmi2`, `pmi1`) overrides the flavour; without it `NVSHMEM_BOOTSTRAP_PMI`
 //! counts, then what the launcher offers.
 
-use super::{Lookup, StepEnv};
+use super::lookup::Lookup;
 use crate::core::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -132,10 +132,14 @@ fn served(env: Lookup, flavour: PmiFlavour) -> bool {
     }
 }
 
+/// Which launcher started how many processes, for messages (see `StepEnv`).
+pub type Started<'a> = Option<(&'a str, i32)>;
+
 /// The flavour to use: `NVSH_PMI`, else `NVSHMEM_BOOTSTRAP_PMI`, else what the launcher offers.
 /// An error when the choice is not a PMI version or the launcher serves none (or not the one
-/// chosen); `step` names the launcher in the message.
-pub fn flavour(env: Lookup, step: Option<&StepEnv>, mpi_built: bool) -> Result<PmiFlavour> {
+/// chosen); `step` names the launcher in the message, `mpi_built` says whether the build has the
+/// `mpi` feature to fall back on.
+pub fn flavour(env: Lookup, step: Started, mpi_built: bool) -> Result<PmiFlavour> {
     let chosen = |var: &'static str| -> Result<Option<PmiFlavour>> {
         match env(var) {
             None => Ok(None),
@@ -156,7 +160,7 @@ pub fn flavour(env: Lookup, step: Option<&StepEnv>, mpi_built: bool) -> Result<P
         },
     };
     if let (Some(var), false) = (from, served(env, flavour)) {
-        let (launcher, size) = step.map_or(("the launcher", 0), |s| (s.launcher, s.size));
+        let (launcher, size) = step.unwrap_or(("the launcher", 0));
         let contact = match flavour {
             PmiFlavour::Pmix => "PMIX_RANK or PMIX_NAMESPACE is unset",
             PmiFlavour::Pmi2 | PmiFlavour::Pmi1 => "neither PMI_FD nor PMI_PORT is set",
@@ -176,8 +180,8 @@ pub fn flavour(env: Lookup, step: Option<&StepEnv>, mpi_built: bool) -> Result<P
 
 /// The error when a launcher started this process as one of several but serves no PMI;
 /// `mpi_built`: whether MPI is there to fall back on.
-pub fn not_served(step: Option<&StepEnv>, mpi_built: bool) -> Error {
-    let (launcher, size) = step.map_or(("the launcher", 0), |s| (s.launcher, s.size));
+pub fn not_served(step: Started, mpi_built: bool) -> Error {
+    let (launcher, size) = step.unwrap_or(("the launcher", 0));
     let (mpi, mpi_advice) = if mpi_built {
         ("", "unset NVSH_BOOTSTRAP and NVSH_PMI to use MPI")
     } else {
@@ -325,7 +329,7 @@ pub fn select_in_nvshmem(flavour: PmiFlavour, plugin: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::{auto_choice, step_env_in, tests::with_env, Bootstrap};
+    use crate::bootstrap::{auto_choice, step_env_in, tests::with_env, Bootstrap, StepEnv};
 
     /// A fixed environment: `vars` set, everything else unset.
     fn table(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -352,7 +356,7 @@ mod tests {
         (
             auto_choice(&env, false),
             auto_choice(&env, true),
-            flavour(&env, step.as_ref(), false),
+            flavour(&env, started(step.as_ref()), false),
             step.map(|s| (s.rank, s.size, s.local_rank, s.local_rank_var)),
         )
     }
@@ -502,7 +506,13 @@ mod tests {
     }
 
     fn flavour_err(env: Lookup, step: Option<&StepEnv>, mpi_built: bool) -> String {
-        flavour(env, step, mpi_built).unwrap_err().to_string()
+        flavour(env, started(step), mpi_built)
+            .unwrap_err()
+            .to_string()
+    }
+
+    fn started(step: Option<&StepEnv>) -> Started<'_> {
+        step.map(|s| (s.launcher, s.size))
     }
 
     #[test]
