@@ -243,7 +243,8 @@ pub enum LaunchError {
         "nvsh run was started by {launcher} as one of {size} processes ({size_var}={size}), so \
          each of them would start its own separate job; nvsh run starts all PEs of one node \
          itself: start it once (srun -n 1 on one node, or outside srun), or start the program \
-         with srun or mpirun directly, built with the `mpi` feature"
+         with srun directly (`srun --mpi=pmix`, or any launch of a build with the `mpi` \
+         feature) or with mpirun"
     )]
     UnderAnotherLauncher {
         launcher: &'static str,

@@ -2,13 +2,14 @@
 //! chosen bootstrap places this process in the job, then the runtime ([`crate::core::runtime`],
 //! the layer below, which knows no bootstrap) brings NVSHMEM up there.
 
-use crate::bootstrap::{self, Bootstrap, LauncherEnv};
+use crate::bootstrap::{self, pmi, Bootstrap, LauncherEnv, Lookup};
 use crate::core::error::{Error, Result};
-use crate::core::runtime::{Nvshmem, Placement};
+use crate::core::runtime::{Nvshmem, Placement, Rendezvous, Seat};
 
 impl Nvshmem {
     /// Initialises NVSHMEM with the bootstrap chosen by `NVSH_BOOTSTRAP` (default: automatic:
-    /// launcher environment, then MPI environment, else a single PE).
+    /// launcher environment, then MPI or the launcher's PMI, else a single PE; see
+    /// [`bootstrap::auto_choice`]).
     pub fn init() -> Result<Nvshmem> {
         Self::init_with(Bootstrap::from_env()?)
     }
@@ -30,21 +31,25 @@ impl Nvshmem {
     }
 }
 
-/// Decides rank, size, local rank and where the unique ID comes from.
+/// Decides rank, size, local rank and how NVSHMEM finds the other PEs.
 fn place(bootstrap: Bootstrap) -> Result<Placement> {
     let from_launcher = |env: LauncherEnv| Placement {
-        rank: env.rank,
-        n_pes: env.world_size,
-        local_rank: env.local_rank,
-        unique_id: Some(bootstrap::unique_id_from_bytes(&env.unique_id)),
+        seat: Seat {
+            rank: env.rank,
+            n_pes: env.world_size,
+            local_rank: env.local_rank,
+        },
+        rendezvous: Rendezvous::UniqueId(bootstrap::unique_id_from_bytes(&env.unique_id)),
         bootstrap: "launcher",
         job: None,
     };
     let single = || Placement {
-        rank: 0,
-        n_pes: 1,
-        local_rank: 0,
-        unique_id: None,
+        seat: Seat {
+            rank: 0,
+            n_pes: 1,
+            local_rank: 0,
+        },
+        rendezvous: Rendezvous::Alone,
         bootstrap: "single PE",
         job: None,
     };
@@ -58,29 +63,69 @@ fn place(bootstrap: Bootstrap) -> Result<Placement> {
                     .into(),
             }),
         Bootstrap::Mpi => place_mpi(),
-        Bootstrap::Auto => {
-            if let Some(env) = bootstrap::launcher_env()? {
-                return Ok(from_launcher(env));
-            }
-            match bootstrap::step_env() {
-                Some(step) if step.size > 1 => {
-                    step.check_mpi_capable()?;
-                    place_mpi()
-                }
-                _ => Ok(single()),
-            }
-        }
+        Bootstrap::Pmi => place_pmi(&bootstrap::process_env),
+        Bootstrap::Auto => place(bootstrap::auto_choice(
+            &bootstrap::process_env,
+            cfg!(feature = "mpi"),
+        )?),
     }
+}
+
+/// The PMI bootstrap's placement: rank, size and local rank as the launcher announced them,
+/// and NVSHMEM's PMI plugin selected once it is known to load. Nothing of NVSHMEM runs before
+/// the checks, so a missing plugin or library is an error here, not inside NVSHMEM's init.
+fn place_pmi(env: Lookup) -> Result<Placement> {
+    let step = bootstrap::step_env_in(env).ok_or_else(|| Error::BootstrapUnavailable {
+        reason: "the PMI bootstrap was chosen, but no launcher announced this process's rank and \
+                 the job's size (SLURM_PROCID and SLURM_STEP_NUM_TASKS of an srun step, PMI_RANK \
+                 and PMI_SIZE, OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE): start the program \
+                 with srun (`srun --mpi=pmix`) or another PMI launcher, or with `nvsh run -n N`"
+            .into(),
+    })?;
+    let flavour = pmi::flavour(env, Some((step.launcher, step.size)), cfg!(feature = "mpi"))?;
+    let plugin = pmi::load_plugin(flavour, env)?;
+    if step.local_rank_var.is_none() && step.size > 1 {
+        log::warn!(
+            "{} set no local rank variable (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, \
+             MPI_LOCALRANKID, PMI_LOCAL_RANK): the GPU is picked by the global rank, which is \
+             right on one node only",
+            step.launcher
+        );
+    }
+    log::info!(
+        "PMI bootstrap: NVSHMEM's {} plugin {plugin}, rank {} of {} ({})",
+        flavour.label(),
+        step.rank,
+        step.size,
+        step.launcher
+    );
+    pmi::select_in_nvshmem(flavour, &plugin);
+    let seat = Seat {
+        rank: step.rank,
+        n_pes: step.size,
+        local_rank: step.local_rank,
+    };
+    let label = flavour.label();
+    Ok(Placement {
+        seat,
+        rendezvous: Rendezvous::Environment {
+            check_size: Box::new(move |got| step.check_size(label, got)),
+        },
+        bootstrap: label,
+        job: None,
+    })
 }
 
 #[cfg(feature = "mpi")]
 fn place_mpi() -> Result<Placement> {
     let (guard, rank, size, local_rank, id) = crate::bootstrap::mpi::exchange_unique_id()?;
     Ok(Placement {
-        rank,
-        n_pes: size,
-        local_rank,
-        unique_id: Some(bootstrap::unique_id_from_bytes(&id)),
+        seat: Seat {
+            rank,
+            n_pes: size,
+            local_rank,
+        },
+        rendezvous: Rendezvous::UniqueId(bootstrap::unique_id_from_bytes(&id)),
         bootstrap: "mpi",
         job: Some(Box::new(guard)),
     })
@@ -122,12 +167,63 @@ mod tests {
             ("SLURM_NTASKS", "8"),
             ("SLURM_LOCALID", "0"),
         ];
-        let placed = with_env(&vars, || place(Bootstrap::Auto)).map(|p| (p.rank, p.n_pes));
+        let placed =
+            with_env(&vars, || place(Bootstrap::Auto)).map(|p| (p.seat.rank, p.seat.n_pes));
         assert_eq!(placed.ok(), Some((0, 1)));
         // Inside an srun step of 8 it is one of 8: refused without the `mpi` feature.
         let step = [("SLURM_STEP_NUM_TASKS", "8"), ("SLURM_PROCID", "3")];
         let err = with_env(&step, || place(Bootstrap::Auto).err()).expect("an error");
         assert!(err.to_string().contains("--features mpi"), "{err}");
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    #[test]
+    fn srun_with_pmi2_places_by_the_launcher_and_selects_nvshmems_plugin() {
+        use crate::bootstrap::tests::with_env;
+        // Task 3 of `srun --mpi=pmi2 -n 4 --ntasks-per-node=2`.
+        let vars = [
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "1"),
+            ("PMI_FD", "7"),
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+        ];
+        let (placed, nvshmem_env) = with_env(&vars, || {
+            let placed = place(Bootstrap::Auto);
+            let nvshmem_env = ["NVSHMEM_BOOTSTRAP", "NVSHMEM_BOOTSTRAP_PMI"]
+                .map(|v| std::env::var(v).unwrap_or_default());
+            (placed, nvshmem_env)
+        });
+        let placed = placed.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            placed.seat,
+            Seat {
+                rank: 3,
+                n_pes: 4,
+                local_rank: 1
+            }
+        );
+        assert_eq!(placed.bootstrap, "PMI-2");
+        assert!(placed.job.is_none());
+        assert_eq!(nvshmem_env, ["PMI", "PMI-2"]);
+        // NVSHMEM finding a job of 1 (PMI not reached) is refused in srun's terms.
+        let Rendezvous::Environment { check_size } = placed.rendezvous else {
+            panic!("the PMI bootstrap leaves the rendezvous to NVSHMEM");
+        };
+        let err = check_size(1).unwrap_err().to_string();
+        assert!(err.contains("PMI-2 found 1 process(es) but"), "{err}");
+    }
+
+    #[test]
+    fn the_pmi_bootstrap_without_a_launcher_says_how_to_start() {
+        use crate::bootstrap::tests::with_env;
+        let err = with_env(&[], || place(Bootstrap::Pmi).err()).expect("an error");
+        let text = err.to_string();
+        assert!(
+            text.contains("no launcher announced") && text.contains("srun --mpi=pmix"),
+            "{text}"
+        );
     }
 
     #[test]

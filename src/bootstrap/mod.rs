@@ -10,15 +10,20 @@
 //! | `NVSH_LOCAL_WORLD_SIZE` | number of processes on this node |
 //! | `NVSH_UNIQUE_ID` | NVSHMEM unique ID for the UID bootstrap, hex-encoded |
 //!
-//! `NVSH_BOOTSTRAP` (`auto`, `launcher`, `mpi`, `single`) overrides the automatic choice.
+//! `NVSH_BOOTSTRAP` (`auto`, `launcher`, `mpi`, `pmi`, `single`) overrides the automatic choice
+//! ([`auto_choice`]); `NVSH_PMI` (`pmix`, `pmi2`, `pmi1`) the PMI version ([`pmi`]).
 
 use crate::core::error::{Error, Result};
 use crate::sys;
 use std::env;
 
 mod init;
+mod lookup;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+pub mod pmi;
+
+pub use lookup::{process_env, Lookup};
 
 pub const ENV_RANK: &str = "NVSH_RANK";
 pub const ENV_LOCAL_RANK: &str = "NVSH_LOCAL_RANK";
@@ -33,13 +38,16 @@ pub const UNIQUE_ID_BYTES: usize = std::mem::size_of::<sys::nvshmemx_uniqueid_t>
 /// Which bootstrap initialises NVSHMEM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bootstrap {
-    /// Launcher environment if present, else MPI environment (with the `mpi` feature), else a
-    /// single PE.
+    /// Launcher environment if present; else, when a launcher started several processes, MPI
+    /// (with the `mpi` feature) or the launcher's PMI; else a single PE ([`auto_choice`]).
     Auto,
     /// `nvsh run`'s environment (see the module docs).
     Launcher,
     /// MPI: rank 0 takes a unique ID and broadcasts it over MPI_COMM_WORLD (feature `mpi`).
     Mpi,
+    /// NVSHMEM's PMI bootstrap through the launcher's PMI server (`srun --mpi=pmix` or
+    /// `--mpi=pmi2`, Hydra, Open MPI's mpirun), without MPI ([`pmi`]).
+    Pmi,
     /// This process alone, as PE 0 of 1.
     Single,
 }
@@ -47,18 +55,24 @@ pub enum Bootstrap {
 impl Bootstrap {
     /// The choice from `NVSH_BOOTSTRAP`, `Auto` when unset.
     pub fn from_env() -> Result<Bootstrap> {
-        match env::var(ENV_BOOTSTRAP).ok().as_deref() {
+        Self::from_lookup(&process_env)
+    }
+
+    /// The choice from `NVSH_BOOTSTRAP` as `env` has it.
+    pub fn from_lookup(env: Lookup) -> Result<Bootstrap> {
+        match env(ENV_BOOTSTRAP).as_deref() {
             None | Some("") | Some("auto") => Ok(Bootstrap::Auto),
             Some("launcher") => Ok(Bootstrap::Launcher),
             Some("mpi") => Ok(Bootstrap::Mpi),
-            Some("single") => match step_env() {
+            Some("pmi") => Ok(Bootstrap::Pmi),
+            Some("single") => match step_env_in(env) {
                 // A leftover NVSH_BOOTSTRAP=single would make every process of the job a
                 // separate PE 0 of 1, all on GPU 0.
                 Some(step) if step.size > 1 => Err(Error::BootstrapUnavailable {
                     reason: format!(
                         "{ENV_BOOTSTRAP}=single, but {} started this process as one of {} \
                          ({}={}), so each would run alone as PE 0 of 1; unset {ENV_BOOTSTRAP} \
-                         (or set it to mpi)",
+                         (or set it to mpi or pmi)",
                         step.launcher, step.size, step.size_var, step.size
                     ),
                 }),
@@ -67,10 +81,36 @@ impl Bootstrap {
             Some(other) => Err(Error::InvalidEnv {
                 var: ENV_BOOTSTRAP,
                 value: other.to_string(),
-                expected: "auto, launcher, mpi or single",
+                expected: "auto, launcher, mpi, pmi or single",
             }),
         }
     }
+}
+
+/// What `Auto` resolves to in `env`; `mpi_built`: whether this build has the `mpi` feature.
+///
+/// `nvsh run`'s environment wins. A launcher that started this process as one of several
+/// (see [`step_env`]) gets MPI when the build has it, unless `NVSH_PMI` asks for PMI; else PMI
+/// when the launcher serves it; else an error saying what to do, so that the processes never
+/// run as separate 1-PE jobs. Anything else is a single PE.
+pub fn auto_choice(env: Lookup, mpi_built: bool) -> Result<Bootstrap> {
+    if env(ENV_RANK).is_some() {
+        return Ok(Bootstrap::Launcher);
+    }
+    let Some(step) = step_env_in(env).filter(|s| s.size > 1) else {
+        return Ok(Bootstrap::Single);
+    };
+    step.check_mpi_capable()?;
+    if env(pmi::ENV_PMI).is_some() {
+        return Ok(Bootstrap::Pmi);
+    }
+    if mpi_built {
+        return Ok(Bootstrap::Mpi);
+    }
+    if pmi::offered(env).is_some() {
+        return Ok(Bootstrap::Pmi);
+    }
+    Err(pmi::not_served(Some((step.launcher, step.size)), mpi_built))
 }
 
 /// What the launcher told this process.
@@ -152,7 +192,11 @@ pub struct StepEnv {
     pub size_var: &'static str,
     pub rank: i32,
     pub size: i32,
+    /// Rank among the processes on this node: picks the GPU.
     pub local_rank: i32,
+    /// The variable the local rank came from; None: none was set, and the local rank is the
+    /// rank (right on one node only).
+    pub local_rank_var: Option<&'static str>,
 }
 
 /// What a job step's launcher announced, if this process was started by one (Open MPI's
@@ -162,8 +206,17 @@ pub struct StepEnv {
 /// `SLURM_NTASKS` alone do not: they are also set in the batch script of `sbatch -n 8`, where a
 /// plain `./prog` is one process. A variable that is not an integer counts as absent.
 pub fn step_env() -> Option<StepEnv> {
-    let int = |name: &str| env::var(name).ok()?.trim().parse::<i32>().ok();
-    // (launcher, size variable, rank variable, local rank variables)
+    step_env_in(&process_env)
+}
+
+/// [`step_env`] as `env` has it.
+pub fn step_env_in(env: Lookup) -> Option<StepEnv> {
+    let int = |name: &str| env(name)?.trim().parse::<i32>().ok();
+    // (launcher, size variable, rank variable, local rank variables). The local rank picks the
+    // GPU on each node: Slurm's SLURM_LOCALID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Hydra's
+    // MPI_LOCALRANKID (MPICH) or PMI_LOCAL_RANK, torchrun's LOCAL_RANK. Hydra inside a Slurm
+    // allocation starts its proxies with srun, so there SLURM_LOCALID counts the proxy, not the
+    // rank: Hydra's own variables come first.
     const LAUNCHERS: [(&str, &str, &str, &[&str]); 4] = [
         (
             "mpirun (Open MPI)",
@@ -190,13 +243,14 @@ pub fn step_env() -> Option<StepEnv> {
         .find_map(|&(launcher, size_var, rank_var, local_vars)| {
             let size = int(size_var)?;
             let rank = int(rank_var)?;
-            let local_rank = local_vars.iter().find_map(|v| int(v)).unwrap_or(rank);
+            let local = local_vars.iter().find_map(|&v| Some((int(v)?, v)));
             Some(StepEnv {
                 launcher,
                 size_var,
                 rank,
                 size,
-                local_rank,
+                local_rank: local.map_or(rank, |(l, _)| l),
+                local_rank_var: local.map(|(_, v)| v),
             })
         })
 }
@@ -212,8 +266,8 @@ impl StepEnv {
             reason: format!(
                 "started by torchrun as rank {} of {} (WORLD_SIZE), but NVSHMEM cannot be \
                  bootstrapped from torchrun's rendezvous, so every process would be a separate \
-                 1-PE job; start it with `nvsh run -n {} -- prog`, or with mpirun/srun and a \
-                 build with the `mpi` feature",
+                 1-PE job; start it with `nvsh run -n {} -- prog`, with `srun --mpi=pmix`, or \
+                 with mpirun/srun and a build with the `mpi` feature",
                 self.rank, self.size, self.size
             ),
         })
@@ -227,13 +281,20 @@ impl StepEnv {
         if got == self.size {
             return Ok(());
         }
+        let advice = if bootstrap.starts_with("PMI") {
+            // NVSHMEM's PMI plugins start a job of 1 when they reach no PMI server.
+            "The launcher's PMI server did not serve NVSHMEM: under srun choose the PMI that \
+             the cluster has (`srun --mpi=list`; srun --mpi=pmix or --mpi=pmi2) and let \
+             NVSH_PMI and NVSHMEM_BOOTSTRAP_PMI unset or matching it"
+        } else {
+            "Under srun the program's MPI must support Slurm's PMI (try srun --mpi=pmix or \
+             --mpi=pmi2), and under mpirun the program must be built against that mpirun's MPI \
+             (check `mpirun --version` and the MPI the build found)"
+        };
         Err(Error::BootstrapUnavailable {
             reason: format!(
                 "{bootstrap} found {got} process(es) but {} started {} ({}={}): the processes \
-                 did not join one job. Under srun the program's MPI must support Slurm's PMI \
-                 (try srun --mpi=pmix or --mpi=pmi2), and under mpirun the program must be \
-                 built against that mpirun's MPI (check `mpirun --version` and the MPI the \
-                 build found)",
+                 did not join one job. {advice}",
                 self.launcher, self.size, self.size_var, self.size
             ),
         })
@@ -343,6 +404,16 @@ pub(crate) mod tests {
         "PMI_SIZE",
         "PMI_LOCAL_RANK",
         "PMIX_RANK",
+        "PMIX_NAMESPACE",
+        "PMI_FD",
+        "PMI_PORT",
+        "PMI_JOBID",
+        pmi::ENV_PMI,
+        "NVSHMEM_BOOTSTRAP",
+        "NVSHMEM_BOOTSTRAP_PMI",
+        "NVSHMEM_BOOTSTRAP_PMI_PLUGIN",
+        "NVSHMEM_BOOTSTRAP_PMI2_PLUGIN",
+        "NVSHMEM_BOOTSTRAP_PMIX_PLUGIN",
         "MPI_LOCALRANKID",
         "SLURM_PROCID",
         "SLURM_NTASKS",
@@ -464,6 +535,7 @@ pub(crate) mod tests {
         for (v, b) in [
             ("mpi", Bootstrap::Mpi),
             ("launcher", Bootstrap::Launcher),
+            ("pmi", Bootstrap::Pmi),
             ("single", Bootstrap::Single),
         ] {
             assert_eq!(
@@ -471,9 +543,10 @@ pub(crate) mod tests {
                 b
             );
         }
-        let err = with_env(&[(ENV_BOOTSTRAP, "pmi")], Bootstrap::from_env).unwrap_err();
+        let err = with_env(&[(ENV_BOOTSTRAP, "pmix")], Bootstrap::from_env).unwrap_err();
         assert!(
-            err.to_string().contains("auto, launcher, mpi or single"),
+            err.to_string()
+                .contains("auto, launcher, mpi, pmi or single"),
             "{err}"
         );
     }

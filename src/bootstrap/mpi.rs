@@ -10,8 +10,7 @@
 use crate::bootstrap::{failure_text, rank0_failed, unique_id_bytes, UNIQUE_ID_BYTES};
 use crate::core::error::{Error, Result};
 use crate::core::result;
-use crate::core::runtime::Job;
-use crate::sys;
+use crate::core::runtime::{Job, Join};
 use mpi::traits::*;
 
 /// Keeps MPI initialised while NVSHMEM runs; finalises MPI on Drop if this crate started it.
@@ -111,10 +110,7 @@ impl MpiGuard {
 /// The runtime holds the guard as its job runtime: MPI agrees before NVSHMEM init, aborts after
 /// it, and is finalised after NVSHMEM.
 impl Job for MpiGuard {
-    fn all_ready(
-        &self,
-        local: Result<sys::nvshmemx_uniqueid_t>,
-    ) -> Result<sys::nvshmemx_uniqueid_t> {
+    fn all_ready(&self, local: Result<Join>) -> Result<Join> {
         MpiGuard::all_ready(self, local)
     }
 

@@ -216,20 +216,41 @@ pub unsafe fn init_with_unique_id(
                 status,
             });
         }
-        let mut provided = 0;
-        let status = sys::nvshmemrs_init_attr(
-            sys::NVSHMEMX_INIT_WITH_UNIQUEID as u32,
-            attr.as_mut_ptr(),
-            &mut provided,
-        );
-        if status != 0 {
-            return Err(Error::InitFailed { status });
-        }
-        if let Err(e) = check_thread_level(provided) {
-            // The runtime is up but unusable as asked: end it before reporting.
-            sys::nvshmemrs_finalize();
-            return Err(e);
-        }
+        init_attr(sys::NVSHMEMX_INIT_WITH_UNIQUEID as u32, attr.as_mut_ptr())
+    }
+}
+
+/// Initialises NVSHMEM through the bootstrap its own environment variables select
+/// (`NVSHMEM_BOOTSTRAP`, `NVSHMEM_BOOTSTRAP_PMI`, default PMI), with thread level SERIALIZED as
+/// [`init_with_unique_id`]. NVSHMEM finds rank and size through that bootstrap (a PMI server).
+///
+/// # Safety
+/// As [`init_with_unique_id`].
+pub unsafe fn init_from_environment() -> Result<()> {
+    let mut attr = MaybeUninit::<sys::nvshmemx_init_attr_t>::zeroed();
+    // SAFETY: attr is a valid out-pointer; flags 0 asks for no attribute but the versions.
+    unsafe {
+        sys::nvshmemrs_init_attr_default(attr.as_mut_ptr());
+        init_attr(0, attr.as_mut_ptr())
+    }
+}
+
+/// NVSHMEM's init with `flags` and `attr`, and the thread-level check.
+///
+/// # Safety
+/// As [`init_with_unique_id`]; `attr` is valid for the call.
+unsafe fn init_attr(flags: u32, attr: *mut sys::nvshmemx_init_attr_t) -> Result<()> {
+    let mut provided = 0;
+    // SAFETY: the caller's promises; provided is a valid out-pointer.
+    let status = unsafe { sys::nvshmemrs_init_attr(flags, attr, &mut provided) };
+    if status != 0 {
+        return Err(Error::InitFailed { status });
+    }
+    if let Err(e) = check_thread_level(provided) {
+        // The runtime is up but unusable as asked: end it before reporting.
+        // SAFETY: NVSHMEM came up just above.
+        unsafe { sys::nvshmemrs_finalize() };
+        return Err(e);
     }
     Ok(())
 }

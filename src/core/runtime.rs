@@ -104,16 +104,44 @@ impl Vote {
 
 /// Where this process sits in the job, decided by a bootstrap before NVSHMEM init.
 pub(crate) struct Placement {
-    pub rank: i32,
-    pub n_pes: i32,
-    pub local_rank: i32,
-    /// The unique ID every PE shares, or why the bootstrap's bytes are not one (reported after
-    /// the device checks, among the errors all PEs agree on); None: this process takes its own.
-    pub unique_id: Option<Result<sys::nvshmemx_uniqueid_t>>,
+    pub seat: Seat,
+    /// How NVSHMEM's init finds the other PEs.
+    pub rendezvous: Rendezvous,
     /// Which bootstrap placed this process, for the log.
     pub bootstrap: &'static str,
     /// The job runtime the bootstrap started (MPI), if any.
     pub job: Option<Box<dyn Job>>,
+}
+
+/// Rank, size and node-local rank (which picks the GPU) a bootstrap expects for this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seat {
+    pub rank: i32,
+    pub n_pes: i32,
+    pub local_rank: i32,
+}
+
+/// How NVSHMEM's init finds the other PEs.
+pub(crate) enum Rendezvous {
+    /// The unique ID every PE shares, or why the bootstrap's bytes are not one (reported after
+    /// the device checks, among the errors all PEs agree on).
+    UniqueId(Result<sys::nvshmemx_uniqueid_t>),
+    /// This process alone: it takes its own unique ID.
+    Alone,
+    /// NVSHMEM's own bootstrap as its environment variables select it (PMI). `check_size` judges
+    /// the PE count NVSHMEM found, in the launcher's terms: PMI that did not reach the launcher
+    /// makes each process a job of 1.
+    Environment {
+        check_size: Box<dyn FnOnce(i32) -> Result<()>>,
+    },
+}
+
+/// A [`Rendezvous`] once this PE is ready for NVSHMEM's init.
+pub(crate) enum Join {
+    UniqueId(sys::nvshmemx_uniqueid_t),
+    Environment {
+        check_size: Box<dyn FnOnce(i32) -> Result<()>>,
+    },
 }
 
 /// A job runtime a bootstrap started (MPI), as init needs it: all PEs agree before NVSHMEM's
@@ -122,10 +150,7 @@ pub(crate) struct Placement {
 pub(crate) trait Job {
     /// Every PE's readiness for NVSHMEM init: this PE's error, or one saying another PE failed.
     /// Collective: every PE must call it.
-    fn all_ready(
-        &self,
-        local: Result<sys::nvshmemx_uniqueid_t>,
-    ) -> Result<sys::nvshmemx_uniqueid_t>;
+    fn all_ready(&self, local: Result<Join>) -> Result<Join>;
     /// Ends the whole job after an error past [`Job::all_ready`] (the others may wait inside
     /// NVSHMEM's init for this PE).
     fn abort(&self, err: &Error) -> !;
@@ -219,31 +244,35 @@ impl Nvshmem {
         let tune_mode = tuning::tune_mode_from_env()?;
         tuning::budget_ms_from_env()?;
         check_library_version(result::compiled_version(), result::host_library_version())?;
-        let mut placement = place()?;
+        let Placement {
+            seat,
+            rendezvous,
+            bootstrap,
+            job,
+        } = place()?;
         // NVSHMEM binds to the current device at init (INSTALL.md, illegal memory access).
-        let device = placement.local_rank % cuda.device_count;
+        let device = seat.local_rank % cuda.device_count;
         log::info!(
-            "bootstrap {}: rank {} of {}, local rank {} -> GPU {device} of {} visible",
-            placement.bootstrap,
-            placement.rank,
-            placement.n_pes,
-            placement.local_rank,
+            "bootstrap {bootstrap}: rank {} of {}, local rank {} -> GPU {device} of {} visible",
+            seat.rank,
+            seat.n_pes,
+            seat.local_rank,
             cuda.device_count
         );
         let prepared = check_compute_capability(device)
             .and_then(|()| result::cuda_set_device(device))
-            .and_then(|()| match placement.unique_id.take() {
-                Some(id) => id,
-                None => result::get_unique_id(),
+            .and_then(|()| match rendezvous {
+                Rendezvous::UniqueId(id) => id.map(Join::UniqueId),
+                Rendezvous::Alone => result::get_unique_id().map(Join::UniqueId),
+                Rendezvous::Environment { check_size } => Ok(Join::Environment { check_size }),
             });
         // NVSHMEM's init waits for every PE with no timeout: under MPI all ranks first agree
         // that each is ready, so that one rank's failure fails them all instead of hanging.
-        let job = placement.job.take();
-        let id = match &job {
+        let join = match &job {
             Some(job) => job.all_ready(prepared),
             None => prepared,
         }?;
-        let started = Self::start(placement, device, cuda, &id, timeout, nvshmem_up)
+        let started = Self::start(seat, device, cuda, join, timeout, nvshmem_up)
             .and_then(|nv| nv.start_tuning(tune_mode).map(|()| nv));
         // Past the agreement an error cannot be shared: the others may already wait inside
         // NVSHMEM's init, and MPI_Finalize would wait for them. End the whole MPI job.
@@ -260,19 +289,37 @@ impl Nvshmem {
     /// NVSHMEM init and the runtime's own state, once every PE is ready. Sets `nvshmem_up` once
     /// NVSHMEM's own init succeeded.
     fn start(
-        placement: Placement,
+        seat: Seat,
         device: i32,
         cuda: CudaInfo,
-        id: &sys::nvshmemx_uniqueid_t,
+        join: Join,
         timeout: Duration,
         nvshmem_up: &mut bool,
     ) -> Result<Nvshmem> {
         fault_after_ready()?;
-        // SAFETY: the lifecycle is Initializing (NVSHMEM is not up; no other init runs) and the
-        // device was made current above.
-        unsafe { result::init_with_unique_id(placement.rank, placement.n_pes, id) }?;
+        let check_size = match join {
+            Join::UniqueId(id) => {
+                // SAFETY: the lifecycle is Initializing (NVSHMEM is not up; no other init runs)
+                // and the device was made current above.
+                unsafe { result::init_with_unique_id(seat.rank, seat.n_pes, &id) }?;
+                None
+            }
+            Join::Environment { check_size } => {
+                // SAFETY: as above.
+                unsafe { result::init_from_environment() }?;
+                Some(check_size)
+            }
+        };
         *nvshmem_up = true;
         let (my_pe, n_pes) = (result::my_pe(), result::n_pes());
+        // A bootstrap that did not reach the launcher leaves each process a job of its own: say
+        // so in the launcher's terms before building anything on it.
+        if let Some(check_size) = check_size {
+            check_size(n_pes).inspect_err(|_| {
+                // SAFETY: NVSHMEM came up above and nothing else uses it yet.
+                unsafe { result::finalize() };
+            })?;
+        }
         // Until the handle exists (it finalises on Drop), an error must finalise here.
         let parts = Self::runtime_parts(device, n_pes).inspect_err(|_| {
             // SAFETY: NVSHMEM came up above and nothing else uses it yet.
@@ -282,7 +329,7 @@ impl Nvshmem {
         let nv = Nvshmem {
             my_pe,
             n_pes,
-            local_rank: placement.local_rank,
+            local_rank: seat.local_rank,
             device,
             cuda,
             ctx,
@@ -311,10 +358,10 @@ impl Nvshmem {
             _job: None,
             _not_send: PhantomData,
         };
-        if n_pes != placement.n_pes || my_pe != placement.rank {
+        if n_pes != seat.n_pes || my_pe != seat.rank {
             // Dropping `nv` finalises.
             return Err(Error::PeCountMismatch {
-                expected: placement.n_pes,
+                expected: seat.n_pes,
                 got: n_pes,
             });
         }
