@@ -2,7 +2,8 @@
 # The project's test command, and exactly what CI runs (.ci/run): installs what the build needs
 # (scripts/setup_env.sh, arguments passed on), then formatting, the scripts' tests, the layer
 # and named-path checks, lints, the CPU-side tests (doc tests included), which must pass at
-# least as many tests as .ci/min_tests says (scripts/test_floor.sh), and the API docs.
+# least as many tests as .ci/min_tests says (scripts/test_floor.sh), the Python package's tests
+# (scripts/python_check.sh) and the API docs.
 # Tests that need GPUs are #[ignore]d here; scripts/gpu_test.sh runs them on a GPU machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -50,6 +51,11 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
 scripts/test_floor.sh "$log"
+# The Python package (python/): maturin and pytest from PyPI in a venv, the package built there,
+# its CPU tests run (absent from the set-up test's copy of this script, like the checks above).
+if [ -f scripts/python_check.sh ]; then
+    scripts/python_check.sh
+fi
 # The library's API docs, with the write-ups of docs/ that its modules include: no warnings
 # (every intra-doc link resolves).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p nvshmem

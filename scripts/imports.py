@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The library's layers, and import cycles between the files of each crate (the library, nvsh,
-nvsh-gpt, the plot crate). scripts/check.sh runs it (so CI does).
+nvsh-gpt, the plot crate, the Python extension). scripts/check.sh runs it (so CI does).
 
     scripts/imports.py [--graph]
 
@@ -24,7 +24,7 @@ import sys
 
 # IMPORTS_ROOT: another tree to check (its tests give it fixture crates).
 ROOT = os.environ.get("IMPORTS_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = ["src", "nvsh/src", "gpt/src", "plot/src"]
+CRATES = ["src", "nvsh/src", "gpt/src", "plot/src", "python/src"]
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 PATH = re.compile(r"(\$crate|\bcrate|\bsuper(?:::super)*)::((?:" + IDENT + r"::)*" + IDENT + ")")
 USE = re.compile(r"\buse\s+((?:\$crate|crate|super|self|" + IDENT + r")::[^;]*);", re.S)

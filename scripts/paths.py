@@ -6,9 +6,9 @@ scripts/check.sh runs it (so CI does).
 
 Reads the Markdown files (README.md, INSTALL.md, docs/*.md, gpt/README.md and every other
 README.md) whole, code blocks included, and only the comments of the source files under
-src/, nvsh/, gpt/, plot/, nvshmem-sys/, device/, scripts/, tests/ and examples/ (Rust `//`,
-`/* */`; C++ and CUDA `//`, `/* */`; shell and Python `#`, and Python docstrings), so that
-string literals and `#include` lines (which the compilers check) are left alone.
+src/, nvsh/, gpt/, plot/, python/, nvshmem-sys/, device/, scripts/, tests/ and examples/
+(Rust `//`, `/* */`; C++ and CUDA `//`, `/* */`; shell and Python `#`, and Python docstrings),
+so that string literals and `#include` lines (which the compilers check) are left alone.
 
 What counts as a path: a token with a `/` in it, such as `src/coll/allreduce/mod.rs`,
 `device/prims/ll.cuh`, `scripts/run.sh`, `docs/measured.md` or `device/coll/`, that ends in a
@@ -39,7 +39,7 @@ ROOT = os.environ.get("PATHS_ROOT") or os.path.dirname(os.path.dirname(os.path.a
 # Markdown read whole: these, plus every README.md and docs/*.md found in the tree.
 MARKDOWN = ["README.md", "INSTALL.md", "gpt/README.md"]
 # Folders whose source files' comments are read.
-SOURCE_DIRS = ["src", "nvsh", "gpt", "plot", "nvshmem-sys", "device", "scripts", "tests", "examples"]
+SOURCE_DIRS = ["src", "nvsh", "gpt", "plot", "python", "nvshmem-sys", "device", "scripts", "tests", "examples"]
 SOURCE_FILES = ["build.rs"]
 # Never read, never a path: build outputs and set-up prefixes (.gitignore's).
 IGNORED = {"target", ".deps", ".gpu", ".git", "__pycache__", "node_modules"}

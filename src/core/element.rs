@@ -61,6 +61,10 @@ macro_rules! element {
         )*
 
         impl Dtype {
+            /// Every dtype, in the order of the element table (for bindings that list them,
+            /// such as the Python package's dtype mapping).
+            pub const ALL: &'static [Dtype] = &[$(Dtype::$dtype),*];
+
             /// The element type's name ([`Element::NAME`]).
             pub fn name(self) -> &'static str {
                 match self {
@@ -160,6 +164,10 @@ mod tests {
         assert_eq!(Dtype::from_code(Dtype::U64 as u64), Some(Dtype::U64));
         assert_eq!(Dtype::from_code(0), Some(Dtype::F32));
         assert_eq!(Dtype::from_code(99), None);
+        assert_eq!(Dtype::ALL.len(), 9);
+        assert!(Dtype::ALL
+            .iter()
+            .all(|&d| Dtype::from_code(d as u64) == Some(d)));
     }
 
     #[test]
