@@ -30,9 +30,9 @@ def test_torchrun_with_a_world_of_one_is_not_refused_as_torchrun(needs_no_gpu):
 
 
 def test_an_unknown_nvsh_bootstrap_is_refused():
-    got = run_init({"NVSH_BOOTSTRAP": "pmi"})
+    got = run_init({"NVSH_BOOTSTRAP": "pigeon"})
     assert (got["ok"], got["kind"]) == (False, "InvalidEnv")
-    assert "NVSH_BOOTSTRAP=\"pmi\" is not valid: expected auto, launcher, mpi or single" \
+    assert "NVSH_BOOTSTRAP=\"pigeon\" is not valid: expected auto, launcher, mpi, pmi or single" \
         in got["message"]
 
 
