@@ -22,7 +22,8 @@
 namespace {
 
 // The step under the low-latency protocol.
-__device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+__device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w,
+    char *const *ll_base) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);
@@ -34,7 +35,7 @@ __device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w) {
     auto from_root = [&](int r) { return r == a.root; };
     if (h.rank == a.root) {
         __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
-        ll_peer_slots(h, s.parity, dst);
+        ll_peer_slots(h, ll_base, s.parity, dst);
         if (!ll_wait_credits(w, h, s, [](int) { return true; })) return;
         ll_put_lines(h, dst, [&](int) { return in; }, [](int) { return true; }, bytes, l0, l1,
                      flag);
@@ -115,11 +116,14 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
 
 __global__ void broadcast_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
+    // The line region's bases before the wait (prims/ll.cuh ll_peer_bases).
+    __shared__ char *ll_base[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_BROADCAST);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
-        broadcast_ll(a, w);
+        broadcast_ll(a, w, ll_base);
         return;
     }
     if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) {

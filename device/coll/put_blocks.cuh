@@ -64,10 +64,13 @@ constexpr int FAMILY_LL_GROUP = 8;
 template <bool PER_PEER>
 __device__ void ll_blocks_step(const nvshmemrs_family_args &a, int code) {
     const nvshmemrs_coll_header &h = a.hdr;
+    __shared__ char *base[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    ll_peer_bases(h, base);
     wait_for_previous_kernel();
+    // Read before block_broken's barrier, so that its round trip and the state's overlap.
+    const Step s = begin_step(h.state);
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
-    const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);
     const size_t bytes = h.count * (size_t)a.elem_bytes, lines = (bytes + 7) / 8;
     const size_t block_bytes = a.stride * (size_t)a.elem_bytes;
@@ -75,7 +78,7 @@ __device__ void ll_blocks_step(const nvshmemrs_family_args &a, int code) {
     char *out = static_cast<char *>(h.output);
     auto src = [&](int r) { return in + (PER_PEER ? (size_t)r * block_bytes : 0); };
     __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
-    ll_peer_slots(h, s.parity, dst);
+    ll_peer_slots(h, base, s.parity, dst);
     size_t l0, l1;
     ll_block_lines(lines, &l0, &l1);
     auto everyone = [](int) { return true; };

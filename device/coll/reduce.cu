@@ -29,7 +29,8 @@ namespace {
 
 // The step under the low-latency protocol.
 template <typename T, int OP>
-__device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+__device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w,
+    char *const *ll_base) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);
@@ -40,7 +41,7 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w) {
     auto is_root = [&](int r) { return r == a.root; };
     if (h.rank != a.root) {
         __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
-        ll_peer_slots(h, s.parity, dst);
+        ll_peer_slots(h, ll_base, s.parity, dst);
         if (!ll_wait_credits(w, h, s, is_root)) return;
         ll_put_lines(h, dst, [&](int) { return in; }, is_root, bytes, l0, l1, flag);
         ll_end_step_credit(h, s, false);
@@ -134,11 +135,14 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
 template <typename T, int OP>
 __global__ void reduce_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
+    // The line region's bases before the wait (prims/ll.cuh ll_peer_bases).
+    __shared__ char *ll_base[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
-        reduce_ll<T, OP>(a, w);
+        reduce_ll<T, OP>(a, w, ll_base);
         return;
     }
     if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) {

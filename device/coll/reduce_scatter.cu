@@ -26,7 +26,8 @@ namespace {
 // every member receives from every other, so a sender reaches this parity again only after the
 // receiver has finished this step.
 template <typename T, int OP>
-__device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &w) {
+__device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &w,
+    char *const *ll_base) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);
@@ -35,7 +36,7 @@ __device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &
     const size_t bytes = h.count * sizeof(T), lines = (bytes + 7) / 8;
     const size_t block = a.stride * sizeof(T);
     __shared__ uint4 *dst[NVSHMEMRS_FAMILY_LL_MAX_PES];
-    ll_peer_slots(h, s.parity, dst);
+    ll_peer_slots(h, ll_base, s.parity, dst);
     size_t l0, l1;
     ll_block_lines(lines, &l0, &l1);
     ll_put_lines(
@@ -53,11 +54,14 @@ __device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &
 template <typename T, int OP>
 __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
+    // The line region's bases before the wait (prims/ll.cuh ll_peer_bases).
+    __shared__ char *ll_base[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE_SCATTER);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
-        reduce_scatter_ll<T, OP>(a, w);
+        reduce_scatter_ll<T, OP>(a, w, ll_base);
         return;
     }
     const Step s = begin_step(h.state);

@@ -188,15 +188,27 @@ __device__ __forceinline__ void ll_block_lines(size_t lines, size_t *l0, size_t 
     *l1 = b + per < lines ? b + per : lines;
 }
 
-// The address of slot [h.rank] at `parity` on each member (NULL for this PE), looked up once
-// per block into `dst` (shared memory): nvshmem_ptr reads a table. Every member is mapped
-// (the caller chose this protocol only then).
-__device__ __forceinline__ void ll_peer_slots(const nvshmemrs_coll_header &h, int parity,
-                                              uint4 **dst) {
+// Where each member's line region starts in this PE's mapping (NULL for this PE), into `base`
+// (shared memory), for ll_peer_slots. It reads only what a workspace fixes at creation (the PE
+// table and NVSHMEM's peer table), so kernels call it before wait_for_previous_kernel: behind
+// the previous kernel back to back, and otherwise on the block's second warp while the first
+// reads the step (after a compute kernel has flushed L2 each read is a miss, and in a row they
+// were most of the low-latency launch's cost). No barrier: the caller's next one publishes it.
+// Every member is mapped (callers choose the lines only then).
+__device__ __forceinline__ void ll_peer_bases(const nvshmemrs_coll_header &h, char **base) {
+    const int first = blockDim.x >= 32 + (unsigned)h.n ? 32 : 0;
+    for (int r = (int)threadIdx.x - first; r >= 0 && r < h.n; r += blockDim.x)
+        base[r] = r == h.rank ? nullptr
+                              : static_cast<char *>(nvshmem_ptr(h.ll_scratch, h.pes[r]));
+}
+
+// Slot [h.rank] at `parity` on each member (NULL for this PE), from ll_peer_bases' `base`
+// (after a barrier), into `dst` (shared memory): the region has one layout on every PE.
+__device__ __forceinline__ void ll_peer_slots(const nvshmemrs_coll_header &h, char *const *base,
+                                              int parity, uint4 **dst) {
+    const size_t off = reinterpret_cast<char *>(ll_slot(h, parity, h.rank)) - h.ll_scratch;
     for (int r = threadIdx.x; r < h.n; r += blockDim.x)
-        dst[r] = r == h.rank ? nullptr
-                             : static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, parity, h.rank),
-                                                                h.pes[r]));
+        dst[r] = base[r] == nullptr ? nullptr : reinterpret_cast<uint4 *>(base[r] + off);
     __syncthreads();
 }
 
