@@ -54,29 +54,24 @@ __device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w,
 
 // The step under the split protocol (abi.h NVSHMEMRS_FAMILY_SPLIT). Non-roots arrive at every
 // other member (their outputs are free); the root's output is written by no one. Block b of
-// the root puts its chunks of part k into member k's output, piece by piece (prims/split.cuh),
-// once every member has arrived; block b of member k waits for each piece of its part, puts it
-// into every other non-root's output while the root sends the next, then waits for block b's
-// pieces of every other part.
+// the root puts chunk b of part k into member k's output once every member has arrived; block
+// b of member k waits for that chunk, puts it into every other non-root's output, then waits
+// for chunk b of every other part.
 __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     const int root = a.root, parts = h.n - 1;
-    const unsigned pieces = split_pieces();
     const size_t bytes = h.count * (size_t)a.elem_bytes;
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
-    auto data = [&](int r, unsigned p) {
-        return L.counter_at(NVSHMEMRS_FAMILY_DATA, r, split_slot(p));
-    };
+    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
     auto not_root = [&](int r) { return r != root; };
-    // Piece p of part `part` from `from` (the root's input, or this PE's output) into the
+    // Chunk b of part `part` from `from` (the root's input, or this PE's output) into the
     // output of the member it goes to.
-    auto chunk = [&](int part, unsigned p, const char *from, char **dst, const char **src,
-                     size_t *n) {
-        const SplitChunk c = split_chunk<char>(bytes, parts, part, p);
+    auto chunk = [&](int part, const char *from, char **dst, const char **src, size_t *n) {
+        const SplitChunk c = split_chunk<char>(bytes, parts, part);
         *dst = out + c.begin;
         *src = from + c.begin;
         *n = c.end - c.begin;
@@ -88,28 +83,23 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
             block_store(out + b, in + b, e - b);
         }
         if (!block_wait_others(w, h, arrive, s.value)) return;
-        for (unsigned p = 0; p < pieces; ++p)
-            block_put_signal_to(
-                h,
-                [&](int r, char **dst, const char **src, size_t *n) {
-                    chunk(split_part(r, root), p, in, dst, src, n);
-                },
-                [](int) { return true; }, split_root_first(h.n, root, split_slot(p)),
-                data(h.rank, p), s.value);
+        block_put_signal_to(
+            h,
+            [&](int r, char **dst, const char **src, size_t *n) {
+                chunk(split_part(r, root), in, dst, src, n);
+            },
+            [](int) { return true; }, split_root_first(h.n, root), data(h.rank), s.value);
     } else {
         block_arrive(h, L, AllOthers{}, s.value);
+        if (!block_wait_one(w, data(root), s.value, h.pes[root])) return;
         if (!block_wait_from(w, h, arrive, not_root, s.value)) return;
-        for (unsigned p = 0; p < pieces; ++p) {
-            if (!block_wait_one(w, data(root, p), s.value, h.pes[root])) return;
-            block_put_signal_to(
-                h,
-                [&](int, char **dst, const char **src, size_t *n) {
-                    chunk(split_part(h.rank, root), p, out, dst, src, n);
-                },
-                not_root, h.rank + 1, data(h.rank, p), s.value);
-        }
-        for (unsigned p = 0; p < pieces; ++p)
-            if (!block_wait_others(w, h, [&](int r) { return data(r, p); }, s.value)) return;
+        block_put_signal_to(
+            h,
+            [&](int, char **dst, const char **src, size_t *n) {
+                chunk(split_part(h.rank, root), out, dst, src, n);
+            },
+            not_root, h.rank + 1, data(h.rank), s.value);
+        if (!block_wait_others(w, h, data, s.value)) return;
     }
     end_step(h);
 }

@@ -58,51 +58,40 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w,
 
 // The step under the split protocol (abi.h NVSHMEMRS_FAMILY_SPLIT). Every member arrives at
 // every other (its slots, at the root its output, are free), the root with its output's
-// address. Block b of every member puts its chunks of part k of its input into slot [its rank]
-// of member k piece by piece (prims/split.cuh), each piece sent before the previous one is
-// reduced, so that the links stay busy while the block reduces; member k's block b, once a
-// piece has come from every other member, reduces it in rank order into the root's output (or
-// into its own slot [k], then puts it there) and signals the root, whose block b waits for
-// every piece of every part.
+// address. Block b of every member puts chunk b of part k of its input into slot [its rank] of
+// member k; member k's block b, once chunk b has come from every other member, reduces it in
+// rank order into the root's output (or into its own slot [k], then puts it there) and signals
+// the root, whose block b waits for chunk b of every part.
 template <typename T, int OP>
 __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     const int root = a.root, parts = h.n - 1;
-    const unsigned pieces = split_pieces();
     const T *in = static_cast<const T *>(h.input);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
-    auto data = [&](int r, unsigned p) {
-        return L.counter_at(NVSHMEMRS_FAMILY_DATA, r, split_slot(p));
-    };
+    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
     if (h.rank == root)
         block_arrive_with_word(h, L, s.value, (uint64_t)(uintptr_t)h.output);
     else
         block_arrive(h, L, AllOthers{}, s.value);
     if (!block_wait_others(w, h, arrive, s.value)) return;
-    // The reduce-scatter of piece p: this block's piece of part k of the input into slot
-    // [rank] of member k, at the piece's place in the part.
-    auto scatter = [&](unsigned p) {
-        block_put_signal_to(
-            h,
-            [&](int r, char **dst, const char **src, size_t *bytes) {
-                const SplitChunk c = split_chunk<T>(h.count, parts, split_part(r, root), p);
-                *dst = L.slot(h.rank) + (c.begin - c.part_begin) * sizeof(T);
-                *src = reinterpret_cast<const char *>(in + c.begin);
-                *bytes = (c.end - c.begin) * sizeof(T);
-            },
-            [&](int r) { return r != root; },
-            h.rank == root ? split_root_first(h.n, root, split_slot(p)) : h.rank + 1,
-            data(h.rank, p), s.value);
-    };
-    scatter(0);
-    for (unsigned p = 0; p < pieces; ++p) {
-        if (p + 1 < pieces) scatter(p + 1);
-        // Piece p from every other member (at the root: piece p of every part's result).
-        if (!block_wait_others(w, h, [&](int r) { return data(r, p); }, s.value)) return;
-        if (h.rank == root) continue;
-        const SplitChunk c = split_chunk<T>(h.count, parts, split_part(h.rank, root), p);
+    // The reduce-scatter: chunk b of part k of the input into slot [rank] of member k, at the
+    // chunk's place in the part.
+    block_put_signal_to(
+        h,
+        [&](int r, char **dst, const char **src, size_t *bytes) {
+            const SplitChunk c = split_chunk<T>(h.count, parts, split_part(r, root));
+            *dst = L.slot(h.rank) + (c.begin - c.part_begin) * sizeof(T);
+            *src = reinterpret_cast<const char *>(in + c.begin);
+            *bytes = (c.end - c.begin) * sizeof(T);
+        },
+        [&](int r) { return r != root; },
+        h.rank == root ? split_root_first(h.n, root) : h.rank + 1, data(h.rank), s.value);
+    // Every other member's chunk here (at the root: every part's result in its output).
+    if (!block_wait_others(w, h, data, s.value)) return;
+    if (h.rank != root) {
+        const SplitChunk c = split_chunk<T>(h.count, parts, split_part(h.rank, root));
         // Sources indexed from the part's start.
         auto src = [&](int r) -> const T * {
             return r == h.rank ? in + c.part_begin : reinterpret_cast<const T *>(L.slot(r));
@@ -112,12 +101,13 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
         T *out = reinterpret_cast<T *>(
             (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, root));
         const int root_pe = h.pes[root];
-        uint64_t *flag = data(h.rank, p);
+        uint64_t *flag = data(h.rank);
         char *mapped = direct_ptr(h, out, root_pe);
         if (mapped != NULL) {
             block_reduce<T, OP>(src, h.n, reinterpret_cast<T *>(mapped) + c.part_begin, b, e, true,
                                 h.n);
-            // Every thread's stores into the root's output before the signal (release_signal).
+            // Every thread's stores into the root's output before the signal (release_signal
+            // covers the block's stores only after a barrier).
             __syncthreads();
             if (threadIdx.x == 0) release_signal(flag, s.value, root_pe);
         } else {

@@ -69,32 +69,6 @@ fn split_min_from_env() -> Result<usize> {
     )
 }
 
-/// Largest grid of a split launch, 1 to [`FAMILY_BLOCKS`]. A smaller grid moves each block's
-/// chunk of a part as [`FAMILY_BLOCKS`] / grid pieces (device/prims/split.cuh), so that the
-/// second phase (forward, or reduce) of one piece overlaps the scatter of the next. Every PE
-/// must set the same (the grid decides which counters carry a piece).
-pub const FAMILY_SPLIT_BLOCKS_ENV: &str = "NVSH_FAMILY_SPLIT_BLOCKS";
-/// Default of [`FAMILY_SPLIT_BLOCKS_ENV`]: [`FAMILY_BLOCKS`], one piece per block.
-pub const FAMILY_SPLIT_BLOCKS_DEFAULT: usize = FAMILY_BLOCKS;
-
-/// [`FAMILY_SPLIT_BLOCKS_ENV`], checked.
-fn split_blocks_from_env() -> Result<usize> {
-    const EXPECTED: &str = "a number of blocks from 1 to 128, such as 32";
-    let v = crate::core::env_value::size_from_env(
-        FAMILY_SPLIT_BLOCKS_ENV,
-        FAMILY_SPLIT_BLOCKS_DEFAULT,
-        EXPECTED,
-    )?;
-    match (1..=FAMILY_BLOCKS).contains(&v) {
-        true => Ok(v),
-        false => Err(Error::InvalidEnv {
-            var: FAMILY_SPLIT_BLOCKS_ENV,
-            value: v.to_string(),
-            expected: EXPECTED,
-        }),
-    }
-}
-
 /// Words of `nvshmemrs_allreduce_state` (the family's kernels use its step count).
 const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>() / 8;
 
@@ -314,8 +288,6 @@ pub struct FamilyWorkspace<'nv> {
     protocols: Protocols,
     /// Smallest buffer `Auto` splits ([`FAMILY_SPLIT_MIN_ENV`]).
     split_min: usize,
-    /// Largest grid of a split launch ([`FAMILY_SPLIT_BLOCKS_ENV`]).
-    split_blocks: usize,
     protocol: FamilyProtocol,
     /// What the last call took: `Direct`, `Put`, `LowLatency` or `Split` (`Auto` before any
     /// call).
@@ -384,10 +356,10 @@ impl<'nv> FamilyWorkspace<'nv> {
         } else {
             (None, 0)
         };
-        let (split_min, split_blocks) = if protocols.split {
-            (split_min_from_env()?, split_blocks_from_env()?)
+        let split_min = if protocols.split {
+            split_min_from_env()?
         } else {
-            (usize::MAX, FAMILY_BLOCKS)
+            usize::MAX
         };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
@@ -408,7 +380,6 @@ impl<'nv> FamilyWorkspace<'nv> {
             ll_max,
             protocols,
             split_min,
-            split_blocks,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
             last_pairs: ExchangePairs::default(),
@@ -625,9 +596,6 @@ impl<'nv> FamilyWorkspace<'nv> {
                 // One 16-byte line per thread per pass, 4 KiB of each block per grid block.
                 let blocks = bytes.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX);
                 (blocks as i32, LL_THREADS)
-            } else if protocol == FamilyProtocol::Split {
-                let blocks = bytes.div_ceil(BLOCK_BYTES).clamp(1, self.split_blocks);
-                (blocks as i32, THREADS)
             } else {
                 // One block per 16 KiB of what each block moves per peer, 1 to FAMILY_BLOCKS.
                 let blocks = bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS);
@@ -1027,28 +995,6 @@ mod tests {
                 "{text}"
             );
         });
-    }
-
-    #[test]
-    fn the_split_grid_is_read_from_the_environment_and_bounded() {
-        use crate::bootstrap::tests::with_env;
-        with_env(&[], || {
-            assert_eq!(split_blocks_from_env().unwrap(), FAMILY_BLOCKS)
-        });
-        with_env(&[(FAMILY_SPLIT_BLOCKS_ENV, "32")], || {
-            assert_eq!(split_blocks_from_env().unwrap(), 32)
-        });
-        for bad in ["0", "129", "many"] {
-            with_env(&[(FAMILY_SPLIT_BLOCKS_ENV, bad)], || {
-                let err = split_blocks_from_env().unwrap_err();
-                assert!(matches!(err, Error::InvalidEnv { .. }), "{bad}: {err:?}");
-                let text = err.to_string();
-                assert!(
-                    text.contains(FAMILY_SPLIT_BLOCKS_ENV) && text.contains("1 to 128"),
-                    "{text}"
-                );
-            });
-        }
     }
 
     #[test]
