@@ -17,12 +17,12 @@ const MAX_PER_PEER: usize = sys::NVSHMEMRS_EXCHANGE_MAX_PER_PEER as usize;
 /// lines; 0 turns them off and allocates no line region. Every PE must set the same: the
 /// region is symmetric, and the two ends of a pair decide with it.
 pub const EXCHANGE_LL_MAX_ENV: &str = "NVSH_EXCHANGE_LL_MAX";
-/// Default of [`EXCHANGE_LL_MAX_ENV`]: 0, off. The lines shorten small calls at 4 PEs, but
-/// with them on, calls whose pairs go through the mailbox take longer than with them off
-/// (docs/measured.md, INSTALL.md): an application whose exchanges are small opts in. At 256K
-/// the line region costs 2 parities x world PEs x a slot of 512.25 KiB (2 bytes of lines per
-/// payload byte, plus headers), about 1 MiB per PE of the world per exchange workspace.
-pub const EXCHANGE_LL_MAX_DEFAULT: usize = 0;
+/// Default of [`EXCHANGE_LL_MAX_ENV`]: 256 KiB. On 4 x H100 the lines shortened calls whose
+/// pairs fit and no longer cost calls whose pairs take the mailbox (docs/measured.md). The line
+/// region costs 2 parities x world PEs x a slot of 512.25 KiB (2 bytes of lines per payload
+/// byte, plus headers), about 1 MiB per PE of the world per exchange workspace; 0 turns the
+/// lines off and allocates none.
+pub const EXCHANGE_LL_MAX_DEFAULT: usize = 256 << 10;
 
 /// [`EXCHANGE_LL_MAX_ENV`], checked.
 pub(crate) fn ll_max_from_env() -> Result<usize> {
