@@ -1,7 +1,9 @@
 //! The runtime's error type. Every message says what went wrong and what to do about it.
 
-/// Errors returned by the runtime. Nothing in this crate aborts the process.
+/// Errors returned by the runtime. Nothing in this crate aborts the process. Non-exhaustive:
+/// a later version may add variants, so a `match` needs a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The CUDA driver (libcuda.so.1) is missing or too old for the CUDA runtime in this binary.
     #[error(
@@ -210,6 +212,14 @@ pub enum Error {
     InvalidEnv {
         var: &'static str,
         value: String,
+        expected: &'static str,
+    },
+
+    /// A name (an algorithm, a method) this runtime does not know.
+    #[error("no {what} named {name:?}: expected {expected}")]
+    UnknownName {
+        what: &'static str,
+        name: String,
         expected: &'static str,
     },
 

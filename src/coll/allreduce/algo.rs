@@ -1,6 +1,10 @@
 //! The allreduce algorithms: what [`crate::Allreduce::run`] takes and what `Auto` picks among.
 
+use crate::core::error::{Error, Result};
 use crate::sys;
+
+/// The names [`AllreduceAlgo::parse`] accepts, as errors list them.
+pub(crate) const ALGO_NAMES: &str = "auto, oneshot, twoshot, ring or rd";
 
 /// The algorithm; `Auto` picks one from [`super::SELECTION`] by message size, dtype and PE count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,15 +42,22 @@ impl AllreduceAlgo {
         }
     }
 
-    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot").
-    pub fn parse(s: &str) -> Option<AllreduceAlgo> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
+    /// Parses a [`AllreduceAlgo::name`] (also "recursive-doubling", "one-shot", "two-shot"),
+    /// in any case; [`Error::UnknownName`] names the accepted ones. Also `str::parse`.
+    pub fn parse(s: &str) -> Result<AllreduceAlgo> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
             "auto" => AllreduceAlgo::Auto,
             "oneshot" | "one-shot" => AllreduceAlgo::OneShot,
             "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
             "ring" => AllreduceAlgo::Ring,
             "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
-            _ => return None,
+            _ => {
+                return Err(Error::UnknownName {
+                    what: "allreduce algorithm",
+                    name: s.to_string(),
+                    expected: ALGO_NAMES,
+                })
+            }
         })
     }
 
@@ -66,5 +77,12 @@ impl AllreduceAlgo {
             self,
             AllreduceAlgo::Auto | AllreduceAlgo::OneShot | AllreduceAlgo::RecursiveDoubling
         )
+    }
+}
+
+impl std::str::FromStr for AllreduceAlgo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<AllreduceAlgo> {
+        AllreduceAlgo::parse(s)
     }
 }

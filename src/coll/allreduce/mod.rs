@@ -266,11 +266,13 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
 fn algo_from_env() -> Result<Option<AllreduceAlgo>> {
     match std::env::var(ALGO_ENV) {
         Ok(v) if !v.trim().is_empty() => {
-            AllreduceAlgo::parse(&v).map(Some).ok_or(Error::InvalidEnv {
-                var: ALGO_ENV,
-                value: v,
-                expected: "auto, oneshot, twoshot, ring or rd",
-            })
+            AllreduceAlgo::parse(&v)
+                .map(Some)
+                .map_err(|_| Error::InvalidEnv {
+                    var: ALGO_ENV,
+                    value: v,
+                    expected: algo::ALGO_NAMES,
+                })
         }
         _ => Ok(None),
     }
@@ -596,7 +598,7 @@ impl<'nv> Allreduce<'nv> {
         self.ws
             .runtime()
             .tuned(&self.tuning_key, bytes, dtype.size(), |c| {
-                c.and_then(AllreduceAlgo::parse)
+                c.and_then(|name| AllreduceAlgo::parse(name).ok())
             })
             .filter(|&a| a != AllreduceAlgo::Auto)
     }
@@ -1246,11 +1248,18 @@ mod tests {
     #[test]
     fn names_round_trip_and_the_env_override_is_checked() {
         for a in AllreduceAlgo::ALL.into_iter().chain([AllreduceAlgo::Auto]) {
-            assert_eq!(AllreduceAlgo::parse(a.name()), Some(a));
+            assert_eq!(AllreduceAlgo::parse(a.name()).unwrap(), a);
+            assert_eq!(a.name().parse::<AllreduceAlgo>().unwrap(), a);
         }
         assert_eq!(
-            AllreduceAlgo::parse("Recursive-Doubling"),
-            Some(AllreduceAlgo::RecursiveDoubling)
+            AllreduceAlgo::parse("Recursive-Doubling").unwrap(),
+            AllreduceAlgo::RecursiveDoubling
+        );
+        let err = AllreduceAlgo::parse("fastest").unwrap_err();
+        assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "no allreduce algorithm named \"fastest\": expected auto, oneshot, twoshot, ring or rd"
         );
         with_env(&[(ALGO_ENV, "ring")], || {
             assert_eq!(algo_from_env().unwrap(), Some(AllreduceAlgo::Ring));
