@@ -23,7 +23,7 @@ namespace {
 
 // The step under the low-latency protocol.
 __device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w,
-    char *const *ll_base) {
+                             char *const *ll_base) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);

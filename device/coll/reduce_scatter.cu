@@ -27,7 +27,7 @@ namespace {
 // receiver has finished this step.
 template <typename T, int OP>
 __device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &w,
-    char *const *ll_base) {
+                                  char *const *ll_base) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const uint32_t flag = ll_flag(s.value - 1);
