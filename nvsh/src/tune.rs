@@ -846,7 +846,7 @@ mod tests {
         // Every family candidate's name reads back as the protocol it sets.
         for c in TuneCollective::ALL {
             for (name, p) in c.candidates().into_iter().zip(c.protocols()) {
-                assert_eq!(FamilyProtocol::parse(name), Some(p));
+                assert_eq!(FamilyProtocol::parse(name).unwrap(), p);
             }
         }
     }

@@ -161,16 +161,30 @@ impl FamilyProtocol {
         }
     }
 
-    /// Parses a [`FamilyProtocol::name`].
-    pub fn parse(s: &str) -> Option<FamilyProtocol> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
+    /// Parses a [`FamilyProtocol::name`], in any case; [`Error::UnknownName`] names the
+    /// accepted ones. Also `str::parse`.
+    pub fn parse(s: &str) -> Result<FamilyProtocol> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
             "auto" => FamilyProtocol::Auto,
             "direct" => FamilyProtocol::Direct,
             "put" => FamilyProtocol::Put,
             "ll" => FamilyProtocol::LowLatency,
             "split" => FamilyProtocol::Split,
-            _ => return None,
+            _ => {
+                return Err(Error::UnknownName {
+                    what: "family protocol",
+                    name: s.to_string(),
+                    expected: "auto, direct, put, ll or split",
+                })
+            }
         })
+    }
+}
+
+impl std::str::FromStr for FamilyProtocol {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<FamilyProtocol> {
+        FamilyProtocol::parse(s)
     }
 }
 
@@ -496,7 +510,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 .ws
                 .runtime()
                 .tuned(&self.tuning_key, bytes, elem_bytes, |c| {
-                    c.and_then(FamilyProtocol::parse)
+                    c.and_then(|name| FamilyProtocol::parse(name).ok())
                 })
                 .unwrap_or(FamilyProtocol::Auto),
             p => p,
@@ -861,10 +875,16 @@ mod tests {
             .into_iter()
             .chain([FamilyProtocol::Auto])
         {
-            assert_eq!(FamilyProtocol::parse(p.name()), Some(p));
+            assert_eq!(FamilyProtocol::parse(p.name()).unwrap(), p);
+            assert_eq!(p.name().parse::<FamilyProtocol>().unwrap(), p);
         }
-        assert_eq!(FamilyProtocol::parse(" Put "), Some(FamilyProtocol::Put));
-        assert_eq!(FamilyProtocol::parse("nvlink"), None);
+        assert_eq!(FamilyProtocol::parse(" Put ").unwrap(), FamilyProtocol::Put);
+        let err = FamilyProtocol::parse("nvlink").unwrap_err();
+        assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "no family protocol named \"nvlink\": expected auto, direct, put, ll or split"
+        );
     }
 
     #[test]
@@ -879,7 +899,7 @@ mod tests {
             FamilyProtocol::offered(Protocols::LINES_SPLIT),
             [Direct, Put, LowLatency, Split]
         );
-        assert_eq!(FamilyProtocol::parse("SPLIT"), Some(Split));
+        assert_eq!(FamilyProtocol::parse("SPLIT").unwrap(), Split);
     }
 
     #[test]
