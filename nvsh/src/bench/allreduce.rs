@@ -606,6 +606,7 @@ mod tests {
             us_after_compute: us + 2.0,
             algbw,
             busbw: algbw * busbw_factor(n),
+            host_us: 1.0,
             checked: 400,
             checked_pes: n,
             wrong: 0,

@@ -711,6 +711,9 @@ pub struct GroupTime {
     pub us: f64,
     /// After compute: the compute kernels alone.
     pub compute_us: Option<f64>,
+    /// Host time to enqueue the group, per call, microseconds: where it reaches `us`, the
+    /// calls were bound by the host, not the GPU.
+    pub host_us: f64,
 }
 
 /// The time of a call after a compute kernel from the groups' per-call times with it and of
@@ -734,6 +737,8 @@ pub struct Timing {
     pub algbw: f64,
     /// algbw times the collective's bus factor.
     pub busbw: f64,
+    /// Median host time to enqueue one call back to back, microseconds ([`GroupTime`]).
+    pub host_us: f64,
     /// Timed calls checked on each checking PE.
     pub checked: u64,
     /// PEs that compared their outputs (all but for reduce, whose only defined output is the
@@ -1103,13 +1108,16 @@ impl<'nv> Harness<'nv> {
     ) -> Result<GroupTime> {
         let (nv, stream, group) = (self.nv, &*self.stream, group.max(1));
         nv.barrier_all()?;
+        let mut host = std::time::Duration::ZERO;
         let ms = elapsed_ms(nv, stream, || {
+            let t0 = std::time::Instant::now();
             for k in 0..group {
                 if after_compute {
                     self.compute_kernel()?;
                 }
                 call(k)?;
             }
+            host = t0.elapsed();
             Ok(())
         })?;
         let compute_us = if after_compute {
@@ -1126,6 +1134,7 @@ impl<'nv> Harness<'nv> {
         Ok(GroupTime {
             us: ms * 1e3 / group as f64,
             compute_us,
+            host_us: host.as_secs_f64() * 1e6 / group as f64,
         })
     }
 
@@ -1446,6 +1455,7 @@ impl<'nv> Harness<'nv> {
 
         let mut us = Vec::with_capacity(self.reps);
         let (mut with_compute, mut compute_alone) = (Vec::new(), Vec::new());
+        let mut host_us = Vec::with_capacity(self.reps);
         let mut wrong = 0u64;
         let mut first: Option<Mismatch> = None;
         let host_len = if slots.checks {
@@ -1470,7 +1480,10 @@ impl<'nv> Harness<'nv> {
                     with_compute.push(t.us);
                     compute_alone.push(alone);
                 }
-                None => us.push(t.us),
+                None => {
+                    us.push(t.us);
+                    host_us.push(t.host_us);
+                }
             }
             if !slots.checks {
                 continue;
@@ -1499,6 +1512,7 @@ impl<'nv> Harness<'nv> {
             us_after_compute,
             algbw,
             busbw: algbw * coll.busbw_factor(n),
+            host_us: median(&host_us),
             checked: (2 * group * self.reps) as u64,
             checked_pes: (0..n).filter(|&pe| coll.checks_output(pe, n)).count() as i32,
             wrong,
@@ -2169,6 +2183,7 @@ fn json_report(r: &Report, on: RatioOn, complete: bool) -> String {
             "us_after_compute": rounded(t.us_after_compute, 3),
             "algbw": rounded(t.algbw, 3),
             "busbw": rounded(t.busbw, 3),
+            "host_us": rounded(t.host_us, 3),
             "calls": t.iters,
             "checked": t.checked,
             "wrong": t.wrong,
@@ -2530,6 +2545,7 @@ mod tests {
             us_after_compute: after,
             algbw: algbw_gbps(4096, us),
             busbw: algbw_gbps(4096, us),
+            host_us: 1.0,
             checked: 40,
             checked_pes: 2,
             wrong,
@@ -2794,6 +2810,7 @@ mod tests {
         assert_eq!(row["ratio_back_to_back_baseline"], "nccl-sym");
         assert_eq!(row["results"]["nccl-sym"]["us"], json!(5.0));
         assert_eq!(row["results"]["nccl-sym"]["us_after_compute"], json!(12.0));
+        assert_eq!(row["results"]["nccl-sym"]["host_us"], json!(1.0));
         assert_eq!(
             v["rows"][3]["results"]["nccl-sym"]["na"],
             "NCCL 2.26.2 has none"

@@ -307,6 +307,7 @@ fn time_rung(h: &Harness<'_>, call: &mut dyn FnMut() -> Result<()>) -> Result<Ru
                 GroupTime {
                     us: t,
                     compute_us: Some(c),
+                    ..
                 } => {
                     with_compute.push(t);
                     alone.push(c);

@@ -1031,6 +1031,7 @@ mod tests {
                 us_after_compute: us,
                 algbw: 1.0,
                 busbw: 1.5,
+                host_us: 1.0,
                 checked: 40,
                 checked_pes: 2,
                 wrong: 0,
