@@ -173,10 +173,12 @@ struct LinePair {
 
 // The pairs of this launch with other PEs that go as lines, into `plan`: sends from the front (*n_send),
 // receives from the back (*n_recv; together at most NVSHMEMRS_EXCHANGE_MAX_OPS), in no
-// particular order, built by the block's threads together.
+// particular order, built by the block's threads together. `ll_base`: each member's line
+// region (prims/ll.cuh ll_peer_bases, read before the launch's wait), or null where the team
+// is larger than that table (each send's slot is then looked up here).
 template <typename Src>
 __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const Region &R,
-                           LinePair *plan, int *n_send, int *n_recv) {
+                           char *const *ll_base, LinePair *plan, int *n_send, int *n_recv) {
     if (threadIdx.x == 0) *n_send = *n_recv = 0;
     __syncthreads();
     const int ns = src.n_send(), nr = src.n_recv();
@@ -199,7 +201,11 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         p.d0 = (uint32_t)d0;
         p.d1 = (uint32_t)d1;
         if (send) {
-            p.slot = static_cast<uint4 *>(nvshmem_ptr(ll_slot(h, parity, h.rank), p.pe));
+            uint4 *mine = ll_slot(h, parity, h.rank);
+            p.slot = ll_base != nullptr
+                         ? reinterpret_cast<uint4 *>(ll_base[x.peer] +
+                                                     (reinterpret_cast<char *>(mine) - h.ll_scratch))
+                         : static_cast<uint4 *>(nvshmem_ptr(mine, p.pe));
             plan[atomicAdd(n_send, 1)] = p;
         } else {
             p.slot = ll_slot(h, parity, x.peer);
@@ -468,6 +474,11 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
 template <typename Src>
 __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
                               bool with_lines) {
+    // The members' line regions before the wait, as the family's lines read them
+    // (prims/ll.cuh): each was a dependent miss on the way to the first store.
+    __shared__ char *ll_base_s[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    const bool bases = with_lines && h.n <= NVSHMEMRS_FAMILY_LL_MAX_PES;
+    if (bases) ll_peer_bases(h, ll_base_s);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
@@ -492,20 +503,15 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
 
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
-    // peer, then arrive; for a pair it takes as lines, only the marked arrive. First in the
-    // launch: the senders wait for it. No fence before: the receive buffers were last touched
-    // by earlier kernels on the stream, complete by now (prims/pdl.cuh).
+    // peer, then arrive. First in the launch: the senders wait for it. No fence before: the
+    // receive buffers were last touched by earlier kernels on the stream, complete by now
+    // (prims/pdl.cuh). Pairs taken as lines are marked after this PE's own lines (2).
     if (blockIdx.x == 0) {
         for (int i = threadIdx.x; i < nr; i += blockDim.x) {
             const Xfer x = src.recv(i);
-            if (x.peer == h.rank || x.nth != 0) continue;
+            if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
             const int pe = h.pes[x.peer];
             const uint64_t seq = *R.received(x.peer) + 1;
-            if (x.ll) {
-                nvshmemx_signal_op(R.arrive(h.rank), seq | XCH_LINES_MARK, NVSHMEM_SIGNAL_SET,
-                                   pe);
-                continue;
-            }
             uint64_t *box = R.mailbox(seq, h.rank);
             for (int j = i, k = 0; j < nr && k < x.of; ++j) {
                 const Xfer y = src.recv(j);
@@ -523,10 +529,20 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
 
     // 2. With lines: the pairs that go as lines, each receiver's credit for the slot, then this
     // block's share of every such send pair's lines (header and data: that pair is done).
+    // Then block 0 marks the arrive word of each peer this PE receives lines from (the pair's
+    // sequence with XCH_LINES_MARK), which only a sender that chose the mailbox reads (it
+    // fails there): off the way to this PE's first store, and still before its wait for
+    // the lines (6), so that such a sender's header fails it at once.
     if (lines) {
-        plan_lines(h, src, R, plan, &n_lsend, &n_lrecv);
+        plan_lines(h, src, R, bases ? ll_base_s : nullptr, plan, &n_lsend, &n_lrecv);
         if (!wait_credits(w, R, plan, n_lsend)) return;
         send_lines(src, plan, n_lsend);
+        if (blockIdx.x == 0) {
+            const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
+            for (int k = threadIdx.x; k < n_lrecv; k += blockDim.x)
+                nvshmemx_signal_op(R.arrive(h.rank), recvs[k].seq | XCH_LINES_MARK,
+                                   NVSHMEM_SIGNAL_SET, recvs[k].pe);
+        }
     }
 
     // 3. Until every peer this PE sends to through the mailbox is ready for this launch (its
@@ -655,7 +671,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     if (threadIdx.x == 0) {
         const bool credits = lines && n_lrecv > 0;
         if (!h.all_mapped) nvshmem_quiet();
-        if (credits) __threadfence();
+        // A lone block counts nothing: its system fence below orders its zeroes.
+        if (credits && gridDim.x > 1) __threadfence();
         advance_state(h.state, [&](nvshmemrs_allreduce_state *) {
             if (credits) __threadfence_system();
             for (int i = 0; i < nr; ++i) {

@@ -43,12 +43,13 @@ __device__ __forceinline__ bool ll_wait_credits(const Waiter &w, const nvshmemrs
 // before its count, and the last block's system fence before the credits, so a writer that
 // sees a credit stores after the zeroes. A member that only wrote has no zeroes of this step
 // to order, and those of its earlier steps were done when their kernels completed: no fence,
-// which would otherwise wait for its own lines to land before the kernel may end.
+// which would otherwise wait for its own lines to land before the kernel may end. A lone block
+// counts nothing: its system fence alone orders its zeroes.
 __device__ __forceinline__ void ll_end_step_credit(const nvshmemrs_coll_header &h, const Step &s,
                                                    bool read) {
     __syncthreads();
     if (threadIdx.x != 0) return;
-    if (read) __threadfence();
+    if (read && gridDim.x > 1) __threadfence();
     advance_state(h.state, [&](nvshmemrs_allreduce_state *st) {
         if (read) __threadfence_system();
         const Layout L{h, 0, s.parity};

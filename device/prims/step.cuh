@@ -32,7 +32,9 @@ __device__ Step begin_step(const nvshmemrs_allreduce_state *st) {
 // block has read the state by then: a block can only finish after it started. A lone block is
 // the last one: no atomic round trip. No fence before the count either way: every thread's
 // reads of the state returned before the block's barrier, and the next launch on the stream sees
-// the new state once this one has completed.
+// the new state once this one has completed. No fence after it either: the next launch reads
+// the state only past wait_for_previous_kernel, and a fence here would wait for the update's
+// stores to peers (credits) to be acknowledged before the kernel may end.
 template <typename Update>
 __device__ __forceinline__ void advance_state(nvshmemrs_allreduce_state *st, Update update) {
     const bool last = gridDim.x == 1 || atomicAdd(&st->done, 1u) == gridDim.x - 1;
@@ -40,7 +42,6 @@ __device__ __forceinline__ void advance_state(nvshmemrs_allreduce_state *st, Upd
         update(st);
         st->steps += 1;
         st->done = 0;
-        __threadfence();
     }
 }
 
