@@ -60,28 +60,44 @@ pub fn pair_modes(
     rank: i32,
     limits: Option<LineLimits>,
 ) -> (Vec<bool>, ExchangePairs) {
-    let mut sizes = std::collections::HashMap::<(Direction, i32), Vec<usize>>::new();
-    for t in list.iter().filter(|t| t.peer != rank) {
-        sizes.entry((t.dir, t.peer)).or_default().push(t.bytes);
-    }
-    let lines = |s: &Vec<usize>| match limits {
+    // Linear scans over a few pairs: a call's host path is part of its time (no maps, no
+    // allocation per pair).
+    let of_pair = |key: (Direction, i32)| {
+        list.iter()
+            .filter(move |t| t.peer != rank && (t.dir, t.peer) == key)
+            .map(|t| t.bytes)
+    };
+    let lines = |key: (Direction, i32)| match limits {
         Some(l) => {
-            let total = s.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+            let total = of_pair(key).try_fold(0usize, |a, b| a.checked_add(b));
             total.is_some_and(|t| t <= l.max_bytes)
-                && pair_lines(s.iter().copied()).saturating_mul(16) <= l.slot_bytes
+                && pair_lines(of_pair(key)).saturating_mul(16) <= l.slot_bytes
         }
         None => false,
     };
-    let mode: std::collections::HashMap<_, bool> =
-        sizes.iter().map(|(k, s)| (*k, lines(s))).collect();
-    let pairs = ExchangePairs {
-        lines: mode.values().filter(|&&m| m).count(),
-        mailbox: mode.values().filter(|&&m| !m).count(),
-    };
+    // Each pair's mode, decided at its first transfer.
+    let mut modes: Vec<((Direction, i32), bool)> = Vec::new();
     let each = list
         .iter()
-        .map(|t| mode.get(&(t.dir, t.peer)).copied().unwrap_or(false))
+        .map(|t| {
+            if t.peer == rank {
+                return false;
+            }
+            let key = (t.dir, t.peer);
+            match modes.iter().find(|m| m.0 == key) {
+                Some(m) => m.1,
+                None => {
+                    let m = lines(key);
+                    modes.push((key, m));
+                    m
+                }
+            }
+        })
         .collect();
+    let pairs = ExchangePairs {
+        lines: modes.iter().filter(|m| m.1).count(),
+        mailbox: modes.iter().filter(|m| !m.1).count(),
+    };
     (each, pairs)
 }
 
@@ -149,7 +165,8 @@ pub fn check_list(what: &'static str, list: &[Transfer], n: i32) -> Result<Vec<(
             ),
         });
     }
-    let mut seen = std::collections::HashMap::<(Direction, i32), u8>::new();
+    // Transfers so far per (direction, peer): a linear scan, as in pair_modes.
+    let mut seen: Vec<((Direction, i32), u8)> = Vec::new();
     let mut nth = Vec::with_capacity(list.len());
     for t in list {
         if !(0..n).contains(&t.peer) {
@@ -164,7 +181,14 @@ pub fn check_list(what: &'static str, list: &[Transfer], n: i32) -> Result<Vec<(
                 detail: t.bytes.to_string(),
             });
         }
-        let k = seen.entry((t.dir, t.peer)).or_insert(0);
+        let key = (t.dir, t.peer);
+        let k = match seen.iter().position(|e| e.0 == key) {
+            Some(i) => &mut seen[i].1,
+            None => {
+                seen.push((key, 0));
+                &mut seen.last_mut().expect("just pushed").1
+            }
+        };
         nth.push(*k);
         *k += 1;
         if *k as usize > MAX_PER_PEER {
@@ -199,7 +223,11 @@ pub fn check_list(what: &'static str, list: &[Transfer], n: i32) -> Result<Vec<(
             }
         }
     }
-    let of = |t: &Transfer| seen[&(t.dir, t.peer)];
+    let of = |t: &Transfer| {
+        seen.iter()
+            .find(|e| e.0 == (t.dir, t.peer))
+            .map_or(0, |e| e.1)
+    };
     Ok(list.iter().zip(nth).map(|(t, k)| (k, of(t))).collect())
 }
 
@@ -280,11 +308,14 @@ impl FamilyWorkspace<'_> {
                     }
                 }
                 // A pair's bytes as lines: the sum of its transfers.
-                let mut per_pair = std::collections::HashMap::<(Direction, i32), usize>::new();
+                let mut per_pair: Vec<((Direction, i32), usize)> = Vec::new();
                 for (t, _) in list.iter().zip(&lines).filter(|(_, &l)| l) {
-                    *per_pair.entry((t.dir, t.peer)).or_default() += t.bytes;
+                    match per_pair.iter_mut().find(|e| e.0 == (t.dir, t.peer)) {
+                        Some(e) => e.1 += t.bytes,
+                        None => per_pair.push(((t.dir, t.peer), t.bytes)),
+                    }
                 }
-                largest_lines = per_pair.values().copied().max().unwrap_or(0);
+                largest_lines = per_pair.iter().map(|e| e.1).max().unwrap_or(0);
                 a.n_send = list.iter().filter(|t| t.dir == Direction::Send).count() as i32;
                 a.n_recv = (list.len() - a.n_send as usize) as i32;
                 pairs
