@@ -597,12 +597,12 @@ impl Soak<'_> {
         stream.memcpy_htod(&host, &mut self.send_buf)?;
         for (k, &len) in lens.iter().enumerate() {
             let src = self.send_buf.slice(k * max..k * max + len);
-            self.channel.send(&stream, next, &src, len)?;
+            self.channel.send(next, &src, len, &stream)?;
             self.report.bytes_sent += 4 * len as u64;
         }
         for (k, &len) in lens.iter().enumerate() {
             let mut dst = self.recv_buf.slice_mut(k * max..k * max + len);
-            self.channel.recv_into(&stream, prev, &mut dst, len)?;
+            self.channel.recv_into(prev, &mut dst, len, &stream)?;
         }
         self.channel.sync(&stream)?;
         let got = stream.clone_dtoh(&self.recv_buf)?;
