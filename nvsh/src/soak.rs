@@ -11,13 +11,14 @@
 //! match; data depends on (PE, iteration, index) and is small integers, so every reduction is
 //! exact in every type (f16 and bf16 included) and the reference is plain arithmetic.
 
+use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymmetricBuffer;
 use nvshmem::core::element::HostValue;
 use nvshmem::core::env_value::progress_label;
-use nvshmem::core::error::{Error, Result};
+use nvshmem::core::error::Result;
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::pipeline::channel::Channel;
 use nvshmem::{Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Reduce, ReduceScatter};
@@ -684,11 +685,11 @@ fn one_allreduce<T: SoakValue>(
 }
 
 /// `Err(DataMismatch)` if the soak saw any wrong result.
-pub fn verdict(report: &SoakReport) -> Result<()> {
+pub fn verdict(report: &SoakReport) -> ToolResult<()> {
     if report.mismatches == 0 {
         return Ok(());
     }
-    Err(Error::DataMismatch {
+    Err(ToolError::DataMismatch {
         what: format!(
             "soak: {} of {} results wrong; first: {}",
             report.mismatches,
