@@ -65,20 +65,20 @@ fn run(elems: usize, batches: usize) -> nvshmem::Result<bool> {
     let mut ok = true;
     for m in 0..batches {
         if me == 0 {
-            fwd.send(&stream, next, &sources[m % 4], elems)?;
+            fwd.send(next, &sources[m % 4], elems, &stream)?;
         }
         if me != 0 || n == 1 {
-            fwd.recv_into(&stream, prev, &mut tmp, elems)?;
+            fwd.recv_into(prev, &mut tmp, elems, &stream)?;
             if me == last {
-                bwd.send(&stream, 0, &tmp, elems)?;
+                bwd.send(0, &tmp, elems, &stream)?;
             } else {
-                fwd.send(&stream, next, &tmp, elems)?;
+                fwd.send(next, &tmp, elems, &stream)?;
             }
         }
         if me == 0 {
             let slot = m % 4;
             let mut out = returned.slice_mut(slot * elems..(slot + 1) * elems);
-            bwd.recv_into(&back, last, &mut out, elems)?;
+            bwd.recv_into(last, &mut out, elems, &back)?;
             if slot == 3 || m + 1 == batches {
                 // Check the last few (the host waits here, once every 4 micro-batches).
                 let got = back.clone_dtoh(&returned)?;

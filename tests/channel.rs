@@ -139,14 +139,14 @@ fn one_way<T: TestElem>(nv: &Nvshmem, count: usize, slots: usize, direct: bool) 
         let src = upload(&stream, &plan.expected::<T>());
         for i in 0..count {
             let view = src.slice(plan.range(i));
-            ch.send(&stream, 1, &view, plan.lens[i]).unwrap();
+            ch.send(1, &view, plan.lens[i], &stream).unwrap();
         }
         ch.sync(&stream).unwrap();
     } else {
         let mut dst = poisoned::<T>(&stream, plan.total);
         for i in 0..count {
             let mut view = dst.slice_mut(plan.range(i));
-            ch.recv_into(&stream, 0, &mut view, plan.lens[i]).unwrap();
+            ch.recv_into(0, &mut view, plan.lens[i], &stream).unwrap();
         }
         ch.sync(&stream).unwrap();
         let got = stream.clone_dtoh(&dst).unwrap();
@@ -187,14 +187,14 @@ fn forward_and_backward_channels_at_once_like_a_pipeline() {
         let src = upload(&stream, &plan.expected::<f32>());
         let mut grads = poisoned::<f32>(&back_stream, plan.total);
         for i in 0..count {
-            fwd.send(&stream, 1, &src.slice(plan.range(i)), plan.lens[i])
+            fwd.send(1, &src.slice(plan.range(i)), plan.lens[i], &stream)
                 .unwrap();
             let mut out = grads.slice_mut(plan.range(i));
             if i % 2 == 0 {
-                bwd.recv_into(&back_stream, 1, &mut out, plan.lens[i])
+                bwd.recv_into(1, &mut out, plan.lens[i], &back_stream)
                     .unwrap();
             } else {
-                let msg = bwd.recv(&back_stream, 1).unwrap();
+                let msg = bwd.recv(1, &back_stream).unwrap();
                 assert_eq!(msg.seq(), i as u64);
                 if i % 50 == 1 {
                     assert_eq!(msg.len().unwrap(), plan.lens[i], "message {i}");
@@ -202,7 +202,7 @@ fn forward_and_backward_channels_at_once_like_a_pipeline() {
                 let slot = msg.view().unwrap();
                 let body = slot.view(0..plan.lens[i]).unwrap();
                 back_stream.memcpy_dtod(&body, &mut out).unwrap();
-                bwd.release(&back_stream, msg).unwrap();
+                bwd.release(msg, &back_stream).unwrap();
             }
         }
         fwd.sync(&stream).unwrap();
@@ -215,12 +215,12 @@ fn forward_and_backward_channels_at_once_like_a_pipeline() {
         for i in 0..count {
             let len = plan.lens[i];
             let mut head = tmp.slice_mut(0..len);
-            fwd.recv_into(&stream, 0, &mut head, len).unwrap();
+            fwd.recv_into(0, &mut head, len, &stream).unwrap();
             stream
                 .memcpy_dtod(&tmp.slice(0..len), &mut seen.slice_mut(plan.range(i)))
                 .unwrap();
             // The next receive into `tmp` is queued after this send has read it.
-            bwd.send(&stream, 0, &tmp.slice(0..len), len).unwrap();
+            bwd.send(0, &tmp.slice(0..len), len, &stream).unwrap();
         }
         fwd.sync(&stream).unwrap();
         bwd.sync(&stream).unwrap();
@@ -252,7 +252,7 @@ fn a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
     if me == 0 {
         let t = Instant::now();
         for i in 0..count {
-            ch.send(&stream, 1, &src.slice(plan.range(i)), plan.lens[i])
+            ch.send(1, &src.slice(plan.range(i)), plan.lens[i], &stream)
                 .unwrap();
         }
         let enqueue = t.elapsed();
@@ -269,7 +269,7 @@ fn a_slow_receiver_holds_back_a_fast_sender_without_losing_data() {
         std::thread::sleep(receiver_starts);
         for i in 0..count {
             let mut view = dst.slice_mut(plan.range(i));
-            ch.recv_into(&stream, 0, &mut view, plan.lens[i]).unwrap();
+            ch.recv_into(0, &mut view, plan.lens[i], &stream).unwrap();
             if i % 20 == 19 {
                 // A slow consumer now and then, too.
                 stream.synchronize().unwrap();
@@ -311,12 +311,12 @@ fn three_channels_used_interleaved() {
         next[which] += 1;
         let (plan, len) = (&plans[which], plans[which].lens[i]);
         match (which, me) {
-            (0, 0) => a.send(&stream, 1, &a_src.slice(plan.range(i)), len),
-            (0, _) => a.recv_into(&stream, 0, &mut a_dst.slice_mut(plan.range(i)), len),
-            (1, 1) => b.send(&stream, 0, &b_src.slice(plan.range(i)), len),
-            (1, _) => b.recv_into(&stream, 1, &mut b_dst.slice_mut(plan.range(i)), len),
-            (_, 0) => c.send(&stream, 1, &c_src.slice(plan.range(i)), len),
-            (_, _) => c.recv_into(&stream, 0, &mut c_dst.slice_mut(plan.range(i)), len),
+            (0, 0) => a.send(1, &a_src.slice(plan.range(i)), len, &stream),
+            (0, _) => a.recv_into(0, &mut a_dst.slice_mut(plan.range(i)), len, &stream),
+            (1, 1) => b.send(0, &b_src.slice(plan.range(i)), len, &stream),
+            (1, _) => b.recv_into(1, &mut b_dst.slice_mut(plan.range(i)), len, &stream),
+            (_, 0) => c.send(1, &c_src.slice(plan.range(i)), len, &stream),
+            (_, _) => c.recv_into(0, &mut c_dst.slice_mut(plan.range(i)), len, &stream),
         }
         .unwrap();
     }
@@ -365,11 +365,11 @@ fn waits_that_never_end_are_timeouts_naming_the_peer() {
     nv.barrier_all().unwrap();
     let t = Instant::now();
     let (ch, peer, op) = if me == 1 {
-        silent.recv_into(&stream, 0, &mut buf, 16).unwrap();
+        silent.recv_into(0, &mut buf, 16, &stream).unwrap();
         (&silent, 0, WaitOp::ChannelRecvInto)
     } else {
         for _ in 0..3 {
-            unread.send(&stream, 1, &buf, 16).unwrap();
+            unread.send(1, &buf, 16, &stream).unwrap();
         }
         (&unread, 1, WaitOp::ChannelSend)
     };
@@ -402,10 +402,10 @@ fn waits_that_never_end_are_timeouts_naming_the_peer() {
     // A broken channel gives up at once instead of waiting out another timeout.
     let t = Instant::now();
     if me == 1 {
-        silent.recv_into(&stream, 0, &mut buf, 16).unwrap();
+        silent.recv_into(0, &mut buf, 16, &stream).unwrap();
         assert!(silent.sync(&stream).is_err());
     } else {
-        unread.send(&stream, 1, &buf, 16).unwrap();
+        unread.send(1, &buf, 16, &stream).unwrap();
         assert!(unread.sync(&stream).is_err());
     }
     assert!(t.elapsed() < timeout, "{:?}", t.elapsed());
@@ -436,12 +436,12 @@ fn a_length_mismatch_is_a_typed_error_and_copies_nothing() {
             &stream,
             &(0..10).map(|j| f32::gen(0, j)).collect::<Vec<_>>(),
         );
-        ch.send(&stream, 1, &src, 10).unwrap();
+        ch.send(1, &src, 10, &stream).unwrap();
         // The receiver drops the message but still frees the slot: the sender is fine.
         ch.sync(&stream).unwrap();
     } else {
         let mut dst = poisoned::<f32>(&stream, 11);
-        ch.recv_into(&stream, 0, &mut dst, 11).unwrap();
+        ch.recv_into(0, &mut dst, 11, &stream).unwrap();
         let err = ch.sync(&stream).unwrap_err();
         assert!(
             matches!(
@@ -471,11 +471,11 @@ fn receiving_from_a_second_peer_is_refused() {
     let mut buf = poisoned::<i32>(&stream, 8);
     if me == 1 {
         let src = upload(&stream, &(0..8).map(|j| i32::gen(0, j)).collect::<Vec<_>>());
-        ch.send(&stream, 0, &src, 8).unwrap();
+        ch.send(0, &src, 8, &stream).unwrap();
         ch.sync(&stream).unwrap();
     } else {
-        ch.recv_into(&stream, 1, &mut buf, 8).unwrap();
-        let err = ch.recv_into(&stream, 0, &mut buf, 8).unwrap_err();
+        ch.recv_into(1, &mut buf, 8, &stream).unwrap();
+        let err = ch.recv_into(0, &mut buf, 8, &stream).unwrap_err();
         assert!(
             matches!(&err, Error::Channel { what, .. } if what.contains("from PE 1")),
             "{err:?}"
@@ -516,31 +516,31 @@ fn bad_arguments_are_typed_errors_and_leave_the_channel_usable() {
     );
     let mut dst = poisoned::<f32>(&stream, 20);
     let channel_err = |r: nvshmem::Result<()>| matches!(r, Err(Error::Channel { .. }));
-    assert!(channel_err(ch.send(&stream, 0, &src, 0)));
-    assert!(channel_err(ch.send(&stream, 0, &src, 11)));
-    assert!(channel_err(ch.send(&stream, 0, &src.slice(0..4), 5)));
-    assert!(channel_err(ch.recv_into(&stream, 0, &mut dst, 0)));
-    assert!(channel_err(ch.recv_into(&stream, 0, &mut dst, 11)));
+    assert!(channel_err(ch.send(0, &src, 0, &stream)));
+    assert!(channel_err(ch.send(0, &src, 11, &stream)));
+    assert!(channel_err(ch.send(0, &src.slice(0..4), 5, &stream)));
+    assert!(channel_err(ch.recv_into(0, &mut dst, 0, &stream)));
+    assert!(channel_err(ch.recv_into(0, &mut dst, 11, &stream)));
     assert!(channel_err(ch.recv_into(
-        &stream,
         0,
         &mut dst.slice_mut(0..3),
-        4
+        4,
+        &stream
     )));
     for pe in [1, -1] {
         assert!(matches!(
-            ch.send(&stream, pe, &src, 4),
+            ch.send(pe, &src, 4, &stream),
             Err(Error::InvalidPe { .. })
         ));
         assert!(matches!(
-            ch.recv_into(&stream, pe, &mut dst, 4),
+            ch.recv_into(pe, &mut dst, 4, &stream),
             Err(Error::InvalidPe { .. })
         ));
-        assert!(matches!(ch.recv(&stream, pe), Err(Error::InvalidPe { .. })));
+        assert!(matches!(ch.recv(pe, &stream), Err(Error::InvalidPe { .. })));
     }
     // Nothing was queued by the refused calls: message 0 is still the next one.
-    ch.send(&stream, 0, &src, 10).unwrap();
-    ch.recv_into(&stream, 0, &mut dst, 10).unwrap();
+    ch.send(0, &src, 10, &stream).unwrap();
+    ch.recv_into(0, &mut dst, 10, &stream).unwrap();
     ch.sync(&stream).unwrap();
     let got = stream.clone_dtoh(&dst).unwrap();
     let want: Vec<f32> = (0..10).map(|j| f32::gen(3, j)).collect();
@@ -563,10 +563,10 @@ fn a_pe_sends_to_itself_copying_and_in_place() {
         let mut dst = poisoned::<bf16>(&stream, plan.total);
         for i in 0..count {
             let len = plan.lens[i];
-            ch.send(&stream, 0, &src.slice(plan.range(i)), len).unwrap();
+            ch.send(0, &src.slice(plan.range(i)), len, &stream).unwrap();
             let mut out = dst.slice_mut(plan.range(i));
             if i % 3 == 0 {
-                let msg = ch.recv(&stream, 0).unwrap();
+                let msg = ch.recv(0, &stream).unwrap();
                 assert_eq!((msg.peer(), msg.seq()), (0, i as u64));
                 assert_eq!(msg.capacity(), plan.max_len());
                 if i % 30 == 0 {
@@ -576,9 +576,9 @@ fn a_pe_sends_to_itself_copying_and_in_place() {
                 stream
                     .memcpy_dtod(&slot.view(0..len).unwrap(), &mut out)
                     .unwrap();
-                ch.release(&stream, msg).unwrap();
+                ch.release(msg, &stream).unwrap();
             } else {
-                ch.recv_into(&stream, 0, &mut out, len).unwrap();
+                ch.recv_into(0, &mut out, len, &stream).unwrap();
             }
         }
         ch.sync(&stream).unwrap();
@@ -597,17 +597,17 @@ fn unreleased_messages_are_refused_before_they_deadlock() {
     let other = Channel::<i32>::new(&nv, 2, 4).unwrap();
     let src = upload(&stream, &[1, 2, 3, 4]);
     for _ in 0..2 {
-        ch.send(&stream, 0, &src, 4).unwrap();
+        ch.send(0, &src, 4, &stream).unwrap();
     }
-    let first = ch.recv(&stream, 0).unwrap();
-    let second = ch.recv(&stream, 0).unwrap();
+    let first = ch.recv(0, &stream).unwrap();
+    let second = ch.recv(0, &stream).unwrap();
     assert_eq!(first.len().unwrap(), 4);
     assert_eq!(first.view().unwrap().to_vec().unwrap(), vec![1, 2, 3, 4]);
     // Both slots are held: a third receive could never complete.
-    assert!(matches!(ch.recv(&stream, 0), Err(Error::Channel { .. })));
+    assert!(matches!(ch.recv(0, &stream), Err(Error::Channel { .. })));
     // A message goes back to its own channel only.
-    let refused = other.release(&stream, first);
+    let refused = other.release(first, &stream);
     assert!(matches!(refused, Err(Error::Channel { .. })));
-    ch.release(&stream, second).unwrap();
+    ch.release(second, &stream).unwrap();
     ch.sync(&stream).unwrap();
 }

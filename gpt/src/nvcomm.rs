@@ -271,7 +271,7 @@ impl<'nv> NvComm<'nv> {
             .transpose()?;
         // SAFETY: src is device memory of this PE holding len values; the compute stream does
         // not overwrite it before waiting for the event recorded below (before_overwrite).
-        unsafe { ch.send_raw(&self.transfer, peer as i32, src.0, len) }.map_err(nv_err)?;
+        unsafe { ch.send_raw(peer as i32, src.0, len, &self.transfer) }.map_err(nv_err)?;
         if let (Some(start), Some(events)) = (start, &mut self.send_events) {
             events.push((start, timed(&self.transfer)?));
         }
@@ -311,7 +311,7 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         let peer = self.topo.pe as i32 - 1;
         let ch = Self::link(&mut self.fwd, "receiving activations")?;
         // SAFETY: dst is device memory of this PE for len values, used next on this stream.
-        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, len) }.map_err(nv_err)
+        unsafe { ch.recv_into_raw(peer, dst.0, len, &self.compute) }.map_err(nv_err)
     }
 
     fn send_grad(&mut self, _be: &B, src: F32Ptr, len: usize) -> Result<()> {
@@ -322,21 +322,21 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         let peer = self.topo.pe as i32 + 1;
         let ch = Self::link(&mut self.bwd, "receiving gradients")?;
         // SAFETY: as in recv_act.
-        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, len) }.map_err(nv_err)
+        unsafe { ch.recv_into_raw(peer, dst.0, len, &self.compute) }.map_err(nv_err)
     }
 
     fn send_token(&mut self, _be: &B, src: I32Ptr) -> Result<()> {
         let peer = self.topo.pe_of(0) as i32;
         let ch = Self::link(&mut self.tok, "sending a sampled token")?;
         // SAFETY: one i32 of this PE, written before on this stream.
-        unsafe { ch.send_raw(&self.compute, peer, src.0, 1) }.map_err(nv_err)
+        unsafe { ch.send_raw(peer, src.0, 1, &self.compute) }.map_err(nv_err)
     }
 
     fn recv_token(&mut self, _be: &B, dst: I32Ptr) -> Result<()> {
         let peer = self.topo.pe_of(self.topo.pp - 1) as i32;
         let ch = Self::link(&mut self.tok, "receiving a sampled token")?;
         // SAFETY: one i32 of this PE.
-        unsafe { ch.recv_into_raw(&self.compute, peer, dst.0, 1) }.map_err(nv_err)
+        unsafe { ch.recv_into_raw(peer, dst.0, 1, &self.compute) }.map_err(nv_err)
     }
 
     fn time_sends(&mut self) {

@@ -7,6 +7,7 @@
 //! Arguments: SECONDS [allreduce|channel|mixed] [DIE_PE DIE_AFTER]. Exit status 0 when every
 //! result matched, 1 otherwise (an error, such as the timeout that names a dead PE, is printed).
 
+use nvsh::error::ToolError;
 use nvsh::soak::{self, SoakOptions, Workload};
 use nvshmem::Nvshmem;
 use std::process::ExitCode;
@@ -38,13 +39,15 @@ fn main() -> ExitCode {
         }
     };
     let me = nv.my_pe();
-    match soak::run(&nv, &opts).and_then(|r| {
-        println!(
-            "PE {me}: soak done: {} iterations, {} allreduces, {} messages, {} mismatches",
-            r.iterations, r.allreduces, r.messages, r.mismatches
-        );
-        soak::verdict(&r)
-    }) {
+    match soak::run(&nv, &opts)
+        .map_err(ToolError::from)
+        .and_then(|r| {
+            println!(
+                "PE {me}: soak done: {} iterations, {} allreduces, {} messages, {} mismatches",
+                r.iterations, r.allreduces, r.messages, r.mismatches
+            );
+            soak::verdict(&r)
+        }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("PE {me}: soak: error: {e}");

@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod doctor;
+pub mod error;
 pub mod launcher;
 pub mod model;
 pub mod nccl_baseline;

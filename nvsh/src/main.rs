@@ -5,6 +5,7 @@ mod cli;
 use cli::{bench, doctor, info, model, plot, run, soak, tune};
 
 use clap::{Parser, Subcommand};
+use nvsh::error::ToolResult;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -44,21 +45,26 @@ fn main() -> ExitCode {
     // The library's warnings show by default; RUST_LOG=info or debug shows more.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
-    let outcome = match cli.command {
-        Command::Info => info::run().map(|()| ExitCode::SUCCESS),
-        Command::Run(args) => run::run(args),
-        Command::Doctor(args) => doctor::run(args),
-        Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS),
-        Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Tune(args) => tune::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Model(args) => model::run(args).map(|()| ExitCode::SUCCESS),
-    };
-    match outcome {
+    match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("nvsh: error: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs the command; the runtime's errors and the tool's own (failed checks) alike end in one
+/// error line and a failure status.
+fn dispatch(command: Command) -> ToolResult<ExitCode> {
+    Ok(match command {
+        Command::Info => info::run().map(|()| ExitCode::SUCCESS)?,
+        Command::Run(args) => run::run(args)?,
+        Command::Doctor(args) => doctor::run(args)?,
+        Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS)?,
+        Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS)?,
+        Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS)?,
+        Command::Tune(args) => tune::run(args).map(|()| ExitCode::SUCCESS)?,
+        Command::Model(args) => model::run(args).map(|()| ExitCode::SUCCESS)?,
+    })
 }

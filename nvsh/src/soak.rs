@@ -11,13 +11,14 @@
 //! match; data depends on (PE, iteration, index) and is small integers, so every reduction is
 //! exact in every type (f16 and bf16 included) and the reference is plain arithmetic.
 
+use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
 use nvshmem::coll::op::{ReduceOp, Reducible};
 use nvshmem::core::buffer::SymmetricBuffer;
 use nvshmem::core::element::HostValue;
 use nvshmem::core::env_value::progress_label;
-use nvshmem::core::error::{Error, Result};
+use nvshmem::core::error::Result;
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::pipeline::channel::Channel;
 use nvshmem::{Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Reduce, ReduceScatter};
@@ -597,12 +598,12 @@ impl Soak<'_> {
         stream.memcpy_htod(&host, &mut self.send_buf)?;
         for (k, &len) in lens.iter().enumerate() {
             let src = self.send_buf.slice(k * max..k * max + len);
-            self.channel.send(&stream, next, &src, len)?;
+            self.channel.send(next, &src, len, &stream)?;
             self.report.bytes_sent += 4 * len as u64;
         }
         for (k, &len) in lens.iter().enumerate() {
             let mut dst = self.recv_buf.slice_mut(k * max..k * max + len);
-            self.channel.recv_into(&stream, prev, &mut dst, len)?;
+            self.channel.recv_into(prev, &mut dst, len, &stream)?;
         }
         self.channel.sync(&stream)?;
         let got = stream.clone_dtoh(&self.recv_buf)?;
@@ -684,11 +685,11 @@ fn one_allreduce<T: SoakValue>(
 }
 
 /// `Err(DataMismatch)` if the soak saw any wrong result.
-pub fn verdict(report: &SoakReport) -> Result<()> {
+pub fn verdict(report: &SoakReport) -> ToolResult<()> {
     if report.mismatches == 0 {
         return Ok(());
     }
-    Err(Error::DataMismatch {
+    Err(ToolError::DataMismatch {
         what: format!(
             "soak: {} of {} results wrong; first: {}",
             report.mismatches,

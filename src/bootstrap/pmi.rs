@@ -23,6 +23,8 @@ const NVSHMEM_BOOTSTRAP: &str = "NVSHMEM_BOOTSTRAP";
 const NVSHMEM_BOOTSTRAP_PMI: &str = "NVSHMEM_BOOTSTRAP_PMI";
 /// NVSHMEM's host library, whose directory holds the plugins it ships.
 const HOST_LIBRARY: &str = "libnvshmem_host.so";
+/// The names [`PmiFlavour::parse`] accepts, as errors list them.
+const FLAVOUR_NAMES: &str = "pmix, pmi2 or pmi1";
 
 /// The PMI version a launcher serves and NVSHMEM has a plugin for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,14 +91,27 @@ impl PmiFlavour {
     }
 
     /// `pmix`, `pmi2` / `pmi-2`, `pmi` / `pmi1` / `pmi-1`, any case (NVSHMEM's own spellings
-    /// included).
-    pub fn parse(value: &str) -> Option<PmiFlavour> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "pmix" => Some(PmiFlavour::Pmix),
-            "pmi2" | "pmi-2" => Some(PmiFlavour::Pmi2),
-            "pmi" | "pmi1" | "pmi-1" => Some(PmiFlavour::Pmi1),
-            _ => None,
-        }
+    /// included); [`Error::UnknownName`] names the accepted ones. Also `str::parse`.
+    pub fn parse(value: &str) -> Result<PmiFlavour> {
+        Ok(match value.trim().to_ascii_lowercase().as_str() {
+            "pmix" => PmiFlavour::Pmix,
+            "pmi2" | "pmi-2" => PmiFlavour::Pmi2,
+            "pmi" | "pmi1" | "pmi-1" => PmiFlavour::Pmi1,
+            _ => {
+                return Err(Error::UnknownName {
+                    what: "PMI version",
+                    name: value.to_string(),
+                    expected: FLAVOUR_NAMES,
+                })
+            }
+        })
+    }
+}
+
+impl std::str::FromStr for PmiFlavour {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<PmiFlavour> {
+        PmiFlavour::parse(s)
     }
 }
 
@@ -144,11 +159,13 @@ pub fn flavour(env: Lookup, step: Started, mpi_built: bool) -> Result<PmiFlavour
         match env(var) {
             None => Ok(None),
             Some(v) if v.trim().is_empty() => Ok(None),
-            Some(v) => PmiFlavour::parse(&v).map(Some).ok_or(Error::InvalidEnv {
-                var,
-                value: v,
-                expected: "pmix, pmi2 or pmi1",
-            }),
+            Some(v) => PmiFlavour::parse(&v)
+                .map(Some)
+                .map_err(|_| Error::InvalidEnv {
+                    var,
+                    value: v,
+                    expected: FLAVOUR_NAMES,
+                }),
         }
     };
     let (flavour, from) = match (chosen(ENV_PMI)?, chosen(NVSHMEM_BOOTSTRAP_PMI)?) {
@@ -595,11 +612,17 @@ mod tests {
             ("PMI", PmiFlavour::Pmi1),
             ("pmi1", PmiFlavour::Pmi1),
         ] {
-            assert_eq!(PmiFlavour::parse(spelling), Some(f), "{spelling}");
+            assert_eq!(PmiFlavour::parse(spelling).unwrap(), f, "{spelling}");
+            assert_eq!(spelling.parse::<PmiFlavour>().unwrap(), f, "{spelling}");
             // NVSHMEM's own spelling reads back as the same flavour.
-            assert_eq!(PmiFlavour::parse(f.nvshmem_name()), Some(f));
+            assert_eq!(PmiFlavour::parse(f.nvshmem_name()).unwrap(), f);
         }
-        assert_eq!(PmiFlavour::parse("mpi"), None);
+        let err = PmiFlavour::parse("mpi").unwrap_err();
+        assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "no PMI version named \"mpi\": expected pmix, pmi2 or pmi1"
+        );
         assert_eq!(PmiFlavour::Pmix.client_library(), Some("libpmix.so.2"));
         assert_eq!(PmiFlavour::Pmi2.client_library(), None);
         assert_eq!(

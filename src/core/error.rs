@@ -190,22 +190,9 @@ pub enum Error {
     #[error("MPI: {message}")]
     Mpi { message: String },
 
-    /// An operation needs more PEs than the job has.
-    #[error("{what} needs at least {needed} PEs, this job has {have}; {hint}")]
-    NeedsPes {
-        what: &'static str,
-        needed: i32,
-        have: i32,
-        hint: &'static str,
-    },
-
     /// A file could not be read or written.
     #[error("{what}: {message}")]
     Io { what: String, message: String },
-
-    /// Data received did not match what was sent.
-    #[error("data check failed: {what}")]
-    DataMismatch { what: String },
 
     /// An environment variable the runtime reads has a value it cannot use.
     #[error("environment variable {var}={value:?} is not valid: expected {expected}")]

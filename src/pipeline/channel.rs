@@ -22,9 +22,9 @@
 //! for _micro_batch in 0..8 {
 //!     if nv.my_pe() == 0 {
 //!         // ... a kernel writes `act` on `stream` ...
-//!         fwd.send(&stream, 1, &act, 4096)?;
+//!         fwd.send(1, &act, 4096, &stream)?;
 //!     } else {
-//!         fwd.recv_into(&stream, 0, &mut act, 4096)?;
+//!         fwd.recv_into(0, &mut act, 4096, &stream)?;
 //!         // ... kernels read `act` on `stream` ...
 //!     }
 //! }
@@ -114,7 +114,7 @@ pub struct Channel<'nv, T: Element> {
 /// ```compile_fail,E0505
 /// # fn f(nv: &nvshmem::Nvshmem, stream: &cudarc::driver::CudaStream) -> nvshmem::Result<()> {
 /// let ch = nvshmem::Channel::<f32>::new(nv, 2, 16)?;
-/// let msg = ch.recv(stream, 0)?;
+/// let msg = ch.recv(0, stream)?;
 /// drop(ch); // the channel's slots would be freed under `msg`
 /// let _ = msg.view()?;
 /// # Ok(())
@@ -367,16 +367,16 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// be reused once the stream has passed this send.
     pub fn send<S: DevicePtr<T>>(
         &self,
-        stream: &CudaStream,
         peer: i32,
         src: &S,
         len: usize,
+        stream: &CudaStream,
     ) -> Result<()> {
         self.shape.check_len("send", len, Some(src.len()))?;
         let (ptr, record) = src.device_ptr(stream);
         // SAFETY: `src` holds at least `len` elements of this PE's device memory, and its
         // guard (dropped after the launch) orders other users after this send.
-        let sent = unsafe { self.send_raw(stream, peer, ptr, len) };
+        let sent = unsafe { self.send_raw(peer, ptr, len, stream) };
         drop(record);
         sent
     }
@@ -388,10 +388,10 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// this send, and not written by other work before then.
     pub unsafe fn send_raw(
         &self,
-        stream: &CudaStream,
         peer: i32,
         src: u64,
         len: usize,
+        stream: &CudaStream,
     ) -> Result<()> {
         self.shape.check_len("send", len, None)?;
         self.nv.check_pe(peer)?;
@@ -431,16 +431,16 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// of [`Channel::check`] (the message is dropped, `dst` untouched).
     pub fn recv_into<D: DevicePtrMut<T>>(
         &self,
-        stream: &CudaStream,
         peer: i32,
         dst: &mut D,
         len: usize,
+        stream: &CudaStream,
     ) -> Result<()> {
         self.shape.check_len("recv_into", len, Some(dst.len()))?;
         let (ptr, record) = dst.device_ptr_mut(stream);
         // SAFETY: `dst` holds at least `len` elements of this PE's device memory; its guard
         // orders other users after this receive.
-        let received = unsafe { self.recv_into_raw(stream, peer, ptr, len) };
+        let received = unsafe { self.recv_into_raw(peer, ptr, len, stream) };
         drop(record);
         received
     }
@@ -452,10 +452,10 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// until `stream` has passed this receive.
     pub unsafe fn recv_into_raw(
         &self,
-        stream: &CudaStream,
         peer: i32,
         dst: u64,
         len: usize,
+        stream: &CudaStream,
     ) -> Result<()> {
         self.shape.check_len("recv_into", len, None)?;
         self.nv.check_pe(peer)?;
@@ -481,7 +481,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
     /// returns its slot. Kernels enqueued on `stream` afterwards may read the slot
     /// ([`Received::view`]); [`Channel::release`] hands it back to the sender (a slot that is
     /// never released stops the sender after `slots` more messages).
-    pub fn recv(&self, stream: &CudaStream, peer: i32) -> Result<Received<'_, T>> {
+    pub fn recv(&self, peer: i32, stream: &CudaStream) -> Result<Received<'_, T>> {
         self.nv.check_pe(peer)?;
         let seq = self
             .recv
@@ -509,7 +509,7 @@ impl<'nv, T: Element> Channel<'nv, T> {
 
     /// Enqueues on `stream` the return of `msg`'s slot to its sender, after the work enqueued
     /// on `stream` before it (the kernels that read the slot).
-    pub fn release(&self, stream: &CudaStream, msg: Received<'_, T>) -> Result<()> {
+    pub fn release(&self, msg: Received<'_, T>, stream: &CudaStream) -> Result<()> {
         if msg.channel.id != self.id {
             return Err(Error::Channel {
                 what: format!(

@@ -740,7 +740,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     /// Enqueues on `stream` the sparse allreduce of `grad` (this member's gradient, `len`
     /// elements) into `out` (`len` elements; every element written). `grad` is read before
     /// `out` is written, so they may be the same memory ([`SparseAllreduce::run_in_place`]).
-    pub fn run<G, D>(&mut self, grad: &G, out: &mut D, stream: &Arc<CudaStream>) -> Result<()>
+    pub fn run<G, D>(&mut self, grad: &G, out: &mut D, stream: &CudaStream) -> Result<()>
     where
         G: DevicePtr<T>,
         D: DevicePtrMut<T>,
@@ -758,7 +758,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     pub fn run_in_place<D: DevicePtrMut<T>>(
         &mut self,
         grad: &mut D,
-        stream: &Arc<CudaStream>,
+        stream: &CudaStream,
     ) -> Result<()> {
         self.check_len("gradient", grad.len())?;
         let (g, _guard) = grad.device_ptr_mut(stream);
@@ -785,7 +785,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     ///
     /// # Safety
     /// `grad` and `out` are device memory of `len` elements each, ordered on `stream`.
-    pub unsafe fn run_raw(&mut self, grad: u64, out: u64, stream: &Arc<CudaStream>) -> Result<()> {
+    pub unsafe fn run_raw(&mut self, grad: u64, out: u64, stream: &CudaStream) -> Result<()> {
         let Some((me, p)) = self.rank else {
             return Err(Error::SparseConfig {
                 what: WHAT,
@@ -1056,7 +1056,7 @@ impl<T: SparseValue, I: SparseIndex> Gathered<'_, T, I> {
         caps: (usize, usize),
         p: i32,
         dense: (u64, usize),
-        stream: &Arc<CudaStream>,
+        stream: &CudaStream,
     ) -> Result<()> {
         let (part, all) = caps;
         let pu = p as usize;
@@ -1152,7 +1152,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
         estimate: bool,
         (me, p): (i32, i32),
         dense: (u64, usize),
-        stream: &Arc<CudaStream>,
+        stream: &CudaStream,
     ) -> Result<()> {
         let s = raw_stream(stream);
         let itype = index_code::<I>();
@@ -1297,7 +1297,7 @@ impl<T: SparseValue, I: SparseIndex> Tree<'_, T, I> {
         me: i32,
         p: i32,
         k: usize,
-        stream: &Arc<CudaStream>,
+        stream: &CudaStream,
     ) -> Result<()> {
         // Which set holds this member's running top k: its selection until it first merges.
         let mut merged = false;
@@ -1317,8 +1317,13 @@ impl<T: SparseValue, I: SparseIndex> Tree<'_, T, I> {
                 // every pair of the union (ties go to the lower position, and the union holds
                 // at least k pairs).
                 {
+                    // A raw memset, not cudarc's memset_zeros: that one wants an Arc'd stream,
+                    // and run takes a plain &CudaStream like every collective.
                     let (_, mut val, _) = self.union.parts_mut();
-                    stream.memset_zeros(&mut val)?;
+                    let len = val.len();
+                    let (v, _guard) = val.device_ptr_mut(stream);
+                    // SAFETY: the union's `len` values, ordered on `stream` by the guard.
+                    unsafe { zero_dense::<T>(v, len, stream)? };
                 }
                 // Addresses without guards: these sets are used on this stream only.
                 let u = self.union.raw_mut(stream).0;
@@ -1382,7 +1387,7 @@ impl<T: SparseValue, I: SparseIndex> Tree<'_, T, I> {
         mine: &SymSet<'_, T, I>,
         residual: u64,
         n: usize,
-        stream: &Arc<CudaStream>,
+        stream: &CudaStream,
     ) -> Result<()> {
         let s = raw_stream(stream);
         let (dtype, itype) = (value_code::<T>(), index_code::<I>());

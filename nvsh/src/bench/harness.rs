@@ -28,6 +28,7 @@
 //! memory.
 
 use crate::bench::{elapsed_ms, median};
+use crate::error::{ToolError, ToolResult};
 use crate::nccl_baseline::{HostExchange, NcclBaseline, NcclBuf, NcclCall, NcclWindow};
 use cudarc::driver::CudaStream;
 use cudarc::nccl::NcclType;
@@ -1016,10 +1017,10 @@ impl Report {
     }
 
     /// An error when any output was wrong or any requested candidate could not run.
-    pub fn verify(&self) -> Result<()> {
+    pub fn verify(&self) -> ToolResult<()> {
         let failures = self.failures();
         if !failures.is_empty() {
-            return Err(Error::DataMismatch {
+            return Err(ToolError::DataMismatch {
                 what: format!(
                     "{} benchmark: {} candidate(s) with wrong results: {}",
                     self.collective,
@@ -1036,7 +1037,8 @@ impl Report {
                     "requested candidate(s) could not run: {} (leave them out with --algos)",
                     not_run.join("; ")
                 ),
-            });
+            }
+            .into());
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ use crate::bench::harness::{
     COMPUTE_BYTES,
 };
 use crate::bench::median;
+use crate::error::{ToolError, ToolResult};
 use nvshmem::coll::allreduce::low_latency_shape;
 use nvshmem::core::buffer::SymmetricBuffer;
 use nvshmem::core::env_value::size_label;
@@ -206,7 +207,7 @@ impl ProbeReport {
     }
 
     /// Ok when every rung ran and passed; else the rungs that did not.
-    pub fn verify(&self) -> Result<()> {
+    pub fn verify(&self) -> ToolResult<()> {
         let failed: Vec<String> = self
             .rungs
             .iter()
@@ -216,7 +217,7 @@ impl ProbeReport {
         if failed.is_empty() {
             return Ok(());
         }
-        Err(Error::DataMismatch {
+        Err(ToolError::DataMismatch {
             what: format!("allreduce probe: {}", failed.join("; ")),
         })
     }
@@ -363,10 +364,10 @@ impl LineRungs<'_> {
 /// Runs the probe on every PE (needs at least 2, each peer mapped). Returns the report on PE 0,
 /// None on the others. Failed checks are in the report: call [`ProbeReport::verify`] after
 /// printing it.
-pub fn run(nv: &Nvshmem, opts: &ProbeOptions) -> Result<Option<ProbeReport>> {
+pub fn run(nv: &Nvshmem, opts: &ProbeOptions) -> ToolResult<Option<ProbeReport>> {
     let n = nv.n_pes();
     if n < 2 {
-        return Err(Error::NeedsPes {
+        return Err(ToolError::NeedsPes {
             what: "the allreduce probe",
             needed: 2,
             have: n,
@@ -381,13 +382,15 @@ pub fn run(nv: &Nvshmem, opts: &ProbeOptions) -> Result<Option<ProbeReport>> {
         return Err(refuse(format!(
             "takes at most {} PEs, this job has {n}",
             sys::NVSHMEMRS_PROBE_MAX_PES
-        )));
+        ))
+        .into());
     }
     if opts.bytes == 0 || opts.bytes % 8 != 0 {
         return Err(refuse(format!(
             "the size must be a positive multiple of 8 bytes, not {}",
             opts.bytes
-        )));
+        ))
+        .into());
     }
     let h = Harness::new(nv, opts.reps, opts.warmup)?;
     let shape = low_latency_shape(opts.bytes);
@@ -414,7 +417,7 @@ pub fn run(nv: &Nvshmem, opts: &ProbeOptions) -> Result<Option<ProbeReport>> {
                 Err(e) => Err(e),
             });
     if let Err(why) = h.agree("peer mappings", mapped)? {
-        return Err(refuse(why));
+        return Err(refuse(why).into());
     }
     let me = nv.my_pe();
     let payload: Vec<u32> = (0..opts.bytes / 4).map(|j| probe_word(me, j)).collect();

@@ -10,9 +10,10 @@
 
 use crate::bench::harness::{pattern_hash, rounded, salt, size_steps, BENCH_SCHEMA};
 use crate::bench::{elapsed_ms, median};
+use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaStream;
 use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::{Error, Result};
+use nvshmem::core::error::Result;
 use nvshmem::core::result::cuda_check;
 use nvshmem::core::runtime::Nvshmem;
 use nvshmem::core::stream::raw_stream;
@@ -103,9 +104,9 @@ fn iters_for(bytes: usize) -> usize {
 
 /// Runs the benchmark on every PE (needs at least 2). Returns the report on PE 0, None on the
 /// others.
-pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport>> {
+pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> ToolResult<Option<PutBenchReport>> {
     if nv.n_pes() < 2 {
-        return Err(Error::NeedsPes {
+        return Err(ToolError::NeedsPes {
             what: "the put benchmark",
             needed: 2,
             have: nv.n_pes(),
@@ -122,7 +123,7 @@ pub fn run(nv: &Nvshmem, opts: &PutBenchOptions) -> Result<Option<PutBenchReport
     nv.barrier_all()?;
 
     // `salt` differs per call of this closure, so data left by an earlier size or shape fails.
-    let measure = |bytes: usize, shape: LaunchShape, salt: u64| -> Result<Option<BandwidthRow>> {
+    let measure = |bytes, shape: LaunchShape, salt: u64| -> ToolResult<Option<BandwidthRow>> {
         match me {
             0 => src
                 .view(..bytes)?
@@ -233,11 +234,11 @@ fn put_pattern(bytes: usize, salt: u64) -> Vec<u8> {
 }
 
 /// PE 1's check of what the puts of one size and shape left in its destination.
-fn check_put(got: &[u8], bytes: usize, shape: LaunchShape, salt: u64) -> Result<()> {
+fn check_put(got: &[u8], bytes: usize, shape: LaunchShape, salt: u64) -> ToolResult<()> {
     let want = put_pattern(bytes, salt);
     match got.iter().zip(&want).position(|(a, b)| a != b) {
         None => Ok(()),
-        Some(at) => Err(Error::DataMismatch {
+        Some(at) => Err(ToolError::DataMismatch {
             what: format!(
                 "put benchmark: PE 1 received wrong data for {} puts with shape {shape} (first \
                  mismatch at byte {at}: {} instead of {})",

@@ -8,6 +8,7 @@ use nvsh::bench::harness::{self, RatioOn, Report};
 use nvsh::bench::probe::{self, ProbeOptions};
 use nvsh::bench::put::{self, PutBenchOptions};
 use nvsh::bench::sparse::{self, SparseBenchOptions};
+use nvsh::error::ToolResult;
 use nvshmem::core::env_value::size_label;
 use nvshmem::{Error, Nvshmem, ReduceOp, Result, SparseMethod};
 use std::path::Path;
@@ -237,7 +238,7 @@ fn parse_probe_bytes(s: &str) -> std::result::Result<usize, String> {
     Ok(bytes)
 }
 
-fn probe_bench(args: ProbeArgs) -> Result<()> {
+fn probe_bench(args: ProbeArgs) -> ToolResult<()> {
     check_outputs(args.out.as_deref(), None)?;
     let nv = Nvshmem::init()?;
     if let Some(report) = probe::run(&nv, &args.options())? {
@@ -586,7 +587,7 @@ pub fn parse_check(s: &str) -> std::result::Result<u8, String> {
     }
 }
 
-pub fn run(cmd: BenchCommand) -> Result<()> {
+pub fn run(cmd: BenchCommand) -> ToolResult<()> {
     match cmd {
         BenchCommand::Put(args) => put(args),
         BenchCommand::Probe(args) => probe_bench(args),
@@ -604,7 +605,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         }
         BenchCommand::SendrecvRing(a) => family(Kind::SendrecvRing, &a, None, None),
         BenchCommand::SendrecvAll(a) => family(Kind::SendrecvAll, &a, None, None),
-        BenchCommand::Sparse(a) => sparse_bench(a),
+        BenchCommand::Sparse(a) => Ok(sparse_bench(a)?),
     }
 }
 
@@ -700,11 +701,11 @@ fn draw(json: &str, plot: &Path) -> Result<()> {
 
 /// Fails with `verify`'s error first (wrong results matter more than a chart), then with the
 /// chart's; both are printed.
-fn verify_then(verify: Result<()>, drawn: Result<()>) -> Result<()> {
+fn verify_then(verify: ToolResult<()>, drawn: Result<()>) -> ToolResult<()> {
     if let (Err(_), Err(e)) = (&verify, &drawn) {
         eprintln!("nvsh: error: {e}");
     }
-    verify.and(drawn)
+    verify.and(drawn.map_err(Into::into))
 }
 
 /// The candidates of `--algos` and the optional ones among them: the list as given (without
@@ -833,7 +834,7 @@ fn partial_writer(common: &CollectiveArgs) -> impl FnMut(&Report) + '_ {
 fn collective(
     common: &CollectiveArgs,
     bench: impl FnOnce(&Nvshmem, &mut dyn FnMut(&Report)) -> Result<Option<Report>>,
-) -> Result<()> {
+) -> ToolResult<()> {
     check_min_max(common.sizes.min, common.sizes.max).unwrap_or_else(|e| e.exit());
     check_outputs(common.out.as_deref(), common.plot.as_deref())?;
     let nv = Nvshmem::init()?;
@@ -849,7 +850,7 @@ fn collective(
     Ok(())
 }
 
-fn allreduce(args: AllreduceArgs) -> Result<()> {
+fn allreduce(args: AllreduceArgs) -> ToolResult<()> {
     let opts = args.options();
     check_dtype_flag("allreduce", true, &opts.dtypes).unwrap_or_else(|e| e.exit());
     collective(&args.common, |nv, partial| {
@@ -862,7 +863,7 @@ fn family(
     args: &FamilyArgs,
     reduction: Option<&ReductionArgs>,
     root: Option<&RootArg>,
-) -> Result<()> {
+) -> ToolResult<()> {
     let opts = family_options(kind, args, reduction, root);
     check_dtype_flag(kind.name(), kind.reduces(), &opts.dtypes).unwrap_or_else(|e| e.exit());
     collective(&args.common, |nv, partial| {
@@ -883,7 +884,7 @@ impl PutArgs {
     }
 }
 
-fn put(args: PutArgs) -> Result<()> {
+fn put(args: PutArgs) -> ToolResult<()> {
     check_min_max(args.sizes.min, args.sizes.max).unwrap_or_else(|e| e.exit());
     check_outputs(args.out.as_deref(), args.plot.as_deref())?;
     let nv = Nvshmem::init()?;

@@ -1,7 +1,8 @@
 //! `nvsh soak`: CLI glue over [`nvsh::soak`]. Every PE prints its own summary.
 
+use nvsh::error::ToolResult;
 use nvsh::soak::{self, SoakOptions, Workload};
-use nvshmem::{Nvshmem, Result};
+use nvshmem::Nvshmem;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -33,7 +34,7 @@ pub struct SoakArgs {
     report_every: f64,
 }
 
-pub fn run(args: SoakArgs) -> Result<()> {
+pub fn run(args: SoakArgs) -> ToolResult<()> {
     let nv = Nvshmem::init()?;
     let opts = SoakOptions {
         duration: Duration::from_secs_f64(args.seconds.max(0.0)),
@@ -70,7 +71,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
                 "PE {me}: soak failed after {:.1} s: {e}",
                 started.elapsed().as_secs_f64()
             );
-            return Err(e);
+            return Err(e.into());
         }
     };
     println!(
