@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 /// The README's code blocks, compiled as doc tests (the example there stays true).

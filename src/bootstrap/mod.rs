@@ -25,11 +25,17 @@ pub mod pmi;
 
 pub use lookup::{process_env, Lookup};
 
+/// This process's rank, 0 ..= world size - 1 (set by `nvsh run`).
 pub const ENV_RANK: &str = "NVSH_RANK";
+/// Rank among the processes on this node, which selects the GPU (set by `nvsh run`).
 pub const ENV_LOCAL_RANK: &str = "NVSH_LOCAL_RANK";
+/// Number of processes in the job (set by `nvsh run`).
 pub const ENV_WORLD_SIZE: &str = "NVSH_WORLD_SIZE";
+/// Number of processes on this node (set by `nvsh run`).
 pub const ENV_LOCAL_WORLD_SIZE: &str = "NVSH_LOCAL_WORLD_SIZE";
+/// NVSHMEM unique ID for the UID bootstrap, hex-encoded (set by `nvsh run`).
 pub const ENV_UNIQUE_ID: &str = "NVSH_UNIQUE_ID";
+/// Overrides the bootstrap choice: `auto`, `launcher`, `mpi`, `pmi` or `single`.
 pub const ENV_BOOTSTRAP: &str = "NVSH_BOOTSTRAP";
 
 /// Size of NVSHMEM's unique ID in bytes.
@@ -116,10 +122,15 @@ pub fn auto_choice(env: Lookup, mpi_built: bool) -> Result<Bootstrap> {
 /// What the launcher told this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LauncherEnv {
+    /// This process's rank ([`ENV_RANK`]).
     pub rank: i32,
+    /// Rank among the processes on this node ([`ENV_LOCAL_RANK`]; the rank when unset).
     pub local_rank: i32,
+    /// Number of processes in the job ([`ENV_WORLD_SIZE`]).
     pub world_size: i32,
+    /// Number of processes on this node ([`ENV_LOCAL_WORLD_SIZE`]; the world size when unset).
     pub local_world_size: i32,
+    /// The NVSHMEM unique ID, decoded ([`ENV_UNIQUE_ID`]; [`UNIQUE_ID_BYTES`] long).
     pub unique_id: Vec<u8>,
 }
 
@@ -190,7 +201,9 @@ pub struct StepEnv {
     pub launcher: &'static str,
     /// The variable that announced the size, for messages.
     pub size_var: &'static str,
+    /// This process's rank in the job.
     pub rank: i32,
+    /// Number of processes in the job.
     pub size: i32,
     /// Rank among the processes on this node: picks the GPU.
     pub local_rank: i32,

@@ -18,6 +18,7 @@ use super::lookup::Lookup;
 use crate::core::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
+/// Overrides the PMI flavour: `pmix`, `pmi2` or `pmi1`.
 pub const ENV_PMI: &str = "NVSH_PMI";
 const NVSHMEM_BOOTSTRAP: &str = "NVSHMEM_BOOTSTRAP";
 const NVSHMEM_BOOTSTRAP_PMI: &str = "NVSHMEM_BOOTSTRAP_PMI";

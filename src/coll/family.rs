@@ -163,7 +163,9 @@ pub(crate) fn check_blocks(
 /// `displs[r]` (MPI's counts and displacements). Counts may be 0.
 #[derive(Clone, Copy, Debug)]
 pub struct Parts<'a> {
+    /// Elements in each member's part, one per member.
     pub counts: &'a [usize],
+    /// Where each member's part starts, in elements from the buffer's start.
     pub displs: &'a [usize],
 }
 
@@ -172,7 +174,9 @@ pub struct Parts<'a> {
 /// buffers; out of range, the call fails with [`Error::TransferMismatch`] on every PE it
 /// exchanges with.
 pub struct DeviceParts<'a> {
+    /// Elements in each member's part, one per member.
     pub counts: SymView<'a, u64>,
+    /// Where each member's part starts, in elements from the buffer's start.
     pub displs: SymView<'a, u64>,
 }
 

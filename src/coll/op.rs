@@ -7,9 +7,13 @@ use crate::sys;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum ReduceOp {
+    /// Sum over the PEs.
     Sum = sys::NVSHMEMRS_REDOP_SUM as i32,
+    /// Product over the PEs.
     Prod = sys::NVSHMEMRS_REDOP_PROD as i32,
+    /// Smallest value.
     Min = sys::NVSHMEMRS_REDOP_MIN as i32,
+    /// Largest value.
     Max = sys::NVSHMEMRS_REDOP_MAX as i32,
     /// Sum divided by the PE count. For integer types the division truncates toward zero
     /// (as Rust's `/`), after summing in the type itself (wrapping on overflow).

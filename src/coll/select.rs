@@ -7,9 +7,13 @@ use crate::core::element::Dtype;
 /// most `max_bytes` bytes and (if set) the element size is `elem_bytes`. First match wins.
 #[derive(Debug, Clone, Copy)]
 pub struct SelectionRule<A> {
+    /// Largest team the row covers, in PEs.
     pub max_pes: i32,
+    /// The element size, in bytes, the row is for (None: any).
     pub elem_bytes: Option<usize>,
+    /// Largest message the row covers, in bytes.
     pub max_bytes: usize,
+    /// The algorithm taken.
     pub algo: A,
 }
 

@@ -12,14 +12,23 @@ mod private {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum Dtype {
+    /// 32-bit float (`f32`).
     F32 = sys::NVSHMEMRS_DTYPE_F32 as i32,
+    /// 64-bit float (`f64`).
     F64 = sys::NVSHMEMRS_DTYPE_F64 as i32,
+    /// IEEE half precision (`half::f16`).
     F16 = sys::NVSHMEMRS_DTYPE_F16 as i32,
+    /// bfloat16 (`half::bf16`).
     Bf16 = sys::NVSHMEMRS_DTYPE_BF16 as i32,
+    /// `i32`.
     I32 = sys::NVSHMEMRS_DTYPE_I32 as i32,
+    /// `i64`.
     I64 = sys::NVSHMEMRS_DTYPE_I64 as i32,
+    /// `u32`.
     U32 = sys::NVSHMEMRS_DTYPE_U32 as i32,
+    /// `u64`.
     U64 = sys::NVSHMEMRS_DTYPE_U64 as i32,
+    /// `u8`.
     U8 = sys::NVSHMEMRS_DTYPE_U8 as i32,
 }
 
@@ -122,7 +131,9 @@ impl Atomic64 for i64 {
 /// soak and the allreduce bench). `from_f64` is Rust's `as` for integers (truncating,
 /// saturating) and rounds to nearest for floats; `to_f64` is exact up to f64's 53-bit mantissa.
 pub trait HostValue: Element {
+    /// `v` as this type: Rust's `as` for integers (truncating, saturating), nearest for floats.
     fn from_f64(v: f64) -> Self;
+    /// The value as f64 (exact up to 53 bits of mantissa).
     fn to_f64(self) -> f64;
 }
 

@@ -10,18 +10,28 @@ pub enum Error {
         "no CUDA driver found ({detail}); install the NVIDIA driver (CUDA 12 or 13) or run on a \
          GPU node (see INSTALL.md, troubleshooting)"
     )]
-    NoCudaDriver { detail: String },
+    NoCudaDriver {
+        /// Why no usable driver was found (not loadable, or the CUDA version it supports).
+        detail: String,
+    },
 
     /// A driver is present but no CUDA device is visible to this process.
     #[error("no CUDA device found ({detail}); check nvidia-smi and CUDA_VISIBLE_DEVICES")]
-    NoCudaDevice { detail: String },
+    NoCudaDevice {
+        /// What the CUDA probe reported.
+        detail: String,
+    },
 
     /// A CUDA runtime call failed.
     #[error("CUDA call {call} failed: {name} ({message})")]
     Cuda {
+        /// The CUDA runtime call (or kernel launch) that failed.
         call: &'static str,
+        /// Its `cudaError_t` code.
         code: i32,
+        /// The code's name, as `cudaGetErrorName` gives it.
         name: String,
+        /// The code's description, as `cudaGetErrorString` gives it.
         message: String,
     },
 
@@ -35,7 +45,10 @@ pub enum Error {
          NVSHMEM's own reason and see INSTALL.md, troubleshooting (on one node without \
          InfiniBand set NVSHMEM_REMOTE_TRANSPORT=none)"
     )]
-    InitFailed { status: i32 },
+    InitFailed {
+        /// The status NVSHMEM's init returned.
+        status: i32,
+    },
 
     /// A device kernel saw other NVSHMEM state than the host (wrong device link or version).
     #[error(
@@ -44,31 +57,47 @@ pub enum Error {
          differ, or device code was linked in a second module; see INSTALL.md)"
     )]
     DeviceStateMismatch {
+        /// (PE, PE count, value written) as the host expected them.
         expected: (i32, i32, i32),
+        /// (PE, PE count, value written) as the device kernel saw them.
         seen: (i32, i32, i32),
     },
 
     /// A CUDA driver API call (through cudarc) failed; the driver's error is the source.
     #[error("CUDA driver call failed: {source}")]
     DriverCall {
+        /// The driver's error.
         #[from]
         source: cudarc::driver::DriverError,
     },
 
     /// A CUDA-level failure known only as text (no driver error code to keep).
     #[error("CUDA driver call failed: {message}")]
-    Driver { message: String },
+    Driver {
+        /// What failed, as text.
+        message: String,
+    },
 
     /// NVSHMEM came up with a lower thread level than the runtime asked for.
     #[error(
         "NVSHMEM provided thread level {provided}, the runtime needs {requested} (SERIALIZED): \
          this NVSHMEM build or its bootstrap does not support it; see INSTALL.md"
     )]
-    ThreadLevel { requested: i32, provided: i32 },
+    ThreadLevel {
+        /// The thread level the runtime asked for (SERIALIZED).
+        requested: i32,
+        /// The thread level NVSHMEM provided.
+        provided: i32,
+    },
 
     /// A PE number outside the job (or team).
     #[error("PE {pe} is out of range: this job has {n_pes} PE(s), numbered 0..{n_pes}")]
-    InvalidPe { pe: i32, n_pes: i32 },
+    InvalidPe {
+        /// The PE number passed.
+        pe: i32,
+        /// The number of PEs in the job (or team).
+        n_pes: i32,
+    },
 
     /// A range that does not fit in the buffer.
     #[error(
@@ -76,9 +105,13 @@ pub enum Error {
          take a view that fits (buffer.view(a..b))"
     )]
     OutOfBounds {
+        /// First element of the requested range.
         start: usize,
+        /// One past the last element of the requested range.
         end: usize,
+        /// The buffer's length in elements.
         len: usize,
+        /// The element type's name.
         elem: &'static str,
     },
 
@@ -88,16 +121,22 @@ pub enum Error {
          make both views the same length"
     )]
     LengthMismatch {
+        /// The call or operation that failed, as the user named it.
         what: &'static str,
+        /// The destination's length in elements.
         dest: usize,
+        /// The source's length in elements.
         src: usize,
     },
 
     /// A host slice of the wrong length for a copy.
     #[error("{what}: the host slice has {host} elements, the symmetric view {device}")]
     HostLengthMismatch {
+        /// The copy that failed (`copy_from_host` or `copy_to_host`).
         what: &'static str,
+        /// The host slice's length in elements.
         host: usize,
+        /// The symmetric view's length in elements.
         device: usize,
     },
 
@@ -112,7 +151,12 @@ pub enum Error {
          NVSHMEM_SYMMETRIC_SIZE (default 1G, e.g. NVSHMEM_SYMMETRIC_SIZE=8G) and allocate the \
          same sizes in the same order on every PE"
     )]
-    AllocFailed { bytes: usize, free: usize },
+    AllocFailed {
+        /// The size asked for, in bytes.
+        bytes: usize,
+        /// Device memory free at the time, in bytes (0 where not measured).
+        free: usize,
+    },
 
     /// A PE refused a symmetric allocation (too little device memory), so none made it.
     #[error(
@@ -120,11 +164,23 @@ pub enum Error {
          device memory free and the heap could not grow to it; free buffers or ask for less \
          (NVSHMEM_SYMMETRIC_SIZE sets the initial heap, INSTALL.md)"
     )]
-    AllocRefused { bytes: usize, pe: i32, free: usize },
+    AllocRefused {
+        /// The size asked for, in bytes.
+        bytes: usize,
+        /// The PE that refused.
+        pe: i32,
+        /// Device memory free on that PE, in bytes.
+        free: usize,
+    },
 
     /// A PE refused a collective call (it could not take part), so no PE made it.
     #[error("{what} skipped on every PE: PE {pe} could not take part (its log says why)")]
-    CollectiveRefused { what: &'static str, pe: i32 },
+    CollectiveRefused {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+        /// The PE that refused.
+        pe: i32,
+    },
 
     /// The PEs were not in the same collective call.
     #[error(
@@ -132,7 +188,12 @@ pub enum Error {
          round): the PEs called allocations, frees and barriers in different orders. End this \
          process and restart the job"
     )]
-    CollectiveOutOfStep { what: &'static str, peer: i32 },
+    CollectiveOutOfStep {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+        /// The PE whose vote belongs to another call.
+        peer: i32,
+    },
 
     /// NVSHMEM was initialised and finalised already in this process.
     #[error(
@@ -140,7 +201,10 @@ pub enum Error {
          Nvshmem handle for the whole run (or start a new process)",
         if *abandoned { " (its finalize was skipped after a peer failure)" } else { "" }
     )]
-    InitAfterFinalize { abandoned: bool },
+    InitAfterFinalize {
+        /// True when the earlier finalize was skipped after a peer failure.
+        abandoned: bool,
+    },
 
     /// The GPU is of an architecture the binary carries no device code for.
     #[error(
@@ -150,69 +214,117 @@ pub enum Error {
          CUDA_VISIBLE_DEVICES"
     )]
     UnsupportedArchitecture {
+        /// The CUDA device number.
         device: i32,
+        /// The GPU's name.
         name: String,
+        /// Compute capability, major.
         major: i32,
+        /// Compute capability, minor.
         minor: i32,
+        /// The architectures the binary carries code for ("sm_80, sm_90").
         built: String,
     },
 
     /// An alignment that is not a power of two.
     #[error("alignment {align} is not a power of two")]
-    InvalidAlignment { align: usize },
+    InvalidAlignment {
+        /// The alignment passed, in bytes.
+        align: usize,
+    },
 
     /// A wait did not finish in time.
     #[error("timed out after {waited_ms} ms waiting for {what}; is the peer PE alive?")]
-    Timeout { what: String, waited_ms: u128 },
+    Timeout {
+        /// What was waited for, and what to check.
+        what: String,
+        /// How long it waited, in milliseconds.
+        waited_ms: u128,
+    },
 
     /// The chosen bootstrap cannot run in this build or environment.
     #[error("bootstrap unavailable: {reason}")]
-    BootstrapUnavailable { reason: String },
+    BootstrapUnavailable {
+        /// Why it cannot run.
+        reason: String,
+    },
 
     /// NVSHMEM came up with another PE count than the launcher announced.
     #[error(
         "NVSHMEM reports {got} PE(s) but the launcher started {expected}: bootstrap mismatch \
          (see INSTALL.md, 'every PE reports 1 PE')"
     )]
-    PeCountMismatch { expected: i32, got: i32 },
+    PeCountMismatch {
+        /// The PE count the launcher announced.
+        expected: i32,
+        /// The PE count NVSHMEM reports.
+        got: i32,
+    },
 
     /// A team could not be created.
     #[error("team split failed (status {status}): {why}")]
-    TeamSplit { status: i32, why: String },
+    TeamSplit {
+        /// The status NVSHMEM returned (-1 where the runtime refused the arguments itself).
+        status: i32,
+        /// Why it failed, and what to pass instead.
+        why: String,
+    },
 
     /// A team operation was called on a PE that is not a member of the team.
     #[error(
         "{what}: this PE is not a member of the team it was created for; call it only on members"
     )]
-    NotInTeam { what: &'static str },
+    NotInTeam {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+    },
 
     /// MPI failed.
     #[error("MPI: {message}")]
-    Mpi { message: String },
+    Mpi {
+        /// What MPI reported.
+        message: String,
+    },
 
     /// A file could not be read or written.
     #[error("{what}: {message}")]
-    Io { what: String, message: String },
+    Io {
+        /// The file or action concerned.
+        what: String,
+        /// The underlying I/O (or format) error, and what to do.
+        message: String,
+    },
 
     /// An environment variable the runtime reads has a value it cannot use.
     #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
     InvalidEnv {
+        /// The variable's name.
         var: &'static str,
+        /// Its value.
         value: String,
+        /// What values it takes.
         expected: &'static str,
     },
 
     /// A name (an algorithm, a method) this runtime does not know.
     #[error("no {what} named {name:?}: expected {expected}")]
     UnknownName {
+        /// The kind of thing named ("family protocol", ...).
         what: &'static str,
+        /// The name passed.
         name: String,
+        /// The names that are known.
         expected: &'static str,
     },
 
     /// A channel call with arguments it cannot take (src/pipeline/channel.rs).
     #[error("channel: {what}; {hint}")]
-    Channel { what: String, hint: &'static str },
+    Channel {
+        /// What was wrong with the call.
+        what: String,
+        /// What to pass instead.
+        hint: &'static str,
+    },
 
     /// A channel message had another length than the receive asked for (checked on the GPU).
     #[error(
@@ -221,10 +333,15 @@ pub enum Error {
          the same order"
     )]
     MessageLength {
+        /// This (receiving) PE.
         pe: i32,
+        /// The sending PE.
         peer: i32,
+        /// The message's sequence number on the channel.
         seq: u64,
+        /// Elements the message holds.
         sent: u64,
+        /// Elements the receive asked for.
         expected: u64,
     },
 
@@ -234,25 +351,46 @@ pub enum Error {
          collective calls, symmetric frees and finalize are skipped from now on. End this \
          process and restart the job"
     )]
-    PeerFailed { what: &'static str, cause: String },
+    PeerFailed {
+        /// The call that was refused.
+        what: &'static str,
+        /// The earlier failure, as its error text.
+        cause: String,
+    },
 
     /// A size computed from the caller's arguments does not fit in memory addresses.
     #[error("{what}: {detail} bytes is more than this machine can address; ask for less")]
-    SizeOverflow { what: &'static str, detail: String },
+    SizeOverflow {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+        /// The size in bytes (or the product that overflowed).
+        detail: String,
+    },
 
     /// A collective call over zero elements.
     #[error("{what} of 0 elements: pass at least one element (every member the same count)")]
-    EmptyCollective { what: &'static str },
+    EmptyCollective {
+        /// The collective called.
+        what: &'static str,
+    },
 
     /// A collective's buffers do not have the lengths its shape needs (per-rank blocks).
     #[error("{what}: {detail}")]
-    CollectiveShape { what: &'static str, detail: String },
+    CollectiveShape {
+        /// The collective called.
+        what: &'static str,
+        /// Which lengths are wrong and what they must be.
+        detail: String,
+    },
 
     /// A root outside the team.
     #[error("{what}: root {root} is not a rank of this team (ranks 0..{n_pes}); pass a team rank")]
     InvalidRoot {
+        /// The collective called.
         what: &'static str,
+        /// The root passed.
         root: i32,
+        /// The number of ranks in the team.
         n_pes: i32,
     },
 
@@ -262,8 +400,11 @@ pub enum Error {
          range; pass the same view for in place, or disjoint buffers"
     )]
     Overlap {
+        /// The collective called.
         what: &'static str,
+        /// The input's byte addresses, (start, end) with end exclusive.
         input: (usize, usize),
+        /// The output's byte addresses, (start, end) with end exclusive.
         output: (usize, usize),
     },
 
@@ -274,11 +415,17 @@ pub enum Error {
          (cudarc, cudaMalloc, cuMemCreate) holding every element"
     )]
     NotDeviceMemory {
+        /// The collective called.
         what: &'static str,
+        /// Which buffer ("input" or "output").
         which: &'static str,
+        /// The buffer's device address.
         addr: usize,
+        /// The buffer's size in bytes.
         bytes: usize,
+        /// This PE's CUDA device number.
         device: i32,
+        /// What the driver said about the memory.
         detail: String,
     },
 
@@ -291,9 +438,13 @@ pub enum Error {
          same point, before such calls, or pass symmetric buffers"
     )]
     StagingTooSmall {
+        /// The collective called.
         what: &'static str,
+        /// Staging the call needs, in bytes.
         needs: usize,
+        /// Staging the workspace holds, in bytes.
         has: usize,
+        /// Why the call cannot grow the area.
         why: &'static str,
     },
 
@@ -306,8 +457,11 @@ pub enum Error {
          reserve_staging({needs}) on every member first"
     )]
     StagingDuringCapture {
+        /// The collective called.
         what: &'static str,
+        /// Staging the call needs, in bytes.
         needs: usize,
+        /// Staging the workspace holds, in bytes.
         has: usize,
     },
 
@@ -321,9 +475,13 @@ pub enum Error {
          which stages them through the workspace"
     )]
     NotRegistrable {
+        /// The call that was refused.
         what: &'static str,
+        /// The PE whose memory cannot be registered.
         pe: i32,
+        /// Why, as a code every PE can share.
         reason: crate::core::unregistrable::Unregistrable,
+        /// Why, as text.
         why: String,
     },
 
@@ -335,7 +493,10 @@ pub enum Error {
          collective call from now on: end the process (NVSHMEM_DEBUG=INFO shows NVSHMEM's \
          reason)"
     )]
-    RegistrationFailed { bytes: usize },
+    RegistrationFailed {
+        /// The size of the registration, in bytes.
+        bytes: usize,
+    },
 
     /// Two PEs called the same collective with different arguments (checked mode).
     #[error(
@@ -344,11 +505,17 @@ pub enum Error {
          order. Nothing was reduced; the workspace is broken now"
     )]
     CollectiveMismatch {
+        /// The collective called.
         what: &'static str,
+        /// This PE.
         pe: i32,
+        /// The PE whose arguments differ.
         peer: i32,
+        /// The call's sequence number on this workspace.
         call: u64,
+        /// The differing argument as this PE passed it.
         mine: String,
+        /// The differing argument as the peer passed it.
         theirs: String,
     },
 
@@ -360,10 +527,15 @@ pub enum Error {
          nothing)"
     )]
     TransferMismatch {
+        /// The exchange called.
         what: &'static str,
+        /// This PE.
         pe: i32,
+        /// The PE at the other end of the transfer.
         peer: i32,
+        /// The call's number on this workspace (the first is 1).
         call: u64,
+        /// What the two ends disagree on.
         detail: String,
     },
 
@@ -374,7 +546,12 @@ pub enum Error {
          make LD_LIBRARY_PATH find libnvshmem_host.so.3 of version {compiled} (or rebuild \
          against {loaded}; see INSTALL.md)"
     )]
-    LibraryVersion { compiled: String, loaded: String },
+    LibraryVersion {
+        /// The NVSHMEM version the binary was built with.
+        compiled: String,
+        /// The version of the host library loaded.
+        loaded: String,
+    },
 
     /// The GPU is older than the runtime supports.
     #[error(
@@ -382,15 +559,24 @@ pub enum Error {
          newer (A100, H100, H200): run on such a GPU or pick one with CUDA_VISIBLE_DEVICES"
     )]
     ComputeCapability {
+        /// The CUDA device number.
         device: i32,
+        /// The GPU's name.
         name: String,
+        /// Compute capability, major.
         major: i32,
+        /// Compute capability, minor.
         minor: i32,
     },
 
     /// The unique-ID bootstrap could not be prepared.
     #[error("NVSHMEM {call} failed with status {status}")]
-    Bootstrap { call: &'static str, status: i32 },
+    Bootstrap {
+        /// The NVSHMEM call that failed.
+        call: &'static str,
+        /// The status it returned.
+        status: i32,
+    },
 
     /// A sparse output set too small for what the call always writes (top-k: min(k, n) pairs).
     #[error(
@@ -398,8 +584,11 @@ pub enum Error {
          with SparseSet::new(stream, {needed}) or more"
     )]
     SparseCapacity {
+        /// The call or operation that failed, as the user named it.
         what: &'static str,
+        /// Pairs the call writes.
         needed: usize,
+        /// Pairs the output set holds.
         capacity: usize,
     },
 
@@ -409,10 +598,15 @@ pub enum Error {
          (at most {max}); use i64 indexes (SparseSet<T, i64>)"
     )]
     IndexTooNarrow {
+        /// The call or operation that failed, as the user named it.
         what: &'static str,
+        /// The gradient's length in elements.
         len: usize,
+        /// The largest index needed (`len - 1`).
         last: usize,
+        /// The index type's name.
         index: &'static str,
+        /// The largest index that type holds.
         max: u64,
     },
 
@@ -422,9 +616,13 @@ pub enum Error {
          {max_len}; create it for the largest input ({create})"
     )]
     WorkspaceTooSmall {
+        /// The call or operation that failed, as the user named it.
         what: &'static str,
+        /// The input's length in elements.
         len: usize,
+        /// The largest input the workspace was created for, in elements.
         max_len: usize,
+        /// The call that creates a workspace of a given size.
         create: &'static str,
     },
 
@@ -433,13 +631,21 @@ pub enum Error {
         "{what}: the threshold is NaN; pass a number (elements with |g| >= threshold are \
          selected, so 0 or less selects every element)"
     )]
-    InvalidThreshold { what: &'static str },
+    InvalidThreshold {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+    },
 
     /// A sparse allreduce asked for something it cannot do (a density outside (0, 1], an
     /// unknown method, an empty gradient, a call on a PE outside its team); `detail` says what
     /// to pass instead.
     #[error("{what}: {detail}")]
-    SparseConfig { what: &'static str, detail: String },
+    SparseConfig {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+        /// What is wrong and what to pass instead.
+        detail: String,
+    },
 
     /// A residual to load whose length is not the sparse allreduce's gradient length (saved by
     /// one made for other gradients).
@@ -448,8 +654,11 @@ pub enum Error {
          residual saved by a SparseAllreduce of the same length"
     )]
     ResidualLength {
+        /// The call or operation that failed, as the user named it.
         what: &'static str,
+        /// The gradients' length in elements.
         len: usize,
+        /// The residual's length in elements.
         got: usize,
     },
 
@@ -458,7 +667,10 @@ pub enum Error {
         "{what}: it was created without error feedback and keeps no residual; create it with \
          error_feedback: true to load one, or drop the residual"
     )]
-    NoErrorFeedback { what: &'static str },
+    NoErrorFeedback {
+        /// The call or operation that failed, as the user named it.
+        what: &'static str,
+    },
 }
 
 /// Result with the runtime's [`Error`].

@@ -80,7 +80,9 @@ pub enum FailureKind {
 /// The first failure a kernel recorded in a [`StatusRecord`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitFailure {
+    /// How it failed.
     pub kind: FailureKind,
+    /// The operation whose wait failed.
     pub op: WaitOp,
     /// The PE whose signal did not come (or whose message had the wrong length).
     pub peer: i32,

@@ -23,6 +23,7 @@ pub const TUNING_FILE_ENV: &str = "NVSH_TUNING_FILE";
 /// Wall-clock budget of one online tuning, milliseconds (default [`ONLINE_BUDGET_MS_DEFAULT`]).
 /// The runs per candidate come from this and the message size alone, so all PEs agree on them.
 pub const TUNE_BUDGET_ENV: &str = "NVSH_TUNE_BUDGET_MS";
+/// Default online tuning budget, milliseconds, when [`TUNE_BUDGET_ENV`] is unset.
 pub const ONLINE_BUDGET_MS_DEFAULT: u64 = 5;
 /// The file format's version; files of another version are treated as unreadable.
 pub const FORMAT_VERSION: u32 = 1;
@@ -30,7 +31,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// Whether `Auto` calls may tune at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TuneMode {
+    /// Tuning files and built-in tables only (the default).
     Off,
+    /// The first `Auto` call at an unseen (collective, size bucket, dtype class) times the
+    /// candidates there and records the winner.
     Online,
 }
 
@@ -81,8 +85,11 @@ pub struct Fingerprint {
     pub gpu: String,
     /// GPUs the PEs run on.
     pub gpus: i32,
+    /// How the GPUs are linked: "none", "same-gpu", "network", "nvlink" or "pcie".
     pub link: String,
+    /// CUDA's peer performance rank between GPUs 0 and 1 (-1: no second GPU).
     pub p2p_rank: i32,
+    /// PEs in the job.
     pub pes: i32,
     /// NVSHMEM host library version.
     pub nvshmem: String,
@@ -104,8 +111,11 @@ impl Fingerprint {
 /// element size) take `choice`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Row {
+    /// Smallest message the row covers, in bytes.
     pub min_bytes: u64,
+    /// Largest message the row covers, in bytes (inclusive).
     pub max_bytes: u64,
+    /// The algorithm or protocol taken, by name.
     pub choice: String,
 }
 
@@ -136,6 +146,7 @@ pub fn size_bucket(bytes: usize) -> (u64, u64) {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TuningTable {
+    /// Collective key, then dtype class ("32-bit", ...), then the rows.
     pub collectives: BTreeMap<String, BTreeMap<String, Vec<Row>>>,
 }
 
@@ -150,6 +161,7 @@ pub fn collective_key(name: &str, n: i32, world: i32) -> String {
 }
 
 impl TuningTable {
+    /// True when no collective has a row.
     pub fn is_empty(&self) -> bool {
         self.collectives
             .values()
@@ -274,17 +286,21 @@ impl TuningTable {
 /// One machine's tuning in a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuningEntry {
+    /// The machine the tuning is for.
     pub fingerprint: Fingerprint,
     /// When it was written (UTC, "YYYY-MM-DD"), for people.
     #[serde(default)]
     pub created: Option<String>,
+    /// The choices measured there.
     pub tables: TuningTable,
 }
 
 /// A tuning file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuningFile {
+    /// The format's version ([`FORMAT_VERSION`]).
     pub format: u32,
+    /// One entry per fingerprint.
     pub entries: Vec<TuningEntry>,
 }
 
@@ -411,12 +427,15 @@ pub fn path_from_env() -> Option<PathBuf> {
 /// itself (the file's entry plus what online tuning added).
 #[derive(Debug, Clone)]
 pub struct TuningState {
+    /// This machine's fingerprint.
     pub fingerprint: Fingerprint,
+    /// Whether `Auto` calls tune at run time ([`TUNE_ENV`]).
     pub mode: TuneMode,
     /// The file loaded at init, or that saving writes by default.
     pub path: Option<PathBuf>,
     /// Where the table came from, in words ("built-in: no tuning file at ...").
     pub source: String,
+    /// The choices in force.
     pub table: TuningTable,
 }
 

@@ -15,7 +15,9 @@ use cudarc::driver::CudaStream;
 /// Grid of a put kernel: `blocks` blocks of `threads` threads, each block one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchShape {
+    /// Thread blocks in the grid.
     pub blocks: u32,
+    /// Threads per block.
     pub threads: u32,
 }
 

@@ -23,11 +23,17 @@ impl SignalOp {
 /// Comparison for signal waits: wait until `signal <cmp> value`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cmp {
+    /// Equal.
     Eq,
+    /// Not equal.
     Ne,
+    /// Greater than.
     Gt,
+    /// Greater than or equal.
     Ge,
+    /// Less than.
     Lt,
+    /// Less than or equal.
     Le,
 }
 

@@ -104,7 +104,9 @@ pub fn pair_modes(
 /// Which way a transfer goes, seen from this PE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
+    /// From this PE to the peer.
     Send,
+    /// From the peer to this PE.
     Recv,
 }
 
@@ -112,10 +114,15 @@ pub enum Direction {
 /// (symmetric for a receive: the sender writes there), of element type `dtype`.
 #[derive(Clone, Debug)]
 pub struct Transfer {
+    /// Send or receive.
     pub dir: Direction,
+    /// The other end's team rank.
     pub peer: i32,
+    /// Device address of the data on this PE (symmetric for a receive).
     pub addr: usize,
+    /// Size in bytes.
     pub bytes: usize,
+    /// Element type; both ends of a transfer must agree on it.
     pub dtype: Dtype,
 }
 
@@ -133,10 +140,16 @@ pub enum Transfers<'t> {
     /// addresses of the arrays of n elements each, element size and type, and the input and
     /// output as base addresses with their lengths in elements.
     Device {
+        /// NVSHMEMRS_EXCHANGE_ALLGATHERV or NVSHMEMRS_EXCHANGE_ALLTOALLV.
         mode: u32,
+        /// Allgatherv: counts and displacements, then two nulls. Alltoallv: send counts, send
+        /// displacements, receive counts, receive displacements.
         counts: [*const u64; 4],
+        /// Element size in bytes, and element type.
         elem: (usize, Dtype),
+        /// The input's device address and length in elements.
         input: (usize, usize),
+        /// The output's device address and length in elements.
         output: (usize, usize),
     },
 }
@@ -148,6 +161,7 @@ pub struct ExchangeCall<'t> {
     /// Checked mode's count and meta word where every member takes part in every call (None:
     /// grouped send/recv, where only the PEs with transfers take part).
     pub checked: Option<(usize, u64)>,
+    /// The sends and receives.
     pub transfers: Transfers<'t>,
 }
 

@@ -78,13 +78,15 @@ pub struct FamilyCall {
     pub code: u32,
     /// Checked mode's meta word: what every member must agree on besides the count.
     pub meta: u64,
-    /// Device addresses of the input and output (rank block 0).
+    /// Device address of the input (rank block 0).
     pub input: *const std::ffi::c_void,
+    /// Device address of the output (rank block 0).
     pub output: *mut std::ffi::c_void,
     /// Elements per rank block.
     pub count: usize,
     /// Elements from one rank block to the next in the buffers that hold one per rank.
     pub stride: usize,
+    /// Bytes per element.
     pub elem_bytes: usize,
     /// The root's team rank (0 where there is none).
     pub root: i32,

@@ -91,8 +91,11 @@ pub struct Staging<'nv> {
 /// symmetric (used as it is) and, if it is the caller's own, which copies it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
+    /// Device address on this PE.
     pub addr: usize,
+    /// Size in bytes.
     pub bytes: usize,
+    /// True for symmetric memory, used in place; false for the caller's own, staged.
     pub symmetric: bool,
     /// Copied into the area before the call: an input it reads, or an output whose parts the
     /// call does not write are kept.

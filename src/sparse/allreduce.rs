@@ -129,6 +129,7 @@ impl SparseMethod {
 /// What a [`SparseAllreduce`] does: its method, density, error feedback and reduction.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SparseOptions {
+    /// How the pairs are selected and exchanged.
     pub method: SparseMethod,
     /// The share of the gradient each PE sends, in (0, 1]: k = ceil(density x n).
     pub density: f64,

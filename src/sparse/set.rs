@@ -27,7 +27,9 @@ pub struct SparseSet<T: SparseValue, I: SparseIndex = i32> {
 pub struct HostSparse<T, I = i32> {
     /// The device count: may exceed the pairs held (an overflowed threshold or merge).
     pub count: u64,
+    /// The pairs' indexes into the dense gradient.
     pub idx: Vec<I>,
+    /// The pairs' values, one per index.
     pub val: Vec<T>,
 }
 

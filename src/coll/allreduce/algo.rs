@@ -9,6 +9,7 @@ pub(crate) const ALGO_NAMES: &str = "auto, oneshot, twoshot, ring or rd";
 /// The algorithm; `Auto` picks one from [`super::SELECTION`] by message size, dtype and PE count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllreduceAlgo {
+    /// Picked per call by size, dtype and PE count (a tuning, else the built-in table).
     Auto,
     /// Every PE pushes its whole input to every peer, each reduces locally (small messages).
     OneShot,

@@ -16,10 +16,13 @@ pub struct OnlineTuning {
     pub bytes: usize,
     /// The size bucket the choice was recorded for (bytes, inclusive).
     pub bucket: (u64, u64),
+    /// The call's element type.
     pub dtype: Dtype,
+    /// The algorithm recorded: the fastest measured.
     pub choice: AllreduceAlgo,
     /// Wall time the tuning took on this PE (enqueueing, the runs, the MAX, the waits).
     pub wall: Duration,
+    /// Every candidate's time, as measured.
     pub measurement: Measurement,
 }
 

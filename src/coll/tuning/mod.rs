@@ -47,6 +47,7 @@ pub struct UserCandidate<'a> {
 type RunFn<'a> = dyn FnMut(&CudaStream) -> Result<()> + 'a;
 
 impl<'a> UserCandidate<'a> {
+    /// A candidate called `name` that enqueues one call with `run`.
     pub fn new(
         name: impl Into<String>,
         run: impl FnMut(&CudaStream) -> Result<()> + 'a,
@@ -57,6 +58,7 @@ impl<'a> UserCandidate<'a> {
         }
     }
 
+    /// The candidate's name.
     pub fn name(&self) -> &str {
         &self.name
     }

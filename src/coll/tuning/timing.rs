@@ -18,6 +18,7 @@ pub const MAX_SAMPLES: usize = 256;
 /// One candidate's timing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CandidateTime {
+    /// The candidate's name.
     pub name: String,
     /// Median over runs of each run's time on its slowest PE, microseconds: the same on every PE.
     pub us: f64,
@@ -30,7 +31,9 @@ pub struct CandidateTime {
 /// What a measurement found: every candidate's time, and the fastest (the first of equals).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measurement {
+    /// Every candidate's time, in the order given.
     pub candidates: Vec<CandidateTime>,
+    /// Index of the fastest in `candidates`.
     pub best: usize,
 }
 
