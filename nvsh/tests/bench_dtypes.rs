@@ -10,8 +10,9 @@ mod common;
 use common::{gpu_test, runtime, skip};
 use nvsh::bench::allreduce::{self, AllreduceBenchOptions, Candidate};
 use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{render_table, BenchDtype, Outcome, RatioOn, Report};
+use nvsh::bench::harness::{BenchDtype, Outcome, RatioOn, Report};
 use nvsh::bench::nvshmem_coll::family_refusal;
+use nvsh::bench::render::render_table;
 use nvsh::nccl_baseline;
 use nvshmem::{Nvshmem, ReduceOp};
 

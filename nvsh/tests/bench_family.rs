@@ -9,8 +9,9 @@ mod common;
 
 use common::{gpu_test, runtime, skip};
 use nvsh::bench::family::{self, Candidate, FamilyBenchOptions, Kind};
-use nvsh::bench::harness::{render_table, BenchDtype, Outcome, RatioOn, NCCL_BASELINES};
+use nvsh::bench::harness::{BenchDtype, Outcome, RatioOn, NCCL_BASELINES};
 use nvsh::bench::nvshmem_coll::family_refusal;
+use nvsh::bench::render::render_table;
 use nvsh::nccl_baseline;
 use nvshmem::ReduceOp;
 

@@ -11,11 +11,12 @@
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, integer_power_value, integer_value, pattern_hash,
     power_of_two_value, quarter_value, size_steps, window_only, BenchElement, Collective, Harness,
-    Reduction, Report, SlotValues, NCCL_BASELINES, NCCL_SYM_WORDING, QUARTER_MAX,
+    Reduction, Report, SlotValues, NCCL_BASELINES, QUARTER_MAX,
 };
 use crate::bench::nvshmem_coll::{
     describe_nvshmem, nvshmem_status, shared_gpu_refusal, NvshmemElement, NvshmemReduction,
 };
+use crate::bench::render::NCCL_SYM_WORDING;
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
@@ -580,9 +581,10 @@ fn report(
 mod tests {
     use super::*;
     use crate::bench::harness::{
-        algbw_gbps, iters_for, render_csv, render_json, render_table, salt, slots_for, time_ratio,
-        Outcome, RatioOn, Row, Timing, MAX_ITERS, MIN_SLOTS,
+        algbw_gbps, iters_for, salt, slots_for, time_ratio, Outcome, RatioOn, Row, Timing,
+        MAX_ITERS, MIN_SLOTS,
     };
+    use crate::bench::render::{render_csv, render_json, render_table};
 
     /// The reports as the command line renders them by default (ratio on after compute).
     fn table(r: &Report) -> String {

@@ -20,13 +20,13 @@ use crate::bench::allreduce;
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
     BenchDtype, BenchElement, Collective, Harness, Reduction, Report, SlotValues, NCCL_BASELINES,
-    NCCL_SYM_WORDING,
 };
 pub use crate::bench::kind::Kind;
 use crate::bench::nvshmem_coll::{
     describe_nvshmem, family_refusal, reduce_scratch, shared_gpu_refusal, NvshmemElement,
     NvshmemFamily,
 };
+use crate::bench::render::NCCL_SYM_WORDING;
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::coll::op::{ReduceOp, Reducible};
@@ -898,9 +898,8 @@ fn optional_names(candidates: &[Candidate], optional: &[Candidate]) -> Vec<&'sta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::harness::{
-        algbw_gbps, render_json, render_table, salt, size_plan, Outcome, RatioOn, Row, Timing,
-    };
+    use crate::bench::harness::{algbw_gbps, salt, size_plan, Outcome, RatioOn, Row, Timing};
+    use crate::bench::render::{render_json, render_table};
 
     /// The bench as the harness sees it, with neither candidate usable (no GPU here).
     fn bench(kind: Kind, op: ReduceOp, root: i32) -> FamilyBench<'static> {

@@ -1,5 +1,6 @@
 //! The benches: message sizes, CUDA-event timing and medians here; the collective benches'
-//! shared harness (checked timing groups, the report) in [`harness`]; one module per benchmark
+//! shared harness (checked timing groups, the report's rows) in [`harness`], its table, JSON and
+//! CSV in [`render`]; one module per benchmark
 //! (`family`: the collectives beside allreduce, which share candidates and options, listed in
 //! [`kind`]);
 //! the split of our small allreduce's time into rungs in [`probe`];
@@ -13,6 +14,7 @@ pub mod nvshmem_coll;
 pub mod plot;
 pub mod probe;
 pub mod put;
+pub mod render;
 pub mod sparse;
 
 use cudarc::driver::sys::CUevent_flags;

@@ -2,13 +2,13 @@
 //! axes, a line per candidate (ours per algorithm, NCCL, NVSHMEM's reduce), back to back and
 //! (dotted, in the same colour) after a compute kernel, and a row of two charts per dtype. `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh
 //! plot RESULT.json --out FILE.png` one stored with `--json` (no GPU needed): both read the
-//! bench's JSON (`"schema":1`, see [`harness::render_json`] and [`put::render_json`]), so a
+//! bench's JSON (`"schema":1`, see [`render::render_json`] and [`put::render_json`]), so a
 //! stored file and a live run draw the same.
 //!
-//! [`harness::render_json`]: crate::bench::harness::render_json
+//! [`render::render_json`]: crate::bench::render::render_json
 //! [`put::render_json`]: crate::bench::put::render_json
 
-use crate::bench::harness::BENCH_SCHEMA;
+use crate::bench::render::BENCH_SCHEMA;
 use nvsh_plot::{Axis, Corner, Figure, Panel, Scale, Series, Stroke};
 use nvshmem::core::env_value::size_label;
 use serde::Deserialize;

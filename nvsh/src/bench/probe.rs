@@ -24,10 +24,10 @@
 
 use crate::bench::allreduce::{self, AllreduceBenchOptions, BenchDtype, Candidate};
 use crate::bench::harness::{
-    after_compute_us, gpu_name_on_pe0, rounded, GroupTime, Harness, Outcome, BENCH_SCHEMA,
-    COMPUTE_BYTES,
+    after_compute_us, gpu_name_on_pe0, GroupTime, Harness, Outcome, COMPUTE_BYTES,
 };
 use crate::bench::median;
+use crate::bench::render::{rounded, BENCH_SCHEMA};
 use crate::error::{ToolError, ToolResult};
 use nvshmem::coll::allreduce::low_latency_shape;
 use nvshmem::core::buffer::SymmetricBuffer;

@@ -8,7 +8,8 @@
 //! destination zeroed before the loops: a size whose puts wrote nothing, or wrote only part,
 //! fails.
 
-use crate::bench::harness::{pattern_hash, rounded, salt, size_steps, BENCH_SCHEMA};
+use crate::bench::harness::{pattern_hash, salt, size_steps};
+use crate::bench::render::{rounded, BENCH_SCHEMA};
 use crate::bench::{elapsed_ms, median};
 use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaStream;

@@ -16,9 +16,8 @@
 //! the residual is cleared, re-estimates. The dense rows are checked against the host sum of the
 //! patterns.
 
-use crate::bench::harness::{
-    gpu_name_on_pe0, pattern_hash, quarter_value, rounded, size_steps, BENCH_SCHEMA,
-};
+use crate::bench::harness::{gpu_name_on_pe0, pattern_hash, quarter_value, size_steps};
+use crate::bench::render::{rounded, BENCH_SCHEMA};
 use crate::bench::{elapsed_ms, median};
 use crate::nccl_baseline::NcclBaseline;
 use cudarc::driver::CudaStream;

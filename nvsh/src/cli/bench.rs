@@ -7,6 +7,7 @@ use nvsh::bench::family::{self, FamilyBenchOptions, Kind};
 use nvsh::bench::harness::{self, RatioOn, Report};
 use nvsh::bench::probe::{self, ProbeOptions};
 use nvsh::bench::put::{self, PutBenchOptions};
+use nvsh::bench::render;
 use nvsh::bench::sparse::{self, SparseBenchOptions};
 use nvsh::error::ToolResult;
 use nvshmem::core::env_value::size_label;
@@ -785,15 +786,15 @@ fn rendered(common: &CollectiveArgs, report: &Report, complete: bool) -> String 
     let on = common.ratio_on;
     if common.json {
         let json = if complete {
-            harness::render_json(report, on)
+            render::render_json(report, on)
         } else {
-            harness::render_json_partial(report, on)
+            render::render_json_partial(report, on)
         };
         json + "\n"
     } else if common.csv {
-        harness::render_csv(report, on)
+        render::render_csv(report, on)
     } else {
-        harness::render_table(report, on)
+        render::render_table(report, on)
     }
 }
 
@@ -843,7 +844,7 @@ fn collective(
         // Printed (and drawn) first, so the table shows which results were wrong or missing;
         // then the exit status says so.
         let drawn = common.plot.as_deref().map_or(Ok(()), |p| {
-            draw(&harness::render_json(&report, common.ratio_on), p)
+            draw(&render::render_json(&report, common.ratio_on), p)
         });
         verify_then(report.verify(), drawn)?;
     }
@@ -1090,7 +1091,7 @@ mod tests {
         assert_eq!(v["complete"], true);
         assert_eq!(
             last,
-            harness::render_json(&report_of(3), RatioOn::AfterCompute) + "\n"
+            render::render_json(&report_of(3), RatioOn::AfterCompute) + "\n"
         );
         let partial: serde_json::Value = serde_json::from_str(&read(&json)).unwrap();
         let strip = |mut v: serde_json::Value| {
@@ -1102,9 +1103,9 @@ mod tests {
         for (flag, render) in [
             (
                 "--csv",
-                harness::render_csv as fn(&Report, RatioOn) -> String,
+                render::render_csv as fn(&Report, RatioOn) -> String,
             ),
-            ("--ratio-on=after-compute", harness::render_table),
+            ("--ratio-on=after-compute", render::render_table),
         ] {
             let out = dir.join("r.txt");
             let a = allreduce_args(&[flag, "--out", out.to_str().unwrap()]).unwrap();
