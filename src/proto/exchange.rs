@@ -54,12 +54,13 @@ const LL_BLOCKS_MAX: usize = 32;
 /// `rank`, this PE's team rank) whose sizes add up to at most `limits.max_bytes` and whose
 /// lines ([`pair_lines`]) fit a slot; none without `limits` (the call has no lines). Both ends
 /// of a pair compute this from their own list, each seeing the pair's transfers as the other
-/// does when their sizes agree, so they agree. Also counts the pairs each way.
+/// does when their sizes agree, so they agree. Also counts the pairs each way, and returns the
+/// largest pair's bytes among those that go as lines (0 if none).
 pub fn pair_modes(
     list: &[Transfer],
     rank: i32,
     limits: Option<LineLimits>,
-) -> (Vec<bool>, ExchangePairs) {
+) -> (Vec<bool>, ExchangePairs, usize) {
     // Linear scans over a few pairs: a call's host path is part of its time (no maps, no
     // allocation per pair).
     let of_pair = |key: (Direction, i32)| {
@@ -67,16 +68,15 @@ pub fn pair_modes(
             .filter(move |t| t.peer != rank && (t.dir, t.peer) == key)
             .map(|t| t.bytes)
     };
-    let lines = |key: (Direction, i32)| match limits {
-        Some(l) => {
-            let total = of_pair(key).try_fold(0usize, |a, b| a.checked_add(b));
-            total.is_some_and(|t| t <= l.max_bytes)
-                && pair_lines(of_pair(key)).saturating_mul(16) <= l.slot_bytes
-        }
-        None => false,
+    // A pair's bytes where it goes as lines, else None.
+    let lines = |key: (Direction, i32)| {
+        let l = limits?;
+        let total = of_pair(key).try_fold(0usize, |a, b| a.checked_add(b))?;
+        (total <= l.max_bytes && pair_lines(of_pair(key)).saturating_mul(16) <= l.slot_bytes)
+            .then_some(total)
     };
     // Each pair's mode, decided at its first transfer.
-    let mut modes: Vec<((Direction, i32), bool)> = Vec::new();
+    let mut modes: Vec<((Direction, i32), Option<usize>)> = Vec::new();
     let each = list
         .iter()
         .map(|t| {
@@ -85,20 +85,21 @@ pub fn pair_modes(
             }
             let key = (t.dir, t.peer);
             match modes.iter().find(|m| m.0 == key) {
-                Some(m) => m.1,
+                Some(m) => m.1.is_some(),
                 None => {
                     let m = lines(key);
                     modes.push((key, m));
-                    m
+                    m.is_some()
                 }
             }
         })
         .collect();
     let pairs = ExchangePairs {
-        lines: modes.iter().filter(|m| m.1).count(),
-        mailbox: modes.iter().filter(|m| !m.1).count(),
+        lines: modes.iter().filter(|m| m.1.is_some()).count(),
+        mailbox: modes.iter().filter(|m| m.1.is_none()).count(),
     };
-    (each, pairs)
+    let largest = modes.iter().filter_map(|m| m.1).max().unwrap_or(0);
+    (each, pairs, largest)
 }
 
 /// Which way a transfer goes, seen from this PE.
@@ -300,7 +301,7 @@ impl FamilyWorkspace<'_> {
         let pairs = match &call.transfers {
             Transfers::List(list) => {
                 let order = check_list(what, list, n)?;
-                let (lines, pairs) = pair_modes(list, rank, limits);
+                let (lines, pairs, largest_pair) = pair_modes(list, rank, limits);
                 a.mode = sys::NVSHMEMRS_EXCHANGE_LIST as i32;
                 for (k, i) in launch_order(list, limits.is_some()).into_iter().enumerate() {
                     let (t, (nth, of)) = (&list[i], order[i]);
@@ -321,15 +322,7 @@ impl FamilyWorkspace<'_> {
                         largest = largest.max(t.bytes);
                     }
                 }
-                // A pair's bytes as lines: the sum of its transfers.
-                let mut per_pair: Vec<((Direction, i32), usize)> = Vec::new();
-                for (t, _) in list.iter().zip(&lines).filter(|(_, &l)| l) {
-                    match per_pair.iter_mut().find(|e| e.0 == (t.dir, t.peer)) {
-                        Some(e) => e.1 += t.bytes,
-                        None => per_pair.push(((t.dir, t.peer), t.bytes)),
-                    }
-                }
-                largest_lines = per_pair.iter().map(|e| e.1).max().unwrap_or(0);
+                largest_lines = largest_pair;
                 a.n_send = list.iter().filter(|t| t.dir == Direction::Send).count() as i32;
                 a.n_recv = (list.len() - a.n_send as usize) as i32;
                 pairs
@@ -459,7 +452,7 @@ mod tests {
             t(Send, 0, 0, 8),
             t(Recv, 0, 3 << 20, 8),
         ];
-        let (each, pairs) = pair_modes(&list, 0, Some(LIMITS));
+        let (each, pairs, largest) = pair_modes(&list, 0, Some(LIMITS));
         assert_eq!(each, [true, false, true, true, true, false, false]);
         assert_eq!(
             pairs,
@@ -468,6 +461,8 @@ mod tests {
                 mailbox: 1
             }
         );
+        // The largest pair as lines: the two sends to 1, together at the bound.
+        assert_eq!(largest, max);
         // The receiving end of each pair, with the same sizes, decides the same: rank 1 gets
         // the two sends to it (together at the bound), rank 2 the one past it.
         let on_1 = [t(Recv, 0, 0, max - 100), t(Recv, 0, 1 << 20, 100)];
@@ -475,7 +470,8 @@ mod tests {
         let on_2 = [t(Recv, 0, 0, max + 1)];
         assert_eq!(pair_modes(&on_2, 2, Some(LIMITS)).0, [false]);
         // No lines for the call: every pair through the mailbox.
-        let (each, pairs) = pair_modes(&list, 0, None);
+        let (each, pairs, largest) = pair_modes(&list, 0, None);
+        assert_eq!(largest, 0);
         assert!(each.iter().all(|&l| !l));
         assert_eq!(
             pairs,
