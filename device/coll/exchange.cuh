@@ -161,6 +161,10 @@ struct LinePair {
     uint4 *slot;
     // The pair sequence of this launch (its flag, its slot's parity).
     uint64_t seq;
+    // A send: the receiver's credit this launch needs (ll_last at its parity), and the credit
+    // word as plan_lines read it, in the same wave as the sequence (no second round of misses
+    // where, as usual, the credit is long there).
+    uint64_t credit_want, credit_seen;
     // This block's share of the pair's payload lines (counted from the end of the header).
     uint32_t d0, d1;
     // Index of the pair's nth-0 transfer among the sends or the receives.
@@ -194,8 +198,18 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         p.peer = x.peer;
         p.pe = h.pes[x.peer];
         p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
+        // Loads that do not depend on each other, issued together: the sequence, and for a
+        // send both parities' last line sequence and the credit word.
+        uint64_t last0 = 0, last1 = 0, credit = 0;
+        if (send) {
+            last0 = *R.ll_last(0, x.peer);
+            last1 = *R.ll_last(1, x.peer);
+            credit = *(volatile uint64_t *)R.credit(x.peer);
+        }
         p.seq = (send ? *R.sent(x.peer) : *R.received(x.peer)) + 1;
         const int parity = (int)(p.seq & 1);
+        p.credit_want = parity ? last1 : last0;
+        p.credit_seen = credit;
         size_t d0, d1;
         ll_block_lines(send ? pair_data_lines(sends, g) : pair_data_lines(recvs, g), &d0, &d1);
         p.d0 = (uint32_t)d0;
@@ -222,8 +236,13 @@ __device__ bool wait_credits(const Waiter &w, const Region &R, const LinePair *p
     bool ok = true;
     for (int k = threadIdx.x; k < n && ok; k += blockDim.x) {
         const LinePair &p = plan[k];
-        ok = w.ge(R.credit(p.peer), *R.ll_last(p.seq, p.peer), p.pe);
-        if (ok && *(volatile uint64_t *)R.credit(p.peer) >= XCH_MISMATCH) {
+        // Read with the plan; polled again only where it was not there yet.
+        uint64_t seen = p.credit_seen;
+        if (seen < p.credit_want) {
+            ok = w.ge(R.credit(p.peer), p.credit_want, p.pe);
+            seen = *(volatile uint64_t *)R.credit(p.peer);
+        }
+        if (ok && seen >= XCH_MISMATCH) {
             exchange_fail(w, p.pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
             ok = false;
         }
@@ -665,34 +684,53 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
 
     // 8. Puts through NVSHMEM complete; the last block moves the per-pair state on and gives
     // each sender of lines its credit: this launch's lines of that pair are read and zeroed
-    // (each block's zeroes ordered before its count, the last block's system fence before the
-    // credits). Only where this PE received lines: a launch of mailbox pairs pays for none.
+    // (each block's zeroes ordered before its count; in the last block, after its barrier,
+    // each crediting thread's system fence before its credit). A thread per pair, in
+    // parallel: one after another, each pair's loads and stores were a chain.
+    __syncthreads();
+    __shared__ int last_s;
+    const bool credits = lines && n_lrecv > 0;
+    if (threadIdx.x == 0) {
+        if (!h.all_mapped) nvshmem_quiet();
+        // A lone block counts nothing: the system fences below order its zeroes.
+        if (credits && gridDim.x > 1) __threadfence();
+        last_s = gridDim.x == 1 || atomicAdd(&h.state->done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last_s) return;
+    for (int i = threadIdx.x; i < nr + ns; i += blockDim.x) {
+        const bool recv = i < nr;
+        const Xfer x = recv ? src.recv(i) : src.send(i - nr);
+        if (x.peer == h.rank || x.nth != 0) continue;
+        if (recv) {
+            if (!x.ll) {
+                // The pair's bytes and one per transfer, as step 7 waited for.
+                uint64_t add = 0;
+                for (int j = i, k = 0; j < nr && k < x.of; ++j) {
+                    const Xfer y = src.recv(j);
+                    if (y.peer != x.peer) continue;
+                    add += y.bytes + 1;
+                    ++k;
+                }
+                *R.expect(x.peer) += add;
+            }
+            const uint64_t q = *R.received(x.peer) + 1;
+            *R.received(x.peer) = q;
+            if (lines && x.ll) {
+                __threadfence_system();
+                nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
+            }
+        } else {
+            const uint64_t q = *R.sent(x.peer) + 1;
+            *R.sent(x.peer) = q;
+            if (lines && x.ll) *R.ll_last(q, x.peer) = q;
+        }
+    }
+    // As advance_state (prims/step.cuh), once every pair's state is stored.
     __syncthreads();
     if (threadIdx.x == 0) {
-        const bool credits = lines && n_lrecv > 0;
-        if (!h.all_mapped) nvshmem_quiet();
-        // A lone block counts nothing: its system fence below orders its zeroes.
-        if (credits && gridDim.x > 1) __threadfence();
-        advance_state(h.state, [&](nvshmemrs_allreduce_state *) {
-            if (credits) __threadfence_system();
-            for (int i = 0; i < nr; ++i) {
-                const Xfer x = src.recv(i);
-                if (x.peer == h.rank) continue;
-                if (!x.ll) *R.expect(x.peer) += x.bytes + 1;
-                if (x.nth != 0) continue;
-                const uint64_t q = *R.received(x.peer) + 1;
-                *R.received(x.peer) = q;
-                if (lines && x.ll)
-                    nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
-            }
-            for (int i = 0; i < ns; ++i) {
-                const Xfer x = src.send(i);
-                if (x.peer == h.rank || x.nth != 0) continue;
-                const uint64_t q = *R.sent(x.peer) + 1;
-                *R.sent(x.peer) = q;
-                if (lines && x.ll) *R.ll_last(q, x.peer) = q;
-            }
-        });
+        h.state->steps += 1;
+        h.state->done = 0;
     }
 }
 
