@@ -398,6 +398,11 @@ typedef struct nvshmemrs_exchange_args {
      * with another PE whose transfers say NVSHMEMRS_EXCHANGE_PAIR_LINES go as lines, header
      * and data, the others through the mailbox. */
     int lines;
+    /* Non-zero (LIST with lines only): every launch on this workspace sends to and receives
+     * from every other member (alltoallv, allgatherv), so each pair's previous message in the
+     * other direction proves the slot of two launches back was read: no credits are waited
+     * for or given (coll/exchange.cuh). */
+    int every_pair;
     uint64_t in_count;
     const uint64_t *counts[4];
     nvshmemrs_transfer ops[NVSHMEMRS_EXCHANGE_MAX_OPS];

@@ -11,7 +11,11 @@
 // as low-latency lines (prims/ll.cuh) into its slot on the receiver and is done; the receiver
 // polls them, compares the header with its own receives and copies the data out. The sender
 // only waits for the receiver's credit of the launch two pair sequences back (long there in a
-// stream of calls), so a slot is never written before it was read. Pairs too large for a slot
+// stream of calls), so a slot is never written before it was read. Where every launch on the
+// workspace pairs every member with every other both ways (alltoallv, allgatherv: abi.h
+// every_pair), no credit is waited for or given: the sender's previous launch received the
+// receiver's message of that launch, sent after the receiver's launch before it completed, which
+// had read and zeroed the slot (the family's lines rely on the same order, prims/ll.cuh). Pairs too large for a slot
 // go through the mailbox exactly as without lines: no header, credit or fence, which cost a
 // mailbox call about 5 us. A pair whose two ends chose differently (their sizes differ) still
 // fails at once, not at the deadline: a receiver that took lines sets its arrive word on the
@@ -182,7 +186,8 @@ struct LinePair {
 // is larger than that table (each send's slot is then looked up here).
 template <typename Src>
 __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const Region &R,
-                           char *const *ll_base, LinePair *plan, int *n_send, int *n_recv) {
+                           char *const *ll_base, bool every_pair, LinePair *plan, int *n_send,
+                           int *n_recv) {
     if (threadIdx.x == 0) *n_send = *n_recv = 0;
     __syncthreads();
     const int ns = src.n_send(), nr = src.n_recv();
@@ -199,11 +204,14 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         p.pe = h.pes[x.peer];
         p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
         // Loads that do not depend on each other, issued together: the sequence, and for a
-        // send both parities' last line sequence and the credit word.
+        // send both parities' last line sequence (none with every_pair: no credits) and the
+        // credit word (which also carries a receiver's mismatch mark).
         uint64_t last0 = 0, last1 = 0, credit = 0;
         if (send) {
-            last0 = *R.ll_last(0, x.peer);
-            last1 = *R.ll_last(1, x.peer);
+            if (!every_pair) {
+                last0 = *R.ll_last(0, x.peer);
+                last1 = *R.ll_last(1, x.peer);
+            }
             credit = *(volatile uint64_t *)R.credit(x.peer);
         }
         p.seq = (send ? *R.sent(x.peer) : *R.received(x.peer)) + 1;
@@ -230,8 +238,9 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
 }
 
 // Until every receiver of this launch's lines has read the lines this PE last wrote into its
-// slot at the launch's parity (credit >= ll_last), the whole block. False when a wait failed,
-// or a receiver marked this PE's sends as not matching (recorded).
+// slot at the launch's parity (credit >= ll_last; with every_pair credit_want is 0: nothing
+// to wait for), the whole block. False when a wait failed, or a receiver marked this PE's
+// sends as not matching (recorded).
 __device__ bool wait_credits(const Waiter &w, const Region &R, const LinePair *plan, int n) {
     bool ok = true;
     for (int k = threadIdx.x; k < n && ok; k += blockDim.x) {
@@ -489,10 +498,11 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
 }
 
 // One launch of the exchange; `code` (NVSHMEMRS_COLL_*) names a failure; `with_lines`: the
-// launch has lines (abi.h nvshmemrs_exchange_args.lines).
+// launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no credits
+// (nvshmemrs_exchange_args.every_pair).
 template <typename Src>
 __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
-                              bool with_lines) {
+                              bool with_lines, bool every_pair = false) {
     // The members' line regions before the wait, as the family's lines read them
     // (prims/ll.cuh): each was a dependent miss on the way to the first store.
     __shared__ char *ll_base_s[NVSHMEMRS_FAMILY_LL_MAX_PES];
@@ -553,7 +563,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     // fails there): off the way to this PE's first store, and still before its wait for
     // the lines (6), so that such a sender's header fails it at once.
     if (lines) {
-        plan_lines(h, src, R, bases ? ll_base_s : nullptr, plan, &n_lsend, &n_lrecv);
+        plan_lines(h, src, R, bases ? ll_base_s : nullptr, every_pair, plan, &n_lsend,
+                   &n_lrecv);
         if (!wait_credits(w, R, plan, n_lsend)) return;
         send_lines(src, plan, n_lsend);
         if (blockIdx.x == 0) {
@@ -686,10 +697,11 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     // each sender of lines its credit: this launch's lines of that pair are read and zeroed
     // (each block's zeroes ordered before its count; in the last block, after its barrier,
     // each crediting thread's system fence before its credit). A thread per pair, in
-    // parallel: one after another, each pair's loads and stores were a chain.
+    // parallel: one after another, each pair's loads and stores were a chain. With
+    // every_pair, no credits and so no fences: the kernel's completion orders the zeroes.
     __syncthreads();
     __shared__ int last_s;
-    const bool credits = lines && n_lrecv > 0;
+    const bool credits = lines && n_lrecv > 0 && !every_pair;
     if (threadIdx.x == 0) {
         if (!h.all_mapped) nvshmem_quiet();
         // A lone block counts nothing: the system fences below order its zeroes.
@@ -716,14 +728,14 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
             }
             const uint64_t q = *R.received(x.peer) + 1;
             *R.received(x.peer) = q;
-            if (lines && x.ll) {
+            if (credits && x.ll) {
                 __threadfence_system();
                 nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
             }
         } else {
             const uint64_t q = *R.sent(x.peer) + 1;
             *R.sent(x.peer) = q;
-            if (lines && x.ll) *R.ll_last(q, x.peer) = q;
+            if (lines && x.ll && !every_pair) *R.ll_last(q, x.peer) = q;
         }
     }
     // As advance_state (prims/step.cuh), once every pair's state is stored.
@@ -774,6 +786,25 @@ static inline bool exchange_lines_ok(const nvshmemrs_exchange_args *a, int n) {
         for (int j = i; t.lines != 0 && j < i + t.of && j < n; ++j)
             lines += (a->ops[j].bytes + 7) / 8;
         if (lines > slot_lines) return false;
+    }
+    return true;
+}
+
+// every_pair (abi.h) only with lines, and only where the list has a transfer to and from
+// every other member: the order the slots' reuse relies on needs a message each way.
+static inline bool exchange_every_pair_ok(const nvshmemrs_exchange_args *a) {
+    if (!a->every_pair) return true;
+    if (!a->lines) return false;
+    const int n = a->hdr.n;
+    for (int r = 0; r < n; ++r) {
+        if (r == a->hdr.rank) continue;
+        bool to = false, from = false;
+        for (int i = 0; i < a->n_send + a->n_recv; ++i) {
+            if (a->ops[i].peer != r || a->ops[i].nth != 0) continue;
+            if (i < a->n_send) to = true;
+            else from = true;
+        }
+        if (!to || !from) return false;
     }
     return true;
 }

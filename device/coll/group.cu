@@ -26,7 +26,7 @@ struct ListSrc {
 };
 
 __global__ void exchange_list_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, ListSrc{a}, a.code, a.lines != 0);
+    exchange_step(a.hdr, ListSrc{a}, a.code, a.lines != 0, a.lines != 0 && a.every_pair != 0);
 }
 
 }  // namespace
@@ -43,6 +43,7 @@ extern "C" int nvshmemrs_exchange_list(const nvshmemrs_exchange_args *args, int 
             t.bytes >> NVSHMEMRS_EXCHANGE_DTYPE_SHIFT != 0)
             return cudaErrorInvalidValue;
     }
-    if (!exchange_lines_ok(args, args->n_send + args->n_recv)) return cudaErrorInvalidValue;
+    if (!exchange_lines_ok(args, args->n_send + args->n_recv) || !exchange_every_pair_ok(args))
+        return cudaErrorInvalidValue;
     return (int)launch_pdl(exchange_list_kernel, blocks, threads, stream, *args);
 }

@@ -108,6 +108,7 @@ impl<'nv> Allgatherv<'nv> {
                         code: CODE,
                         checked: Some((out_len, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
+                        every_pair: true,
                     },
                     stream,
                 )
@@ -159,6 +160,7 @@ impl<'nv> Allgatherv<'nv> {
                             input: (input.as_device_ptr() as usize, input.len()),
                             output: (output.as_device_ptr() as usize, output.len()),
                         },
+                        every_pair: true,
                     },
                     stream,
                 )

@@ -96,6 +96,7 @@ impl<'nv> Alltoallv<'nv> {
                         // Counts differ between members by design: the meta word only.
                         checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
+                        every_pair: true,
                     },
                     stream,
                 )
@@ -145,6 +146,7 @@ impl<'nv> Alltoallv<'nv> {
                             input: (input.as_device_ptr() as usize, input.len()),
                             output: (output.as_device_ptr() as usize, output.len()),
                         },
+                        every_pair: true,
                     },
                     stream,
                 )

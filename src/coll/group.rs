@@ -226,6 +226,7 @@ impl<'nv> P2pGroup<'nv> {
                 code: sys::NVSHMEMRS_COLL_GROUP,
                 checked: None,
                 transfers: Transfers::List(&list),
+                every_pair: false,
             },
             stream,
         )?;

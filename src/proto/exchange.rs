@@ -9,7 +9,10 @@
 //! the host (grouped send/recv, alltoallv and allgatherv with host counts) sends each pair
 //! (peer, direction) a header of its sizes through a line slot per ordered pair, and the data
 //! too where the pair's transfers together fit [`EXCHANGE_LL_MAX_ENV`]; the receiver copies
-//! it out and later credits the sender, who reuses a slot only after that credit. Both ends
+//! it out and later credits the sender, who reuses a slot only after that credit (no credits
+//! where every call pairs every member with every other both ways, [`ExchangeCall::every_pair`]:
+//! alltoallv and allgatherv; each pair's message of the previous call then proves the slot of
+//! two calls back was read). Both ends
 //! decide from the pair's sizes alone ([`pair_modes`]), so they agree whenever the sizes do;
 //! the header catches them when the sizes differ: the receiver fails with a
 //! [`crate::Error::TransferMismatch`] in that call, the sender in that call where it went
@@ -164,6 +167,10 @@ pub struct ExchangeCall<'t> {
     pub checked: Option<(usize, u64)>,
     /// The sends and receives.
     pub transfers: Transfers<'t>,
+    /// Every call on this workspace has a transfer to and from every other member (alltoallv,
+    /// allgatherv; not grouped send/recv): the lines then need no credits (device/abi.h
+    /// `every_pair`).
+    pub every_pair: bool,
 }
 
 /// Checks a list against what the kernel and the host can promise: peers are team ranks, at
@@ -292,6 +299,7 @@ impl FamilyWorkspace<'_> {
         };
         a.code = call.code as i32;
         a.lines = limits.is_some() as i32;
+        a.every_pair = (limits.is_some() && call.every_pair) as i32;
         if limits.is_some() {
             a.hdr.ll_scratch = self.ll_ptr();
             a.hdr.ll_slot_bytes = self.ll_slot_bytes();
