@@ -11,7 +11,8 @@ create_exception!(
     PyRuntimeError,
     "An error of the runtime. Its message is the Rust error's text; `kind` names the variant of \
      nvshmem::Error (\"BootstrapUnavailable\", \"NoCudaDriver\", ...) or, for the bindings' own \
-     errors, \"NotInitialized\" or \"WrongThread\"."
+     errors, \"NotInitialized\", \"WrongThread\", \"WrongDevice\" (a tensor of another GPU), \
+     \"Finalized\" (a buffer used after finalize) or \"Busy\" (a call from inside another)."
 );
 
 /// An `NvshmemError` with `message` and `kind`.
