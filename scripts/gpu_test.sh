@@ -7,7 +7,9 @@
 # BIN_DIR is missing, they are built first. NVSHMEM allows one init per process, so each test
 # runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (one GPU
 # per PE where there are enough; else, where N is a multiple of the GPUs, the same number of PEs
-# on each GPU, otherwise all on GPU 0), the others (pe1_*) alone. MPIRUN overrides the mpirun
+# on each GPU, otherwise all on GPU 0), the others (pe1_*) alone. The Python package's GPU tests
+# run with 1 and 2 PEs (scripts/python_gpu_test.sh; NVSHMEM_RS_PYTHON names a Python with
+# nvshmem_rs and torch, else they skip). MPIRUN overrides the mpirun
 # command (e.g. with --allow-run-as-root).
 #
 # GPU_TEST_PARALLEL=1 runs cases side by side on disjoint GPUs: cases of N PEs (N at most the
@@ -197,6 +199,8 @@ add_other "ring_exchange, 1 PE" 1
 add_other "ring_exchange, nvsh run -n 2" 2
 add_other "ring_exchange, mpirun -np 2" 2
 add_other "nvsh info" 1
+add_other "python tensors, 1 PE" 1
+add_other "python tensors, nvsh run -n 2" 2
 cases=$(grep -c . "$manifest")
 expected=$((expected + cases + resumed))
 [ "$resumed" -eq 0 ] || echo "gpu_test.sh: $resumed case(s) have a verdict from the earlier run (GPU_TEST_RESUME)"
@@ -227,6 +231,9 @@ run_entry() {
         # shellcheck disable=SC2086 # MPIRUN may carry flags
         "ring_exchange, mpirun -np 2") run_case "$label" 0 $mpirun -np 2 "$bin/ring_exchange" ;;
         "nvsh info") run_case "$label" 0 "$nvsh" info ;;
+        # The Python package (scripts/python_gpu_test.sh: a skip where no Python has it).
+        "python tensors, 1 PE") run_case "$label" 0 scripts/python_gpu_test.sh ;;
+        "python tensors, nvsh run -n 2") run_case "$label" 0 "$nvsh" run -n 2 -- scripts/python_gpu_test.sh ;;
         esac
     elif [ "$pes" -eq 1 ]; then
         run_case "$(basename "$t") $name" 1 "$t" --ignored --exact "$name" --test-threads=1

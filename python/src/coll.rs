@@ -1,0 +1,508 @@
+//! The collectives on tensors, in the caller's stream order.
+//!
+//! A tensor argument is read by duck typing (`data_ptr()`, `numel()`, `dtype`, `is_cuda`,
+//! `device`, `is_contiguous()`), so that torch tensors work without this crate importing torch;
+//! an `nvshmem_rs.SymmetricBuffer` is taken as it is. Memory inside a symmetric buffer of the
+//! same dtype goes to the library as a symmetric view (peers address it directly: pass the
+//! same buffer, at the same offset, on every PE); any other CUDA memory of this PE's GPU is the
+//! caller's own, which the library stages through its workspace's symmetric area.
+//!
+//! The stream is a raw `cudaStream_t` as an int (`torch.cuda.current_stream().cuda_stream`;
+//! the Python wrappers pass torch's current stream by default). The calls only enqueue work
+//! on it, as the Rust API does.
+//!
+//! Each collective runs on a world workspace made at its first call: that first call is
+//! collective over the world (symmetric allocation), as every call of it is anyway.
+
+use crate::dtypes::{from_torch, torch_name};
+use crate::error::{raise, runtime_error};
+use crate::memory::{with_element, Allocation, SymmetricBuffer};
+use crate::runtime::with_state;
+use crate::state::{made, Registry};
+use nvshmem::{
+    Allgather, AllreduceAlgo, Alltoall, Broadcast, Dtype, Element, InBuf, Nvshmem, OutBuf, Reduce,
+    ReduceOp, ReduceScatter, TeamBarrier,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use std::sync::Arc;
+
+/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter): as the
+/// examples use; larger messages go in segments of this size.
+const SLOT_BYTES: usize = 1 << 20;
+
+/// Runs `$body` with `$T` the element type of `$dtype`, a dtype the reductions take; u8 (which
+/// they do not) gives [`reducible`]'s error.
+macro_rules! with_reducible {
+    ($dtype:expr, $what:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            Dtype::F32 => {
+                type $T = f32;
+                $body
+            }
+            Dtype::F64 => {
+                type $T = f64;
+                $body
+            }
+            Dtype::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            Dtype::Bf16 => {
+                type $T = half::bf16;
+                $body
+            }
+            Dtype::I32 => {
+                type $T = i32;
+                $body
+            }
+            Dtype::I64 => {
+                type $T = i64;
+                $body
+            }
+            Dtype::U32 => {
+                type $T = u32;
+                $body
+            }
+            Dtype::U64 => {
+                type $T = u64;
+                $body
+            }
+            Dtype::U8 => Err(reducible_error($what)),
+        }
+    };
+}
+
+/// The caller's stream (a raw `cudaStream_t` as an int) as the library takes it.
+macro_rules! borrowed_stream {
+    ($nv:expr, $raw:expr) => {
+        // SAFETY: the caller passes a live stream of this GPU (torch's current stream by
+        // default); it outlives the call, which only enqueues work on it.
+        unsafe { $nv.borrowed_stream($raw as nvshmem::sys::cudaStream_t) }
+    };
+}
+
+/// A tensor argument, read.
+struct Tensor {
+    ptr: usize,
+    numel: usize,
+    dtype: Dtype,
+    /// Its CUDA device where the object says (torch's `device.index`).
+    device: Option<i32>,
+    /// A SymmetricBuffer passed as it is: held for the call.
+    _alloc: Option<Arc<Allocation>>,
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Reads argument `which` ("input", "output", "tensor") of `what` by duck typing.
+fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    if let Ok(buf) = obj.cast::<SymmetricBuffer>() {
+        let alloc = buf.get().allocation().clone();
+        alloc.alive(obj.py(), what)?;
+        return Ok(Tensor {
+            ptr: alloc.addr(),
+            numel: alloc.len(),
+            dtype: alloc.dtype(),
+            device: Some(alloc.device()),
+            _alloc: Some(alloc),
+        });
+    }
+    for attr in ["data_ptr", "numel", "dtype"] {
+        if !obj.hasattr(attr)? {
+            return Err(PyTypeError::new_err(format!(
+                "{what}: the {which} must be a CUDA torch.Tensor or an \
+                 nvshmem_rs.SymmetricBuffer (an object with data_ptr(), numel(), dtype, \
+                 is_cuda and device), not {} (it has no {attr})",
+                type_name(obj)
+            )));
+        }
+    }
+    let device = obj.getattr("device").ok();
+    let device_text = device
+        .as_ref()
+        .and_then(|d| d.str().ok())
+        .map(|s| s.to_string());
+    let is_cuda = match obj.getattr("is_cuda") {
+        Ok(v) => v.is_truthy()?,
+        Err(_) => device_text
+            .as_deref()
+            .is_some_and(|d| d.starts_with("cuda")),
+    };
+    if !is_cuda {
+        return Err(PyValueError::new_err(format!(
+            "{what}: the {which} is on {}, not on a CUDA device; nvshmem_rs moves CUDA tensors \
+             of this PE's GPU (tensor.cuda(nvshmem_rs.device()))",
+            device_text.as_deref().unwrap_or("the host")
+        )));
+    }
+    if obj.hasattr("is_contiguous")? && !obj.call_method0("is_contiguous")?.is_truthy()? {
+        return Err(PyValueError::new_err(format!(
+            "{what}: the {which} is not contiguous; the collectives move one dense range \
+             (pass tensor.contiguous())"
+        )));
+    }
+    let dtype = from_torch(&obj.getattr("dtype")?).map_err(|e| {
+        PyValueError::new_err(format!(
+            "{what}: the {which}'s dtype: {}",
+            e.value(obj.py())
+        ))
+    })?;
+    let ptr = obj.call_method0("data_ptr")?.extract::<usize>()?;
+    let numel = obj.call_method0("numel")?.extract::<usize>()?;
+    let device = match device {
+        Some(d) if d.hasattr("index")? => d.getattr("index")?.extract::<Option<i32>>()?,
+        _ => None,
+    };
+    Ok(Tensor {
+        ptr,
+        numel,
+        dtype,
+        device,
+        _alloc: None,
+    })
+}
+
+/// An error unless the reductions take `dtype` (every dtype but u8).
+fn reducible(what: &str, dtype: Dtype) -> PyResult<()> {
+    match dtype {
+        Dtype::U8 => Err(reducible_error(what)),
+        _ => Ok(()),
+    }
+}
+
+fn reducible_error(what: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{what}: uint8 (u8) tensors cannot be reduced; the reductions take {}",
+        Dtype::ALL
+            .iter()
+            .filter(|&&d| d != Dtype::U8)
+            .map(|&d| torch_name(d))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Input and output of one dtype.
+fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+    if input.dtype != output.dtype {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: the input is {} and the output {}; pass tensors of one dtype",
+            torch_name(input.dtype),
+            torch_name(output.dtype)
+        )));
+    }
+    Ok(())
+}
+
+/// Input and output of one length (the element-wise collectives).
+fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+    if input.numel != output.numel {
+        return Err(PyValueError::new_err(format!(
+            "{what}: the input holds {} elements and the output {}; they must hold as many",
+            input.numel, output.numel
+        )));
+    }
+    Ok(())
+}
+
+fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .find(|o| o.name() == op)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{what}: unknown op {op:?}; expected one of {}",
+                ReduceOp::ALL.map(ReduceOp::name).join(", ")
+            ))
+        })
+}
+
+/// The tensors on this PE's GPU, where they say which device they are on.
+fn on_device(py: Python<'_>, nv: &Nvshmem, what: &str, tensors: &[&Tensor]) -> PyResult<()> {
+    for t in tensors {
+        if let Some(d) = t.device {
+            if d != nv.device() {
+                return Err(raise(
+                    py,
+                    "WrongDevice",
+                    format!(
+                        "{what}: a tensor is on cuda:{d}, but this PE runs on cuda:{} \
+                         (nvshmem_rs.device()); move it there",
+                        nv.device()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the library reads: the symmetric view where the tensor lies in a buffer of its
+/// dtype, else the caller's own memory (staged).
+fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
+    match buffers.view::<T>(t.ptr, t.numel) {
+        Some(view) => view.into(),
+        // SAFETY: CUDA memory of `numel` elements that the caller owns and orders on the
+        // stream it passed (the library checks that it is device memory of this PE's GPU
+        // holding that many bytes).
+        None => unsafe { InBuf::from_raw(t.ptr as *const T, t.numel) },
+    }
+}
+
+/// What the library writes, as [`in_buf`].
+fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
+    match buffers.view::<T>(t.ptr, t.numel) {
+        Some(view) => view.into(),
+        // SAFETY: as in in_buf, for memory the call writes.
+        None => unsafe { OutBuf::from_raw(t.ptr as *mut T, t.numel) },
+    }
+}
+
+/// `output = op(input of every PE)` element-wise; in place on `input` when `output` is None.
+/// `algo` is one of the library's allreduce algorithms ("auto", "oneshot", "twoshot", "ring",
+/// "rd"). Returns the algorithm used.
+#[pyfunction]
+#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0))]
+pub(crate) fn allreduce(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: Option<&Bound<'_, PyAny>>,
+    op: &str,
+    algo: &str,
+    stream: usize,
+) -> PyResult<&'static str> {
+    let what = "allreduce";
+    let i = tensor(what, "input", input)?;
+    let o = output.map(|o| tensor(what, "output", o)).transpose()?;
+    reducible(what, i.dtype)?;
+    if let Some(o) = &o {
+        same_dtype(what, &i, o)?;
+        same_numel(what, &i, o)?;
+    }
+    let op = parse_op(what, op)?;
+    let algo =
+        AllreduceAlgo::parse(algo).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
+    with_state(py, what, |nv, state| {
+        let mut all = vec![&i];
+        all.extend(o.as_ref());
+        on_device(py, nv, what, &all)?;
+        let stream = borrowed_stream!(nv, stream);
+        let ar = made(&mut state.colls.allreduce, || {
+            nv.allreduce_workspace(SLOT_BYTES)
+        })
+        .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        let used = with_reducible!(i.dtype, what, T => {
+            match &o {
+                None => ar.run_in_place(out_buf::<T>(buffers, &i), op, algo, &stream),
+                Some(o) => ar.run(
+                    in_buf::<T>(buffers, &i),
+                    out_buf::<T>(buffers, o),
+                    op,
+                    algo,
+                    &stream,
+                ),
+            }
+            .map_err(|e| runtime_error(py, e))
+        })?;
+        Ok(used.name())
+    })
+}
+
+/// Input and output of a call whose output may be omitted (in place): the output read, the
+/// pair checked to be alike when `elementwise`.
+fn pair(
+    what: &str,
+    input: &Bound<'_, PyAny>,
+    output: Option<&Bound<'_, PyAny>>,
+    elementwise: bool,
+) -> PyResult<(Tensor, Option<Tensor>)> {
+    let i = tensor(what, "input", input)?;
+    let o = output.map(|o| tensor(what, "output", o)).transpose()?;
+    if let Some(o) = &o {
+        same_dtype(what, &i, o)?;
+        if elementwise {
+            same_numel(what, &i, o)?;
+        }
+    }
+    Ok((i, o))
+}
+
+/// Every member's `output` = the root's `input`; in place on `input` when `output` is None.
+/// `root` is a PE number.
+#[pyfunction]
+#[pyo3(signature = (input, output = None, root = 0, stream = 0))]
+pub(crate) fn broadcast(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: Option<&Bound<'_, PyAny>>,
+    root: i32,
+    stream: usize,
+) -> PyResult<()> {
+    let what = "broadcast";
+    let (i, o) = pair(what, input, output, true)?;
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
+        let stream = borrowed_stream!(nv, stream);
+        let bc = made(&mut state.colls.broadcast, || Broadcast::world(nv))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        let o = o.as_ref().unwrap_or(&i);
+        with_element!(i.dtype, T => {
+            bc.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, o), root, &stream)
+        })
+        .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// The root's `output` = op(`input` of every member) element-wise (other members' outputs
+/// are left alone); in place on `input` when `output` is None.
+#[pyfunction]
+#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0))]
+pub(crate) fn reduce(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: Option<&Bound<'_, PyAny>>,
+    root: i32,
+    op: &str,
+    stream: usize,
+) -> PyResult<()> {
+    let what = "reduce";
+    let (i, o) = pair(what, input, output, true)?;
+    reducible(what, i.dtype)?;
+    let op = parse_op(what, op)?;
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
+        let stream = borrowed_stream!(nv, stream);
+        let r = made(&mut state.colls.reduce, || Reduce::world(nv, SLOT_BYTES))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        let o = o.as_ref().unwrap_or(&i);
+        with_reducible!(i.dtype, what, T => {
+            r.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, o), op, root, &stream)
+                .map_err(|e| runtime_error(py, e))
+        })
+    })
+}
+
+/// Block r of `output` (world_size x input.numel() elements) = PE r's `input`, on every PE.
+#[pyfunction]
+#[pyo3(signature = (input, output, stream = 0))]
+pub(crate) fn allgather(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: &Bound<'_, PyAny>,
+    stream: usize,
+) -> PyResult<()> {
+    let what = "allgather";
+    let (i, o) = pair(what, input, Some(output), false)?;
+    let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&i, &o])?;
+        let stream = borrowed_stream!(nv, stream);
+        let ag = made(&mut state.colls.allgather, || Allgather::world(nv))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        with_element!(i.dtype, T => {
+            ag.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
+        })
+        .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// `output` = op over PEs of block [rank] of their `input` (world_size x output.numel()
+/// elements), element-wise.
+#[pyfunction]
+#[pyo3(signature = (input, output, op = "sum", stream = 0))]
+pub(crate) fn reduce_scatter(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: &Bound<'_, PyAny>,
+    op: &str,
+    stream: usize,
+) -> PyResult<()> {
+    let what = "reduce_scatter";
+    let (i, o) = pair(what, input, Some(output), false)?;
+    let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    reducible(what, i.dtype)?;
+    let op = parse_op(what, op)?;
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&i, &o])?;
+        let stream = borrowed_stream!(nv, stream);
+        let rs = made(&mut state.colls.reduce_scatter, || {
+            ReduceScatter::world(nv, SLOT_BYTES)
+        })
+        .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        with_reducible!(i.dtype, what, T => {
+            rs.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), op, &stream)
+                .map_err(|e| runtime_error(py, e))
+        })
+    })
+}
+
+/// Block s of `output` = block [rank] of PE s's `input`; both hold world_size blocks of one
+/// length and must not overlap.
+#[pyfunction]
+#[pyo3(signature = (input, output, stream = 0))]
+pub(crate) fn alltoall(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    output: &Bound<'_, PyAny>,
+    stream: usize,
+) -> PyResult<()> {
+    let what = "alltoall";
+    let (i, o) = pair(what, input, Some(output), true)?;
+    let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&i, &o])?;
+        let stream = borrowed_stream!(nv, stream);
+        let aa = made(&mut state.colls.alltoall, || Alltoall::world(nv))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        with_element!(i.dtype, T => {
+            aa.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
+        })
+        .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// A barrier over every PE in stream order: work queued on `stream` after it starts once every
+/// PE reached it, and what each PE issued before it is then visible to all.
+#[pyfunction]
+#[pyo3(signature = (stream = 0))]
+pub(crate) fn barrier(py: Python<'_>, stream: usize) -> PyResult<()> {
+    with_state(py, "barrier", |nv, state| {
+        let stream = borrowed_stream!(nv, stream);
+        made(&mut state.colls.barrier, || TeamBarrier::world(nv))
+            .and_then(|b| b.run(&stream))
+            .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// Waits on the host for every PE (after completing this PE's outstanding operations), at
+/// most the runtime's timeout; a PE that does not come raises a Timeout naming it.
+#[pyfunction]
+pub(crate) fn barrier_all(py: Python<'_>) -> PyResult<()> {
+    with_state(py, "barrier_all", |nv, _| {
+        nv.barrier_all().map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// Raises the failure that a kernel recorded without synchronising: a wait past its deadline
+/// (the error names the PE that did not come) or, in checked mode, a PE with other arguments.
+/// The collectives only enqueue work, so their failures show here (or in the next call).
+#[pyfunction]
+pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
+    with_state(py, "check", |nv, state| {
+        nv.check()
+            .and_then(|()| state.colls.check())
+            .map_err(|e| runtime_error(py, e))
+    })
+}

@@ -1,0 +1,144 @@
+//! What the bindings keep beside the runtime handle (runtime.rs holds both): the symmetric
+//! buffers that Python references, typed as the library made them, and the collectives' world
+//! workspaces. Both borrow the handle for 'static, which runtime.rs makes sound by ending them
+//! (or forgetting the buffers) before the handle.
+
+use nvshmem::{
+    Allgather, Allreduce, Alltoall, Broadcast, Element, Reduce, ReduceScatter, SymView, TeamBarrier,
+};
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set when the runtime ends: every allocation is then gone with the heap.
+pub(crate) static ENDED: AtomicBool = AtomicBool::new(false);
+
+/// A typed buffer of the registry, whatever its element type.
+pub(crate) trait Erased: Any {
+    fn addr(&self) -> usize;
+    fn bytes(&self) -> usize;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Element> Erased for nvshmem::SymmetricBuffer<'static, T> {
+    fn addr(&self) -> usize {
+        self.as_device_ptr() as usize
+    }
+    fn bytes(&self) -> usize {
+        self.num_bytes()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The symmetric buffers Python holds, by allocation id; part of the runtime's state.
+#[derive(Default)]
+pub(crate) struct Registry {
+    live: BTreeMap<u64, Box<dyn Erased>>,
+}
+
+impl Registry {
+    /// The symmetric view of `len` elements of `T` at `addr`, when they lie in one buffer of
+    /// this registry of that element type; None for other memory (the caller's own, staged by
+    /// the collectives) and for a buffer viewed as another type (staged too: the library's
+    /// views are typed).
+    pub(crate) fn view<T: Element>(&self, addr: usize, len: usize) -> Option<SymView<'_, T>> {
+        let (_, buf) = self
+            .live
+            .iter()
+            .find(|(_, b)| (b.addr()..b.addr() + b.bytes()).contains(&addr))?;
+        let typed = buf
+            .as_any()
+            .downcast_ref::<nvshmem::SymmetricBuffer<'static, T>>()?;
+        let offset = addr - buf.addr();
+        let size = std::mem::size_of::<T>();
+        if offset % size != 0 {
+            return None;
+        }
+        typed.view(offset / size..offset / size + len).ok()
+    }
+
+    /// Holds `buffer` under `id` (a new allocation).
+    pub(crate) fn insert<T: Element>(
+        &mut self,
+        id: u64,
+        buffer: nvshmem::SymmetricBuffer<'static, T>,
+    ) {
+        self.live.insert(id, Box::new(buffer));
+    }
+
+    /// Takes out the buffer of `id`, if the registry holds it: dropping it frees it.
+    pub(crate) fn take(&mut self, id: u64) -> Option<Box<dyn Erased>> {
+        self.live.remove(&id)
+    }
+
+    /// How many buffers Python still references.
+    pub(crate) fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// At finalize: forgets every buffer (not freed: NVSHMEM releases them with the heap, and
+    /// their drop would use the handle that is about to end). Returns how many there were.
+    pub(crate) fn forget_all(&mut self) -> usize {
+        ENDED.store(true, Ordering::SeqCst);
+        let live = std::mem::take(&mut self.live);
+        let n = live.len();
+        for (_, buf) in live {
+            std::mem::forget(buf);
+        }
+        n
+    }
+}
+
+/// The world workspaces, made at the first call of each collective.
+#[derive(Default)]
+pub(crate) struct Workspaces {
+    pub(crate) allreduce: Option<Allreduce<'static>>,
+    pub(crate) broadcast: Option<Broadcast<'static>>,
+    pub(crate) reduce: Option<Reduce<'static>>,
+    pub(crate) allgather: Option<Allgather<'static>>,
+    pub(crate) reduce_scatter: Option<ReduceScatter<'static>>,
+    pub(crate) alltoall: Option<Alltoall<'static>>,
+    pub(crate) barrier: Option<TeamBarrier<'static>>,
+}
+
+/// The workspace in `slot`, made by `make` when there is none yet.
+pub(crate) fn made<W>(
+    slot: &mut Option<W>,
+    make: impl FnOnce() -> nvshmem::Result<W>,
+) -> nvshmem::Result<&mut W> {
+    match slot {
+        Some(w) => Ok(w),
+        None => Ok(slot.insert(make()?)),
+    }
+}
+
+impl Workspaces {
+    /// Each workspace's recorded failure (a wait past its deadline names the PE that did not
+    /// come), the first one found.
+    pub(crate) fn check(&self) -> nvshmem::Result<()> {
+        if let Some(w) = &self.allreduce {
+            w.check()?;
+        }
+        if let Some(w) = &self.broadcast {
+            w.check()?;
+        }
+        if let Some(w) = &self.reduce {
+            w.check()?;
+        }
+        if let Some(w) = &self.allgather {
+            w.check()?;
+        }
+        if let Some(w) = &self.reduce_scatter {
+            w.check()?;
+        }
+        if let Some(w) = &self.alltoall {
+            w.check()?;
+        }
+        if let Some(w) = &self.barrier {
+            w.check()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+"""Argument checks of the collectives and of alloc() without a GPU or torch: small fake tensors
+with data_ptr(), numel(), dtype, is_cuda and device stand in for torch's. Each check comes before
+the runtime is needed, so these run before init; a well-formed call then meets NotInitialized."""
+
+import sys
+
+import pytest
+
+import nvshmem_rs as nv
+
+
+class FakeDevice:
+    def __init__(self, kind="cuda", index=0):
+        self.type, self.index = kind, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class FakeTensor:
+    """What the bindings read of a torch.Tensor, and nothing else."""
+
+    def __init__(self, numel=8, dtype="torch.float32", device="cuda", contiguous=True,
+                 ptr=0x7F0000000000):
+        self.dtype = dtype
+        self.device = FakeDevice(device, 0 if device == "cuda" else None)
+        self.is_cuda = device == "cuda"
+        self._numel, self._contiguous, self._ptr = numel, contiguous, ptr
+
+    def data_ptr(self):
+        return self._ptr
+
+    def numel(self):
+        return self._numel
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+# Every collective with well-formed arguments (stream left to the wrapper: no torch here, so 0).
+CALLS = {
+    "allreduce": lambda: nv.allreduce(FakeTensor()),
+    "broadcast": lambda: nv.broadcast(FakeTensor(), root=0),
+    "reduce": lambda: nv.reduce(FakeTensor(), FakeTensor(ptr=0x7F0000100000)),
+    "allgather": lambda: nv.allgather(FakeTensor(4), FakeTensor(8, ptr=0x7F0000100000)),
+    "reduce_scatter": lambda: nv.reduce_scatter(FakeTensor(8), FakeTensor(4, ptr=0x7F0000100000)),
+    "alltoall": lambda: nv.alltoall(FakeTensor(8), FakeTensor(8, ptr=0x7F0000100000)),
+    "barrier": lambda: nv.barrier(),
+    "barrier_all": lambda: nv.barrier_all(),
+    "check": lambda: nv.check(),
+    "alloc": lambda: nv.alloc((2, 3), "bf16"),
+}
+
+
+def test_torch_is_not_loaded_by_these_tests():
+    assert "torch" not in sys.modules
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_well_formed_calls_before_init_raise_not_initialized(name):
+    assert not nv.is_initialized()
+    with pytest.raises(nv.NvshmemError, match=r"not initialised; call nvshmem_rs\.init\(\)") as err:
+        CALLS[name]()
+    assert err.value.kind == "NotInitialized"
+    assert str(err.value).startswith(name + ":")
+
+
+@pytest.mark.parametrize("name", ["allreduce", "broadcast", "reduce"])
+def test_a_host_tensor_is_refused_with_where_it_is(name):
+    call = getattr(nv, name)
+    with pytest.raises(ValueError, match=rf"{name}: the input is on cpu, not on a CUDA device"):
+        call(FakeTensor(device="cpu"))
+
+
+def test_a_host_output_is_refused_too():
+    with pytest.raises(ValueError, match="allgather: the output is on cpu"):
+        nv.allgather(FakeTensor(4), FakeTensor(8, device="cpu"))
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], 3, None, "tensor"])
+def test_objects_that_are_not_tensors_raise_type_error(bad):
+    with pytest.raises(TypeError, match="allreduce: the input must be a CUDA torch.Tensor"):
+        nv.allreduce(bad)
+
+
+def test_a_non_contiguous_tensor_is_refused():
+    with pytest.raises(ValueError, match=r"not contiguous.*tensor\.contiguous\(\)"):
+        nv.alltoall(FakeTensor(8), FakeTensor(8, contiguous=False))
+
+
+def test_input_and_output_of_other_dtypes_raise_type_error():
+    with pytest.raises(TypeError, match="the input is float32 and the output float16"):
+        nv.allreduce(FakeTensor(), FakeTensor(dtype="torch.float16"))
+    with pytest.raises(TypeError, match="the input is int64 and the output int32"):
+        nv.allgather(FakeTensor(4, dtype="torch.int64"), FakeTensor(8, dtype="torch.int32"))
+
+
+@pytest.mark.parametrize("name", ["allreduce", "broadcast", "reduce", "alltoall"])
+def test_elementwise_sizes_must_match(name):
+    with pytest.raises(ValueError, match=rf"{name}: the input holds 8 elements and the output 6"):
+        getattr(nv, name)(FakeTensor(8), FakeTensor(6))
+
+
+@pytest.mark.parametrize("dtype", ["torch.int8", "torch.bool", "torch.complex64"])
+def test_a_dtype_the_library_lacks_is_named(dtype):
+    with pytest.raises(ValueError, match=rf"the input's dtype: torch dtype .{dtype}. has no "
+                                         "counterpart in the library"):
+        nv.allreduce(FakeTensor(dtype=dtype))
+
+
+@pytest.mark.parametrize("name", ["allreduce", "reduce", "reduce_scatter"])
+def test_uint8_cannot_be_reduced(name):
+    args = (FakeTensor(8, dtype="torch.uint8"), FakeTensor(8, dtype="torch.uint8", ptr=1 << 40))
+    with pytest.raises(TypeError, match=rf"{name}: uint8 \(u8\) tensors cannot be reduced; "
+                                        "the reductions take float32"):
+        getattr(nv, name)(*args)
+
+
+def test_uint8_moves_where_nothing_is_reduced():
+    # Past the argument checks: only the missing runtime stops it.
+    with pytest.raises(nv.NvshmemError, match="not initialised"):
+        nv.allgather(FakeTensor(4, dtype="torch.uint8"), FakeTensor(8, dtype="torch.uint8"))
+
+
+def test_an_unknown_op_lists_the_ops():
+    with pytest.raises(ValueError, match='unknown op "mean"; expected one of sum, prod, min, max, '
+                                         "avg"):
+        nv.allreduce(FakeTensor(), op="mean")
+
+
+def test_an_unknown_algorithm_gives_the_library_text():
+    with pytest.raises(ValueError, match="allreduce: .*auto, oneshot, twoshot, ring or rd"):
+        nv.allreduce(FakeTensor(), algo="tree")
+
+
+def test_a_stream_object_is_read_through_cuda_stream():
+    stream = type("Stream", (), {"cuda_stream": 0})()
+    with pytest.raises(nv.NvshmemError, match="not initialised"):
+        nv.allreduce(FakeTensor(), stream=stream)
+
+
+@pytest.mark.parametrize("shape,message", [
+    (0, "holds no elements"),
+    ((4, 0), "holds no elements"),
+    ((-1,), "negative dimension"),
+])
+def test_alloc_refuses_empty_and_negative_shapes(shape, message):
+    with pytest.raises(ValueError, match=message):
+        nv.alloc(shape)
+
+
+def test_alloc_refuses_a_shape_of_another_type():
+    with pytest.raises(TypeError, match="alloc: shape must be an int or a sequence of ints"):
+        nv.alloc("8")
+
+
+@pytest.mark.parametrize("dtype", ["float", "int8", "F32", 7])
+def test_alloc_refuses_unknown_dtypes(dtype):
+    with pytest.raises((ValueError, TypeError), match="alloc: dtype .* is neither a library "
+                                                      "dtype \\(f32, f64"):
+        nv.alloc(4, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "float16", "torch.float16"])
+def test_alloc_takes_library_and_torch_names(dtype):
+    # Accepted names reach the runtime check.
+    with pytest.raises(nv.NvshmemError, match="alloc: the runtime is not initialised"):
+        nv.alloc(4, dtype)
+
+
+def test_symmetric_buffers_come_only_from_alloc():
+    with pytest.raises(TypeError):
+        nv.SymmetricBuffer()
+
+
+def test_api_of_tensors_and_collectives():
+    for name in ["alloc", "zeros", "empty", "SymmetricBuffer", "allreduce", "broadcast", "reduce",
+                 "allgather", "reduce_scatter", "alltoall", "barrier", "barrier_all", "check"]:
+        assert name in nv.__all__ and hasattr(nv, name), name
+    assert nv.SymmetricBuffer.__module__ == "nvshmem_rs"
