@@ -423,6 +423,21 @@ __device__ bool recv_lines(const nvshmemrs_coll_header &h, const Waiter &w, cons
     }
 }
 
+// What the data counter of mailbox receive pair i (its nth-0 transfer) gains in a launch: the
+// pair's bytes and one per transfer.
+template <typename Src>
+__device__ uint64_t mailbox_pair_need(const Src &src, int i) {
+    const Xfer x = src.recv(i);
+    uint64_t need = 0;
+    for (int j = i, k = 0; j < src.n_recv() && k < x.of; ++j) {
+        const Xfer y = src.recv(j);
+        if (y.peer != x.peer) continue;
+        need += y.bytes + 1;
+        ++k;
+    }
+    return need;
+}
+
 // What wait_arrive saw.
 enum ArriveSeen { ARRIVE_FAILED, ARRIVE_MAILBOX, ARRIVE_LINES };
 
@@ -674,13 +689,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     for (int i = threadIdx.x; i < nr && ok; i += blockDim.x) {
         const Xfer x = src.recv(i);
         if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
-        uint64_t need = 0;
-        for (int j = i, k = 0; j < nr && k < x.of; ++j) {
-            const Xfer y = src.recv(j);
-            if (y.peer != x.peer) continue;
-            need += y.bytes + 1;
-            ++k;
-        }
+        uint64_t need = mailbox_pair_need(src, i);
         // With its own arguments bad, this PE only waits for the peer's answer to its mark.
         if (bad) need = 1;
         const int pe = h.pes[x.peer];
@@ -716,15 +725,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         if (x.peer == h.rank || x.nth != 0) continue;
         if (recv) {
             if (!x.ll) {
-                // The pair's bytes and one per transfer, as step 7 waited for.
-                uint64_t add = 0;
-                for (int j = i, k = 0; j < nr && k < x.of; ++j) {
-                    const Xfer y = src.recv(j);
-                    if (y.peer != x.peer) continue;
-                    add += y.bytes + 1;
-                    ++k;
-                }
-                *R.expect(x.peer) += add;
+                // As step 7 waited for.
+                *R.expect(x.peer) += mailbox_pair_need(src, i);
             }
             const uint64_t q = *R.received(x.peer) + 1;
             *R.received(x.peer) = q;
