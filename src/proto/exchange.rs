@@ -395,6 +395,64 @@ impl FamilyWorkspace<'_> {
 mod tests {
     use super::*;
 
+    /// cudaErrorInvalidValue, what the launchers return for arguments they refuse.
+    const INVALID_VALUE: i32 = 1;
+
+    /// A list launch between ranks 0 and 1 of 2, never launched: every case below is refused
+    /// before the launch, with no GPU needed.
+    fn launch_args(
+        ops: &[(Direction, u8)],
+        lines: bool,
+        every_pair: bool,
+    ) -> Box<sys::nvshmemrs_exchange_args> {
+        let mut a: Box<sys::nvshmemrs_exchange_args> = Box::default();
+        a.hdr.n = 2;
+        a.hdr.world = 2;
+        a.hdr.rank = 0;
+        // Never dereferenced: the launcher refuses before it launches.
+        a.hdr.scratch = std::ptr::NonNull::<std::ffi::c_char>::dangling().as_ptr();
+        if lines {
+            a.hdr.ll_scratch = a.hdr.scratch;
+            a.hdr.ll_slot_bytes = 4096;
+            a.hdr.all_mapped = 1;
+        }
+        a.lines = lines as i32;
+        a.every_pair = every_pair as i32;
+        let mut sends = 0;
+        for (k, &(dir, l)) in ops.iter().enumerate() {
+            a.ops[k] = sys::nvshmemrs_transfer {
+                addr: std::ptr::null_mut(),
+                bytes: 64,
+                peer: 1,
+                dtype: 0,
+                nth: 0,
+                of: 1,
+                lines: l,
+            };
+            sends += (dir == Direction::Send) as i32;
+        }
+        a.n_send = sends;
+        a.n_recv = ops.len() as i32 - sends;
+        a
+    }
+
+    #[test]
+    fn the_launcher_refuses_every_pair_without_lines_or_without_a_pair_each_way() {
+        let pl = sys::NVSHMEMRS_EXCHANGE_PAIR_LINES as u8;
+        let refused = |a: &sys::nvshmemrs_exchange_args| {
+            // SAFETY: the arguments are refused before anything is read through their pointers.
+            unsafe { sys::nvshmemrs_exchange_list(a, 1, THREADS, std::ptr::null_mut()) }
+        };
+        // No credits without lines: every_pair is only for the lines' slots.
+        let a = launch_args(&[(Direction::Send, 0), (Direction::Recv, 0)], false, true);
+        assert_eq!(refused(&a), INVALID_VALUE);
+        // A send to member 1 and no receive from it: no message back proves its slot read.
+        let a = launch_args(&[(Direction::Send, pl)], true, true);
+        assert_eq!(refused(&a), INVALID_VALUE);
+        let a = launch_args(&[(Direction::Recv, pl)], true, true);
+        assert_eq!(refused(&a), INVALID_VALUE);
+    }
+
     fn t(dir: Direction, peer: i32, addr: usize, bytes: usize) -> Transfer {
         Transfer {
             dir,
