@@ -121,10 +121,15 @@ class _Runtime:
             except BaseException as err:
                 box["error"] = err
             done.set()
+        # The process is ending: errors here have no one to go to.
         try:
-            torch.cuda.synchronize()
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
             nv.finalize()
-        except Exception:  # noqa: BLE001 - the process is ending; nothing can act on it
+        except Exception:  # noqa: BLE001
             pass
 
     def call(self, fn, *args):

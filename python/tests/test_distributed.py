@@ -241,3 +241,57 @@ def test_ddp_steps_through_the_backend_on_one_pe():
     """)
     assert out["same"] is True
     assert "allreduce" in out["kinds"]
+
+
+@needs_torch
+def test_the_runtime_thread_runs_every_call_and_finalises_at_exit():
+    # nv.init and the calls stand in for the runtime, recording the thread they ran on: the
+    # backend's own, whichever thread called (DDP's backward calls from autograd's thread).
+    code = PREAMBLE + textwrap.dedent("""
+        import threading
+        seen = []
+        nv.init = lambda: seen.append("init " + threading.current_thread().name)
+        nv.finalize = lambda: print("FINALIZED on " + threading.current_thread().name,
+                                    flush=True)
+        torch.cuda.set_device = lambda dev: None
+        nv.device = lambda: 0
+        def whoami():
+            seen.append("whoami " + threading.current_thread().name)
+            return 0, 1, 0
+        nvd._whoami = whoami
+        nvd.init_process_group()
+        def boom():
+            raise ValueError("raised on the runtime thread")
+        out["error"] = refused(nvd.runtime_call, boom)
+        other = threading.Thread(target=lambda: nvd.runtime_call(whoami), name="other")
+        other.start()
+        other.join()
+        out["seen"] = seen
+        print("RESULT " + json.dumps(out), flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    out = json.loads(next(l for l in lines if l.startswith("RESULT "))[len("RESULT "):])
+    assert out["seen"] == ["init nvshmem_rs-backend"] + ["whoami nvshmem_rs-backend"] * 3
+    assert out["error"] == "ValueError: raised on the runtime thread"
+    # The thread ended after the main thread did, and finalised there (the package's own
+    # atexit hook then calls finalize on the main thread, a no-op for the real runtime).
+    ends = [l for l in lines if l.startswith("FINALIZED")]
+    assert ends[0] == "FINALIZED on nvshmem_rs-backend"
+    assert lines.index(ends[0]) > lines.index(next(l for l in lines if l.startswith("RESULT")))
+
+
+@needs_torch
+def test_a_runtime_that_cannot_start_raises_its_error(needs_no_gpu):
+    out = run_child("""
+        import threading
+        try:
+            nvd.init_process_group()
+        except nv.NvshmemError as err:
+            out["error"], out["kind"] = "NvshmemError", err.kind
+        out["threads"] = threading.active_count()
+    """)
+    assert out["error"] == "NvshmemError" and out["kind"]
+    assert out["threads"] == 1  # the runtime's thread ended with the error
