@@ -121,6 +121,14 @@ class _Runtime:
             except BaseException as err:
                 box["error"] = err
             done.set()
+        # A call that came in while the main thread ended must not wait forever.
+        while True:
+            try:
+                _, _, box, done = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            box["error"] = RuntimeError("the nvsh backend's runtime thread ended at exit")
+            done.set()
         # The process is ending: errors here have no one to go to.
         try:
             if torch.cuda.is_initialized():
