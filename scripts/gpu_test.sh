@@ -8,8 +8,9 @@
 # runs in a process (or job) of its own: tests named peN_* run under `nvsh run -n N` (one GPU
 # per PE where there are enough; else, where N is a multiple of the GPUs, the same number of PEs
 # on each GPU, otherwise all on GPU 0), the others (pe1_*) alone. The Python package's GPU tests
-# run with 1 and 2 PEs (scripts/python_gpu_test.sh; NVSHMEM_RS_PYTHON names a Python with
-# nvshmem_rs and torch, else they skip). MPIRUN overrides the mpirun
+# (tensors, then the torch.distributed backend, each file in processes of its own: NVSHMEM comes
+# up once per process) run with 1 and 2 PEs (scripts/python_gpu_test.sh; NVSHMEM_RS_PYTHON
+# names a Python with nvshmem_rs and torch, else they skip). MPIRUN overrides the mpirun
 # command (e.g. with --allow-run-as-root).
 #
 # GPU_TEST_PARALLEL=1 runs cases side by side on disjoint GPUs: cases of N PEs (N at most the
@@ -201,6 +202,8 @@ add_other "ring_exchange, mpirun -np 2" 2
 add_other "nvsh info" 1
 add_other "python tensors, 1 PE" 1
 add_other "python tensors, nvsh run -n 2" 2
+add_other "python torch.distributed, 1 PE" 1
+add_other "python torch.distributed, nvsh run -n 2" 2
 cases=$(grep -c . "$manifest")
 expected=$((expected + cases + resumed))
 [ "$resumed" -eq 0 ] || echo "gpu_test.sh: $resumed case(s) have a verdict from the earlier run (GPU_TEST_RESUME)"
@@ -234,6 +237,10 @@ run_entry() {
         # The Python package (scripts/python_gpu_test.sh: a skip where no Python has it).
         "python tensors, 1 PE") run_case "$label" 0 scripts/python_gpu_test.sh ;;
         "python tensors, nvsh run -n 2") run_case "$label" 0 "$nvsh" run -n 2 -- scripts/python_gpu_test.sh ;;
+        "python torch.distributed, 1 PE") run_case "$label" 0 scripts/python_gpu_test.sh \
+            python/tests/test_gpu_distributed.py ;;
+        "python torch.distributed, nvsh run -n 2") run_case "$label" 0 "$nvsh" run -n 2 -- \
+            scripts/python_gpu_test.sh python/tests/test_gpu_distributed.py ;;
         esac
     elif [ "$pes" -eq 1 ]; then
         run_case "$(basename "$t") $name" 1 "$t" --ignored --exact "$name" --test-threads=1

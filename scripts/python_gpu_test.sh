@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The Python package's GPU tests (python/tests/test_gpu_tensors.py) in this process, one PE, or
-# as one PE of `nvsh run -n N -- scripts/python_gpu_test.sh`; scripts/gpu_test.sh runs both.
-#   scripts/python_gpu_test.sh
+# The Python package's GPU tests (python/tests/test_gpu_tensors.py, or the file named) in this
+# process, one PE, or as one PE of `nvsh run -n N -- scripts/python_gpu_test.sh [FILE]`;
+# scripts/gpu_test.sh runs both, for each file. One file a run: NVSHMEM comes up once per process.
+#   scripts/python_gpu_test.sh [python/tests/test_gpu_distributed.py]
 # Needs a Python with nvshmem_rs and PyTorch with CUDA installed: NVSHMEM_RS_PYTHON names it
 # (default python3). Without one it prints `NVSH_TEST_SKIP: <reason>` and exits 0, which
 # gpu_test.sh counts as a skip; a pytest run in which no test passed fails.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=${NVSHMEM_RS_PYTHON:-python3}
+tests=${1:-python/tests/test_gpu_tensors.py}
+[ -f "$tests" ] || { echo "python_gpu_test.sh: error: no test file $tests" >&2; exit 2; }
 if ! why=$("$py" - <<'PY' 2>&1
 import importlib.util, sys
 missing = [m for m in ("nvshmem_rs", "torch", "pytest") if importlib.util.find_spec(m) is None]
@@ -24,7 +27,7 @@ PY
 fi
 log=$(mktemp)
 NVSHMEM_RS_GPU_TESTS=1 "$py" -m pytest -q -rs -p no:cacheprovider \
-    python/tests/test_gpu_tensors.py 2>&1 | tee "$log"
+    "$tests" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 # All skipped (a fixture that could not start) must not pass.
 if [ "$rc" -eq 0 ] && ! grep -qE '[1-9][0-9]* passed' "$log"; then

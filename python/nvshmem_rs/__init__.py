@@ -17,7 +17,8 @@ Symmetric memory and collectives on torch tensors (python/README.md):
 Errors of the runtime raise NvshmemError with the Rust error's message (its `kind` names the
 variant); wrong arguments raise ValueError or TypeError. Dtypes are the library's names ("f32",
 "bf16", ...); torch_dtype_name() and dtype_from_torch() map them to PyTorch's as plain strings.
-The package imports without torch; only zeros() and empty() import it.
+The package imports without torch; only zeros() and empty() import it. The torch.distributed
+backend "nvsh" is a module of its own, which imports torch: `import nvshmem_rs.distributed`.
 """
 
 import atexit
