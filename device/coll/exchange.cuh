@@ -15,16 +15,16 @@
 // workspace pairs every member with every other both ways (alltoallv, allgatherv: abi.h
 // every_pair), no credit is waited for or given: the sender's previous launch received the
 // receiver's message of that launch, sent after the receiver's launch before it completed, which
-// had read and zeroed the slot (the family's lines rely on the same order, prims/ll.cuh). Pairs too large for a slot
-// go through the mailbox exactly as without lines: no header, credit or fence, which cost a
-// mailbox call about 5 us. A pair whose two ends chose differently (their sizes differ) still
-// fails at once, not at the deadline: a receiver that took lines sets its arrive word on the
-// sender to the pair sequence with XCH_LINES_MARK instead of writing a mailbox, so a sender
-// that chose the mailbox fails there and stores its header for the receiver to fail on; a
-// receiver that chose the mailbox watches its slot's first line while it waits for the data,
-// so the header of a sender that took lines fails it. The transfers of one direction
-// and peer are consecutive in nth order there (the host sorts them): a pair is the index of
-// its nth-0 transfer and the `of` after it.
+// had read and zeroed the slot (the family's lines rely on the same order, prims/ll.cuh).
+// Pairs too large for a slot go through the mailbox exactly as without lines: no header,
+// credit or fence, which cost a mailbox call about 5 us. A pair whose two ends chose
+// differently (their sizes differ) still fails at once, not at the deadline: a receiver that
+// took lines sets its arrive word on the sender to the pair sequence with XCH_LINES_MARK
+// instead of writing a mailbox, so a sender that chose the mailbox fails there and stores its
+// header for the receiver to fail on; a receiver that chose the mailbox watches its slot's
+// first line while it waits for the data, so the header of a sender that took lines fails it.
+// The transfers of one direction and peer are consecutive in nth order there (the host sorts
+// them): a pair is the index of its nth-0 transfer and the `of` after it.
 #ifndef NVSHMEM_RS_EXCHANGE_CUH
 #define NVSHMEM_RS_EXCHANGE_CUH
 
