@@ -456,7 +456,7 @@ __device__ ArriveSeen wait_arrive(const Waiter &w, const Region &R, int r, uint6
         if (seen & XCH_LINES_MARK) {
             if ((seen & ~XCH_LINES_MARK) >= want) return ARRIVE_LINES;
         } else if (seen >= want) {
-            nvshmemrs_after_wait(arrive);
+            nvshmemrs_after_wait(arrive, w.consistency);
             return ARRIVE_MAILBOX;
         }
         if (*credit >= XCH_MISMATCH) {
@@ -496,7 +496,7 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
     for (uint32_t spin = 1;; ++spin) {
         const uint64_t seen = *data;
         if (seen >= want) {
-            nvshmemrs_after_wait(data);
+            nvshmemrs_after_wait(data, w.consistency);
             return true;
         }
         const uint4 v = ld_line_once(p.slot);

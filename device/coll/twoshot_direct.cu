@@ -30,12 +30,10 @@ constexpr int DIRECT_GROUP = 8;
 template <typename T, int OP>
 __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
-    wait_for_previous_kernel();
     constexpr int DB = NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS;
-    const uint64_t call = h.state->direct_calls + 1;
-    if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, NVSHMEMRS_ALGO_TWOSHOT_DIRECT);
-    uint64_t *arrive = h.direct_flags, *done = h.direct_flags + (size_t)h.world * DB;
+    // The peer table first: it reads only the call's arguments and NVSHMEM's peer table, none of
+    // which the previous kernel writes, so back to back it overlaps that kernel's tail and after
+    // compute the misses no longer follow the state's (ll_peer_bases does the same).
     __shared__ const T *src[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     for (int r = threadIdx.x; r < h.n; r += blockDim.x) {
@@ -44,6 +42,12 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
         dst[r] = r == h.rank ? static_cast<T *>(h.output)
                              : static_cast<T *>(nvshmem_ptr(h.output, h.pes[r]));
     }
+    wait_for_previous_kernel();
+    const uint64_t call = h.state->direct_calls + 1;
+    // Its barrier also publishes the table.
+    if (block_broken(h)) return;
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_ALLREDUCE, NVSHMEMRS_ALGO_TWOSHOT_DIRECT);
+    uint64_t *arrive = h.direct_flags, *done = h.direct_flags + (size_t)h.world * DB;
     // Entry: every member's input is ready. A peer that never arrived may still be writing its
     // input: touch nothing.
     if (!direct_handshake(w, h, arrive, call, false)) return;

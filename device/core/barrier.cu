@@ -16,6 +16,7 @@ __device__ nvshmemrs_wait_site site_of(uint64_t *state, void *status, uint32_t o
     s.peer = peer;
     s.index = index;
     s.seq = seq;
+    s.consistency = true;
     return s;
 }
 

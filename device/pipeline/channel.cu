@@ -73,6 +73,7 @@ __device__ __forceinline__ nvshmemrs_wait_site site_of(const Op &op, uint32_t co
     site.peer = op.peer;
     site.index = op.slot_index;
     site.seq = op.seq;
+    site.consistency = true;
     return site;
 }
 

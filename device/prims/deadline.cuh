@@ -21,6 +21,10 @@ struct nvshmemrs_wait_site {
     int32_t peer;
     uint64_t index;
     uint64_t seq;
+    // The wait runs NVSHMEM's consistency step once it saw its value (nvshmemrs_after_wait):
+    // false only where every peer of the object is mapped, so nothing reaches this PE through
+    // a proxy transport.
+    bool consistency;
 };
 
 static __device__ __forceinline__ uint64_t nvshmemrs_globaltimer() {
@@ -64,12 +68,20 @@ static __device__ void nvshmemrs_record_failure(const nvshmemrs_wait_site &site,
 }
 
 // What a wait does once it saw its value: an acquire at system scope (the signal may come from
-// another GPU), then NVSHMEM's post-wait step. Over a proxy transport (InfiniBand without
-// GDRCopy, UCX) a signal can be visible before the data the NIC wrote with it; NVSHMEM's test,
-// on success, runs the consistency operation that orders them, as its own waits do. On jobs
-// whose peers are all reached over NVLink it costs a fence. The test asks `>= 0`, which always
-// holds: the step runs even where the word has changed again since the wait saw it.
-static __device__ __forceinline__ void nvshmemrs_after_wait(volatile uint64_t *sig) {
+// another GPU), then, with `consistency`, NVSHMEM's post-wait step. Over a proxy transport
+// (InfiniBand without GDRCopy, UCX) a signal can be visible before the data the NIC wrote with
+// it; NVSHMEM's test, on success, runs the consistency operation that orders them, as its own
+// waits do (a fence at GPU scope and a read of its device state, even where no proxy is used).
+// The test asks `>= 0`, which always holds: the step runs even where the word has changed again
+// since the wait saw it. Without `consistency` (every peer mapped) an acquire load of the word
+// is the whole step: it orders this thread's later accesses after it, where the fence also
+// waited for every earlier store of the thread (a handshake's own signals) to land.
+static __device__ __forceinline__ void nvshmemrs_after_wait(volatile uint64_t *sig,
+                                                            bool consistency = true) {
+    if (!consistency) {
+        (void)ld_acquire_sys(sig);
+        return;
+    }
     fence_acq_rel_sys();
     (void)nvshmem_uint64_test(const_cast<uint64_t *>(sig), NVSHMEM_CMP_GE, 0);
 }
@@ -84,14 +96,14 @@ static __device__ bool nvshmemrs_wait_ge(volatile uint64_t *sig, uint64_t want,
     const uint64_t start = nvshmemrs_globaltimer();
     uint64_t seen = *sig;
     if (seen >= want) {
-        nvshmemrs_after_wait(sig);
+        nvshmemrs_after_wait(sig, site.consistency);
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            nvshmemrs_after_wait(sig);
+            nvshmemrs_after_wait(sig, site.consistency);
             return true;
         }
         // The clock and the broken flag are read every 256 polls only: the poll stays hot.
@@ -118,7 +130,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
                                              const nvshmemrs_wait_site &site) {
     uint64_t seen = *sig;
     if (seen >= want) {
-        nvshmemrs_after_wait(sig);
+        nvshmemrs_after_wait(sig, site.consistency);
         return true;
     }
     if (nvshmemrs_is_broken(site)) return false;
@@ -126,7 +138,7 @@ static __device__ bool nvshmemrs_wait_ge_for(volatile uint64_t *sig, uint64_t wa
     for (uint32_t spin = 1;; ++spin) {
         seen = *sig;
         if (seen >= want) {
-            nvshmemrs_after_wait(sig);
+            nvshmemrs_after_wait(sig, site.consistency);
             return true;
         }
         if ((spin & 255) == 0) {

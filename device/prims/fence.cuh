@@ -9,4 +9,12 @@ static __device__ __forceinline__ void fence_acq_rel_sys() {
     asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
+// Acquire load at system scope: the caller's later loads and stores are ordered after it, so
+// they see what the PE that stored the word (with release semantics) wrote before it.
+static __device__ __forceinline__ uint64_t ld_acquire_sys(const volatile uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 #endif

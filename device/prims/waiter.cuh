@@ -20,6 +20,9 @@ struct Waiter {
     uint64_t seq;
     uint32_t op;
     int index;
+    // NVSHMEM's consistency step after each wait (nvshmemrs_wait_site): not where every member
+    // is mapped, since then no peer's data comes through a proxy.
+    bool consistency;
     // op: NVSHMEMRS_WAIT_OP_* of the collective; index: what the record's index says (the algo
     // code).
     __device__ Waiter(const nvshmemrs_coll_header &h, uint32_t wait_op, int record_index)
@@ -28,7 +31,8 @@ struct Waiter {
           timeout_ns(h.timeout_ns),
           seq(h.state->steps),
           op(wait_op),
-          index(record_index) {}
+          index(record_index),
+          consistency(h.all_mapped == 0) {}
     __device__ nvshmemrs_wait_site site(int peer) const {
         nvshmemrs_wait_site s;
         s.status = status;
@@ -37,6 +41,7 @@ struct Waiter {
         s.peer = peer;
         s.index = (uint64_t)index;
         s.seq = seq;
+        s.consistency = consistency;
         return s;
     }
     // Until *sig >= want (signalled by world PE `peer`) or the deadline.
