@@ -819,10 +819,13 @@ fn ll_allgatherv<T: Tag>(
         Some((r, k)) => T::tag(r, k, salt),
         None => T::poison(),
     };
+    // One launch of lines where every part fits, else the mailbox for every pair (the line
+    // slots are the lines' alone).
+    let all_fit = counts.iter().all(|&c| c * size <= LL_MAX);
     let pairs = expected_pairs(
         me,
         n,
-        Some(LL_MAX),
+        all_fit.then_some(LL_MAX),
         |_| counts[me] * size,
         |s| counts[s] * size,
     );
@@ -834,6 +837,11 @@ fn ll_allgatherv<T: Tag>(
     a.sync(&stream).unwrap();
     expect(&what, &output.to_vec().unwrap(), want);
     assert_eq!(a.last_pairs(), pairs, "{what}");
+    assert_eq!(
+        a.last_protocol() == FamilyProtocol::LowLatency,
+        all_fit && n > 1,
+        "{what}"
+    );
     nv.barrier_all().unwrap();
     let buf = filled(nv, len.max(1), |i| match part_of(i, &counts, &displs) {
         Some((r, k)) if r == me => T::tag(me, k, salt),
@@ -1254,6 +1262,90 @@ fn replays_of_a_captured_graph_with_lines_see_fresh_data() {
         });
         nv.barrier_all().unwrap();
     }
+}
+
+gpu_test!(
+    2,
+    allgatherv_lines_with_parts_that_differ_fail_on_the_receiver
+);
+/// Allgatherv as lines where the members' parts differ: PE 1 expects 12 f32 from PE 0, which
+/// sends 10 (then 2 where PE 0 sends 4): PE 1 fails in the call, naming both sizes, at once
+/// (not at the deadline, though its wait for lines that never come would last that long);
+/// PE 0, whose receives match, completes. The failed workspace stays failed; a fresh one
+/// moves data.
+fn allgatherv_lines_with_parts_that_differ_fail_on_the_receiver() {
+    lines_on();
+    let nv = runtime(2);
+    let (me, _) = me_n(&nv);
+    let stream = nv.stream().clone();
+    // (PE 0's count as PE 0 sends it, as PE 1 expects it, PE 1's error)
+    let cases = [
+        (
+            10usize,
+            12usize,
+            "PE 0 sends 40 bytes of f32 to this PE where this PE receives 48 bytes of f32",
+        ),
+        (
+            4,
+            2,
+            "PE 0 sends 16 bytes of f32 to this PE where this PE receives 8 bytes of f32",
+        ),
+    ];
+    for (k, (sent, expected, says)) in cases.into_iter().enumerate() {
+        let mut a = Allgatherv::world(&nv).unwrap();
+        let counts = if me == 0 { [sent, 3] } else { [expected, 3] };
+        let displs = [0, counts[0]];
+        // Symmetric buffers are alike on every PE: the part is a view.
+        let whole = filled(&nv, 16, |i| f32::tag(me, i, k));
+        let input = whole.view(..counts[me]).unwrap();
+        let output = filled(&nv, 16, |_| f32::poison());
+        let parts = Parts {
+            counts: &counts,
+            displs: &displs,
+        };
+        let start = std::time::Instant::now();
+        a.run(input, &output, parts, &stream).unwrap();
+        let r = a.sync(&stream);
+        if me == 1 {
+            let err = mismatch(r);
+            assert!(err.contains(says), "case {k}: {err}");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "case {k}: the mismatch took {:?}",
+                start.elapsed()
+            );
+            assert!(matches!(
+                a.run(input, &output, parts, &stream),
+                Err(Error::TransferMismatch { .. })
+            ));
+        } else {
+            r.unwrap();
+            assert_eq!(a.last_protocol(), FamilyProtocol::LowLatency, "case {k}");
+        }
+        nv.barrier_all().unwrap();
+    }
+    // The runtime goes on: a fresh workspace moves data as lines.
+    let mut a = Allgatherv::world(&nv).unwrap();
+    let counts = [5usize, 7];
+    let displs = [0usize, 5];
+    let whole = filled(&nv, 7, |i| f32::tag(me, i, 9));
+    let input = whole.view(..counts[me]).unwrap();
+    let output = filled(&nv, 12, |_| f32::poison());
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    a.run(input, &output, parts, &stream).unwrap();
+    a.sync(&stream).unwrap();
+    assert_eq!(a.last_protocol(), FamilyProtocol::LowLatency);
+    expect("after the failures", &output.to_vec().unwrap(), |i| {
+        if i < 5 {
+            f32::tag(0, i, 9)
+        } else {
+            f32::tag(1, i - 5, 9)
+        }
+    });
+    nv.barrier_all().unwrap();
 }
 
 gpu_test!(2, mismatched_lines_fail_on_the_receiver_then_on_the_sender);

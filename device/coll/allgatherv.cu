@@ -1,10 +1,12 @@
-// Allgatherv with counts in device memory (coll/exchange.h): member r sends its input,
-// counts[r] elements, to displacement displs[r] of every member's output, itself included
-// (in place when its input is that block).
+// Allgatherv (coll/exchange.h): member r sends its input, counts[r] elements, to displacement
+// displs[r] of every member's output, itself included (in place when its input is that block).
+// With counts in device memory, an exchange; with counts on the host and every part within a
+// line slot, low-latency lines without pair state (abi.h nvshmemrs_allgatherv_lines_args).
 #include <cuda_runtime.h>
 
 #include "coll/exchange.cuh"
 #include "coll/exchange.h"
+#include "coll/family_args.cuh"
 
 namespace {
 
@@ -43,7 +45,103 @@ __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
     exchange_step(a.hdr, AllgathervSrc{a}, NVSHMEMRS_COLL_ALLGATHERV, false);
 }
 
+// Lines polled together by a receiver (one per member); larger teams go group after group.
+constexpr int AGV_LL_GROUP = 8;
+
+// Line i of member r's lines: 0 is its size word, 1.. its part.
+__device__ __forceinline__ uint64_t agv_lines(uint64_t bytes) { return 1 + (bytes + 7) / 8; }
+
+// The size word member r's line 0 must carry.
+__device__ __forceinline__ uint64_t agv_size_word(const nvshmemrs_allgatherv_lines_args &a, int r) {
+    return a.bytes[r] | (uint64_t)a.dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT;
+}
+
+// The family's lines (coll/put_blocks.cuh ll_blocks_step) with a part of its own size per
+// member, and the size word first, so that a receiver that expects another size fails at once
+// (its failure breaks the workspace, which ends every other wait of the launch).
+__global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_lines_args a) {
+    const nvshmemrs_coll_header &h = a.fam.hdr;
+    __shared__ char *base[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
+    ll_peer_bases(h, base);
+    wait_for_previous_kernel();
+    const Step s = begin_step(h.state);
+    if (block_broken(h)) return;
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_ALLGATHERV);
+    const uint32_t flag = ll_flag(s.value - 1);
+    __shared__ uint4 *dst[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
+    ll_peer_slots(h, base, s.parity, dst);
+    const char *in = static_cast<const char *>(h.input);
+    char *out = static_cast<char *>(h.output);
+    const uint64_t mine = a.bytes[h.rank];
+    size_t l0, l1;
+    ll_block_lines(agv_lines(mine), &l0, &l1);
+    const uint64_t word = agv_size_word(a, h.rank);
+    for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+        const uint2 v = i == 0 ? make_uint2((uint32_t)word, (uint32_t)(word >> 32))
+                               : load8_any(in + 8 * (i - 1), mine - 8 * (i - 1));
+        for (int k = 1, r = h.rank + 1; k < h.n; ++k, ++r) {
+            if (r == h.n) r = 0;
+            st_line(dst[r] + i, v.x, v.y, flag);
+        }
+    }
+    // The own part, this block's share of it; in place it is there already.
+    char *own = out + a.displ[h.rank];
+    if (own != in) {
+        size_t b, e;
+        part_of<char>(mine, gridDim.x, blockIdx.x, &b, &e);
+        block_store(own + b, in + b, e - b);
+    }
+    uint64_t most = 0;
+    for (int r = 0; r < h.n; ++r)
+        if (r != h.rank && agv_lines(a.bytes[r]) > most) most = agv_lines(a.bytes[r]);
+    size_t m0, m1;
+    ll_block_lines(most, &m0, &m1);
+    bool ok = true;
+    for (size_t i = m0 + threadIdx.x; ok && i < m1; i += blockDim.x) {
+        auto has = [&](int r) { return i < agv_lines(a.bytes[r]); };
+        for (int r0 = 0; ok && r0 < h.n; r0 += AGV_LL_GROUP) {
+            uint2 v[AGV_LL_GROUP];
+            if (!ld_lines_from<AGV_LL_GROUP>(h, s.parity, i, r0, has, flag, v, w)) {
+                ok = false;
+                break;
+            }
+#pragma unroll
+            for (int j = 0; j < AGV_LL_GROUP; ++j) {
+                const int r = r0 + j;
+                if (r >= h.n || r == h.rank || !has(r)) continue;
+                if (i > 0) {
+                    store8_any(out + a.displ[r] + 8 * (i - 1), a.bytes[r] - 8 * (i - 1), v[j]);
+                    continue;
+                }
+                const uint64_t seen = (uint64_t)v[j].x | (uint64_t)v[j].y << 32;
+                if (seen != agv_size_word(a, r)) {
+                    exchange_fail(w, h.pes[r], NVSHMEMRS_EXCHANGE_SENT_SIZES,
+                                  agv_size_word(a, r), seen);
+                    ok = false;
+                }
+            }
+        }
+    }
+    if (__syncthreads_or(!ok)) return;
+    end_step(h);
+}
+
 }  // namespace
+
+extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_lines_args args, int blocks,
+                                          int threads, cudaStream_t stream) {
+    const nvshmemrs_coll_header &h = args.fam.hdr;
+    if (!family_args_ok(args.fam, blocks) || h.n > NVSHMEMRS_ALLGATHERV_LINES_MAX_PES ||
+        h.ll_scratch == NULL || !h.all_mapped || h.no_direct)
+        return cudaErrorInvalidValue;
+    for (int r = 0; r < h.n; ++r) {
+        const uint64_t b = args.bytes[r];
+        if ((b + 7) / 8 * 16 + 16 > h.ll_slot_bytes || args.displ[r] > h.count * args.fam.elem_bytes ||
+            b > h.count * args.fam.elem_bytes - args.displ[r])
+            return cudaErrorInvalidValue;
+    }
+    return (int)launch_pdl(allgatherv_lines_kernel, blocks, threads, stream, args);
+}
 
 extern "C" int nvshmemrs_allgatherv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                                     cudaStream_t stream) {

@@ -34,6 +34,11 @@ int nvshmemrs_exchange_list(const nvshmemrs_exchange_args *args, int blocks, int
 /* Allgatherv with counts and displacements in device memory (NVSHMEMRS_EXCHANGE_ALLGATHERV). */
 int nvshmemrs_allgatherv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                          cudaStream_t stream);
+/* Allgatherv with counts on the host as low-latency lines (abi.h
+ * nvshmemrs_allgatherv_lines_args; no pair state, so not mixed with list launches' lines on
+ * one workspace). */
+int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_lines_args args, int blocks, int threads,
+                               cudaStream_t stream);
 /* Alltoallv with counts and displacements in device memory (NVSHMEMRS_EXCHANGE_ALLTOALLV). */
 int nvshmemrs_alltoallv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                         cudaStream_t stream);

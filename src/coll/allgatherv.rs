@@ -1,17 +1,21 @@
 //! Allgatherv: member r's input, `counts[r]` elements (0 allowed), into displacement
 //! `displs[r]` of every member's output; counts on the host ([`Allgatherv::run`], up to 64
-//! members) or in device memory ([`Allgatherv::run_device`]). An exchange
-//! ([`crate::proto::exchange`]; device/coll/allgatherv.cu and group.cu): each receiver tells
-//! each sender where its part goes, or with host counts a small part goes as low-latency
-//! lines with no round trip (`NVSH_EXCHANGE_LL_MAX`), so calls go back to back with no
-//! barrier. With device counts the mailbox only: the host cannot size the pairs.
+//! members) or in device memory ([`Allgatherv::run_device`]). With host counts where every
+//! part fits the lines (`NVSH_EXCHANGE_LL_MAX`, at most 16 members, every member mapped), one
+//! launch of low-latency lines as the family's (device/coll/allgatherv.cu,
+//! [`crate::proto::exchange::GatherLines`]): each member stores its part and its size into
+//! every other's line slot, with no round trip and no pair state; a member whose sizes differ
+//! fails with [`Error::TransferMismatch`]. Otherwise an exchange ([`crate::proto::exchange`]):
+//! each receiver tells each sender where its part goes, through the mailbox (the line slots
+//! are the lines' alone). Calls go back to back with no barrier either way. With device
+//! counts the mailbox only: the host cannot size the parts.
 
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
-use crate::proto::exchange::{Direction, ExchangeCall, Transfer, Transfers};
+use crate::proto::exchange::{Direction, ExchangeCall, GatherLines, Transfer, Transfers};
 use crate::proto::family::family_methods;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
@@ -84,6 +88,24 @@ impl<'nv> Allgatherv<'nv> {
                 let own = out + parts.displs[me] * size;
                 // In place: the own part is there already, and nothing moves to this PE itself.
                 let in_place = !input.is_empty() && input.as_device_ptr() as usize == own;
+                let bytes = |r: usize| parts.counts[r] * size;
+                if fam.gather_fits_lines((0..n as usize).map(bytes)) {
+                    let list: Vec<(usize, usize)> = (0..n as usize)
+                        .map(|r| (parts.displs[r] * size, bytes(r)))
+                        .collect();
+                    return fam.gather_lines(
+                        "allgatherv kernel launch",
+                        &GatherLines {
+                            code: CODE,
+                            meta: family_meta(T::DTYPE, None, CODE, None),
+                            input: input.as_device_ptr() as usize,
+                            output: (out, out_len),
+                            elem: (size, T::DTYPE),
+                            parts: &list,
+                        },
+                        stream,
+                    );
+                }
                 let mut list = Vec::with_capacity(2 * n as usize);
                 for r in 0..n {
                     let skip = in_place && r as usize == me;
@@ -109,6 +131,8 @@ impl<'nv> Allgatherv<'nv> {
                         checked: Some((out_len, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
                         every_pair: true,
+                        // The line slots are gather_lines' (no pair state to share them by).
+                        list_lines: false,
                     },
                     stream,
                 )
@@ -161,6 +185,7 @@ impl<'nv> Allgatherv<'nv> {
                             output: (output.as_device_ptr() as usize, output.len()),
                         },
                         every_pair: true,
+                        list_lines: false,
                     },
                     stream,
                 )

@@ -97,6 +97,7 @@ impl<'nv> Alltoallv<'nv> {
                         checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
                         every_pair: true,
+                        list_lines: true,
                     },
                     stream,
                 )
@@ -147,6 +148,7 @@ impl<'nv> Alltoallv<'nv> {
                             output: (output.as_device_ptr() as usize, output.len()),
                         },
                         every_pair: true,
+                        list_lines: true,
                     },
                     stream,
                 )

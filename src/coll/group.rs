@@ -227,6 +227,7 @@ impl<'nv> P2pGroup<'nv> {
                 checked: None,
                 transfers: Transfers::List(&list),
                 every_pair: false,
+                list_lines: true,
             },
             stream,
         )?;

@@ -171,6 +171,25 @@ pub struct ExchangeCall<'t> {
     /// allgatherv; not grouped send/recv): the lines then need no credits (device/abi.h
     /// `every_pair`).
     pub every_pair: bool,
+    /// A list launch may send pairs as lines. False where the workspace's line slots serve
+    /// [`FamilyWorkspace::gather_lines`] (allgatherv), which keeps no pair state: the two must
+    /// not share the slots.
+    pub list_lines: bool,
+}
+
+/// Allgatherv with counts on the host as one launch of lines ([`FamilyWorkspace::gather_lines`]).
+pub struct GatherLines<'t> {
+    /// The collective's NVSHMEMRS_COLL_* code and checked mode's meta word.
+    pub code: u32,
+    pub meta: u64,
+    /// This member's part: device address (bytes in `parts`).
+    pub input: usize,
+    /// The output: device address and length in elements.
+    pub output: (usize, usize),
+    /// Element size in bytes, and element type.
+    pub elem: (usize, Dtype),
+    /// Each member's part: (byte offset in the output, bytes).
+    pub parts: &'t [(usize, usize)],
 }
 
 /// Checks a list against what the kernel and the host can promise: peers are team ranks, at
@@ -288,8 +307,8 @@ impl FamilyWorkspace<'_> {
         // the host lists the transfers: both ends then know every size before the launch.
         let allowed = self.exchange_lines();
         let limits = match call.transfers {
-            Transfers::List(_) => allowed,
-            Transfers::Device { .. } => None,
+            Transfers::List(_) if call.list_lines => allowed,
+            _ => None,
         };
         let mut a: Box<sys::nvshmemrs_exchange_args> = Box::default();
         a.hdr = sys::nvshmemrs_coll_header {
@@ -387,6 +406,72 @@ impl FamilyWorkspace<'_> {
         };
         cuda_check(code, what)?;
         self.record_exchange(pairs);
+        Ok(())
+    }
+}
+
+impl FamilyWorkspace<'_> {
+    /// Whether an allgatherv of parts of these sizes (bytes, one per member) goes as one launch
+    /// of lines ([`FamilyWorkspace::gather_lines`]): lines allowed (as for the exchange's), at
+    /// most NVSHMEMRS_ALLGATHERV_LINES_MAX_PES members, every part within the line bound and,
+    /// with its size line, a slot. Every member decides from the same parts, so all agree when
+    /// their parts do. Readies the workspace (direct stores or puts) as the exchange does.
+    pub(crate) fn gather_fits_lines(&mut self, parts: impl Iterator<Item = usize>) -> bool {
+        let Some(l) = self.exchange_lines() else {
+            return false;
+        };
+        self.ws().n_pes() as u32 <= sys::NVSHMEMRS_ALLGATHERV_LINES_MAX_PES
+            && parts
+                .into_iter()
+                .all(|b| b <= l.max_bytes && (b.div_ceil(8) + 1).saturating_mul(16) <= l.slot_bytes)
+    }
+
+    /// Launches `call` as lines (device/abi.h nvshmemrs_allgatherv_lines_args): no mailbox, no
+    /// pair state; the caller checked [`FamilyWorkspace::gather_fits_lines`].
+    pub(crate) fn gather_lines(
+        &mut self,
+        what: &'static str,
+        call: &GatherLines<'_>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let rank = self.ws_mut().begin_call()?;
+        let n = self.ws().n_pes() as usize;
+        let (output, count) = call.output;
+        let fam_call = crate::proto::family::FamilyCall {
+            code: call.code,
+            meta: call.meta,
+            input: call.input as *const std::ffi::c_void,
+            output: output as *mut std::ffi::c_void,
+            count,
+            stride: 0,
+            elem_bytes: call.elem.0,
+            root: 0,
+        };
+        let mut a = sys::nvshmemrs_allgatherv_lines_args {
+            fam: self.lines_args(rank, &fam_call),
+            dtype: call.elem.1 as i32,
+            ..Default::default()
+        };
+        for (r, &(displ, bytes)) in call.parts.iter().enumerate().take(n) {
+            a.displ[r] = displ as u64;
+            a.bytes[r] = bytes as u64;
+        }
+        let op = sys::NVSHMEMRS_WAIT_OP_COLLECTIVE;
+        self.ws()
+            .exchange_header(a.fam.hdr, call.meta | META_LL, op, call.code as i32, stream)?;
+        self.ws().runtime().bind()?;
+        let largest = call.parts.iter().map(|p| p.1).max().unwrap_or(0);
+        let blocks = largest.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX) as i32;
+        // SAFETY: the header points at this workspace's state, status, PE table and line
+        // slots, and at the caller's checked part and output; the launcher checks the parts
+        // against the output's length and the slots.
+        let code =
+            unsafe { sys::nvshmemrs_allgatherv_lines(a, blocks, THREADS, raw_stream(stream)) };
+        cuda_check(code, what)?;
+        self.record_exchange(ExchangePairs {
+            lines: 2 * n.saturating_sub(1),
+            mailbox: 0,
+        });
         Ok(())
     }
 }

@@ -623,6 +623,11 @@ impl<'nv> FamilyWorkspace<'nv> {
         Ok(())
     }
 
+    /// The kernel arguments of one launch of `call` as low-latency lines, whole.
+    pub(crate) fn lines_args(&self, rank: i32, call: &FamilyCall) -> sys::nvshmemrs_family_args {
+        self.args(rank, call, 0, call.count, FamilyProtocol::LowLatency)
+    }
+
     /// The kernel arguments of the launch for elements `start .. start + len` of each rank
     /// block of `call` under `protocol` (as [`decide`] returns it).
     fn args(
