@@ -179,8 +179,9 @@ pub struct ExchangeCall<'t> {
 
 /// Allgatherv with counts on the host as one launch of lines ([`FamilyWorkspace::gather_lines`]).
 pub struct GatherLines<'t> {
-    /// The collective's NVSHMEMRS_COLL_* code and checked mode's meta word.
+    /// The collective's NVSHMEMRS_COLL_* code (what a failure names).
     pub code: u32,
+    /// Checked mode's meta word.
     pub meta: u64,
     /// This member's part: device address (bytes in `parts`).
     pub input: usize,
