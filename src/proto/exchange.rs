@@ -539,6 +539,58 @@ mod tests {
         assert_eq!(refused(&a), INVALID_VALUE);
     }
 
+    #[test]
+    fn the_gather_lines_launcher_refuses_what_its_kernel_cannot_do() {
+        // Two members, 64 f32 of output: parts of 100 and 156 bytes, slots of 4096.
+        let good = || {
+            let mut a = sys::nvshmemrs_allgatherv_lines_args::default();
+            let h = &mut a.fam.hdr;
+            (h.n, h.world, h.rank, h.count, h.all_mapped) = (2, 2, 0, 64, 1);
+            // Never dereferenced: the launcher refuses before it launches.
+            h.ll_scratch = std::ptr::NonNull::<std::ffi::c_char>::dangling().as_ptr();
+            h.ll_slot_bytes = 4096;
+            a.fam.elem_bytes = 4;
+            (a.bytes[0], a.bytes[1], a.displ[1]) = (100, 156, 100);
+            a
+        };
+        let refused = |a: sys::nvshmemrs_allgatherv_lines_args| {
+            // SAFETY: the arguments are refused before anything is read through their pointers.
+            let code =
+                unsafe { sys::nvshmemrs_allgatherv_lines(a, 1, THREADS, std::ptr::null_mut()) };
+            code == INVALID_VALUE
+        };
+        let with = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_lines_args)| {
+            let mut a = good();
+            f(&mut a);
+            a
+        };
+        // More members than the arguments hold parts for.
+        assert!(refused(
+            with(&|a| (a.fam.hdr.n, a.fam.hdr.world) = (17, 17))
+        ));
+        // No line slots, a member not mapped, puts asked for.
+        assert!(refused(with(
+            &|a| a.fam.hdr.ll_scratch = std::ptr::null_mut()
+        )));
+        assert!(refused(with(&|a| a.fam.hdr.all_mapped = 0)));
+        assert!(refused(with(&|a| a.fam.hdr.no_direct = 1)));
+        // A part past the output (257 of 256 bytes), a part and its size line past a slot.
+        assert!(refused(with(&|a| a.displ[1] = 101)));
+        assert!(refused(with(&|a| a.fam.hdr.ll_slot_bytes = 256)));
+        // A grid past the family's.
+        let a = good();
+        // SAFETY: as above.
+        let code = unsafe {
+            sys::nvshmemrs_allgatherv_lines(
+                a,
+                crate::proto::family::FAMILY_BLOCKS as i32 + 1,
+                THREADS,
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(code, INVALID_VALUE);
+    }
+
     fn t(dir: Direction, peer: i32, addr: usize, bytes: usize) -> Transfer {
         Transfer {
             dir,
