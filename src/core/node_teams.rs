@@ -53,10 +53,8 @@ impl Nvshmem {
                 });
             }
             // SAFETY: a plain copy to a device symbol; no kernel runs yet.
-            cuda_check(
-                unsafe { sys::nvshmemrs_set_pretend_node_size(l.size()) },
-                "setting the pretend node size",
-            )?;
+            let code = unsafe { sys::nvshmemrs_set_pretend_node_size(l.size()) };
+            cuda_check(code, "setting the pretend node size")?;
             self.pretend = Some(l);
             log::info!(
                 "PE {me}: pretend nodes of {} PEs ({PRETEND_NODE_SIZE_ENV}): no direct loads or \
@@ -73,8 +71,7 @@ impl Nvshmem {
                 // SAFETY: predefined teams and ranks of this PE's node team.
                 let ends = [0, local - 1]
                     .map(|r| unsafe { sys::nvshmem_team_translate_pe(node, r, world) });
-                let mine = blocked_layout(local, ends, me, n)
-                    .filter(|l| l.nodes() > 1 && !shares);
+                let mine = blocked_layout(local, ends, me, n).filter(|l| l.nodes() > 1 && !shares);
                 // Every PE must split alike: one PE off the layout keeps them all from it.
                 let any_node_splits = self.real_node_pes() < n && !shares;
                 match any_node_splits {
