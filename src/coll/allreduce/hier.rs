@@ -12,6 +12,7 @@
 //! whole shard; those are reduced by an allreduce inside the node, then one across the rail.
 
 use crate::coll::allgather::Allgather;
+use crate::coll::allreduce::algo::AllreduceAlgo;
 use crate::coll::op::{ReduceOp, Reducible};
 use crate::coll::reduce_scatter::ReduceScatter;
 use crate::core::buffer::SymView;
@@ -35,6 +36,26 @@ pub const HIER_MIN_DEFAULT: usize = 0;
 /// within their rounding); integer averages truncate twice.
 pub(crate) fn serves(op: ReduceOp, dtype: Dtype) -> bool {
     op != ReduceOp::Avg || matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
+}
+
+/// What `Auto` takes before the tuned and built-in tables, or None to leave it to them:
+/// NVSH_ALLREDUCE_ALGO (`env`) where it names an algorithm the workspace has, else on a
+/// workspace with the steps (`min_bytes`: [`HIER_MIN_ENV`]) the hierarchical algorithm for
+/// calls of `min_bytes` or more. `serves`: [`serves`] for the call; where it is false the
+/// hierarchical algorithm is never taken (not even where `env` names it).
+pub(crate) fn auto_first(
+    env: Option<AllreduceAlgo>,
+    min_bytes: Option<usize>,
+    bytes: usize,
+    serves: bool,
+) -> Option<AllreduceAlgo> {
+    let hier = AllreduceAlgo::Hierarchical;
+    match env {
+        None | Some(AllreduceAlgo::Auto) => {}
+        Some(a) if a == hier => return (min_bytes.is_some() && serves).then_some(hier),
+        Some(a) => return Some(a),
+    }
+    (min_bytes.is_some_and(|m| bytes >= m) && serves).then_some(hier)
 }
 
 /// Where a message of `count` elements goes over nodes of `g` PEs: whole shards of `shard`
@@ -176,6 +197,33 @@ impl<'nv, A: FlatStep> Hier<'nv, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_takes_hier_only_where_the_workspace_has_it() {
+        use AllreduceAlgo::*;
+        let first = auto_first;
+        // No steps (one node, or a team smaller than the world): the tables decide, even
+        // where NVSH_ALLREDUCE_ALGO says hier.
+        assert_eq!(first(None, None, 1 << 20, true), None);
+        assert_eq!(first(Some(Hierarchical), None, 1 << 20, true), None);
+        assert_eq!(first(Some(Ring), None, 1 << 20, true), Some(Ring));
+        // Over several nodes: from the threshold on, unless the env names a flat one.
+        assert_eq!(first(None, Some(0), 4, true), Some(Hierarchical));
+        assert_eq!(first(Some(Auto), Some(0), 4, true), Some(Hierarchical));
+        assert_eq!(first(None, Some(1 << 20), 4, true), None);
+        assert_eq!(
+            first(None, Some(1 << 20), 1 << 20, true),
+            Some(Hierarchical)
+        );
+        assert_eq!(first(Some(OneShot), Some(0), 4, true), Some(OneShot));
+        assert_eq!(
+            first(Some(Hierarchical), Some(1 << 20), 4, true),
+            Some(Hierarchical)
+        );
+        // A call it does not serve (an integer average) is left to the tables.
+        assert_eq!(first(None, Some(0), 4, false), None);
+        assert_eq!(first(Some(Hierarchical), Some(0), 4, false), None);
+    }
 
     #[test]
     fn integer_averages_stay_flat() {

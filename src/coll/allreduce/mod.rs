@@ -602,29 +602,21 @@ impl<'nv> Allreduce<'nv> {
     /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
     /// else on a workspace over several nodes the hierarchical one (from
     /// [`hier::HIER_MIN_ENV`]), else the tuned table (a tuning file's, online tuning's:
-    /// [`Nvshmem::tuning_table`]), else the built-in [`SELECTION`] table.
+    /// [`Nvshmem::tuning_table`]), else the built-in [`SELECTION`] table. For ops the hierarchical
+    /// algorithm serves (all but integer averages, which a call keeps flat).
     pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
-        match self.env_choice() {
+        match hier::auto_first(self.env_algo, self.hier_min(), bytes, true) {
             Some(a) => a,
-            _ if self.hier_takes(bytes) => AllreduceAlgo::Hierarchical,
-            _ => self
+            None => self
                 .tuned(bytes, dtype)
                 .unwrap_or_else(|| self.table_choice(bytes, dtype)),
         }
     }
 
-    /// NVSH_ALLREDUCE_ALGO where it names an algorithm this workspace has (`hier` only on a
-    /// workspace over several nodes: elsewhere `Auto` picks as if it were unset).
-    fn env_choice(&self) -> Option<AllreduceAlgo> {
-        self.env_algo.filter(|&a| {
-            a != AllreduceAlgo::Auto && (a != AllreduceAlgo::Hierarchical || self.hier.is_some())
-        })
-    }
-
-    /// Whether `Auto` takes the hierarchical algorithm for `bytes` (measured on flat teams, the
-    /// tuned tables do not see it).
-    fn hier_takes(&self, bytes: usize) -> bool {
-        self.hier.as_ref().is_some_and(|h| bytes >= h.min_bytes)
+    /// From how many bytes `Auto` takes the hierarchical algorithm, where this workspace has it
+    /// (the tuned tables, measured on flat teams, do not see it).
+    fn hier_min(&self) -> Option<usize> {
+        self.hier.as_ref().map(|h| h.min_bytes)
     }
 
     /// The built-in table's choice.
@@ -820,16 +812,10 @@ impl<'nv> Allreduce<'nv> {
         let algo = match algo {
             AllreduceAlgo::Auto => {
                 let bytes = input.num_bytes();
-                // An integer average stays flat (hier::serves), wherever `Auto` looked.
-                let env = self
-                    .env_choice()
-                    .filter(|&a| a != AllreduceAlgo::Hierarchical || hier::serves(op, T::DTYPE));
-                match (env, self.tuned(bytes, T::DTYPE)) {
-                    (Some(a), _) => a,
-                    (None, _) if self.hier_takes(bytes) && hier::serves(op, T::DTYPE) => {
-                        AllreduceAlgo::Hierarchical
-                    }
-                    (None, Some(a)) => a,
+                let serves = hier::serves(op, T::DTYPE);
+                let first = hier::auto_first(self.env_algo, self.hier_min(), bytes, serves);
+                match (first, self.tuned(bytes, T::DTYPE)) {
+                    (Some(a), _) | (None, Some(a)) => a,
                     // Never while capturing: the tuning synchronises the stream.
                     (None, None) if self.online.is_some() && !is_capturing(stream) => {
                         self.tune_online(input, output, op, stream)?
@@ -1082,7 +1068,8 @@ impl hier::FlatStep for Allreduce<'_> {
     ) -> Result<()> {
         // A step's workspace spans one node or one rail: `Auto` picks a flat algorithm there.
         let algo = self.choose(input.num_bytes(), T::DTYPE);
-        self.run_symmetric(input, output, op, algo, stream).map(|_| ())
+        self.run_symmetric(input, output, op, algo, stream)
+            .map(|_| ())
     }
 
     fn check(&self) -> Result<()> {
