@@ -53,6 +53,11 @@ fn pretend_nodes_map_peers_only_inside_them() {
     assert_eq!(members(&rail), [me % 2, me % 2 + 2]);
     let ar = nv.allreduce_workspace(1 << 20).unwrap();
     assert_eq!(ar.node_layout(), Some(layout));
+    let settings = ar.settings();
+    assert!(
+        settings.contains("hierarchical over 2 nodes of 2 from 0"),
+        "{settings}"
+    );
     assert_eq!(
         ar.choose(4 << 20, nvshmem::Dtype::F32),
         AllreduceAlgo::Hierarchical

@@ -542,7 +542,16 @@ impl<'nv> Allreduce<'nv> {
     /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0 (no
     /// push), 512 threads x up to 128 blocks of 16K".
     pub fn settings(&self) -> String {
-        let s = describe_settings(self.ll_max, &self.direct_shape);
+        let mut s = describe_settings(self.ll_max, &self.direct_shape);
+        if let Some(h) = &self.hier {
+            let l = h.layout();
+            s += &format!(
+                "; hierarchical over {} nodes of {} from {}",
+                l.nodes(),
+                l.size(),
+                crate::core::env_value::size_label(h.min_bytes)
+            );
+        }
         if self.ws.no_direct() {
             format!(
                 "{s}; NVSHMEM puts only ({})",
