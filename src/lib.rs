@@ -67,6 +67,7 @@ pub use crate::coll::tuning::{Measurement, Tuner, UserCandidate};
 pub use crate::core::buffer::{SymView, SymmetricBuffer};
 pub use crate::core::element::{Atomic64, Dtype, Element};
 pub use crate::core::error::{Error, Result};
+pub use crate::core::node::NodeLayout;
 pub use crate::core::outside::{InBuf, OutBuf};
 pub use crate::core::registered::{Registered, RegistrableBuffer};
 pub use crate::core::runtime::Nvshmem;

@@ -19,14 +19,38 @@ impl Nvshmem {
         self.predefined(sys::NVSHMEM_TEAM_WORLD)
     }
 
-    /// The PEs on this node.
+    /// The PEs on this node; under `NVSH_PRETEND_NODE_SIZE`, on this pretend node
+    /// ([`crate::core::node`]).
     pub fn team_node(&self) -> Team<'_> {
-        self.predefined(sys::NVSHMEMX_TEAM_NODE)
+        match (self.pretend_nodes(), self.node_teams()) {
+            (Some(_), Some(t)) => self.split_at_init(t.node),
+            _ => self.predefined(sys::NVSHMEMX_TEAM_NODE),
+        }
     }
 
-    /// The PEs that can load and store each other's memory directly (NVLink/PCIe peers).
+    /// The PEs that can load and store each other's memory directly (NVLink/PCIe peers); under
+    /// `NVSH_PRETEND_NODE_SIZE`, this pretend node's.
     pub fn team_shared(&self) -> Team<'_> {
-        self.predefined(sys::NVSHMEM_TEAM_SHARED)
+        match (self.pretend_nodes(), self.node_teams()) {
+            (Some(_), Some(t)) => self.split_at_init(t.node),
+            _ => self.predefined(sys::NVSHMEM_TEAM_SHARED),
+        }
+    }
+
+    /// This PE's rail: the PEs of its local index on every node (world PEs `local, local +
+    /// G, ..` for nodes of G), where the world lies on nodes in blocks
+    /// ([`Nvshmem::node_layout`]); None on one node.
+    pub fn team_rail(&self) -> Option<Team<'_>> {
+        self.node_teams().map(|t| self.split_at_init(t.rail))
+    }
+
+    /// A team the runtime split at init and destroys at finalize.
+    fn split_at_init(&self, handle: sys::nvshmem_team_t) -> Team<'_> {
+        Team {
+            handle,
+            owned: false,
+            nv: self,
+        }
     }
 
     fn predefined(&self, id: sys::nvshmem_team_id_t) -> Team<'_> {

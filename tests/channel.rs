@@ -170,6 +170,19 @@ fn the_nvshmem_put_path_used_across_nodes_delivers_the_same() {
     one_way::<bf16>(&nv, 1000, 2, false);
 }
 
+gpu_test!(2, messages_between_two_pretend_nodes_arrive_in_order);
+/// 2 PEs as 2 pretend nodes of 1 (NVSH_PRETEND_NODE_SIZE, docs/nodes.md): no direct stores
+/// between them even where asked for, and the channel's staging slots of a job over several
+/// nodes carry the caller's own (non-symmetric) memory.
+fn messages_between_two_pretend_nodes_arrive_in_order() {
+    let Some(nv) = common::pretend_runtime(2, 1) else {
+        return;
+    };
+    one_way::<f32>(&nv, 1000, 3, true);
+    one_way::<bf16>(&nv, 1000, 2, true);
+    one_way::<i32>(&nv, 100, 1, false);
+}
+
 gpu_test!(2, forward_and_backward_channels_at_once_like_a_pipeline);
 fn forward_and_backward_channels_at_once_like_a_pipeline() {
     // PE 0 sends activations on one stream and receives gradients on another; PE 1 receives

@@ -300,6 +300,26 @@ fn every_collective_on_four_pes() {
     every_collective_up_to(&runtime(4), 65537);
 }
 
+gpu_test!(4, every_collective_across_pretend_nodes);
+/// 4 PEs as 2 pretend nodes x 2 (NVSH_PRETEND_NODE_SIZE): direct stores inside a node, NVSHMEM
+/// puts and signals across, in one call (docs/nodes.md).
+fn every_collective_across_pretend_nodes() {
+    let Some(nv) = common::pretend_runtime(4, 2) else {
+        return;
+    };
+    every_collective_up_to(&nv, 65537);
+}
+
+gpu_test!(2, every_collective_between_two_pretend_nodes);
+/// 2 PEs as 2 pretend nodes of 1: every byte between them by NVSHMEM puts and signals, as
+/// NVSH_NO_DIRECT, but decided per peer (docs/nodes.md).
+fn every_collective_between_two_pretend_nodes() {
+    let Some(nv) = common::pretend_runtime(2, 1) else {
+        return;
+    };
+    every_collective_up_to(&nv, 65537);
+}
+
 gpu_test!(2, every_collective_through_nvshmem_puts);
 /// NVSHMEM puts even to mapped peers: the path across nodes.
 fn every_collective_through_nvshmem_puts() {

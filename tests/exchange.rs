@@ -263,6 +263,25 @@ fn every_exchange_on_four_pes() {
     every_exchange(&runtime(4), &SCALES[..3]);
 }
 
+gpu_test!(4, every_exchange_across_pretend_nodes);
+/// 4 PEs as 2 pretend nodes x 2 (NVSH_PRETEND_NODE_SIZE): pairs inside a node may take lines or
+/// direct stores, pairs across take NVSHMEM puts (docs/nodes.md).
+fn every_exchange_across_pretend_nodes() {
+    let Some(nv) = common::pretend_runtime(4, 2) else {
+        return;
+    };
+    every_exchange(&nv, &SCALES[..3]);
+}
+
+gpu_test!(2, every_exchange_between_two_pretend_nodes);
+/// 2 PEs as 2 pretend nodes of 1: no lines and no direct stores between them (docs/nodes.md).
+fn every_exchange_between_two_pretend_nodes() {
+    let Some(nv) = common::pretend_runtime(2, 1) else {
+        return;
+    };
+    every_exchange(&nv, &SCALES[..3]);
+}
+
 gpu_test!(2, every_exchange_through_nvshmem_puts);
 /// NVSHMEM puts even to mapped peers: the path across nodes.
 fn every_exchange_through_nvshmem_puts() {

@@ -16,3 +16,18 @@
 #include <nvshmem_host.h>
 #include <device/nvshmem_defines.h>
 #include <device/nvshmemx_defines.h>
+
+// Pretend nodes (NVSH_PRETEND_NODE_SIZE, src/core/node.rs): with a size g > 0 set at init
+// (nvshmemrs_set_pretend_node_size), a peer outside this PE's run of g consecutive PEs counts
+// as unmapped, as a peer on another node does, so every path to it takes NVSHMEM puts and
+// signals. Every nvshmem_ptr of our device code goes through here (the macro below), so no
+// kernel can store to a pretend-remote peer directly.
+extern __constant__ int nvshmemrs_pretend_node_size;
+
+__device__ inline void *nvshmemrs_ptr(const void *addr, int pe) {
+    const int g = nvshmemrs_pretend_node_size;
+    if (g > 0 && pe / g != nvshmem_my_pe() / g) return NULL;
+    return nvshmem_ptr(addr, pe);
+}
+
+#define nvshmem_ptr(addr, pe) nvshmemrs_ptr(addr, pe)

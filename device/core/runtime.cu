@@ -70,6 +70,13 @@ extern "C" void nvshmemrs_cuda_error_strings(int code, const char **name, const 
 
 extern "C" int nvshmemrs_cuda_set_device(int device) { return (int)cudaSetDevice(device); }
 
+// Read by nvshmemrs_ptr (core/nvshmem_device.cuh) in every kernel of the device link.
+__constant__ int nvshmemrs_pretend_node_size = 0;
+
+extern "C" int nvshmemrs_set_pretend_node_size(int g) {
+    return (int)cudaMemcpyToSymbol(nvshmemrs_pretend_node_size, &g, sizeof(g));
+}
+
 // One thread puts a value into symmetric memory on its own PE through NVSHMEM's device API and
 // reads it back: proves the device link carries a registered, initialised NVSHMEM device state.
 __global__ void self_check_kernel(int *sym, int *out) {

@@ -49,6 +49,14 @@ int nvshmemrs_cuda_set_device(int device);
  */
 int nvshmemrs_device_self_check(int *pe, int *n_pes, int *value);
 
+/*
+ * Sets the pretend node size the device code's nvshmem_ptr honours (core/nvshmem_device.cuh):
+ * with g > 0, a peer outside this PE's run of g consecutive PEs counts as unmapped (NULL), as
+ * on another node; 0 turns it off. Returns a cudaError_t. Call once after init, before any
+ * kernel (src/core/node.rs, NVSH_PRETEND_NODE_SIZE).
+ */
+int nvshmemrs_set_pretend_node_size(int g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -129,7 +129,7 @@ def test_an_unknown_op_lists_the_ops():
 
 
 def test_an_unknown_algorithm_gives_the_library_text():
-    with pytest.raises(ValueError, match="allreduce: .*auto, oneshot, twoshot, ring or rd"):
+    with pytest.raises(ValueError, match="allreduce: .*auto, oneshot, twoshot, ring, rd or hier"):
         nv.allreduce(FakeTensor(), algo="tree")
 
 

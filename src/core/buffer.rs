@@ -207,9 +207,14 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
     }
 
     /// A pointer through which this GPU can load and store `pe`'s copy directly (NVLink or PCIe
-    /// peer mapping), or None when `pe` is reachable only through NVSHMEM calls (other nodes).
+    /// peer mapping), or None when `pe` is reachable only through NVSHMEM calls (other nodes,
+    /// pretend ones included: [`crate::core::node`]).
     pub fn peer_ptr(&self, pe: i32) -> Result<Option<NonNull<T>>> {
         self.nv.check_pe(pe)?;
+        if !self.nv.may_map(pe) {
+            // A peer on another pretend node (crate::core::node).
+            return Ok(None);
+        }
         // SAFETY: the address is symmetric and NVSHMEM is initialised.
         let p = unsafe { sys::nvshmem_ptr(self.ptr.as_ptr().cast(), pe) };
         Ok(NonNull::new(p.cast::<T>()))

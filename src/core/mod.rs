@@ -1,4 +1,4 @@
-//! The runtime core: init and the handle, symmetric buffers, registered own memory, element
+//! The runtime core: init and the handle, nodes (pretend ones too), symmetric buffers, registered own memory, element
 //! types, errors, the raw call layer, environment values, leak tracking, streams, tuning
 //! files, the deadline of every wait and the status record waits report failures through.
 
@@ -8,6 +8,8 @@ pub mod element;
 pub mod env_value;
 pub mod error;
 pub mod leak;
+pub mod node;
+pub mod node_teams;
 pub mod outside;
 pub mod registered;
 pub mod result;

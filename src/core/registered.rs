@@ -477,7 +477,7 @@ impl Nvshmem {
         let pe0_device = pe0(self.device() as u64)?;
         let me = self.my_pe();
         let shared_checked = error_checks_on()
-            && (1..self.team_node().n_pes()).contains(&me)
+            && (1..self.real_node_pes()).contains(&me)
             && pe0_device == self.device() as u64;
         let mine = if pe0_bytes != bytes as u64 {
             Err((

@@ -184,6 +184,10 @@ pub struct Nvshmem {
     /// The tuned tables `Auto` consults (a tuning file's, plus online tuning's results).
     tuning: RefCell<TuningState>,
     finalized: bool,
+    /// Pretend nodes (NVSH_PRETEND_NODE_SIZE; `crate::core::node`).
+    pub(crate) pretend: Option<crate::core::node::NodeLayout>,
+    /// The world split into node and rail teams, where it spans blocked nodes.
+    pub(crate) node_teams: Option<crate::core::node::NodeTeams>,
     /// Dropped after the finalize of Drop: the job runtime outlives NVSHMEM.
     _job: Option<Box<dyn Job>>,
     _not_send: PhantomData<*const ()>,
@@ -273,6 +277,10 @@ impl Nvshmem {
             None => prepared,
         }?;
         let started = Self::start(seat, device, cuda, join, timeout, nvshmem_up)
+            .and_then(|mut nv| {
+                let pretend = crate::core::node::pretend_node_size_from_env(nv.n_pes)?;
+                nv.start_nodes(pretend).map(|()| nv)
+            })
             .and_then(|nv| nv.start_tuning(tune_mode).map(|()| nv));
         // Past the agreement an error cannot be shared: the others may already wait inside
         // NVSHMEM's init, and MPI_Finalize would wait for them. End the whole MPI job.
@@ -354,6 +362,8 @@ impl Nvshmem {
                 None,
             )),
             finalized: false,
+            pretend: None,
+            node_teams: None,
             // Set by init_inner once the runtime is up.
             _job: None,
             _not_send: PhantomData,
@@ -475,7 +485,7 @@ impl Nvshmem {
     /// job of like nodes, and the same in `nvsh tune` as at init.
     pub fn tuning_fingerprint(&self) -> Fingerprint {
         use cudarc::driver::sys::CUdevice_P2PAttribute as Attr;
-        let local = self.team_node().n_pes().max(1);
+        let local = self.real_node_pes().max(1);
         let per_node = local.min(self.cuda.device_count).max(1);
         let gpus = per_node * (self.n_pes / local).max(1);
         // The runtime's arrival counters are symmetric: nvshmem_ptr maps them where the peer's
@@ -483,7 +493,10 @@ impl Nvshmem {
         let mapped = (0..self.n_pes).all(|pe| {
             // SAFETY: a symmetric address of this runtime's heap and a PE of the job.
             pe == self.my_pe
-                || !unsafe { sys::nvshmem_ptr(self.waits.arrivals as *const std::ffi::c_void, pe) }
+                || self.may_map(pe)
+                    && !unsafe {
+                        sys::nvshmem_ptr(self.waits.arrivals as *const std::ffi::c_void, pe)
+                    }
                     .is_null()
         });
         // GPUs 0 and 1 stand for every pair: nodes are alike.
@@ -671,7 +684,7 @@ impl Nvshmem {
     /// Several PEs of this node share a GPU (NVSHMEM's "limited MPG" mode: puts and signals
     /// work; team splits and NVSHMEM's own collectives do not).
     pub fn shares_gpus(&self) -> bool {
-        self.team_node().n_pes() > self.cuda_info().device_count
+        self.real_node_pes() > self.cuda_info().device_count
     }
 
     /// How long the runtime's waits may take (barriers, stream signal waits) before they fail
@@ -873,6 +886,7 @@ impl Nvshmem {
                 return leaked;
             }
         }
+        self.end_nodes();
         // SAFETY: NVSHMEM was initialised by this handle, which exists once; no buffer can be
         // used afterwards (they borrow the handle).
         unsafe { result::finalize() };

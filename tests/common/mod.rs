@@ -61,6 +61,31 @@ pub fn runtime(pes: i32) -> Nvshmem {
     );
     nv
 }
+/// The runtime of `pes` PEs as pretend nodes of `g` (NVSH_PRETEND_NODE_SIZE, set here for this
+/// process), or None after a skip line where the PEs share GPUs (init refuses pretend nodes
+/// there).
+pub fn pretend_runtime(pes: i32, g: i32) -> Option<Nvshmem> {
+    use nvshmem::core::node::PRETEND_NODE_SIZE_ENV;
+    std::env::set_var(PRETEND_NODE_SIZE_ENV, g.to_string());
+    match Nvshmem::init() {
+        Ok(nv) => {
+            assert_eq!(
+                nv.n_pes(),
+                pes,
+                "this test needs {pes} PE(s): run it through scripts/gpu_test.sh"
+            );
+            Some(nv)
+        }
+        Err(nvshmem::Error::InvalidEnv { var, expected, .. })
+            if var == PRETEND_NODE_SIZE_ENV && expected.contains("share a GPU") =>
+        {
+            skip("pretend nodes need one GPU per PE");
+            None
+        }
+        Err(e) => panic!("init: {e}"),
+    }
+}
+
 pub mod data;
 pub mod reference;
 pub mod sm_hold;

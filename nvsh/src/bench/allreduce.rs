@@ -46,6 +46,14 @@ pub enum Candidate {
     /// [`AllreduceAlgo::RecursiveDoubling`].
     #[value(name = "rd", help = "our recursive-doubling allreduce")]
     Rd,
+    /// [`AllreduceAlgo::Hierarchical`]: on request only (not in [`Candidate::ALL`]); needs a
+    /// job over several nodes, or pretend ones (NVSH_PRETEND_NODE_SIZE).
+    #[value(
+        name = "hier",
+        help = "our hierarchical (node-aware) allreduce; needs several nodes or \
+                NVSH_PRETEND_NODE_SIZE (on request only)"
+    )]
+    Hier,
     /// [`AllreduceAlgo::Auto`]: ours as users get it; the ratio compares it with NCCL.
     #[value(
         name = "auto",
@@ -108,6 +116,7 @@ impl Candidate {
             Candidate::TwoShot => "twoshot",
             Candidate::Ring => "ring",
             Candidate::Rd => "rd",
+            Candidate::Hier => "hier",
             Candidate::Auto => "auto",
             Candidate::Nccl => "nccl",
             Candidate::NcclSym => "nccl-sym",
@@ -124,6 +133,7 @@ impl Candidate {
             Candidate::TwoShot => Some(AllreduceAlgo::TwoShot),
             Candidate::Ring => Some(AllreduceAlgo::Ring),
             Candidate::Rd => Some(AllreduceAlgo::RecursiveDoubling),
+            Candidate::Hier => Some(AllreduceAlgo::Hierarchical),
             Candidate::Auto | Candidate::OursStaged | Candidate::OursRegistered => {
                 Some(AllreduceAlgo::Auto)
             }

@@ -1482,7 +1482,7 @@ mod tests {
         for values in [
             "[possible values: f32, bf16, f16, f64, i32, u32, i64, u64, u8, all]",
             "[possible values: sum, prod, min, max, avg]",
-            "[possible values: oneshot, twoshot, ring, rd, auto, nccl, nccl-sym, nvshmem, ours-staged, \
+            "[possible values: oneshot, twoshot, ring, rd, hier, auto, nccl, nccl-sym, nvshmem, ours-staged, \
              ours-registered]",
         ] {
             assert!(help.contains(values), "{values} not in\n{help}");

@@ -4,7 +4,7 @@ use crate::core::error::{Error, Result};
 use crate::sys;
 
 /// The names [`AllreduceAlgo::parse`] accepts, as errors list them.
-pub(crate) const ALGO_NAMES: &str = "auto, oneshot, twoshot, ring or rd";
+pub(crate) const ALGO_NAMES: &str = "auto, oneshot, twoshot, ring, rd or hier";
 
 /// The algorithm; `Auto` picks one from [`super::SELECTION`] by message size, dtype and PE count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,10 +21,16 @@ pub enum AllreduceAlgo {
     /// log2(n) pairwise exchanges of the whole message (latency-optimal for small messages at
     /// larger PE counts); PE counts that are not powers of two fold the extra PEs in first.
     RecursiveDoubling,
+    /// Node-aware, for a workspace over the world where it spans nodes (pretend ones too):
+    /// reduce-scatter inside each node, an allreduce of each shard across nodes on its rail,
+    /// an allgather inside each node ([`super::hier`]). `Auto` takes it on such a workspace;
+    /// elsewhere asking for it is an error.
+    Hierarchical,
 }
 
 impl AllreduceAlgo {
-    /// Every concrete algorithm (not `Auto`).
+    /// Every flat algorithm (not `Auto`, not `Hierarchical`, which is built from them): what
+    /// tuning times and the slot counters are laid out for.
     pub const ALL: [AllreduceAlgo; 4] = [
         AllreduceAlgo::OneShot,
         AllreduceAlgo::TwoShot,
@@ -40,6 +46,7 @@ impl AllreduceAlgo {
             AllreduceAlgo::TwoShot => "twoshot",
             AllreduceAlgo::Ring => "ring",
             AllreduceAlgo::RecursiveDoubling => "rd",
+            AllreduceAlgo::Hierarchical => "hier",
         }
     }
 
@@ -52,6 +59,7 @@ impl AllreduceAlgo {
             "twoshot" | "two-shot" => AllreduceAlgo::TwoShot,
             "ring" => AllreduceAlgo::Ring,
             "rd" | "recursive-doubling" | "recursive_doubling" => AllreduceAlgo::RecursiveDoubling,
+            "hier" | "hierarchical" => AllreduceAlgo::Hierarchical,
             _ => {
                 return Err(Error::UnknownName {
                     what: "allreduce algorithm",
@@ -62,9 +70,11 @@ impl AllreduceAlgo {
         })
     }
 
-    /// Code of the algorithm (device/abi.h).
+    /// Code of the algorithm (device/abi.h); -1 for `Hierarchical`, which has no kernel of its
+    /// own.
     pub(crate) fn code(self) -> i32 {
         (match self {
+            AllreduceAlgo::Hierarchical => return -1,
             AllreduceAlgo::Auto | AllreduceAlgo::OneShot => sys::NVSHMEMRS_ALGO_ONESHOT,
             AllreduceAlgo::TwoShot => sys::NVSHMEMRS_ALGO_TWOSHOT,
             AllreduceAlgo::Ring => sys::NVSHMEMRS_ALGO_RING,

@@ -7,6 +7,7 @@
 //! stream with no barrier in between.
 
 pub mod algo;
+pub mod hier;
 pub mod online;
 
 pub use algo::AllreduceAlgo;
@@ -364,6 +365,8 @@ pub struct Allreduce<'nv> {
     /// Online tuning's timer and records (NVSH_TUNE=online, or
     /// [`Nvshmem::allreduce_workspace_online`]); None: tables only.
     online: Option<Box<Online<'nv>>>,
+    /// The node-aware algorithm's steps, on a workspace over the world where it spans nodes.
+    hier: Option<Box<hier::Hier<'nv, Allreduce<'nv>>>>,
 }
 
 /// Receive-slot bytes as allocated: at least 4 KiB, a multiple of 256, and 2 x world of them
@@ -468,6 +471,15 @@ impl Nvshmem {
             None
         };
         let tuning_key = crate::core::tuning::collective_key(TEXT.call, ws.n_pes(), self.n_pes());
+        // Every PE is a member where the team is as large as the world, so all decide alike.
+        let hier = if ws.n_pes() == self.n_pes() {
+            hier::Hier::new(self, slot_bytes, |team| {
+                self.allreduce_workspace_untuned(Some(team), slot_bytes)
+            })?
+            .map(Box::new)
+        } else {
+            None
+        };
         ws.ready()?;
         Ok(Allreduce {
             ws,
@@ -482,6 +494,7 @@ impl Nvshmem {
             direct_shape,
             tuning_key,
             online,
+            hier,
         })
     }
 }
@@ -509,6 +522,9 @@ impl<'nv> Allreduce<'nv> {
     /// Starts as [`Nvshmem::timeout`] (`NVSH_TIMEOUT_MS`, default 60 s).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.ws.set_timeout(timeout);
+        if let Some(h) = &mut self.hier {
+            h.set_timeout(timeout);
+        }
     }
 
     /// The current timeout.
@@ -526,7 +542,16 @@ impl<'nv> Allreduce<'nv> {
     /// in words, for reports: "low-latency one-shot up to 512K; direct two-shot from 0 (no
     /// push), 512 threads x up to 128 blocks of 16K".
     pub fn settings(&self) -> String {
-        let s = describe_settings(self.ll_max, &self.direct_shape);
+        let mut s = describe_settings(self.ll_max, &self.direct_shape);
+        if let Some(h) = &self.hier {
+            let l = h.layout();
+            s += &format!(
+                "; hierarchical over {} nodes of {} from {}",
+                l.nodes(),
+                l.size(),
+                crate::core::env_value::size_label(h.min_bytes)
+            );
+        }
         if self.ws.no_direct() {
             format!(
                 "{s}; NVSHMEM puts only ({})",
@@ -549,7 +574,8 @@ impl<'nv> Allreduce<'nv> {
     /// as results; reuse their memory only after every PE has dropped its workspace (the drop
     /// waits for that PE's kernels).
     pub fn check(&self) -> Result<()> {
-        self.ws.check()
+        self.ws.check()?;
+        self.hier.as_ref().map_or(Ok(()), |h| h.check())
     }
 
     /// Moves the device-side step count `n` steps on, as `n` launches would (every PE must do
@@ -567,7 +593,14 @@ impl<'nv> Allreduce<'nv> {
 
     /// Synchronises `stream` (bounded: every wait has a deadline), then [`Allreduce::check`].
     pub fn sync(&self, stream: &CudaStream) -> Result<()> {
-        self.ws.sync(stream)
+        self.ws.sync(stream)?;
+        self.check()
+    }
+
+    /// The nodes this workspace's hierarchical algorithm follows, where it has one (a
+    /// workspace over the world where the world spans nodes in blocks, pretend ones included).
+    pub fn node_layout(&self) -> Option<crate::core::node::NodeLayout> {
+        self.hier.as_ref().map(|h| h.layout())
     }
 
     /// The first failure recorded, in detail.
@@ -576,15 +609,23 @@ impl<'nv> Allreduce<'nv> {
     }
 
     /// The algorithm `Auto` picks for `bytes` of `dtype` here: NVSH_ALLREDUCE_ALGO if set,
-    /// else the tuned table (a tuning file's, online tuning's: [`Nvshmem::tuning_table`]),
-    /// else the built-in [`SELECTION`] table.
+    /// else on a workspace over several nodes the hierarchical one (from
+    /// [`hier::HIER_MIN_ENV`]), else the tuned table (a tuning file's, online tuning's:
+    /// [`Nvshmem::tuning_table`]), else the built-in [`SELECTION`] table. For ops the hierarchical
+    /// algorithm serves (all but integer averages, which a call keeps flat).
     pub fn choose(&self, bytes: usize, dtype: Dtype) -> AllreduceAlgo {
-        match self.env_algo {
-            Some(a) if a != AllreduceAlgo::Auto => a,
-            _ => self
+        match hier::auto_first(self.env_algo, self.hier_min(), bytes, true) {
+            Some(a) => a,
+            None => self
                 .tuned(bytes, dtype)
                 .unwrap_or_else(|| self.table_choice(bytes, dtype)),
         }
+    }
+
+    /// From how many bytes `Auto` takes the hierarchical algorithm, where this workspace has it
+    /// (the tuned tables, measured on flat teams, do not see it).
+    fn hier_min(&self) -> Option<usize> {
+        self.hier.as_ref().map(|h| h.min_bytes)
     }
 
     /// The built-in table's choice.
@@ -600,7 +641,7 @@ impl<'nv> Allreduce<'nv> {
             .tuned(&self.tuning_key, bytes, dtype.size(), |c| {
                 c.and_then(|name| AllreduceAlgo::parse(name).ok())
             })
-            .filter(|&a| a != AllreduceAlgo::Auto)
+            .filter(|&a| AllreduceAlgo::ALL.contains(&a))
     }
 
     /// The online tunings this workspace made, in order.
@@ -780,8 +821,9 @@ impl<'nv> Allreduce<'nv> {
         let algo = match algo {
             AllreduceAlgo::Auto => {
                 let bytes = input.num_bytes();
-                let env = self.env_algo.filter(|&a| a != AllreduceAlgo::Auto);
-                match (env, self.tuned(bytes, T::DTYPE)) {
+                let serves = hier::serves(op, T::DTYPE);
+                let first = hier::auto_first(self.env_algo, self.hier_min(), bytes, serves);
+                match (first, self.tuned(bytes, T::DTYPE)) {
                     (Some(a), _) | (None, Some(a)) => a,
                     // Never while capturing: the tuning synchronises the stream.
                     (None, None) if self.online.is_some() && !is_capturing(stream) => {
@@ -792,6 +834,9 @@ impl<'nv> Allreduce<'nv> {
             }
             a => a,
         };
+        if algo == AllreduceAlgo::Hierarchical {
+            return self.run_hier(input, output, op, stream);
+        }
         let rank = self.ws.begin_call()?;
         let count = input.len();
         let elem = std::mem::size_of::<T>();
@@ -833,6 +878,37 @@ impl<'nv> Allreduce<'nv> {
             start += len;
         }
         Ok(algo)
+    }
+
+    /// The hierarchical algorithm ([`hier`]), where this workspace has it.
+    fn run_hier<T: Reducible>(
+        &mut self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<AllreduceAlgo> {
+        self.ws.begin_call()?;
+        let Some(h) = self.hier.as_mut() else {
+            return Err(Error::CollectiveShape {
+                what: "allreduce",
+                detail: "the hierarchical algorithm needs a workspace over the world on several \
+                         nodes in blocks of consecutive PEs (or NVSH_PRETEND_NODE_SIZE); pick a \
+                         flat one (auto, oneshot, twoshot, ring, rd)"
+                    .into(),
+            });
+        };
+        log::debug!(
+            "allreduce call {}: {} x {} {} by hier over {} nodes of {}",
+            self.ws.calls(),
+            input.len(),
+            T::DTYPE.name(),
+            op.name(),
+            h.layout().nodes(),
+            h.layout().size()
+        );
+        h.run(input, output, op, stream)?;
+        Ok(AllreduceAlgo::Hierarchical)
     }
 
     /// The kernel arguments for `input` -> `output` on this PE.
@@ -988,6 +1064,29 @@ impl<'nv> Allreduce<'nv> {
     /// Bytes of the staging area (0 until a call or [`Allreduce::reserve_staging`] needs one).
     pub fn staging_bytes(&self) -> usize {
         self.ws.staging_bytes()
+    }
+}
+
+impl hier::FlatStep for Allreduce<'_> {
+    fn reduce<T: Reducible>(
+        &mut self,
+        input: SymView<'_, T>,
+        output: SymView<'_, T>,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        // A step's workspace spans one node or one rail: `Auto` picks a flat algorithm there.
+        let algo = self.choose(input.num_bytes(), T::DTYPE);
+        self.run_symmetric(input, output, op, algo, stream)
+            .map(|_| ())
+    }
+
+    fn check(&self) -> Result<()> {
+        Allreduce::check(self)
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        Allreduce::set_timeout(self, timeout)
     }
 }
 
@@ -1247,7 +1346,8 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_the_env_override_is_checked() {
-        for a in AllreduceAlgo::ALL.into_iter().chain([AllreduceAlgo::Auto]) {
+        let every = [AllreduceAlgo::Auto, AllreduceAlgo::Hierarchical];
+        for a in AllreduceAlgo::ALL.into_iter().chain(every) {
             assert_eq!(AllreduceAlgo::parse(a.name()).unwrap(), a);
             assert_eq!(a.name().parse::<AllreduceAlgo>().unwrap(), a);
         }
@@ -1255,11 +1355,16 @@ mod tests {
             AllreduceAlgo::parse("Recursive-Doubling").unwrap(),
             AllreduceAlgo::RecursiveDoubling
         );
+        assert_eq!(
+            AllreduceAlgo::parse("hierarchical").unwrap(),
+            AllreduceAlgo::Hierarchical
+        );
+        assert!(!AllreduceAlgo::ALL.contains(&AllreduceAlgo::Hierarchical));
         let err = AllreduceAlgo::parse("fastest").unwrap_err();
         assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
         assert_eq!(
             err.to_string(),
-            "no allreduce algorithm named \"fastest\": expected auto, oneshot, twoshot, ring or rd"
+            "no allreduce algorithm named \"fastest\": expected auto, oneshot, twoshot, ring, rd or hier"
         );
         with_env(&[(ALGO_ENV, "ring")], || {
             assert_eq!(algo_from_env().unwrap(), Some(AllreduceAlgo::Ring));
