@@ -172,12 +172,12 @@ pub struct ExchangeCall<'t> {
     /// `every_pair`).
     pub every_pair: bool,
     /// A list launch may send pairs as lines. False where the workspace's line slots serve
-    /// [`FamilyWorkspace::gather_lines`] (allgatherv), which keeps no pair state: the two must
+    /// `FamilyWorkspace::gather_lines` (allgatherv), which keeps no pair state: the two must
     /// not share the slots.
     pub list_lines: bool,
 }
 
-/// Allgatherv with counts on the host as one launch of lines ([`FamilyWorkspace::gather_lines`]).
+/// Allgatherv with counts on the host as one launch of lines (`FamilyWorkspace::gather_lines`).
 pub struct GatherLines<'t> {
     /// The collective's NVSHMEMRS_COLL_* code (what a failure names).
     pub code: u32,
@@ -413,7 +413,7 @@ impl FamilyWorkspace<'_> {
 
 impl FamilyWorkspace<'_> {
     /// Whether an allgatherv of parts of these sizes (bytes, one per member) goes as one launch
-    /// of lines ([`FamilyWorkspace::gather_lines`]): lines allowed (as for the exchange's), at
+    /// of lines (`FamilyWorkspace::gather_lines`): lines allowed (as for the exchange's), at
     /// most NVSHMEMRS_ALLGATHERV_LINES_MAX_PES members, every part within the line bound and,
     /// with its size line, a slot. Every member decides from the same parts, so all agree when
     /// their parts do. Readies the workspace (direct stores or puts) as the exchange does.
