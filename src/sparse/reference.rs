@@ -37,7 +37,9 @@ pub fn topk<T: SparseValue, I: SparseIndex>(g: &[T], k: usize) -> HostSparse<T, 
 }
 
 /// Every element with |g| >= t (compared in f64, exact; NaN always selected), sorted by index;
-/// the count is their number, the pairs the first `capacity` of them. `t` must not be NaN.
+/// the count is their number. Past `capacity` the pairs are the `capacity` of largest magnitude
+/// among them (ties to the lower index: the top `capacity` of `g`, which all pass `t`), sorted
+/// by index, never the lowest indexes. `t` must not be NaN.
 pub fn threshold<T: SparseValue, I: SparseIndex>(
     g: &[T],
     t: f32,
@@ -48,7 +50,13 @@ pub fn threshold<T: SparseValue, I: SparseIndex>(
         .filter(|&i| g[i].is_nan_value() || g[i].to_f64().abs() >= t as f64)
         .collect();
     let count = chosen.len() as u64;
-    pairs(g, &chosen[..chosen.len().min(capacity)], count)
+    if chosen.len() <= capacity {
+        return pairs(g, &chosen, count);
+    }
+    HostSparse {
+        count,
+        ..topk(g, capacity)
+    }
 }
 
 fn pairs<T: SparseValue, I: SparseIndex>(g: &[T], at: &[usize], count: u64) -> HostSparse<T, I> {
@@ -465,8 +473,12 @@ mod tests {
     #[test]
     fn threshold_takes_at_or_above_and_counts_past_capacity() {
         let g = [0.5f32, -1.0, 1.0, 2.0, f32::NAN, 0.999];
+        // Past the capacity: the largest magnitudes (NaN, then 2), not the lowest indexes.
         let got = threshold::<f32, i32>(&g, 1.0, 2);
-        assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 2][..]));
+        assert_eq!((got.count, got.idx.as_slice()), (4, &[3, 4][..]));
+        // Ties among the largest go to the lower index: 1 and 2 tie at |1|.
+        let got = threshold::<f32, i32>(&g, 1.0, 3);
+        assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 3, 4][..]));
         let got = threshold::<f32, i32>(&g, 1.0, 10);
         assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 2, 3, 4][..]));
         let got = threshold::<f32, i32>(&g, 1.0, 0);
