@@ -191,8 +191,14 @@ pub fn gaussian_z(density: f64) -> f64 {
 /// GaussianK's threshold of `g` at `density`: |mean| + z x std (population std, from f64
 /// sums), rounded to f32 and at least the smallest positive f32 (zeros are never worth
 /// sending); +infinity when a sum is not finite (a NaN or infinity in g), which selects only
-/// those. The device adds in another order: equal within rounding.
+/// those. The device adds in another order: equal within rounding. Without the count
+/// correction ([`gaussian_corrected_threshold`]).
 pub fn gaussian_threshold<T: SparseValue>(g: &[T], density: f64) -> f32 {
+    as_threshold(gaussian_fit(g, density))
+}
+
+/// |mean| + z x std of `g` in f64, before rounding.
+fn gaussian_fit<T: SparseValue>(g: &[T], density: f64) -> f64 {
     let n = g.len() as f64;
     let (s, q) = g.iter().fold((0.0, 0.0), |(s, q), v| {
         let x = v.to_f64();
@@ -200,11 +206,48 @@ pub fn gaussian_threshold<T: SparseValue>(g: &[T], density: f64) -> f32 {
     });
     let mean = s / n;
     let var = (q / n - mean * mean).max(0.0);
-    let t = mean.abs() + gaussian_z(density) * var.sqrt();
+    mean.abs() + gaussian_z(density) * var.sqrt()
+}
+
+/// A threshold as the selections take it: rounded to f32, +infinity where not finite, at least
+/// the smallest positive f32.
+fn as_threshold(t: f64) -> f32 {
     if !t.is_finite() {
         return f32::INFINITY;
     }
     (t as f32).max(f32::from_bits(1))
+}
+
+/// GaussianK's count correction: the threshold is divided by this while too few are selected.
+pub const GAUSSIAN_SHRINK: f64 = 1.012;
+/// GaussianK's count correction: at most this many divisions.
+pub const GAUSSIAN_STEPS: usize = 50;
+
+/// The fewest pairs GaussianK's count correction accepts for `k`: 3k/4 (rounded down).
+pub fn gaussian_need(k: usize) -> usize {
+    3 * k / 4
+}
+
+/// GaussianK's threshold with the seed's count correction: with t_0 the Gaussian fit's value
+/// in f64 ([`gaussian_threshold`] before rounding) and t_j = t_{j-1} / 1.012, the first t_j
+/// (j < 50), rounded as [`gaussian_threshold`], at which at least [`gaussian_need`]`(k)`
+/// elements have |g| >= t_j (NaN always counts), else t_50. The seed compares |g| > t; here
+/// |g| >= t, as every threshold of this crate.
+pub fn gaussian_corrected_threshold<T: SparseValue>(g: &[T], density: f64, k: usize) -> f32 {
+    let need = gaussian_need(k) as u64;
+    let mut t = gaussian_fit(g, density);
+    for _ in 0..GAUSSIAN_STEPS {
+        let f = as_threshold(t);
+        let count = g
+            .iter()
+            .filter(|v| v.is_nan_value() || v.to_f64().abs() >= f as f64)
+            .count() as u64;
+        if count >= need {
+            return f;
+        }
+        t /= GAUSSIAN_SHRINK;
+    }
+    as_threshold(t)
 }
 
 /// gTop-k's tree over the members' local top-k sets (`local[r]`: member r's): in rounds of
@@ -267,9 +310,9 @@ fn share_of(n: u64, j: u64, p: u64) -> u64 {
 }
 
 /// One member's region boundaries over `n` elements for `p` regions (p + 1 values): 0, then
-/// the index at position floor(j x c / p) of its `c` held pairs for j = 1 .. p - 1 (so that each
-/// region holds about c / p of them; equal shares of `n` without pairs), then `n`. Region j is
-/// `[b[j], b[j + 1])`.
+/// the index at position floor(c / p) x j of its `c` held pairs for j = 1 .. p - 1 (the seed's
+/// chunks, so that each region holds about c / p of them; equal shares of `n` without pairs),
+/// then `n`. Region j is `[b[j], b[j + 1])`.
 pub fn region_boundaries<T: SparseValue, I: SparseIndex>(
     selected: &HostSparse<T, I>,
     n: usize,
@@ -284,7 +327,7 @@ pub fn region_boundaries<T: SparseValue, I: SparseIndex>(
         .map(|j| match j {
             0 => 0,
             j if j == p64 => n,
-            j => selected.idx[share_of(c, j, p64) as usize].to_i64() as u64,
+            j => selected.idx[(c / p64 * j) as usize].to_i64() as u64,
         })
         .collect()
 }
@@ -368,6 +411,27 @@ pub fn region_allreduce<T: SparseValue, I: SparseIndex>(
     (regions, dense)
 }
 
+/// `topk_sa`'s dense fallback (the seed's test): the reduced regions' `pairs` in all, as index
+/// and value words, reach two thirds of the `n` dense elements (`2 pairs >= floor(2n / 3)`).
+pub fn sa_goes_dense(pairs: u64, n: usize) -> bool {
+    2 * pairs >= 2 * n as u64 / 3
+}
+
+/// Ok-Topk's local threshold adaptation (the seed's `_scale`): divided by this below 3k/4
+/// selected, multiplied above 5k/4.
+pub const OK_LOCAL_SCALE: f64 = 1.012;
+/// Ok-Topk's global threshold: divided by this below 3k/4 gathered (the seed's
+/// `_scale_global_increase`).
+pub const OK_GLOBAL_DOWN: f64 = 1.01;
+/// Ok-Topk's global threshold: multiplied by this above 5k/4 gathered (the seed's
+/// `_scale_global_decrease`).
+pub const OK_GLOBAL_UP: f64 = 1.008;
+/// Ok-Topk's local threshold rise between estimates (the seed's add2residual): multiplied by
+/// this while more than 3k/2 pass, at most [`OK_RISE_STEPS`] times.
+pub const OK_RISE: f64 = 1.03;
+/// Ok-Topk's local threshold rise: at most this many steps.
+pub const OK_RISE_STEPS: usize = 5;
+
 /// Ok-Topk's threshold estimate from an exact top-k selection: the least magnitude among its
 /// held pairs (+infinity where that is a NaN or there are none), at least the smallest
 /// positive f32 (zeros are never worth sending).
@@ -389,6 +453,341 @@ pub fn sparse_sum<T: SparseValue, I: SparseIndex>(n: usize, sets: &[HostSparse<T
         scatter_add(&mut dense, s);
     }
     dense
+}
+
+/// A threshold as the selections take it (f32, +infinity where not finite, at least the
+/// smallest positive f32), of a threshold carried in f64.
+pub fn threshold_of(t: f64) -> f32 {
+    as_threshold(t)
+}
+
+/// How many of `g` pass threshold `t` (|g| >= t, NaN always).
+fn passing<T: SparseValue>(g: &[T], t: f32) -> u64 {
+    g.iter()
+        .filter(|v| v.is_nan_value() || v.to_f64().abs() >= t as f64)
+        .count() as u64
+}
+
+/// Ok-Topk's rise of a reused local threshold `state` over `acc` (the seed's add2residual):
+/// multiplied by 1.03 while more than `3k/2` pass, at most 5 times. Returns the new state.
+pub fn ok_rise<T: SparseValue>(acc: &[T], state: f64, k: usize) -> f64 {
+    let limit = (3 * k / 2) as u64;
+    let mut t = state;
+    for _ in 0..OK_RISE_STEPS {
+        if passing(acc, as_threshold(t)) <= limit {
+            break;
+        }
+        t *= OK_RISE;
+    }
+    t
+}
+
+/// Ok-Topk's adaptation of a threshold `state` by the `count` it selected for `k`: divided by
+/// `down` where 4 count < 3k, multiplied by `up` where 4 count > 5k.
+pub fn ok_adapt(state: f64, count: u64, k: usize, down: f64, up: f64) -> f64 {
+    let k = k as u64;
+    if 4 * count < 3 * k {
+        state / down
+    } else if 4 * count > 5 * k {
+        state * up
+    } else {
+        state
+    }
+}
+
+/// One member of a [`Simulation`]: its residual, everything it has sent and every gradient it
+/// was given (summed), and its local threshold state (`topk_aopt`, Ok-Topk).
+#[derive(Clone, Debug)]
+pub struct SimMember<T> {
+    /// What it has not sent yet.
+    pub residual: Vec<T>,
+    /// Everything it sent, summed (dense warm-up calls: their whole gradient).
+    pub sent: Vec<T>,
+    /// Every gradient it was given, summed.
+    pub grads: Vec<T>,
+    local: f64,
+}
+
+/// What one call of a [`Simulation`] gives.
+#[derive(Clone, Debug)]
+pub struct SimStep<T> {
+    /// Whether the call was a dense warm-up call (the rest is then empty).
+    pub dense: bool,
+    /// Each member's selection.
+    pub selected: Vec<HostSparse<T, i32>>,
+    /// Each member's local threshold of the call (Gaussian methods, `topk_aopt`, Ok-Topk).
+    pub thresholds: Vec<f32>,
+    /// Each member's pairs that count as sent (gTop-k: the included ones; Ok-Topk: those in
+    /// the global set; the others: the selection).
+    pub sent: Vec<HostSparse<T, i32>>,
+    /// Region methods: the boundaries.
+    pub bounds: Vec<u64>,
+    /// Region methods: each member's region after its reduce (Ok-Topk between global
+    /// estimates: the pairs at or above the global threshold).
+    pub regions: Vec<HostSparse<T, i32>>,
+    /// `topk_sa`: whether the dense fallback was taken.
+    pub dense_fallback: Option<bool>,
+    /// Ok-Topk: the global threshold carried to the next call.
+    pub global_threshold: Option<f32>,
+    /// The output every member gets.
+    pub out: Vec<T>,
+}
+
+/// The CPU model of [`crate::SparseAllreduce`] over `p` members, call by call, as the seed's
+/// allreducer defines each method (its intervals and adaptations included) with this crate's
+/// documented choices (|g| >= t, exact top-k at estimates, capacity 2k keeping the largest,
+/// sums in member order): the reference the GPU tests compare output, residual, thresholds,
+/// boundaries and regions with, bit for bit where the data make sums exact.
+pub struct Simulation<T> {
+    opts: crate::SparseOptions,
+    n: usize,
+    k: usize,
+    cap: usize,
+    calls: u64,
+    bounds: Vec<u64>,
+    global: f64,
+    /// The members.
+    pub members: Vec<SimMember<T>>,
+}
+
+impl<T: SparseValue> Simulation<T> {
+    /// `p` members with gradients of `n` elements, as `SparseAllreduce::new` with `opts`.
+    pub fn new(opts: crate::SparseOptions, n: usize, p: usize) -> Self {
+        use crate::SparseMethod as M;
+        let k = crate::sparse::sparse_k(n, opts.max_density());
+        let cap = if opts.method.is_threshold_method() {
+            (2 * k).min(n)
+        } else {
+            k
+        };
+        let zero = vec![T::of_f32(0.0); n];
+        let bounds = match opts.method {
+            M::TopKSa | M::GaussianKSa => equal_boundaries(n, p),
+            _ => Vec::new(),
+        };
+        Simulation {
+            opts,
+            n,
+            k,
+            cap,
+            calls: 0,
+            bounds,
+            global: 0.0,
+            members: (0..p)
+                .map(|_| SimMember {
+                    residual: zero.clone(),
+                    sent: zero.clone(),
+                    grads: zero.clone(),
+                    local: 0.0,
+                })
+                .collect(),
+        }
+    }
+
+    /// k (of the largest density, before any sparse call) and the capacity, as the
+    /// allreduce's.
+    pub fn k_cap(&self) -> (usize, usize) {
+        (self.k, self.cap)
+    }
+
+    /// The schedule starts again as `clear_residual` and `load_residual` restart it (a dense
+    /// warm-up that has ended is not repeated); the residuals are left to the caller.
+    pub fn restart(&mut self) {
+        let warmup = self.opts.dense_warmup as u64;
+        self.calls = if self.calls >= warmup { warmup } else { 0 };
+    }
+
+    /// `clear_residual` on every member: residuals, and what was sent and given, zero; the
+    /// schedule restarted.
+    pub fn clear(&mut self) {
+        for m in &mut self.members {
+            for v in [&mut m.residual, &mut m.sent, &mut m.grads] {
+                v.iter_mut().for_each(|x| *x = T::of_f32(0.0));
+            }
+        }
+        self.restart();
+    }
+
+    /// One call with member r's gradient `grads[r]`.
+    pub fn step(&mut self, grads: &[Vec<T>]) -> SimStep<T> {
+        use crate::SparseMethod as M;
+        let (n, cap, p) = (self.n, self.cap, self.members.len());
+        let o = self.opts;
+        let call = self.calls;
+        self.calls += 1;
+        let empty = SimStep {
+            dense: false,
+            selected: Vec::new(),
+            thresholds: Vec::new(),
+            sent: Vec::new(),
+            bounds: Vec::new(),
+            regions: Vec::new(),
+            dense_fallback: None,
+            global_threshold: None,
+            out: Vec::new(),
+        };
+        if call < o.dense_warmup as u64 {
+            let mut out = vec![T::of_f32(0.0); n];
+            for (m, g) in self.members.iter_mut().zip(grads) {
+                for (i, &x) in g.iter().enumerate() {
+                    out[i] = out[i].sparse_add(x);
+                    m.sent[i] = m.sent[i].sparse_add(x);
+                    m.grads[i] = m.grads[i].sparse_add(x);
+                }
+            }
+            return SimStep {
+                dense: true,
+                out: self.scaled(out, p),
+                ..empty
+            };
+        }
+        let c = call - o.dense_warmup as u64;
+        let density = o.density_at(c);
+        let k = crate::sparse::sparse_k(n, density);
+        let mut selected = Vec::new();
+        let mut thresholds = Vec::new();
+        let mut accs = Vec::new();
+        for (m, g) in self.members.iter_mut().zip(grads) {
+            let acc: Vec<T> = if o.error_feedback {
+                m.residual
+                    .iter()
+                    .zip(g)
+                    .map(|(&r, &x)| r.sparse_add(x))
+                    .collect()
+            } else {
+                g.clone()
+            };
+            for (s, &x) in m.grads.iter_mut().zip(g) {
+                *s = s.sparse_add(x);
+            }
+            let sel = match o.method {
+                M::GaussianK | M::GaussianKConcat | M::GaussianKSa => {
+                    let t = gaussian_corrected_threshold(&acc, density, k);
+                    thresholds.push(t);
+                    threshold::<T, i32>(&acc, t, cap)
+                }
+                M::TopKAopt | M::OkTopK => {
+                    let ok = o.method == M::OkTopK;
+                    let sel = if c % o.reestimate_every as u64 == 0 {
+                        let sel = topk::<T, i32>(&acc, k);
+                        let t = least_threshold(&sel);
+                        m.local = t as f64;
+                        thresholds.push(t);
+                        sel
+                    } else {
+                        if ok {
+                            m.local = ok_rise(&acc, m.local, k);
+                        }
+                        let t = as_threshold(m.local);
+                        thresholds.push(t);
+                        threshold::<T, i32>(&acc, t, cap)
+                    };
+                    if ok {
+                        m.local = ok_adapt(m.local, sel.count, k, OK_LOCAL_SCALE, OK_LOCAL_SCALE);
+                    }
+                    sel
+                }
+                _ => topk::<T, i32>(&acc, k),
+            };
+            selected.push(sel);
+            accs.push(acc);
+        }
+        let mut step = SimStep {
+            thresholds,
+            ..empty
+        };
+        let (out, sent) = match o.method {
+            M::GTopK => {
+                let global = gtopk(&selected, k);
+                let inc: Vec<_> = selected.iter().map(|s| included(s, &global)).collect();
+                (sparse_sum(n, &[global]), inc)
+            }
+            M::TopKSa | M::GaussianKSa => {
+                let (regions, out) = region_allreduce(&selected, &self.bounds, n);
+                if o.method == M::TopKSa {
+                    let pairs: usize = regions.iter().map(|r| r.idx.len()).sum();
+                    step.dense_fallback = Some(sa_goes_dense(pairs as u64, n));
+                }
+                step.regions = regions;
+                step.bounds = self.bounds.clone();
+                (out, selected.clone())
+            }
+            M::OkTopK => {
+                if c % o.repartition_every as u64 == 0 {
+                    let local: Vec<_> = selected
+                        .iter()
+                        .map(|s| region_boundaries(s, n, p))
+                        .collect();
+                    self.bounds = average_boundaries(&local);
+                }
+                let (mut regions, _) = region_allreduce(&selected, &self.bounds, n);
+                let out = if c % o.global_every as u64 == 0 {
+                    let d = sparse_sum(n, &regions);
+                    let global = topk::<T, i32>(&d, k);
+                    let t = least_threshold(&global);
+                    self.global = t as f64;
+                    step.global_threshold = Some(t);
+                    sparse_sum(n, &[global])
+                } else {
+                    let t = as_threshold(self.global);
+                    for r in &mut regions {
+                        *r = threshold::<T, i32>(
+                            &sparse_sum(n, std::slice::from_ref(r)),
+                            t,
+                            usize::MAX,
+                        );
+                    }
+                    let total: u64 = regions.iter().map(|r| r.count).sum();
+                    self.global = ok_adapt(self.global, total, k, OK_GLOBAL_DOWN, OK_GLOBAL_UP);
+                    step.global_threshold = Some(as_threshold(self.global));
+                    sparse_sum(n, &regions)
+                };
+                step.regions = regions;
+                step.bounds = self.bounds.clone();
+                let sent = selected
+                    .iter()
+                    .map(|s| {
+                        let keep: Vec<usize> = (0..s.idx.len())
+                            .filter(|&j| {
+                                out[s.idx[j] as usize].to_f64() != 0.0
+                                    || out[s.idx[j] as usize].is_nan_value()
+                            })
+                            .collect();
+                        HostSparse {
+                            count: keep.len() as u64,
+                            idx: keep.iter().map(|&j| s.idx[j]).collect(),
+                            val: keep.iter().map(|&j| s.val[j]).collect(),
+                        }
+                    })
+                    .collect();
+                (out, sent)
+            }
+            _ => (sparse_sum(n, &selected), selected.clone()),
+        };
+        for ((m, acc), s) in self.members.iter_mut().zip(accs).zip(&sent) {
+            if o.error_feedback {
+                m.residual = acc;
+                for &i in &s.idx {
+                    m.residual[i as usize] = T::of_f32(0.0);
+                }
+            }
+            scatter_add(&mut m.sent, s);
+        }
+        step.selected = selected;
+        step.sent = sent;
+        step.out = self.scaled(out, p);
+        step
+    }
+
+    fn scaled(&self, out: Vec<T>, p: usize) -> Vec<T> {
+        if !self.opts.average || p < 2 {
+            return out;
+        }
+        let s = 1.0 / p as f32;
+        out.iter()
+            .map(|v| T::of_f32(v.to_f64() as f32 * s))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -589,6 +988,35 @@ mod tests {
     }
 
     #[test]
+    fn the_count_correction_lowers_the_threshold_until_3k_over_4_pass() {
+        // mean 0, std 2: t_0 = 2 z(0.05) ~ 3.92, above every element.
+        let mut g = vec![2.0f32, -2.0, 2.0, -2.0];
+        g.extend([0.0f32; 4]);
+        let t0 = gaussian_threshold(&g, 0.05);
+        // Nothing is needed (k = 1: 3/4 rounds to 0): t_0 as it is.
+        assert_eq!(gaussian_corrected_threshold(&g, 0.05, 1), t0);
+        // k = 4 needs 3: the first t_j at or below 2, i.e. the first j with t_0 / 1.012^j <= 2.
+        let got = gaussian_corrected_threshold(&g, 0.05, 4);
+        let mut t = gaussian_fit(&g, 0.05);
+        let mut j = 0;
+        while as_threshold(t) > 2.0 {
+            t /= GAUSSIAN_SHRINK;
+            j += 1;
+        }
+        assert_eq!(got, as_threshold(t));
+        assert!(got <= 2.0 && j > 0 && j < GAUSSIAN_STEPS, "j {j}");
+        assert_eq!(threshold::<f32, i32>(&g, got, 8).count, 4);
+        // Never enough (k = 100 needs 75 of 8): t_50.
+        let mut t = gaussian_fit(&g, 0.05);
+        for _ in 0..GAUSSIAN_STEPS {
+            t /= GAUSSIAN_SHRINK;
+        }
+        assert_eq!(gaussian_corrected_threshold(&g, 0.05, 100), as_threshold(t));
+        assert_eq!(gaussian_need(4), 3);
+        assert_eq!(gaussian_need(10), 7);
+    }
+
+    #[test]
     fn gtopk_merges_in_a_tree_and_keeps_the_top_k() {
         let a = set(&[0, 5], &[4.0, 1.0]);
         let b = set(&[5, 7], &[2.0, -3.0]);
@@ -630,9 +1058,9 @@ mod tests {
         for (j, r) in split_regions(&s, &[0, 4, 10, 50, 100]).iter().enumerate() {
             assert_eq!(r.idx.len(), 2, "region {j}");
         }
-        // Not a multiple: positions floor(j x 5 / 3) = 1, 3.
+        // Not a multiple: chunks of floor(5 / 3) = 1, positions 1 and 2.
         let s5 = set(&[2, 4, 6, 8, 10], &[1.0; 5]);
-        assert_eq!(region_boundaries(&s5, 12, 3), [0, 4, 8, 12]);
+        assert_eq!(region_boundaries(&s5, 12, 3), [0, 4, 6, 12]);
         // One region: everything.
         assert_eq!(region_boundaries(&s5, 12, 1), [0, 12]);
         // No pairs: equal shares.
@@ -640,9 +1068,9 @@ mod tests {
         assert_eq!(region_boundaries(&none, 10, 4), [0, 2, 5, 7, 10]);
         assert_eq!(equal_boundaries(10, 4), [0, 2, 5, 7, 10]);
         assert_eq!(equal_boundaries(3, 4), [0, 0, 1, 2, 3]);
-        // Fewer pairs than regions: repeated boundaries, empty regions.
+        // Fewer pairs than regions: chunks of 0, every inner boundary the first index.
         let two = set(&[5, 7], &[1.0, 1.0]);
-        assert_eq!(region_boundaries(&two, 10, 4), [0, 5, 7, 7, 10]);
+        assert_eq!(region_boundaries(&two, 10, 4), [0, 5, 5, 5, 10]);
         let parts = split_regions(&two, &[0, 5, 7, 7, 10]);
         let sizes: Vec<usize> = parts.iter().map(|r| r.idx.len()).collect();
         assert_eq!(sizes, [0, 1, 0, 1]);
@@ -752,6 +1180,214 @@ mod tests {
         let sel = topk::<f32, i32>(&g, 2);
         let again = threshold::<f32, i32>(&g, least_threshold(&sel), 10);
         assert_eq!(again.idx, [1, 2, 4]);
+    }
+
+    #[test]
+    fn topk_sa_goes_dense_past_two_thirds_of_n_words() {
+        // n = 300: 200 words, 100 pairs.
+        assert!(!sa_goes_dense(99, 300));
+        assert!(sa_goes_dense(100, 300));
+        // n = 10: floor(20 / 3) = 6 words, 3 pairs.
+        assert!(!sa_goes_dense(2, 10));
+        assert!(sa_goes_dense(3, 10));
+        // n = 1: nothing to save, always dense.
+        assert!(sa_goes_dense(0, 1));
+    }
+
+    #[test]
+    fn ok_topk_rises_while_too_many_pass_and_adapts_by_the_count() {
+        let g: Vec<f32> = (1..=100).map(|i| i as f32).collect();
+        // k = 10: at most 15 may pass. From 50 (51 pass): x 1.03 five times at most.
+        let t = ok_rise(&g, 50.0, 10);
+        let mut want = 50.0f64;
+        for _ in 0..OK_RISE_STEPS {
+            want *= OK_RISE;
+        }
+        assert_eq!(t, want, "51 pass at every step: five rises");
+        // From 85 (16 pass), one rise to 87.55 (13 pass), then stop.
+        assert_eq!(ok_rise(&g, 85.0, 10), 85.0 * OK_RISE);
+        // Few enough already: unchanged.
+        assert_eq!(ok_rise(&g, 95.0, 10), 95.0);
+        // Adaptation: below 3k/4, within, above 5k/4.
+        assert_eq!(ok_adapt(1.0, 7, 10, 1.012, 1.5), 1.0 / 1.012);
+        assert_eq!(ok_adapt(1.0, 8, 10, 1.012, 1.5), 1.0);
+        assert_eq!(ok_adapt(1.0, 12, 10, 1.012, 1.5), 1.0);
+        assert_eq!(ok_adapt(1.0, 13, 10, 1.012, 1.5), 1.5);
+    }
+
+    /// Small integer gradients of member `r` at `step`, the same for every run.
+    fn ints(n: usize, step: usize, r: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let x = (i * 7 + step * 13 + r * 29) % 17;
+                let sign = if (i + step + r) % 3 == 0 { -1.0 } else { 1.0 };
+                sign * x as f32
+            })
+            .collect()
+    }
+
+    fn sim(method: crate::SparseMethod, n: usize, p: usize) -> Simulation<f32> {
+        let opts = crate::SparseOptions {
+            reestimate_every: 3,
+            global_every: 2,
+            repartition_every: 4,
+            ..crate::SparseOptions::new(method, 0.05)
+        };
+        Simulation::new(opts, n, p)
+    }
+
+    #[test]
+    fn every_simulated_method_conserves_the_gradients() {
+        for method in crate::SparseMethod::ALL {
+            let (n, p) = (400, 3);
+            let mut s = sim(method, n, p);
+            for step in 0..9 {
+                let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+                let got = s.step(&grads);
+                assert_eq!(got.out.len(), n);
+                for m in &s.members {
+                    for i in 0..n {
+                        assert_eq!(
+                            m.residual[i] + m.sent[i],
+                            m.grads[i],
+                            "{} step {step} element {i}",
+                            method.name()
+                        );
+                    }
+                }
+                // The output is the sum of what was sent where every member's pairs count
+                // whole (not gTop-k, whose tree drops some, nor Ok-Topk, whose global set
+                // holds sums of pairs some of which did not make it).
+                if !matches!(
+                    method,
+                    crate::SparseMethod::GTopK | crate::SparseMethod::OkTopK
+                ) {
+                    assert_eq!(got.out, sparse_sum(n, &got.sent), "{}", method.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ok_topk_sends_about_k_and_keeps_the_rest_in_the_residual() {
+        let (n, p) = (2000, 4);
+        let mut s = sim(crate::SparseMethod::OkTopK, n, p);
+        let k = s.k_cap().0;
+        let mut before = 0.0f32;
+        for step in 0..8 {
+            let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+            let got = s.step(&grads);
+            let nonzero = got.out.iter().filter(|v| **v != 0.0).count();
+            let after = got.global_threshold.unwrap();
+            // Estimates: exactly the global top k (no zero among them here). Between them,
+            // what passes the global threshold carried in, which then adapts by that count.
+            if step % 2 == 0 {
+                assert_eq!(nonzero, k, "step {step}");
+            } else {
+                assert!(got.out.iter().all(|v| *v == 0.0 || v.abs() >= before));
+                let c = nonzero * 4;
+                let moved = if c < 3 * k {
+                    after < before
+                } else if c > 5 * k {
+                    after > before
+                } else {
+                    after == before
+                };
+                assert!(
+                    moved,
+                    "step {step}: {nonzero} for k {k}: {before} to {after}"
+                );
+            }
+            before = after;
+            for (r, (sel, sent)) in got.selected.iter().zip(&got.sent).enumerate() {
+                // Sent: exactly the selected pairs where the output holds a value.
+                for (j, &i) in sel.idx.iter().enumerate() {
+                    let made_it = got.out[i as usize] != 0.0;
+                    assert_eq!(sent.idx.binary_search(&i).is_ok(), made_it, "member {r}");
+                    let res = s.members[r].residual[i as usize];
+                    if made_it {
+                        assert_eq!(res, 0.0);
+                    } else {
+                        assert_eq!(res, sel.val[j], "kept in the residual");
+                    }
+                }
+            }
+            assert!(got.global_threshold.unwrap() > 0.0);
+        }
+    }
+
+    #[test]
+    fn topk_aopt_reuses_its_threshold_between_estimates() {
+        let (n, p) = (1000, 2);
+        let mut s = sim(crate::SparseMethod::TopKAopt, n, p);
+        let k = s.k_cap().0;
+        let mut thresholds = Vec::new();
+        for step in 0..6 {
+            let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+            let got = s.step(&grads);
+            if step % 3 == 0 {
+                assert!(got.selected.iter().all(|x| x.count as usize == k));
+            }
+            thresholds.push(got.thresholds[0]);
+        }
+        assert_eq!(thresholds[1], thresholds[0]);
+        assert_eq!(thresholds[2], thresholds[0]);
+        assert_eq!(thresholds[4], thresholds[3]);
+    }
+
+    #[test]
+    fn the_density_ramp_falls_in_four_geometric_stages() {
+        let o = crate::SparseOptions {
+            ramp_from: 0.25,
+            ramp_calls: 8,
+            ..crate::SparseOptions::new(crate::SparseMethod::TopK, 0.001)
+        };
+        let d: Vec<f64> = (0..10).map(|c| o.density_at(c)).collect();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12 * b.max(1e-12);
+        // DGC: 25%, 6.25%, 1.5625%, 0.4% (here 0.25 x 0.004^(3/4) = 0.395%), then 0.1%.
+        assert!(close(d[0], 0.25) && close(d[1], 0.25));
+        assert!(close(d[2], 0.25 * 0.004f64.powf(0.25)));
+        assert!(close(d[6], 0.25 * 0.004f64.powf(0.75)));
+        assert!(close(d[8], 0.001) && close(d[9], 0.001));
+        assert!(d.windows(2).all(|w| w[0] >= w[1]));
+        assert_eq!(o.max_density(), 0.25);
+        // No ramp: the density throughout.
+        let plain = crate::SparseOptions::new(crate::SparseMethod::TopK, 0.01);
+        assert_eq!((plain.density_at(0), plain.max_density()), (0.01, 0.01));
+        // A ramp in the simulation: k follows the density, the capacity the largest.
+        let mut s = Simulation::<f32>::new(o, 4000, 2);
+        assert_eq!(s.k_cap(), (1000, 1000));
+        let grads = vec![ints(4000, 0, 0), ints(4000, 0, 1)];
+        assert_eq!(s.step(&grads).selected[0].count, 1000);
+        for _ in 1..8 {
+            s.step(&grads);
+        }
+        assert_eq!(s.step(&grads).selected[0].count, 4);
+    }
+
+    #[test]
+    fn the_dense_warmup_sums_whole_gradients_then_goes_sparse() {
+        let (n, p) = (100, 3);
+        let opts = crate::SparseOptions {
+            dense_warmup: 2,
+            ..crate::SparseOptions::new(crate::SparseMethod::TopK, 0.1)
+        };
+        let mut s = Simulation::<f32>::new(opts, n, p);
+        for step in 0..3 {
+            let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+            let got = s.step(&grads);
+            let sum: Vec<f32> = (0..n).map(|i| grads.iter().map(|g| g[i]).sum()).collect();
+            assert_eq!(got.dense, step < 2);
+            if step < 2 {
+                assert_eq!(got.out, sum);
+                assert!(s
+                    .members
+                    .iter()
+                    .all(|m| m.residual.iter().all(|&r| r == 0.0)));
+            } else {
+                assert_eq!(got.selected[0].count, 10);
+            }
+        }
     }
 
     #[test]
