@@ -202,10 +202,14 @@ fn check_config<T: Value>(
                 );
                 assert!(sel.idx.len() <= cap, "{what}: more than the capacity held");
                 if reuses(opts.method) && sparse_call % opts.reestimate_every == 0 {
-                    assert_eq!(sel.count as usize, k.min(n), "{what}: exact k (estimate)");
+                    assert_eq!(
+                        sel.count as usize,
+                        ar.k().min(n),
+                        "{what}: exact k (estimate)"
+                    );
                 }
             } else {
-                assert_eq!(sel.count as usize, k.min(n), "{what}: exact k");
+                assert_eq!(sel.count as usize, ar.k().min(n), "{what}: exact k");
                 assert!(ar.threshold(s).unwrap().is_none(), "{what}: no threshold");
             }
             if by_regions(opts.method) {
@@ -291,6 +295,16 @@ fn method_case(pes: i32, method: SparseMethod) {
         ..seed
     };
     check_config::<f32>(&nv, &s, warm, 20_000, 44);
+    // DGC's density ramp: 10% falling to 1% over 8 calls, then 1%.
+    let ramp = SparseOptions {
+        ramp_from: 0.1,
+        ramp_calls: 8,
+        reestimate_every: 3,
+        global_every: 3,
+        repartition_every: 5,
+        ..SparseOptions::new(method, 0.01)
+    };
+    check_config::<f32>(&nv, &s, ramp, 5000, 11);
 }
 
 macro_rules! method_tests {

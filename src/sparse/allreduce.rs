@@ -850,6 +850,22 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
     }
 
+    /// The true count of this member's last selection (past the capacity where a threshold
+    /// overflowed), without copying its pairs: one word read after the work queued on
+    /// `stream`.
+    pub fn selected_count(&self, stream: &Arc<CudaStream>) -> Result<u64> {
+        Ok(stream.clone_dtoh(&self.mine.count)?[0])
+    }
+
+    /// gTop-k: how many of this member's pairs made the global set in the last call (one word
+    /// read after the work queued on `stream`); None for the other methods.
+    pub fn included_count(&self, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
+        match &self.ex {
+            Exchange::Tree(t) => Ok(Some(stream.clone_dtoh(t.included.count())?[0])),
+            _ => Ok(None),
+        }
+    }
+
     /// gTop-k: the included pairs of the last call in device memory (their count on the
     /// device), for error feedback of the caller's own; None for the other methods.
     pub fn included_set(&self) -> Option<&SparseSet<T, I>> {
