@@ -14,7 +14,7 @@ mod common;
 use common::{gpu_test, runtime, skip};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::sparse::reference;
+use nvshmem::sparse::{reference, simulation};
 use nvshmem::{
     Error, HostSparse, Nvshmem, SparseAllreduce, SparseMethod, SparseOptions, SparseValue,
 };
@@ -144,7 +144,7 @@ fn sim_sparse_calls<T: Value>(ar: &SparseAllreduce<'_, T>, opts: SparseOptions) 
 }
 
 /// Runs `steps` calls of one configuration on every kind and checks this PE's results
-/// against the CPU simulation of every member ([`reference::Simulation`]).
+/// against the CPU simulation of every member ([`simulation::Simulation`]).
 fn check_config<T: Value>(
     nv: &Nvshmem,
     s: &Arc<CudaStream>,
@@ -157,7 +157,7 @@ fn check_config<T: Value>(
     let (k, cap) = (ar.k(), ar.capacity());
     let mut g = s.alloc_zeros::<T>(n).unwrap();
     let mut out = s.alloc_zeros::<T>(n).unwrap();
-    let mut sim = reference::Simulation::<T>::new(opts, n, p);
+    let mut sim = simulation::Simulation::<T>::new(opts, n, p);
     assert_eq!(sim.k_cap(), (k, cap), "k and capacity");
     for kind in KINDS {
         let what = format!(
@@ -490,7 +490,7 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
     let grads_of =
         |step: usize| -> Vec<Vec<T>> { (0..p).map(|r| gradient(Kind::Ints, n, step, r)).collect() };
     let mut a = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
-    let mut sim = reference::Simulation::<T>::new(opts, n, p);
+    let mut sim = simulation::Simulation::<T>::new(opts, n, p);
     let mut g = s.alloc_zeros::<T>(n).unwrap();
     let mut out = s.alloc_zeros::<T>(n).unwrap();
     for step in 0..2 {
@@ -541,7 +541,7 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
     );
 
     let grads = grads_of(2);
-    let lost = reference::Simulation::<T>::new(opts, n, p).step(&grads);
+    let lost = simulation::Simulation::<T>::new(opts, n, p).step(&grads);
     let want = sim.step(&grads);
     assert!(
         lost.out
@@ -624,7 +624,7 @@ fn replicas_case(nv: &Nvshmem, s: &Arc<CudaStream>, method: SparseMethod) {
     let mut ag = nvshmem::Allgather::world(nv).unwrap();
     let mine = nv.alloc_zeroed::<f32>(n).unwrap();
     let all = nv.alloc_zeroed::<f32>(p * n).unwrap();
-    let mut sim = reference::Simulation::<f32>::new(opts, n, p);
+    let mut sim = simulation::Simulation::<f32>::new(opts, n, p);
     let exact_on_host = !gaussian(method);
     let mut g = s.alloc_zeros::<f32>(n).unwrap();
     let mut out = s.alloc_zeros::<f32>(n).unwrap();

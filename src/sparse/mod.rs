@@ -31,6 +31,7 @@ mod allreduce;
 pub mod reference;
 mod select;
 mod set;
+pub mod simulation;
 mod sparse_ops;
 
 pub use allreduce::{sparse_k, SparseAllreduce, SparseMethod, SparseOptions};
