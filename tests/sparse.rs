@@ -532,9 +532,9 @@ fn threshold_overflow<T: Value>(s: &Arc<CudaStream>, topk: &mut TopK) {
 
 gpu_test!(
     1,
-    threshold_over_capacity_keeps_the_lowest_indexes_and_the_count
+    threshold_over_capacity_keeps_the_largest_magnitudes_and_the_count
 );
-fn threshold_over_capacity_keeps_the_lowest_indexes_and_the_count() {
+fn threshold_over_capacity_keeps_the_largest_magnitudes_and_the_count() {
     let nv = runtime(1);
     let s = nv.stream().clone();
     let mut topk = TopK::new(&s, 1_000_001).unwrap();

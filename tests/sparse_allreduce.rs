@@ -14,7 +14,7 @@ mod common;
 use common::{gpu_test, runtime, skip};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::sparse::reference;
+use nvshmem::sparse::{reference, simulation};
 use nvshmem::{
     Error, HostSparse, Nvshmem, SparseAllreduce, SparseMethod, SparseOptions, SparseValue,
 };
@@ -99,36 +99,6 @@ fn gradient<T: Value>(kind: Kind, n: usize, step: usize, pe: usize) -> Vec<T> {
         .collect()
 }
 
-/// One member on the host: its residual and everything it has sent, summed, and its Ok-Topk
-/// threshold.
-struct Member<T> {
-    residual: Vec<T>,
-    sent: Vec<T>,
-    grads: Vec<T>,
-    ok_threshold: f32,
-}
-
-/// What the members share on the host: calls since the residual was cleared, and the region
-/// boundaries in use (Ok-Topk's, as last re-estimated).
-struct Shared {
-    calls: usize,
-    bounds: Vec<u64>,
-}
-
-/// What one step gives on the host: each member's selection and the dense result.
-struct Step<T: Value> {
-    selected: Vec<HostSparse<T, i32>>,
-    /// Gaussian methods and Ok-Topk: each member's threshold.
-    thresholds: Vec<f32>,
-    included: Vec<HostSparse<T, i32>>,
-    /// Region methods: the boundaries and each member's region after the reduce.
-    bounds: Vec<u64>,
-    regions: Vec<HostSparse<T, i32>>,
-    /// Ok-Topk: whether this call re-estimated (an exact top-k).
-    estimated: bool,
-    out: Vec<T>,
-}
-
 fn gaussian(m: SparseMethod) -> bool {
     matches!(
         m,
@@ -143,109 +113,12 @@ fn by_regions(m: SparseMethod) -> bool {
     )
 }
 
-fn add_all<T: Value>(a: &[T], b: &[T]) -> Vec<T> {
-    a.iter().zip(b).map(|(&x, &y)| x.sparse_add(y)).collect()
+fn reuses(m: SparseMethod) -> bool {
+    matches!(m, SparseMethod::TopKAopt | SparseMethod::OkTopK)
 }
 
-/// Everything the GPU should do in one step, for every member.
-fn simulate<T: Value>(
-    opts: SparseOptions,
-    members: &mut [Member<T>],
-    shared: &mut Shared,
-    grads: &[Vec<T>],
-    k: usize,
-    cap: usize,
-) -> Step<T> {
-    let n = grads[0].len();
-    let p = members.len();
-    let ok = opts.method == SparseMethod::OkTopK;
-    let estimated = ok && shared.calls % opts.reestimate_every == 0;
-    shared.calls += 1;
-    let mut selected = Vec::new();
-    let mut thresholds = Vec::new();
-    let mut accs = Vec::new();
-    for (m, g) in members.iter_mut().zip(grads) {
-        let acc = if opts.error_feedback {
-            add_all(&m.residual, g)
-        } else {
-            g.clone()
-        };
-        m.grads = add_all(&m.grads, g);
-        let sel = if gaussian(opts.method) {
-            let t = reference::gaussian_threshold(&acc, opts.density);
-            thresholds.push(t);
-            reference::threshold::<T, i32>(&acc, t, cap)
-        } else if ok && !estimated {
-            thresholds.push(m.ok_threshold);
-            reference::threshold::<T, i32>(&acc, m.ok_threshold, cap)
-        } else {
-            let sel = reference::topk::<T, i32>(&acc, k);
-            if ok {
-                m.ok_threshold = reference::least_threshold(&sel);
-                thresholds.push(m.ok_threshold);
-            }
-            sel
-        };
-        selected.push(sel);
-        accs.push(acc);
-    }
-    let mut regions = Vec::new();
-    if estimated {
-        let local: Vec<_> = selected
-            .iter()
-            .map(|s| reference::region_boundaries(s, n, p))
-            .collect();
-        shared.bounds = reference::average_boundaries(&local);
-    } else if by_regions(opts.method) && !ok {
-        shared.bounds = reference::equal_boundaries(n, p);
-    }
-    let (out, sent): (Vec<T>, Vec<HostSparse<T, i32>>) = if opts.method == SparseMethod::GTopK {
-        let global = reference::gtopk(&selected, k);
-        let inc: Vec<_> = selected
-            .iter()
-            .map(|s| reference::included(s, &global))
-            .collect();
-        (reference::sparse_sum(n, &[global]), inc)
-    } else if by_regions(opts.method) {
-        let (reduced, out) = reference::region_allreduce(&selected, &shared.bounds, n);
-        // The regions' sum is every member's selection summed: nothing is lost in the exchange.
-        same_values("region sum", &out, &reference::sparse_sum(n, &selected));
-        regions = reduced;
-        (out, selected.clone())
-    } else {
-        (reference::sparse_sum(n, &selected), selected.clone())
-    };
-    for ((m, acc), s) in members.iter_mut().zip(accs).zip(&sent) {
-        if opts.error_feedback {
-            m.residual = acc;
-            for &i in &s.idx {
-                m.residual[i as usize] = T::of_f32(0.0);
-            }
-        }
-        reference::scatter_add(&mut m.sent, s);
-    }
-    let out = if opts.average && p > 1 {
-        let s = 1.0 / p as f32;
-        out.iter()
-            .map(|v| T::of_f32(v.to_f64() as f32 * s))
-            .collect()
-    } else {
-        out
-    };
-    let included = if opts.method == SparseMethod::GTopK {
-        sent
-    } else {
-        Vec::new()
-    };
-    Step {
-        selected,
-        thresholds,
-        included,
-        bounds: shared.bounds.clone(),
-        regions,
-        estimated,
-        out,
-    }
+fn add_all<T: Value>(a: &[T], b: &[T]) -> Vec<T> {
+    a.iter().zip(b).map(|(&x, &y)| x.sparse_add(y)).collect()
 }
 
 fn same_values<T: Value>(what: &str, got: &[T], want: &[T]) {
@@ -265,49 +138,59 @@ fn same_set<T: Value>(what: &str, got: &HostSparse<T, i32>, want: &HostSparse<T,
     }
 }
 
-const STEPS: usize = 3;
+/// The sparse calls `ar` has made since its schedule started.
+fn sim_sparse_calls<T: Value>(ar: &SparseAllreduce<'_, T>, opts: SparseOptions) -> usize {
+    ar.calls() as usize - opts.dense_warmup.min(ar.calls() as usize)
+}
 
-/// Runs `STEPS` calls of one configuration on every kind and checks this PE's results.
-fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions, n: usize) {
+/// Runs `steps` calls of one configuration on every kind and checks this PE's results
+/// against the CPU simulation of every member ([`simulation::Simulation`]).
+fn check_config<T: Value>(
+    nv: &Nvshmem,
+    s: &Arc<CudaStream>,
+    opts: SparseOptions,
+    n: usize,
+    steps: usize,
+) {
     let (me, p) = (nv.my_pe() as usize, nv.n_pes() as usize);
     let mut ar = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
     let (k, cap) = (ar.k(), ar.capacity());
     let mut g = s.alloc_zeros::<T>(n).unwrap();
     let mut out = s.alloc_zeros::<T>(n).unwrap();
+    let mut sim = simulation::Simulation::<T>::new(opts, n, p);
+    assert_eq!(sim.k_cap(), (k, cap), "k and capacity");
     for kind in KINDS {
         let what = format!(
-            "{} {} n {n} density {} ef {} avg {} every {} {kind:?}",
+            "{} {} n {n} density {} ef {} avg {} every {}/{}/{} warm-up {} {kind:?}",
             opts.method.name(),
             T::NAME,
             opts.density,
             opts.error_feedback,
             opts.average,
-            opts.reestimate_every
+            opts.reestimate_every,
+            opts.global_every,
+            opts.repartition_every,
+            opts.dense_warmup,
         );
+        // The first kind runs the dense warm-up; the others, after the clear, do not.
         ar.clear_residual(s).unwrap();
-        let zero = vec![T::of_f32(0.0); n];
-        let mut members: Vec<Member<T>> = (0..p)
-            .map(|_| Member {
-                residual: zero.clone(),
-                sent: zero.clone(),
-                grads: zero.clone(),
-                ok_threshold: 0.0,
-            })
-            .collect();
-        let mut shared = Shared {
-            calls: 0,
-            bounds: Vec::new(),
-        };
-        for step in 0..STEPS {
+        sim.clear();
+        for step in 0..steps {
             let what = format!("{what} step {step}");
             let grads: Vec<Vec<T>> = (0..p).map(|r| gradient(kind, n, step, r)).collect();
             s.memcpy_htod(&grads[me], &mut g).unwrap();
             s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
             ar.run(&g, &mut out, s).unwrap();
-            let want = simulate(opts, &mut members, &mut shared, &grads, k, cap);
+            let want = sim.step(&grads);
+            let got = s.clone_dtoh(&out).unwrap();
+            same_values(&format!("{what}: output"), &got, &want.out);
+            if want.dense {
+                continue;
+            }
+            let sparse_call = sim_sparse_calls(&ar, opts) - 1;
             let sel = ar.selected(s).unwrap();
             same_set(&format!("{what}: selection"), &sel, &want.selected[me]);
-            if gaussian(opts.method) || opts.method == SparseMethod::OkTopK {
+            if gaussian(opts.method) || reuses(opts.method) {
                 // Integer data: the device's sums are exact, so its threshold is the
                 // reference's bit for bit.
                 let t = ar.threshold(s).unwrap().unwrap();
@@ -318,11 +201,15 @@ fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions
                     "{what}: threshold {t} against {w}"
                 );
                 assert!(sel.idx.len() <= cap, "{what}: more than the capacity held");
-                if want.estimated {
-                    assert_eq!(sel.count as usize, k.min(n), "{what}: exact k (estimate)");
+                if reuses(opts.method) && sparse_call % opts.reestimate_every == 0 {
+                    assert_eq!(
+                        sel.count as usize,
+                        ar.k().min(n),
+                        "{what}: exact k (estimate)"
+                    );
                 }
             } else {
-                assert_eq!(sel.count as usize, k.min(n), "{what}: exact k");
+                assert_eq!(sel.count as usize, ar.k().min(n), "{what}: exact k");
                 assert!(ar.threshold(s).unwrap().is_none(), "{what}: no threshold");
             }
             if by_regions(opts.method) {
@@ -330,19 +217,27 @@ fn check_config<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, opts: SparseOptions
                 assert_eq!(b, want.bounds, "{what}: region boundaries");
                 let region = ar.region(s).unwrap().unwrap();
                 same_set(&format!("{what}: region {me}"), &region, &want.regions[me]);
-                assert!(
-                    ar.included(s).unwrap().is_none(),
-                    "{what}: all selected is sent"
+                assert_eq!(
+                    ar.dense_fallback(s).unwrap(),
+                    want.dense_fallback,
+                    "{what}: topk_sa's dense fallback"
                 );
             } else {
                 assert!(ar.boundaries(s).unwrap().is_none());
             }
-            let got = s.clone_dtoh(&out).unwrap();
-            same_values(&format!("{what}: output"), &got, &want.out);
-            if let Some(inc) = ar.included(s).unwrap() {
-                same_set(&format!("{what}: included"), &inc, &want.included[me]);
+            if opts.method == SparseMethod::OkTopK {
+                let t = ar.global_threshold(s).unwrap().unwrap();
+                let w = want.global_threshold.unwrap();
+                assert_eq!(
+                    t.to_bits(),
+                    w.to_bits(),
+                    "{what}: global threshold {t} against {w}"
+                );
             }
-            let m = &members[me];
+            if let Some(inc) = ar.included(s).unwrap() {
+                same_set(&format!("{what}: included"), &inc, &want.sent[me]);
+            }
+            let m = &sim.members[me];
             if let Some(r) = ar.residual() {
                 let res = s.clone_dtoh(r).unwrap();
                 same_values(&format!("{what}: residual"), &res, &m.residual);
@@ -368,25 +263,48 @@ fn method_case(pes: i32, method: SparseMethod) {
     let s = nv.stream().clone();
     for (n, density) in CONFIGS {
         for ef in [true, false] {
-            // Ok-Topk re-estimates at steps 0 and 2 and reuses its threshold at step 1 (the
-            // other methods ignore it).
+            // Short intervals: estimates at calls 0 and 2, reuse at call 1, regions again at
+            // call 3 (the other methods ignore them).
             let opts = SparseOptions {
                 error_feedback: ef,
                 reestimate_every: 2,
+                global_every: 2,
+                repartition_every: 3,
                 ..SparseOptions::new(method, density)
             };
-            check_config::<f32>(&nv, &s, opts, n);
-            check_config::<bf16>(&nv, &s, opts, n);
+            check_config::<f32>(&nv, &s, opts, n, 4);
+            check_config::<bf16>(&nv, &s, opts, n, 4);
         }
     }
-    // Ok-Topk: re-estimates on every call.
+    // Estimates on every call, averaged.
     let avg = SparseOptions {
         average: true,
         reestimate_every: 1,
+        global_every: 1,
+        repartition_every: 1,
         ..SparseOptions::new(method, 0.1)
     };
-    check_config::<f32>(&nv, &s, avg, 1000);
-    check_config::<bf16>(&nv, &s, avg, 1000);
+    check_config::<f32>(&nv, &s, avg, 1000, 3);
+    check_config::<bf16>(&nv, &s, avg, 1000, 3);
+    // The seed's intervals (32, 32, 64) over 40 calls: one estimate at 0 and one at 32, the
+    // adaptations in between; f32 after 4 dense warm-up calls.
+    let seed = SparseOptions::new(method, 0.01);
+    check_config::<bf16>(&nv, &s, seed, 20_000, 40);
+    let warm = SparseOptions {
+        dense_warmup: 4,
+        ..seed
+    };
+    check_config::<f32>(&nv, &s, warm, 20_000, 44);
+    // DGC's density ramp: 10% falling to 1% over 8 calls, then 1%.
+    let ramp = SparseOptions {
+        ramp_from: 0.1,
+        ramp_calls: 8,
+        reestimate_every: 3,
+        global_every: 3,
+        repartition_every: 5,
+        ..SparseOptions::new(method, 0.01)
+    };
+    check_config::<f32>(&nv, &s, ramp, 5000, 11);
 }
 
 macro_rules! method_tests {
@@ -468,7 +386,9 @@ fn gaussian_threshold_of_real_values() {
     let mut out = s.alloc_zeros::<f32>(n).unwrap();
     ar.run(&g, &mut out, &s).unwrap();
     let t = ar.threshold(&s).unwrap().unwrap();
-    let want = reference::gaussian_threshold(&host, 0.01);
+    // With the count correction: the candidate t_j the reference picks (the device's sums
+    // differ in rounding only, which moves no count here).
+    let want = reference::gaussian_corrected_threshold(&host, 0.01, ar.k());
     assert!(
         ((t - want) / want).abs() < 1e-5,
         "threshold {t} against the reference's {want}"
@@ -539,19 +459,6 @@ fn sparse_allreduce_refuses_bad_calls() {
 }
 gpu_test!(2, sparse_allreduce_refuses_bad_calls);
 
-/// Members with zero residuals and nothing sent yet.
-fn fresh_members<T: Value>(p: usize, n: usize) -> Vec<Member<T>> {
-    let zero = vec![T::of_f32(0.0); n];
-    (0..p)
-        .map(|_| Member {
-            residual: zero.clone(),
-            sent: zero.clone(),
-            grads: zero.clone(),
-            ok_threshold: 0.0,
-        })
-        .collect()
-}
-
 fn same_bits<T: Value>(what: &str, got: &[T], want: &[T]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
@@ -575,18 +482,15 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
     let n = 1000;
     let opts = SparseOptions {
         reestimate_every: 2,
+        global_every: 2,
+        repartition_every: 2,
         ..SparseOptions::new(method, 0.05)
     };
     let what = format!("{} {} reload", method.name(), T::NAME);
     let grads_of =
         |step: usize| -> Vec<Vec<T>> { (0..p).map(|r| gradient(Kind::Ints, n, step, r)).collect() };
     let mut a = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
-    let (k, cap) = (a.k(), a.capacity());
-    let mut members = fresh_members::<T>(p, n);
-    let mut shared = Shared {
-        calls: 0,
-        bounds: Vec::new(),
-    };
+    let mut sim = simulation::Simulation::<T>::new(opts, n, p);
     let mut g = s.alloc_zeros::<T>(n).unwrap();
     let mut out = s.alloc_zeros::<T>(n).unwrap();
     for step in 0..2 {
@@ -594,13 +498,13 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
         s.memcpy_htod(&grads[me], &mut g).unwrap();
         s.memcpy_htod(&vec![T::poison(); n], &mut out).unwrap();
         a.run(&g, &mut out, s).unwrap();
-        simulate(opts, &mut members, &mut shared, &grads, k, cap);
+        sim.step(&grads);
     }
     let saved = s.clone_dtoh(a.residual().unwrap()).unwrap();
     same_values(
         &format!("{what}: saved residual"),
         &saved,
-        &members[me].residual,
+        &sim.members[me].residual,
     );
 
     // Collective: created on every PE in the same order.
@@ -637,13 +541,8 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
     );
 
     let grads = grads_of(2);
-    let mut lost_members = fresh_members::<T>(p, n);
-    let mut lost_shared = Shared {
-        calls: 0,
-        bounds: Vec::new(),
-    };
-    let lost = simulate(opts, &mut lost_members, &mut lost_shared, &grads, k, cap);
-    let want = simulate(opts, &mut members, &mut shared, &grads, k, cap);
+    let lost = simulation::Simulation::<T>::new(opts, n, p).step(&grads);
+    let want = sim.step(&grads);
     assert!(
         lost.out
             .iter()
@@ -669,7 +568,7 @@ fn residual_reload_case<T: Value>(nv: &Nvshmem, s: &Arc<CudaStream>, method: Spa
     same_values(
         &format!("{what}: residual after"),
         &ra,
-        &members[me].residual,
+        &sim.members[me].residual,
     );
     same_bits(&format!("{what}: reloaded residual after"), &rb, &ra);
     drop(b);
@@ -687,3 +586,113 @@ fn residual_reload_gives_the_uninterrupted_result() {
     }
 }
 gpu_test!(2, residual_reload_gives_the_uninterrupted_result);
+
+/// Random f32 gradients of one member at one step: a rough bell (the sum of four uniforms)
+/// times a scale that changes per member, with full mantissas, so that sums in another order
+/// round differently.
+fn random_gradient(n: usize, step: usize, pe: usize) -> Vec<f32> {
+    let seed = mix((step as u64) << 32 ^ (pe as u64) << 16 ^ 0x5EED);
+    let scale = 1.0e-3 * (1.0 + pe as f32 * 0.37);
+    (0..n)
+        .map(|i| {
+            let u = |j: u64| {
+                (mix(seed ^ (i as u64 * 4 + j).wrapping_mul(0x9E37)) >> 40) as f32
+                    / (1u64 << 24) as f32
+            };
+            (u(0) + u(1) + u(2) + u(3) - 2.0) * scale
+        })
+        .collect()
+}
+
+/// Every replica's output of one method, bit for bit, at this run's PE count, on random f32
+/// data over several calls with error feedback: PE r's output is allgathered and compared with
+/// every other's. Where the selection is exact on the host too (the top-k methods, gTop-k and
+/// Ok-Topk, whose thresholds come from exact top-k), the output is also compared bit for bit
+/// with the CPU simulation, which sums in member order. A scatter-add with atomics in no fixed
+/// order fails this at 3 and more PEs (P = 2 is exact: a + b == b + a).
+fn replicas_case(nv: &Nvshmem, s: &Arc<CudaStream>, method: SparseMethod) {
+    let (me, p) = (nv.my_pe() as usize, nv.n_pes() as usize);
+    let n = 20_000;
+    let opts = SparseOptions {
+        reestimate_every: 3,
+        global_every: 2,
+        repartition_every: 3,
+        ..SparseOptions::new(method, 0.02)
+    };
+    let what = format!("{} replicas at {p} PEs", method.name());
+    let mut ar = SparseAllreduce::<f32>::world(nv, n, opts).unwrap();
+    let mut ag = nvshmem::Allgather::world(nv).unwrap();
+    let mine = nv.alloc_zeroed::<f32>(n).unwrap();
+    let all = nv.alloc_zeroed::<f32>(p * n).unwrap();
+    let mut sim = simulation::Simulation::<f32>::new(opts, n, p);
+    let exact_on_host = !gaussian(method);
+    let mut g = s.alloc_zeros::<f32>(n).unwrap();
+    let mut out = s.alloc_zeros::<f32>(n).unwrap();
+    let mut differs_from_member_order_sum = false;
+    for step in 0..5 {
+        let what = format!("{what} step {step}");
+        let grads: Vec<Vec<f32>> = (0..p).map(|r| random_gradient(n, step, r)).collect();
+        s.memcpy_htod(&grads[me], &mut g).unwrap();
+        s.memcpy_htod(&vec![f32::poison(); n], &mut out).unwrap();
+        ar.run(&g, &mut out, s).unwrap();
+        let got = s.clone_dtoh(&out).unwrap();
+        assert!(
+            got.iter().all(|v| !v.is_nan()),
+            "{what}: poison left in the output"
+        );
+        if exact_on_host {
+            let want = sim.step(&grads);
+            same_bits(
+                &format!("{what}: output against the reference"),
+                &got,
+                &want.out,
+            );
+            // The data must be able to tell orders apart: the members' selections summed in
+            // reverse order differ somewhere from the member-order sum.
+            let rev: Vec<_> = want.selected.iter().rev().cloned().collect();
+            let back = reference::sparse_sum(n, &rev);
+            differs_from_member_order_sum |= back
+                .iter()
+                .zip(&reference::sparse_sum(n, &want.selected))
+                .any(|(a, b)| a.to_bits() != b.to_bits());
+        }
+        mine.copy_from_host(&got).unwrap();
+        ag.run(&mine, &all, s).unwrap();
+        ag.sync(s).unwrap();
+        let every = all.to_vec().unwrap();
+        for r in 0..p {
+            same_bits(
+                &format!("{what}: PE {r}'s output against PE {me}'s"),
+                &every[r * n..(r + 1) * n],
+                &got,
+            );
+        }
+    }
+    if exact_on_host && p >= 3 && method != SparseMethod::GTopK {
+        assert!(
+            differs_from_member_order_sum,
+            "{what}: the data never round differently in another order; the test is blind"
+        );
+    }
+    drop(ar);
+    nv.barrier_all().unwrap();
+}
+
+/// [`replicas_case`] for every method.
+fn replicas_are_bit_identical(pes: i32) {
+    let nv = runtime(pes);
+    let s = nv.stream().clone();
+    for method in SparseMethod::ALL {
+        replicas_case(&nv, &s, method);
+    }
+}
+
+gpu_test!(3, replicas_are_bit_identical_3);
+fn replicas_are_bit_identical_3() {
+    replicas_are_bit_identical(3);
+}
+
+gpu_test!(4, replicas_are_bit_identical_4);
+fn replicas_are_bit_identical_4() {
+    replicas_are_bit_identical(4);
+}

@@ -17,6 +17,15 @@ namespace {
 // Blocks of the Gaussian sums: a fixed number, so the f64 sums add in the same order on every
 // run (partials per block, then one block adds them in block order).
 constexpr int STAT_BLOCKS = 256;
+// GaussianK's count correction (as the seed's GaussianCompressor.compress): while fewer than
+// `need` are selected, the threshold is divided by 1.012, at most 50 times. Candidates t_0 ..
+// t_50 (t_j = t_0 / 1.012^j in f64, then rounded to f32), one histogram bucket each.
+constexpr int CORRECT_STEPS = 50;
+constexpr int CORRECT_SLOTS = CORRECT_STEPS + 1;
+constexpr double CORRECT_SHRINK = 1.012;
+// Workspace words after the partials: the candidates (f32, one word each), the histogram.
+constexpr int CORRECT_AT = 2 * STAT_BLOCKS;
+constexpr int GAUSS_WORDS = CORRECT_AT + 2 * CORRECT_SLOTS;
 
 template <typename T> __device__ __forceinline__ float as_f32(T x) { return (float)x; }
 template <> __device__ __forceinline__ float as_f32(__nv_bfloat16 x) {
@@ -85,7 +94,17 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
-__global__ void stats_finish_kernel(const double *partials, uint64_t n, double z, float *out) {
+// A threshold as the selection takes it: t rounded to f32, +infinity where t is not finite, at
+// least the smallest positive float (zeros are never worth sending).
+__device__ __forceinline__ float as_threshold(double t) {
+    const float f = (float)t;
+    return !isfinite(t) ? __int_as_float(0x7F800000) : (f > 0.0f ? f : __int_as_float(1));
+}
+
+// need > 0: the candidates of the count correction into scratch (and its histogram zeroed)
+// instead of the threshold itself.
+__global__ void stats_finish_kernel(double *partials, uint64_t n, double z, float *out,
+                                    uint64_t need) {
     wait_for_previous_kernel();
     if (threadIdx.x != 0) return;
     double s = 0.0, q = 0.0;
@@ -97,10 +116,75 @@ __global__ void stats_finish_kernel(const double *partials, uint64_t n, double z
     // sums are exact (integer data). Population variance; rounding may take it below 0.
     const double mean = __ddiv_rn(s, (double)n);
     const double var = fmax(__dsub_rn(__ddiv_rn(q, (double)n), __dmul_rn(mean, mean)), 0.0);
-    const double t = __dadd_rn(fabs(mean), __dmul_rn(z, __dsqrt_rn(var)));
-    // At least the smallest positive float: zeros are never worth sending.
-    const float f = (float)t;
-    *out = !isfinite(t) ? __int_as_float(0x7F800000) : (f > 0.0f ? f : __int_as_float(1));
+    double t = __dadd_rn(fabs(mean), __dmul_rn(z, __dsqrt_rn(var)));
+    if (need == 0) {
+        *out = as_threshold(t);
+        return;
+    }
+    float *cand = reinterpret_cast<float *>(partials + CORRECT_AT);
+    unsigned long long *hist = reinterpret_cast<unsigned long long *>(partials + CORRECT_AT +
+                                                                      CORRECT_SLOTS);
+    for (int j = 0; j < CORRECT_SLOTS; ++j) {
+        cand[2 * j] = as_threshold(t);
+        hist[j] = 0;
+        t = __ddiv_rn(t, CORRECT_SHRINK);
+    }
+}
+
+// The count correction's histogram: each element into the first candidate it passes (|g| >=
+// t_j; NaN passes every one). The candidates do not increase, so passing is monotone in j.
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    correct_count_kernel(const T *g, uint64_t n, double *scratch) {
+    wait_for_previous_kernel();
+    __shared__ float cand[CORRECT_SLOTS];
+    __shared__ unsigned h[CORRECT_SLOTS];
+    const float *c = reinterpret_cast<const float *>(scratch + CORRECT_AT);
+    for (int j = threadIdx.x; j < CORRECT_SLOTS; j += blockDim.x) {
+        cand[j] = c[2 * j];
+        h[j] = 0;
+    }
+    __syncthreads();
+    GRID_STRIDE(i, n) {
+        const float v = fabsf(as_f32(g[i]));
+        if (v != v) {
+            atomicAdd(&h[0], 1u);
+            continue;
+        }
+        if (!(v >= cand[CORRECT_SLOTS - 1])) continue;
+        int lo = 0, hi = CORRECT_SLOTS - 1;  // the first j with v >= cand[j] is in [lo, hi]
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (v >= cand[mid]) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        atomicAdd(&h[lo], 1u);
+    }
+    __syncthreads();
+    unsigned long long *hist =
+        reinterpret_cast<unsigned long long *>(scratch + CORRECT_AT + CORRECT_SLOTS);
+    for (int j = threadIdx.x; j < CORRECT_SLOTS; j += blockDim.x) {
+        if (h[j] != 0) atomicAdd(&hist[j], (unsigned long long)h[j]);
+    }
+}
+
+// The first candidate that selects at least `need` (at most 50 divisions, as the seed).
+__global__ void correct_pick_kernel(const double *scratch, uint64_t need, float *out) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    const float *c = reinterpret_cast<const float *>(scratch + CORRECT_AT);
+    const unsigned long long *hist =
+        reinterpret_cast<const unsigned long long *>(scratch + CORRECT_AT + CORRECT_SLOTS);
+    unsigned long long selected = 0;
+    int j = 0;
+    for (; j < CORRECT_STEPS; ++j) {
+        selected += hist[j];
+        if (selected >= need) break;
+    }
+    *out = c[2 * j];
 }
 
 __device__ __forceinline__ uint64_t round_up(uint64_t x, uint64_t a) {
@@ -124,6 +208,191 @@ __global__ void offsets_kernel(const uint64_t *sizes, int n_pes, uint64_t capaci
     *total = pairs;
 }
 
+// Ok-Topk's local threshold rise (the seed's add2residual): candidates c_j = state x 1.03^j
+// (f64, j = 0 .. 5), each rounded as a threshold; the histogram counts, per element, how many
+// candidates it passes (|g| >= c_j; NaN passes all), so count(c_j) = the elements that pass
+// more than j. Workspace: the candidates (f32, one word each), then the histogram.
+constexpr int RISE_STEPS = 5;
+constexpr int RISE_SLOTS = RISE_STEPS + 1;
+constexpr double RISE_FACTOR = 1.03;
+constexpr int RISE_WORDS = RISE_SLOTS + RISE_SLOTS + 1;
+
+__global__ void rise_prepare_kernel(const double *state, double *scratch) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    float *cand = reinterpret_cast<float *>(scratch);
+    unsigned long long *hist = reinterpret_cast<unsigned long long *>(scratch + RISE_SLOTS);
+    double t = *state;
+    for (int j = 0; j < RISE_SLOTS; ++j) {
+        cand[2 * j] = as_threshold(t);
+        t = __dmul_rn(t, RISE_FACTOR);
+    }
+    for (int j = 0; j <= RISE_SLOTS; ++j) hist[j] = 0;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    rise_count_kernel(const T *g, uint64_t n, double *scratch) {
+    wait_for_previous_kernel();
+    __shared__ float cand[RISE_SLOTS];
+    __shared__ unsigned h[RISE_SLOTS + 1];
+    const float *c = reinterpret_cast<const float *>(scratch);
+    for (int j = threadIdx.x; j <= RISE_SLOTS; j += blockDim.x) {
+        if (j < RISE_SLOTS) cand[j] = c[2 * j];
+        h[j] = 0;
+    }
+    __syncthreads();
+    GRID_STRIDE(i, n) {
+        const float v = fabsf(as_f32(g[i]));
+        int passed = 0;
+        if (v != v) {
+            passed = RISE_SLOTS;
+        } else {
+            while (passed < RISE_SLOTS && v >= cand[passed]) ++passed;
+        }
+        if (passed > 0) atomicAdd(&h[passed], 1u);
+    }
+    __syncthreads();
+    unsigned long long *hist = reinterpret_cast<unsigned long long *>(scratch + RISE_SLOTS);
+    for (int j = threadIdx.x; j <= RISE_SLOTS; j += blockDim.x) {
+        if (h[j] != 0) atomicAdd(&hist[j], (unsigned long long)h[j]);
+    }
+}
+
+// The first c_j (j < 5) that selects at most `limit`, else c_5: into the state (f64) and the
+// threshold word.
+__global__ void rise_pick_kernel(const double *scratch, uint64_t limit, double *state,
+                                 float *threshold) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    const float *cand = reinterpret_cast<const float *>(scratch);
+    const unsigned long long *hist =
+        reinterpret_cast<const unsigned long long *>(scratch + RISE_SLOTS);
+    double t = *state;
+    int j = 0;
+    for (; j < RISE_STEPS; ++j) {
+        unsigned long long count = 0;  // elements passing more than j candidates
+        for (int b = j + 1; b <= RISE_SLOTS; ++b) count += hist[b];
+        if (count <= limit) break;
+        t = __dmul_rn(t, RISE_FACTOR);
+    }
+    *state = t;
+    *threshold = cand[2 * j];
+}
+
+// Ok-Topk's threshold adaptation by the count a threshold selected: below 3k/4 the state is
+// divided by `down`, above 5k/4 multiplied by `up`; the threshold word follows the state.
+__global__ void adapt_kernel(const uint64_t *count, uint64_t k, double down, double up,
+                             double *state, float *threshold) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    const uint64_t c = *count;
+    double t = *state;
+    if (4 * c < 3 * k) {
+        t = __ddiv_rn(t, down);
+    } else if (4 * c > 5 * k) {
+        t = __dmul_rn(t, up);
+    }
+    *state = t;
+    *threshold = as_threshold(t);
+}
+
+// The state from a threshold word (an exact estimate): exact, f32 into f64.
+__global__ void state_set_kernel(const float *threshold, double *state) {
+    wait_for_previous_kernel();
+    if (threadIdx.x == 0) *state = (double)*threshold;
+}
+
+// residual[i] = 0 at every index i of the pairs `set` holds where result[i] is not zero (the
+// pairs of this member that made the global set: its values there are not zero).
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    zero_sent_kernel(nvshmemrs_sparse_set set, const T *result, T *residual, uint64_t n) {
+    wait_for_previous_kernel();
+    const I *idx = static_cast<const I *>(set.idx);
+    const uint64_t c = held(set);
+    GRID_STRIDE(j, c) {
+        const I i = idx[j];
+        if (i >= 0 && (uint64_t)i < n && as_f32(result[i]) != 0.0f) {
+            residual[i] = of_f32<T>(0.0f);
+        }
+    }
+}
+
+struct Rise {
+    const void *g;
+    uint64_t n, limit;
+    double *state, *scratch;
+    float *threshold;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        cudaError_t err = launch_pdl(rise_prepare_kernel, 1, 32, stream, (const double *)state,
+                                     scratch);
+        if (err != cudaSuccess) return err;
+        if (n > 0) {
+            int blocks = 0;
+            err = sparse_grid(n, 8, &blocks);
+            if (err == cudaSuccess) {
+                err = launch_pdl(rise_count_kernel<T>, blocks, SPARSE_THREADS, stream,
+                                 static_cast<const T *>(g), n, scratch);
+            }
+            if (err != cudaSuccess) return err;
+        }
+        return launch_pdl(rise_pick_kernel, 1, 32, stream, (const double *)scratch, limit, state,
+                          threshold);
+    }
+};
+
+struct ZeroSent {
+    nvshmemrs_sparse_set set;
+    const void *result;
+    void *residual;
+    uint64_t n;
+    cudaStream_t stream;
+    template <typename T, typename I> cudaError_t run() const {
+        if (set.capacity == 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(set.capacity, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(zero_sent_kernel<T, I>, blocks, SPARSE_THREADS, stream, set,
+                          static_cast<const T *>(result), static_cast<T *>(residual), n);
+    }
+};
+
+// topk_sa's choice between the sparse and the dense allgather of the reduced regions (see the
+// header); thread 0 only.
+__global__ void sa_choice_kernel(const uint64_t *sizes, int n_pes, uint64_t capacity,
+                                 const uint64_t *bounds, uint64_t n, uint64_t *counts,
+                                 uint64_t *displs, uint64_t *total, uint64_t *dense_counts,
+                                 uint64_t *dense_displs, uint32_t *dense) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    uint64_t pairs = 0;
+    for (int r = 0; r < n_pes; ++r) pairs += sizes[r] < capacity ? sizes[r] : capacity;
+    // The seed's test: the sparse exchange's words (an index and a value per pair) against
+    // two thirds of the dense elements.
+    const bool go_dense = 2 * pairs >= 2 * n / 3;
+    uint64_t at = 0;
+    for (int r = 0; r < n_pes; ++r) {
+        const uint64_t h = go_dense ? 0 : (sizes[r] < capacity ? sizes[r] : capacity);
+        counts[r] = h;
+        displs[r] = at;
+        at += h;
+        dense_counts[r] = go_dense ? bounds[r + 1] - bounds[r] : 0;
+        dense_displs[r] = bounds[r];
+    }
+    *total = at;
+    *dense = go_dense ? 1u : 0u;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    copy_if_kernel(T *dst, const T *src, uint64_t n, const uint32_t *flag) {
+    wait_for_previous_kernel();
+    if (*flag == 0) return;
+    GRID_STRIDE(i, n) { dst[i] = src[i]; }
+}
+
 // Index bytes of a packed part of h pairs, padded to 8: the values start there.
 template <typename I> __device__ __forceinline__ uint64_t idx_block(uint64_t h) {
     return round_up(h * sizeof(I), 8);
@@ -142,13 +411,13 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
-// blockIdx.y: the part.
+// Part r only: the launches of the parts follow one another in part order, so every
+// element's adds happen in member order.
 template <typename T, typename I>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     scatter_concat_kernel(const char *gathered, const uint64_t *sizes, uint64_t capacity,
-                          const uint64_t *displs, T *dense, uint64_t n) {
+                          const uint64_t *displs, int r, T *dense, uint64_t n) {
     wait_for_previous_kernel();
-    const int r = blockIdx.y;
     const uint64_t h = sizes[r] < capacity ? sizes[r] : capacity;
     const char *part = gathered + displs[r];
     const I *idx = reinterpret_cast<const I *>(part);
@@ -156,6 +425,22 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     GRID_STRIDE(j, h) {
         const I i = idx[j];
         if (i >= 0 && (uint64_t)i < n) atomic_add_value(dense + i, val[j]);
+    }
+}
+
+// Part r of a gathered set (see nvshmemrs_sparse_scatter_parts): atomic adds, though within a
+// part no index repeats, so no two adds of one launch meet.
+template <typename T, typename I>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    scatter_part_kernel(const I *idx, const T *val, const uint64_t *sizes,
+                        const uint64_t *displs, uint64_t capacity, int r, T *dense, uint64_t n) {
+    wait_for_previous_kernel();
+    const uint64_t size = sizes == nullptr ? capacity : sizes[r];
+    const uint64_t h = size < capacity ? size : capacity;
+    const uint64_t at = displs == nullptr ? (uint64_t)r * capacity : displs[r];
+    GRID_STRIDE(j, h) {
+        const I i = idx[at + j];
+        if (i >= 0 && (uint64_t)i < n) atomic_add_value(dense + i, val[at + j]);
     }
 }
 
@@ -275,7 +560,8 @@ __global__ void region_bounds_kernel(nvshmemrs_sparse_set set, uint64_t n, int p
         if (j == 0) {
             b = 0;
         } else if (j < p) {
-            b = c == 0 ? share_of(n, j, p) : (uint64_t)idx[share_of(c, j, p)];
+            // The seed's chunks: position floor(c / p) x j.
+            b = c == 0 ? share_of(n, j, p) : (uint64_t)idx[(c / p) * j];
         }
         bounds[j] = b;
     }
@@ -350,12 +636,21 @@ struct Stats {
     double z;
     double *scratch;
     float *out;
+    uint64_t need;
     cudaStream_t stream;
     template <typename T> cudaError_t run() const {
         cudaError_t err = launch_pdl(stats_kernel<T>, STAT_BLOCKS, SPARSE_THREADS, stream,
                                      static_cast<const T *>(g), n, scratch);
         if (err != cudaSuccess) return err;
-        return launch_pdl(stats_finish_kernel, 1, 32, stream, (const double *)scratch, n, z,
+        err = launch_pdl(stats_finish_kernel, 1, 32, stream, scratch, n, z, out, need);
+        if (err != cudaSuccess || need == 0) return err;
+        int blocks = 0;
+        err = sparse_grid(n, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        err = launch_pdl(correct_count_kernel<T>, blocks, SPARSE_THREADS, stream,
+                         static_cast<const T *>(g), n, scratch);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(correct_pick_kernel, 1, 32, stream, (const double *)scratch, need,
                           out);
     }
 };
@@ -437,13 +732,52 @@ struct ScatterConcat {
     cudaStream_t stream;
     template <typename T, typename I> cudaError_t run() const {
         if (capacity == 0 || n_pes <= 0) return cudaSuccess;
-        if (n_pes > 65535) return cudaErrorInvalidValue;
         int blocks = 0;
         cudaError_t err = sparse_grid(capacity, 2, &blocks);
+        for (int r = 0; err == cudaSuccess && r < n_pes; ++r) {
+            err = launch_pdl(scatter_concat_kernel<T, I>, blocks, SPARSE_THREADS, stream,
+                             static_cast<const char *>(gathered), sizes, capacity, displs, r,
+                             static_cast<T *>(dense), n);
+        }
+        return err;
+    }
+};
+
+struct CopyIf {
+    void *dst;
+    const void *src;
+    uint64_t n;
+    const uint32_t *flag;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        if (n == 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(n, 8, &blocks);
         if (err != cudaSuccess) return err;
-        return launch_pdl(scatter_concat_kernel<T, I>, dim3(blocks, n_pes), SPARSE_THREADS,
-                          stream, static_cast<const char *>(gathered), sizes, capacity, displs,
-                          static_cast<T *>(dense), n);
+        return launch_pdl(copy_if_kernel<T>, blocks, SPARSE_THREADS, stream, static_cast<T *>(dst),
+                          static_cast<const T *>(src), n, flag);
+    }
+};
+
+// The parts of a gathered set, one launch each in part order.
+struct ScatterParts {
+    const void *idx, *val;
+    const uint64_t *sizes, *displs;
+    uint64_t capacity;
+    int n_pes;
+    void *dense;
+    uint64_t n;
+    cudaStream_t stream;
+    template <typename T, typename I> cudaError_t run() const {
+        if (capacity == 0 || n_pes <= 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(capacity, 2, &blocks);
+        for (int r = 0; err == cudaSuccess && r < n_pes; ++r) {
+            err = launch_pdl(scatter_part_kernel<T, I>, blocks, SPARSE_THREADS, stream,
+                             static_cast<const I *>(idx), static_cast<const T *>(val), sizes,
+                             displs, capacity, r, static_cast<T *>(dense), n);
+        }
+        return err;
     }
 };
 
@@ -468,14 +802,14 @@ extern "C" int nvshmemrs_sparse_zero_at(nvshmemrs_sparse_set set, void *dense, u
     return by_value_index(dtype, index_type, f);
 }
 
-extern "C" uint64_t nvshmemrs_sparse_gaussian_scratch_words(void) { return 2 * STAT_BLOCKS; }
+extern "C" uint64_t nvshmemrs_sparse_gaussian_scratch_words(void) { return GAUSS_WORDS; }
 
 extern "C" int nvshmemrs_sparse_gaussian_threshold(const void *g, uint64_t n, double z,
-                                                   int32_t dtype, double *scratch,
-                                                   uint64_t scratch_words, float *threshold,
-                                                   cudaStream_t stream) {
-    if (n == 0 || scratch_words < 2 * STAT_BLOCKS) return cudaErrorInvalidValue;
-    Stats f{g, n, z, scratch, threshold, stream};
+                                                   uint64_t need, int32_t dtype,
+                                                   double *scratch, uint64_t scratch_words,
+                                                   float *threshold, cudaStream_t stream) {
+    if (n == 0 || scratch_words < GAUSS_WORDS) return cudaErrorInvalidValue;
+    Stats f{g, n, z, scratch, threshold, need, stream};
     return by_value(dtype, f);
 }
 
@@ -500,6 +834,60 @@ extern "C" int nvshmemrs_sparse_scatter_concat(const void *gathered, const uint6
                                                int32_t dtype, int32_t index_type,
                                                cudaStream_t stream) {
     ScatterConcat f{gathered, sizes, displs, capacity, n_pes, dense, n, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_scatter_parts(const void *idx, const void *val,
+                                              const uint64_t *sizes, const uint64_t *displs,
+                                              uint64_t capacity, int32_t n_parts, void *dense,
+                                              uint64_t n, int32_t dtype, int32_t index_type,
+                                              cudaStream_t stream) {
+    ScatterParts f{idx, val, sizes, displs, capacity, n_parts, dense, n, stream};
+    return by_value_index(dtype, index_type, f);
+}
+
+extern "C" int nvshmemrs_sparse_sa_choice(const uint64_t *sizes, int32_t n_pes, uint64_t capacity,
+                                          const uint64_t *bounds, uint64_t n, uint64_t *counts,
+                                          uint64_t *displs, uint64_t *total,
+                                          uint64_t *dense_counts, uint64_t *dense_displs,
+                                          uint32_t *dense, cudaStream_t stream) {
+    if (n_pes <= 0) return cudaErrorInvalidValue;
+    return launch_pdl(sa_choice_kernel, 1, 32, stream, sizes, (int)n_pes, capacity, bounds, n,
+                      counts, displs, total, dense_counts, dense_displs, dense);
+}
+
+extern "C" int nvshmemrs_sparse_copy_if(void *dst, const void *src, uint64_t n, int32_t dtype,
+                                        const uint32_t *flag, cudaStream_t stream) {
+    CopyIf f{dst, src, n, flag, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" uint64_t nvshmemrs_sparse_rise_scratch_words(void) { return RISE_WORDS; }
+
+extern "C" int nvshmemrs_sparse_threshold_rise(const void *g, uint64_t n, uint64_t limit,
+                                               double *state, float *threshold, int32_t dtype,
+                                               double *scratch, uint64_t scratch_words,
+                                               cudaStream_t stream) {
+    if (scratch_words < RISE_WORDS) return cudaErrorInvalidValue;
+    Rise f{g, n, limit, state, scratch, threshold, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" int nvshmemrs_sparse_threshold_adapt(const uint64_t *count, uint64_t k, double down,
+                                                double up, double *state, float *threshold,
+                                                cudaStream_t stream) {
+    return launch_pdl(adapt_kernel, 1, 32, stream, count, k, down, up, state, threshold);
+}
+
+extern "C" int nvshmemrs_sparse_threshold_state(const float *threshold, double *state,
+                                                cudaStream_t stream) {
+    return launch_pdl(state_set_kernel, 1, 32, stream, threshold, state);
+}
+
+extern "C" int nvshmemrs_sparse_zero_sent(nvshmemrs_sparse_set set, const void *result,
+                                          void *residual, uint64_t n, int32_t dtype,
+                                          int32_t index_type, cudaStream_t stream) {
+    ZeroSent f{set, result, residual, n, stream};
     return by_value_index(dtype, index_type, f);
 }
 

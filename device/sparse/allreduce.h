@@ -38,9 +38,12 @@ uint64_t nvshmemrs_sparse_gaussian_scratch_words(void);
  * (the same result on every run on one device), rounded to f32 and at least the smallest
  * positive float (zeros are never sent). Sums that are not finite (a NaN or infinity in g) give
  * +infinity, which selects only infinities and NaNs.
+ * need > 0: GaussianK's count correction (the seed's): with t_0 that value in f64 and t_j =
+ * t_{j-1} / 1.012 (f64), each rounded as above, the threshold is the first t_j (j < 50) at which
+ * at least `need` elements have |g| >= t_j (NaN always counts), else t_50. One more pass over g.
  */
-int nvshmemrs_sparse_gaussian_threshold(const void *g, uint64_t n, double z, int32_t dtype,
-                                        double *scratch, uint64_t scratch_words,
+int nvshmemrs_sparse_gaussian_threshold(const void *g, uint64_t n, double z, uint64_t need,
+                                        int32_t dtype, double *scratch, uint64_t scratch_words,
                                         float *threshold, cudaStream_t stream);
 
 /*
@@ -65,12 +68,78 @@ int nvshmemrs_sparse_pack_concat(nvshmemrs_sparse_set set, void *out, int32_t dt
 /*
  * dense[idx] += val for every pair of the n_pes packed parts of `gathered` (part r: min(sizes[r],
  * capacity) pairs from byte displs[r], laid out as nvshmemrs_sparse_pack_concat writes them);
- * indexes outside 0..n are skipped. Atomic adds, as nvshmemrs_sparse_scatter_add.
+ * indexes outside 0..n are skipped. Part after part in part order, as
+ * nvshmemrs_sparse_scatter_parts: every element's adds in member order.
  */
 int nvshmemrs_sparse_scatter_concat(const void *gathered, const uint64_t *sizes,
                                     uint64_t capacity, const uint64_t *displs, int32_t n_pes,
                                     void *dense, uint64_t n, int32_t dtype, int32_t index_type,
                                     cudaStream_t stream);
+
+/*
+ * dense[idx[j]] += val[j] (bf16: in f32, rounded once) for the pairs of n_parts parts of one
+ * gathered set, part after part in part order (one launch each), so that every element gets its
+ * adds in member order: the same bits on every PE that scatters the same parts, at any number
+ * of parts. Part r: min(sizes[r], capacity) pairs from position displs[r]; sizes NULL: capacity
+ * pairs each, displs NULL: from r x capacity. No index may repeat within a part (the adds of a
+ * part are atomic: repeats add in no fixed order). Indexes outside 0..n are skipped.
+ */
+int nvshmemrs_sparse_scatter_parts(const void *idx, const void *val, const uint64_t *sizes,
+                                   const uint64_t *displs, uint64_t capacity, int32_t n_parts,
+                                   void *dense, uint64_t n, int32_t dtype, int32_t index_type,
+                                   cudaStream_t stream);
+
+/* Words (f64) of workspace of nvshmemrs_sparse_threshold_rise. */
+uint64_t nvshmemrs_sparse_rise_scratch_words(void);
+
+/*
+ * Ok-Topk's local threshold rise between re-estimates (the seed's add2residual): with c_j =
+ * *state x 1.03^j (f64, j = 0 .. 5) rounded as a threshold (f32, +infinity where not finite, at
+ * least the smallest positive float), the first c_j (j < 5) at which at most `limit` elements
+ * have |g| >= c_j (NaN always counts), else c_5: *state = that c_j in f64, *threshold = in f32.
+ * One pass over g.
+ */
+int nvshmemrs_sparse_threshold_rise(const void *g, uint64_t n, uint64_t limit, double *state,
+                                    float *threshold, int32_t dtype, double *scratch,
+                                    uint64_t scratch_words, cudaStream_t stream);
+
+/*
+ * Ok-Topk's threshold adaptation by what a threshold selected (*count, on the device): where
+ * 4 x count < 3k, *state /= down; where 4 x count > 5k, *state *= up (f64); then *threshold =
+ * *state rounded as a threshold.
+ */
+int nvshmemrs_sparse_threshold_adapt(const uint64_t *count, uint64_t k, double down, double up,
+                                     double *state, float *threshold, cudaStream_t stream);
+
+/* *state = *threshold (f32 into f64, exact): the state of an exact estimate. */
+int nvshmemrs_sparse_threshold_state(const float *threshold, double *state,
+                                     cudaStream_t stream);
+
+/*
+ * residual[i] = 0 at each index i of the pairs `set` holds where result[i] is not zero (n
+ * elements; outside skipped): Ok-Topk's error feedback, which clears only the pairs that made
+ * the global set (their sums there are never zero).
+ */
+int nvshmemrs_sparse_zero_sent(nvshmemrs_sparse_set set, const void *result, void *residual,
+                               uint64_t n, int32_t dtype, int32_t index_type,
+                               cudaStream_t stream);
+
+/*
+ * topk_sa's dense fallback (the seed's): with h[r] = min(sizes[r], capacity) the pairs of member
+ * r's reduced region and H their sum, the dense exchange is taken where 2 x H >= floor(2n / 3)
+ * (the sparse exchange's index and value words would pass two thirds of the dense elements).
+ * Sparse: counts[r] = h[r], displs packed, *total = H, dense_counts[r] = 0, *dense = 0. Dense:
+ * counts[r] = 0, *total = 0, dense_counts[r] = bounds[r + 1] - bounds[r], *dense = 1. Always
+ * dense_displs[r] = bounds[r] (n_pes + 1 bounds).
+ */
+int nvshmemrs_sparse_sa_choice(const uint64_t *sizes, int32_t n_pes, uint64_t capacity,
+                               const uint64_t *bounds, uint64_t n, uint64_t *counts,
+                               uint64_t *displs, uint64_t *total, uint64_t *dense_counts,
+                               uint64_t *dense_displs, uint32_t *dense, cudaStream_t stream);
+
+/* dst[i] = src[i] for i < n where *flag is not 0 (read on the device); else nothing. */
+int nvshmemrs_sparse_copy_if(void *dst, const void *src, uint64_t n, int32_t dtype,
+                             const uint32_t *flag, cudaStream_t stream);
 
 /*
  * out.idx[j] = src_idx[p], out.val[j] = src_val[p] for p = pos.idx[j], j < the pairs pos holds
@@ -101,9 +170,9 @@ int nvshmemrs_sparse_least_threshold(nvshmemrs_sparse_set set, uint32_t *scratch
 
 /*
  * This PE's region boundaries over n elements, n_regions + 1 words: bounds[0] = 0,
- * bounds[n_regions] = n, and bounds[j] = idx[floor(j x c / n_regions)] for the c pairs the set
- * holds (sorted by index), so that each region holds about c / n_regions of them; without pairs,
- * floor(j x n / n_regions). Region j is [bounds[j], bounds[j + 1]).
+ * bounds[n_regions] = n, and bounds[j] = idx[floor(c / n_regions) x j] for the c pairs the set
+ * holds (sorted by index; the seed's chunks), so that each region holds about c / n_regions of
+ * them; without pairs, floor(j x n / n_regions). Region j is [bounds[j], bounds[j + 1]).
  */
 int nvshmemrs_sparse_region_bounds(nvshmemrs_sparse_set set, uint64_t n, int32_t n_regions,
                                    uint64_t *bounds, int32_t index_type, cudaStream_t stream);

@@ -9,6 +9,14 @@
 //   write      per tile: every key above, and equal keys while fewer than `take` came before
 //              (the lowest indexes), at their place in index order
 //
+// A threshold whose selection overflows the output's capacity keeps the `capacity` largest
+// magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
+// `capacity`, marks the state overflowed with the top-`capacity` search ahead (prefix 0, take
+// capacity), and the radix passes, a second count and a second scan, which return at once
+// unless the state overflowed, find the capacity-th largest key before the write. Those keys
+// are all at or above the threshold (at least `capacity` are), and the count stays the
+// threshold's.
+//
 // After the radix passes the state holds the k-th largest key itself (prefix) and how many keys
 // equal to it the top k holds (remaining): the k - remaining larger keys all belong to it. The
 // threshold reuses count/scan/write with the threshold's key and take = all. No kernel needs a
@@ -39,7 +47,9 @@ constexpr uint64_t TAKE_ALL = ~(uint64_t)0;
 struct SelectState {
     // Key bits found so far; after the last radix pass, the k-th largest key.
     uint32_t prefix;
-    uint32_t pad;
+    // A threshold selection found more keys than the output's capacity: the passes marked
+    // "on overflow" run, and look for the top `capacity` instead.
+    uint32_t overflow;
     // Keys still to take among those that start with `prefix`; after the last pass, how many
     // keys equal to the k-th largest the top k holds (the lowest indexes among them).
     uint64_t remaining;
@@ -80,6 +90,7 @@ __global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t 
     if (threadIdx.x == 0) {
         st->prefix = prefix;
         st->remaining = remaining;
+        st->overflow = 0;
         for (int p = 0; p < RADIX_PASSES_MAX; ++p) st->done[p] = 0;
     }
 }
@@ -124,10 +135,12 @@ __device__ void pick_digit(const unsigned long long *hist, SelectState *st, int 
 // above the digit equal the prefix found so far.
 template <typename T>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_radix_kernel(const T *g, uint64_t n, uint64_t *scratch, int pass, int shift) {
+    select_radix_kernel(const T *g, uint64_t n, uint64_t *scratch, int pass, int shift,
+                        bool on_overflow) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    if (on_overflow && st->overflow == 0) return;
     unsigned long long *hist =
         reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS) + 256 * pass;
     __shared__ uint32_t h[256];
@@ -176,13 +189,14 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
 // Per tile: keys above the threshold key, keys equal to it.
 template <typename T>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_count_kernel(const T *g, uint64_t n, uint64_t *scratch) {
+    select_count_kernel(const T *g, uint64_t n, uint64_t *scratch, bool on_overflow) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
     constexpr int ROUNDS = TILE / (SPARSE_THREADS * N);
     using Reduce = cub::BlockReduce<uint32_t, SPARSE_THREADS>;
     __shared__ typename Reduce::TempStorage tmp;
     const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
+    if (on_overflow && st->overflow == 0) return;
     uint64_t *counts = scratch + STATE_WORDS + HIST_WORDS;
     const uint32_t thr = st->prefix;
     const bool aligned = aligned16(g);
@@ -207,14 +221,20 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     if (threadIdx.x == 0) counts[blockIdx.x] = (uint64_t)(sum >> 16) << 32 | (sum & 0xFFFFu);
 }
 
+// How a scan runs: a top-k's; a threshold's first (the output count, and the overflow check
+// against the capacity); the second after an overflow (no output count: the threshold's stays).
+enum ScanMode { SCAN_TOPK = 0, SCAN_THRESHOLD = 1, SCAN_ON_OVERFLOW = 2 };
+
 // One block: the exclusive sums of the tiles' counts, and the output count (every key above,
 // and at most `take` of the equal ones).
 __global__ void __launch_bounds__(SCAN_THREADS)
-    select_scan_kernel(uint64_t *scratch, uint64_t tiles, uint64_t *out_count) {
+    select_scan_kernel(uint64_t *scratch, uint64_t tiles, uint64_t *out_count, int mode,
+                       uint64_t capacity) {
     wait_for_previous_kernel();
     using Scan = cub::BlockScan<unsigned long long, SCAN_THREADS>;
     __shared__ typename Scan::TempStorage tmp;
-    const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
+    SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    if (mode == SCAN_ON_OVERFLOW && st->overflow == 0) return;
     const uint64_t *counts = scratch + STATE_WORDS + HIST_WORDS;
     uint64_t *sums = scratch + STATE_WORDS + HIST_WORDS + tiles;
     // Each thread a contiguous share of the tiles.
@@ -235,9 +255,16 @@ __global__ void __launch_bounds__(SCAN_THREADS)
         above_before += counts[t] >> 32;
         equal_before += counts[t] & 0xFFFFFFFFu;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && mode != SCAN_ON_OVERFLOW) {
         const unsigned long long take = st->remaining;
-        *out_count = above_all + (equal_all < take ? equal_all : take);
+        const unsigned long long total = above_all + (equal_all < take ? equal_all : take);
+        *out_count = total;
+        if (mode == SCAN_THRESHOLD && capacity > 0 && total > capacity) {
+            // The top `capacity` instead: the radix passes start from no digits.
+            st->overflow = 1;
+            st->prefix = 0;
+            st->remaining = capacity;
+        }
     }
 }
 
@@ -329,20 +356,38 @@ struct SelectLaunch {
         cudaError_t err = launch_pdl(select_init_kernel, 1, SPARSE_THREADS, stream, scratch,
                                      prefix, take, device_t, Key<T>::BITS);
         if (err != cudaSuccess) return err;
-        if (topk && args.k < n) {
-            int blocks = 0;
-            err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, 8, &blocks);
-            for (int pass = 0; err == cudaSuccess && pass < Key<T>::BITS / 8; ++pass) {
-                err = launch_pdl(select_radix_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
-                                 scratch, pass, Key<T>::BITS - 8 * (pass + 1));
+        int blocks = 0;
+        err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        // The radix passes: a top-k's always (below n), a threshold's only on overflow.
+        auto radix = [&](bool on_overflow) {
+            cudaError_t e = cudaSuccess;
+            for (int pass = 0; e == cudaSuccess && pass < Key<T>::BITS / 8; ++pass) {
+                e = launch_pdl(select_radix_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
+                               scratch, pass, Key<T>::BITS - 8 * (pass + 1), on_overflow);
+            }
+            return e;
+        };
+        if (topk && args.k < n) err = radix(false);
+        if (err != cudaSuccess) return err;
+        err = launch_pdl(select_count_kernel<T>, (int)tiles, SPARSE_THREADS, stream, g, n,
+                         scratch, false);
+        if (err != cudaSuccess) return err;
+        err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, tiles, count,
+                         (int)(topk ? SCAN_TOPK : SCAN_THRESHOLD), args.out.capacity);
+        if (err != cudaSuccess) return err;
+        if (!topk) {
+            err = radix(true);
+            if (err == cudaSuccess) {
+                err = launch_pdl(select_count_kernel<T>, (int)tiles, SPARSE_THREADS, stream, g,
+                                 n, scratch, true);
+            }
+            if (err == cudaSuccess) {
+                err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, tiles,
+                                 count, (int)SCAN_ON_OVERFLOW, args.out.capacity);
             }
             if (err != cudaSuccess) return err;
         }
-        err = launch_pdl(select_count_kernel<T>, (int)tiles, SPARSE_THREADS, stream, g, n,
-                         scratch);
-        if (err != cudaSuccess) return err;
-        err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, tiles, count);
-        if (err != cudaSuccess) return err;
         return launch_pdl(select_write_kernel<T, I>, (int)tiles, SPARSE_THREADS, stream, g, n,
                           (const uint64_t *)scratch, tiles, static_cast<I *>(args.out.idx),
                           static_cast<T *>(args.out.val), args.out.capacity);

@@ -35,8 +35,9 @@ int nvshmemrs_sparse_topk(nvshmemrs_sparse_select_args args, cudaStream_t stream
 
 /*
  * Every element with |g| >= args.threshold (NaN counts as above every threshold) into args.out,
- * sorted by index; *out.count = how many there are, even beyond capacity (then the lowest
- * `capacity` indexes are written). args.threshold must not be NaN; with args.device_threshold
+ * sorted by index; *out.count = how many there are, even beyond capacity: then the `capacity`
+ * of largest magnitude among them are written (ties to the lower index; the top `capacity` of
+ * the gradient), sorted by index. args.threshold must not be NaN; with args.device_threshold
  * set, the threshold is read from there on the device instead.
  */
 int nvshmemrs_sparse_threshold(nvshmemrs_sparse_select_args args, cudaStream_t stream);

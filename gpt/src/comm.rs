@@ -131,6 +131,24 @@ pub trait Comm<B: Backend> {
     fn load_residual(&mut self, _be: &B, _values: &[f32]) -> Result<()> {
         Err(no_residual())
     }
+    /// What this PE's last sparse averaging selected (after the work enqueued so far), or None
+    /// where the last averaging was dense or there is none.
+    fn sparse_stats(&mut self, _be: &B) -> Result<Option<SparseStats>> {
+        Ok(None)
+    }
+}
+
+/// One PE's sparse averaging in one step, for the step log.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SparseStats {
+    /// Pairs its selection found (a threshold's may pass 2k; the pairs sent are at most 2k).
+    pub selected: u64,
+    /// The k the density asks for.
+    pub k: u64,
+    /// The local threshold (Gaussian methods, `topk_aopt`, Ok-Topk).
+    pub threshold: Option<f32>,
+    /// gTop-k: its pairs that made the global set.
+    pub included: Option<u64>,
 }
 
 fn no_residual() -> GptError {

@@ -49,6 +49,18 @@ pub struct StepRecord {
     /// Of that wait, the share the messages spent being sent (measured on the senders).
     #[serde(deserialize_with = "nan_for_null")]
     pub transfer_pct: f64,
+    /// Sparse averaging (the logging PE's): the pairs its selection found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_selected: Option<u64>,
+    /// Sparse averaging: the k the density asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_k: Option<u64>,
+    /// Sparse averaging: the local threshold (Gaussian methods, topk_aopt, Ok-Topk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_threshold: Option<f64>,
+    /// Sparse averaging, gTop-k: the logging PE's pairs that made the global set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_included: Option<u64>,
 }
 
 fn current_schema() -> u32 {
@@ -252,13 +264,30 @@ mod tests {
             wait_pct: 1.5,
             bubble_pct: 1.25,
             transfer_pct: 0.25,
+            sparse_selected: Some(1234),
+            sparse_k: Some(1000),
+            sparse_threshold: Some(0.001953125),
+            sparse_included: Some(777),
         };
         let line = r.to_json();
         assert!(
             line.starts_with("{\"schema\":1,\"step\":12,\"loss\":2.345678901234567,\"val_loss\":"),
             "{line}"
         );
-        assert_eq!(StepRecord::from_json(&line), Ok(r));
+        assert_eq!(StepRecord::from_json(&line), Ok(r.clone()));
+        assert!(
+            line.contains("\"sparse_selected\":1234,\"sparse_k\":1000"),
+            "{line}"
+        );
+        // A dense step writes no sparse field.
+        let dense = StepRecord {
+            sparse_selected: None,
+            sparse_k: None,
+            sparse_threshold: None,
+            sparse_included: None,
+            ..r
+        };
+        assert!(!dense.to_json().contains("sparse"), "{}", dense.to_json());
         // Values of a GPU run whose 17 significant digits serde_json's default parser read
         // back one unit in the last place off (its float_roundtrip feature reads them exactly).
         for ms in [197.33279100000001, 1.9050079999999998, 1.7858559999999999] {

@@ -12,7 +12,7 @@
 //! * Per-step statistics are summed over the world by an allreduce of a small f64 buffer.
 
 use crate::backend::{wait_event, Backend};
-use crate::comm::{group_members, stats_len, Comm, Group, Reduce};
+use crate::comm::{group_members, stats_len, Comm, Group, Reduce, SparseStats};
 use crate::config::Topology;
 use crate::error::{GptError, Result};
 use crate::ops::{F32Ptr, I32Ptr};
@@ -482,6 +482,19 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         let r = r.ok_or_else(|| GptError::Comm("no error-feedback residual to save".into()))?;
         // On the compute stream, where the allreduce updates it: after this step's update.
         Ok(self.compute.clone_dtoh(r)?)
+    }
+
+    fn sparse_stats(&mut self, _be: &B) -> Result<Option<SparseStats>> {
+        let Some(sp) = self.sparse.as_ref().filter(|_| self.sparse_on) else {
+            return Ok(None);
+        };
+        let s = &self.compute;
+        Ok(Some(SparseStats {
+            selected: sp.selected_count(s).map_err(nv_err)?,
+            k: sp.k() as u64,
+            threshold: sp.threshold(s).map_err(nv_err)?,
+            included: sp.included_count(s).map_err(nv_err)?,
+        }))
     }
 
     fn load_residual(&mut self, _be: &B, values: &[f32]) -> Result<()> {

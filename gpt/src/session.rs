@@ -216,6 +216,10 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             wait_pct: rep.wait_pct,
             bubble_pct: rep.bubble_pct,
             transfer_pct: rep.transfer_pct,
+            sparse_selected: rep.sparse.map(|s| s.selected),
+            sparse_k: rep.sparse.map(|s| s.k),
+            sparse_threshold: rep.sparse.and_then(|s| s.threshold).map(f64::from),
+            sparse_included: rep.sparse.and_then(|s| s.included),
         };
         if let Some((path, f)) = &mut log {
             io(path, writeln!(f, "{}", rec.to_json()))?;
@@ -238,6 +242,20 @@ pub fn run_session<B: Backend, C: Comm<B>>(
                 rep.transfer_pct
             )
             .map_err(stdout_err)?;
+            if let Some(sp) = rep.sparse {
+                let t = sp
+                    .threshold
+                    .map_or(String::new(), |t| format!(" | threshold {t:.3e}"));
+                let inc = sp
+                    .included
+                    .map_or(String::new(), |c| format!(" | included {c}"));
+                writeln!(
+                    out,
+                    "      sparse: selected {} of k {}{t}{inc}",
+                    sp.selected, sp.k
+                )
+                .map_err(stdout_err)?;
+            }
         }
         if let (Some(v), true) = (val, leader) {
             writeln!(

@@ -149,6 +149,8 @@ pub struct StepReport {
     pub wait_pct: f64,
     pub bubble_pct: f64,
     pub transfer_pct: f64,
+    /// This PE's sparse averaging of the step (None: dense).
+    pub sparse: Option<crate::comm::SparseStats>,
     /// Some PE reached --max-seconds, or was interrupted: everyone stops after this step.
     pub stop: bool,
     /// Some PE got Ctrl-C or SIGTERM ([`crate::interrupt`]): the stop is an interruption.
@@ -418,6 +420,11 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             )?;
         }
         self.step += 1;
+        let sparse = if self.topo.dp > 1 {
+            self.comm.sparse_stats(self.be)?
+        } else {
+            None
+        };
 
         let ms = t_begin.elapsed().as_secs_f64() * 1e3;
         let (wait, bubble, transfer) = pipeline_shares(&stats, &run, ms);
@@ -431,6 +438,7 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             wait_pct: wait,
             bubble_pct: bubble,
             transfer_pct: transfer,
+            sparse,
             stop,
             interrupted,
         })

@@ -2,7 +2,8 @@
 //! (top-k by magnitude, a Gaussian threshold, or Ok-Topk's reused threshold), the parts are
 //! exchanged with the collectives (allgather, allgatherv with device counts, grouped send/recv,
 //! broadcast; for the region methods alltoall, alltoallv with device counts and allreduce) and
-//! scatter-added into a dense output on every member. Error feedback keeps what was not sent in
+//! scatter-added into a dense output on every member, part after part in member order, so that
+//! every member's output is the same bits at any team size. Error feedback keeps what was not sent in
 //! a residual that the next call adds to its gradient, so nothing is lost over steps.
 //!
 //! Everything is stream-ordered with no host round trip: counts stay on the device, and the
@@ -42,32 +43,66 @@ const WHAT: &str = "SparseAllreduce";
 /// How a [`SparseAllreduce`] selects and exchanges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SparseMethod {
-    /// k = density x n largest |g| per PE; allgather of the indexes and of the values.
+    /// The seed's `topkA`. Sends: the exact top k (k = ceil(density x n) largest |g| of
+    /// `residual + g`), allgathered as k indexes and k values. Error feedback clears those k.
+    /// Deviation: k rounds up (the seed's `int(n x density)` down).
     TopK,
-    /// Top-k, then allgather of the per-PE sizes and allgatherv of indexes and values (device
-    /// counts).
+    /// The seed's `topkAopt`. Sends: every element at or above a local threshold (at most 2k
+    /// pairs; past that the 2k largest), allgathered with the sizes (allgatherv, device
+    /// counts). The threshold is estimated on the first sparse call and every
+    /// [`SparseOptions::reestimate_every`] (32) after it by an exact top-k (that call sends
+    /// exactly those k; the threshold is their least magnitude), and reused unchanged in
+    /// between, so sizes vary. Error feedback clears every pair sent. Deviations: |g| >= t
+    /// (the seed: > t, so its estimate call sends k - 1 plus ties); the 2k cap.
     TopKAopt,
-    /// A threshold from a Gaussian fit of g ([`reference::gaussian_threshold`]), computed on the
-    /// GPU; selection by threshold (up to 2k pairs), then as [`SparseMethod::TopKAopt`].
+    /// The seed's `gaussiank`. Sends: every element at or above a threshold from a Gaussian fit
+    /// of `residual + g` (|mean| + z std, [`reference::gaussian_threshold`], on the GPU), which
+    /// the seed's count correction lowers (divided by 1.012, at most 50 times) while fewer
+    /// than 3k/4 pass ([`reference::gaussian_corrected_threshold`]); at most 2k pairs (past
+    /// that the 2k largest), exchanged as [`SparseMethod::TopKAopt`]. Error feedback clears
+    /// every pair sent. Deviations: |g| >= t (the seed: > t); the 2k cap.
     GaussianK,
-    /// GaussianK with indexes and values in one packed buffer: one allgatherv.
+    /// The seed's `gaussiankconcat`: [`SparseMethod::GaussianK`]'s selection, indexes and
+    /// values packed in one buffer, one allgatherv. Error feedback as GaussianK.
     GaussianKConcat,
-    /// gTop-k: local top-k, then ceil(log2 P) tree rounds (the even partner receives, merges and
-    /// keeps the top k of the union; the odd one sends), then a broadcast of the global top k
-    /// from rank 0.
+    /// The seed's `gtopk`. Sends: the local exact top k into ceil(log2 P) tree rounds (the even
+    /// partner receives, merges by index, values added, and keeps the top k of the union; the
+    /// odd one sends; any P), then rank 0 broadcasts the global top k, which every member
+    /// gets. Error feedback clears the local pairs whose index made the global set
+    /// ([`SparseAllreduce::included`]), as the seed; a pair dropped in a tree round whose index
+    /// another member kept is in neither the result nor the residual (the seed's choice).
     GTopK,
-    /// Ok-Topk: a threshold selection (up to 2k pairs) with a threshold re-estimated every
-    /// [`SparseOptions::reestimate_every`] calls by an exact top-k (the least magnitude it
-    /// takes) and reused in between; P index regions whose boundaries are re-estimated at the
-    /// same calls (from the selected indexes, so that each region holds about the same number,
-    /// then averaged over the members by an allreduce); then the region exchange: an alltoall
-    /// of the per-region sizes, alltoallv rounds of at most min(4, P) peers with device counts,
-    /// a reduce per region on its owner, an allgatherv of the reduced regions.
+    /// The seed's `oktopk` (Ok-Topk, PPoPP'22, Algorithm 1). Local: every element at or above a
+    /// local threshold (at most 2k pairs; past that the 2k largest), estimated by an exact
+    /// top-k every [`SparseOptions::reestimate_every`] (32) sparse calls; in between reused,
+    /// first raised by x 1.03 (at most 5 times) while more than 3k/2 pass, and after each
+    /// selection adapted for the next call (/ 1.012 below 3k/4 selected, x 1.012 above 5k/4).
+    /// Regions: P index regions, re-partitioned every [`SparseOptions::repartition_every`]
+    /// (64) from the selected indexes (chunks of equal counts, averaged over the members by
+    /// an allreduce); an alltoall of the per-region sizes, alltoallv rounds of at most
+    /// min(4, P) peers (device counts), the reduce of each region on its owner. Global: every
+    /// [`SparseOptions::global_every`] (32) calls the reduced regions are allgathered whole
+    /// and the global top k of their sum is the result (its least magnitude the global
+    /// threshold); in between each owner sends only its reduced pairs at or above the global
+    /// threshold (about k in all), which adapts by the count gathered (/ 1.01 below 3k/4,
+    /// x 1.008 above 5k/4). Sends per call about k pairs in the allgather. Error feedback
+    /// clears from each member's residual only its own selected pairs whose index made the
+    /// global set; the rest stays. Deviations: |g| >= t (the seed: > t); the 2k cap; exact
+    /// top-k pairs at local estimates.
     OkTopK,
-    /// Exact top-k, then the region exchange of [`SparseMethod::OkTopK`] over P equal regions.
+    /// The seed's `topkSA`. Sends: the exact top k, through [`SparseMethod::OkTopK`]'s region
+    /// exchange over P equal regions, then the reduced regions allgathered; where those pairs
+    /// would pass two thirds of n words (2 x pairs >= floor(2n/3), the seed's test), the
+    /// regions' dense sums are allgathered instead ([`SparseAllreduce::dense_fallback`]).
+    /// Error feedback clears the k pairs sent (the result is their exact sum either way).
     TopKSa,
-    /// The Gaussian threshold of [`SparseMethod::GaussianK`] (up to 2k pairs), then the region
-    /// exchange of [`SparseMethod::OkTopK`] over P equal regions.
+    /// `gaussiank_sa`: [`SparseMethod::GaussianK`]'s selection (Gaussian threshold with the
+    /// count correction, at most 2k pairs), then the region exchange over P equal regions and
+    /// an allgather of the reduced regions. Error feedback clears every pair sent. Deviation,
+    /// by choice: the seed's class of this name thresholds by the exact top-k's k-th magnitude
+    /// (so it differs from `topkSA` only in its exchange); here it keeps the Gaussian estimate
+    /// its name promises, so that it is the Gaussian counterpart of [`SparseMethod::TopKSa`].
+    /// No dense fallback (the seed's has none).
     GaussianKSa,
 }
 
@@ -122,7 +157,19 @@ impl SparseMethod {
 
     /// Whether the method selects by a threshold (up to 2k pairs) rather than an exact top-k.
     fn by_threshold(self) -> bool {
-        self.gaussian() || self == SparseMethod::OkTopK
+        self.gaussian() || self.reuses_threshold()
+    }
+
+    /// Whether the method selects by a threshold, holding up to 2k pairs (Gaussian methods,
+    /// `topk_aopt`, Ok-Topk), rather than by an exact top-k (k pairs).
+    pub fn is_threshold_method(self) -> bool {
+        self.by_threshold()
+    }
+
+    /// Whether the method estimates its threshold by an exact top-k now and then and reuses it
+    /// in between (`topk_aopt`, Ok-Topk).
+    fn reuses_threshold(self) -> bool {
+        matches!(self, SparseMethod::TopKAopt | SparseMethod::OkTopK)
     }
 }
 
@@ -137,17 +184,45 @@ pub struct SparseOptions {
     pub error_feedback: bool,
     /// Divide the sum by the team size (a gradient average); off by default (the sum).
     pub average: bool,
-    /// Ok-Topk: the threshold and the region boundaries are re-estimated on the first call and
-    /// every this many calls after it (at least 1; 1 re-estimates on every call), and reused in
-    /// between. Default [`SparseOptions::REESTIMATE_EVERY`]. The other methods ignore it.
+    /// `topk_aopt` and Ok-Topk: the local threshold is estimated exactly (an exact top-k) on
+    /// the first sparse call and every this many sparse calls after it (at least 1; 1
+    /// estimates on every call), and reused in between. Default
+    /// [`SparseOptions::REESTIMATE_EVERY`] (the seed's 32). The other methods ignore it.
     pub reestimate_every: usize,
+    /// Ok-Topk: the global threshold is estimated (a global top-k of the reduced regions) on
+    /// the first sparse call and every this many after it, and reused in between. Default
+    /// [`SparseOptions::GLOBAL_EVERY`] (the seed's 32).
+    pub global_every: usize,
+    /// Ok-Topk: the region boundaries are re-estimated on the first sparse call and every this
+    /// many after it. Default [`SparseOptions::REPARTITION_EVERY`] (the seed's 64).
+    pub repartition_every: usize,
+    /// The first this many calls are a dense allreduce of the gradient (no selection; the
+    /// residual is left alone), as the seed's first 128; sparse calls, and the intervals
+    /// above, count from the first call after them. Default 0
+    /// ([`SparseOptions::SEED_DENSE_WARMUP`] is the seed's).
+    pub dense_warmup: usize,
+    /// DGC's density ramp: where above `density`, the density of the first
+    /// [`SparseOptions::ramp_calls`] sparse calls falls from this to `density` in four equal
+    /// stages, geometrically (DGC's 25%, 6.25%, 1.5625%, 0.4% before 0.1%:
+    /// [`SparseOptions::density_at`]); buffers are sized for it (the threshold methods' cap
+    /// stays 2k of this density). 0 (the default): no ramp.
+    pub ramp_from: f64,
+    /// Sparse calls the ramp lasts (0: none).
+    pub ramp_calls: usize,
 }
 
 impl SparseOptions {
-    /// Ok-Topk's default re-estimation interval (the original's for the local threshold).
+    /// The seed's local threshold interval (`topk_aopt`, Ok-Topk).
     pub const REESTIMATE_EVERY: usize = 32;
+    /// The seed's global threshold interval (Ok-Topk).
+    pub const GLOBAL_EVERY: usize = 32;
+    /// The seed's region repartition interval (Ok-Topk).
+    pub const REPARTITION_EVERY: usize = 64;
+    /// The seed's dense calls before the first sparse one.
+    pub const SEED_DENSE_WARMUP: usize = 128;
 
-    /// `method` at `density`, with error feedback, summing.
+    /// `method` at `density`, with error feedback, summing, the seed's intervals, no dense
+    /// warm-up.
     pub fn new(method: SparseMethod, density: f64) -> SparseOptions {
         SparseOptions {
             method,
@@ -155,6 +230,32 @@ impl SparseOptions {
             error_feedback: true,
             average: false,
             reestimate_every: SparseOptions::REESTIMATE_EVERY,
+            global_every: SparseOptions::GLOBAL_EVERY,
+            repartition_every: SparseOptions::REPARTITION_EVERY,
+            dense_warmup: 0,
+            ramp_from: 0.0,
+            ramp_calls: 0,
+        }
+    }
+
+    /// The density of sparse call `call` (counted from the first after the warm-up): during
+    /// the ramp, `ramp_from x (density / ramp_from)^(stage / 4)` with stage = floor(4 call /
+    /// ramp_calls); then `density`.
+    pub fn density_at(&self, call: u64) -> f64 {
+        let calls = self.ramp_calls as u64;
+        if self.ramp_from <= self.density || call >= calls {
+            return self.density;
+        }
+        let stage = (4 * call / calls) as i32;
+        self.ramp_from * (self.density / self.ramp_from).powf(stage as f64 / 4.0)
+    }
+
+    /// The largest density of any call: `density`, or `ramp_from` during a ramp.
+    pub fn max_density(&self) -> f64 {
+        if self.ramp_calls > 0 {
+            self.density.max(self.ramp_from)
+        } else {
+            self.density
         }
     }
 
@@ -261,8 +362,6 @@ enum Exchange<'nv, T: SparseValue, I: SparseIndex> {
     Fixed {
         idx: SymmetricBuffer<'nv, I>,
         val: SymmetricBuffer<'nv, T>,
-        /// P x k: the gathered set's count.
-        count: CudaSlice<u64>,
     },
     /// Allgatherv of indexes and of values, packed in member order.
     Varying(Gathered<'nv, T, I>),
@@ -293,8 +392,8 @@ struct Gathered<'nv, T: SparseValue, I: SparseIndex> {
 struct Regions<'nv, T: SparseValue, I: SparseIndex> {
     alltoall: Alltoall<'nv>,
     alltoallv: Alltoallv<'nv>,
-    /// Ok-Topk's re-estimation (None: equal regions, set at creation).
-    ok: Option<OkTopk<'nv>>,
+    /// Ok-Topk's global phase and re-partition (None: equal regions, set at creation).
+    ok: Option<OkTopk<'nv, T, I>>,
     /// The region boundaries, P + 1 words: region r is `bounds[r] .. bounds[r + 1]`.
     bounds: SymmetricBuffer<'nv, u64>,
     /// This member's selection per region: P sizes (the alltoall's input) and displacements.
@@ -314,19 +413,56 @@ struct Regions<'nv, T: SparseValue, I: SparseIndex> {
     /// The smallest positive f32: the compaction of the reduce takes every element but zeros.
     tiny: CudaSlice<f32>,
     gathered: Gathered<'nv, T, I>,
+    /// `topk_sa`: the dense fallback.
+    sa: Option<SaDense<'nv, T>>,
 }
 
-/// Ok-Topk's threshold and region schedule.
-struct OkTopk<'nv> {
+/// `topk_sa`'s dense fallback (the seed's): where the reduced regions' pairs would pass about
+/// two thirds of n words, the regions' dense sums are allgathered instead. Chosen on the
+/// device: both allgathervs are enqueued, the one not taken with zero counts.
+struct SaDense<'nv, T: SparseValue> {
+    /// The reduce's dense buffer (n elements, symmetric, so the dense allgatherv can move it in
+    /// place): this member's region sums, then every region's where the fallback is taken.
+    full: SymmetricBuffer<'nv, T>,
+    /// The dense allgatherv's counts (the regions' lengths, or 0) and displacements.
+    counts: SymmetricBuffer<'nv, u64>,
+    displs: SymmetricBuffer<'nv, u64>,
+    /// 1 where the last call took the dense exchange.
+    dense: CudaSlice<u32>,
+    /// This member's region: equal shares, known on the host.
+    own: (usize, usize),
+}
+
+/// The local threshold of `topk_aopt` and Ok-Topk: estimated by an exact top-k every `every`
+/// calls, reused in between (Ok-Topk: raised and adapted as the seed does).
+struct Reuse {
+    /// The threshold of the last call.
+    threshold: CudaSlice<f32>,
+    /// The threshold carried to the next call, in f64 (the seed's Python float).
+    state: CudaSlice<f64>,
+    /// The state's adaptation rounded, written by the adapt kernel (not used in selection).
+    next: CudaSlice<f32>,
+    /// Workspace of the estimate and of the rise.
+    least: CudaSlice<u32>,
+    scratch: CudaSlice<f64>,
+    every: u64,
+    /// Ok-Topk: the rise before a reused selection and the count adaptation after it.
+    adapt: bool,
+}
+
+/// Ok-Topk's global phase and region schedule.
+struct OkTopk<'nv, T: SparseValue, I: SparseIndex> {
     /// The boundaries' average over the members.
     allreduce: Allreduce<'nv>,
-    /// The threshold in use (estimated on the device, reused in between).
+    /// The global threshold in use (estimated on the device, reused in between) and its f64
+    /// state.
     threshold: CudaSlice<f32>,
-    /// Workspace of the estimate.
+    state: CudaSlice<f64>,
     least: CudaSlice<u32>,
-    every: u64,
-    /// Calls since the last clear: calls % every == 0 re-estimate.
-    calls: u64,
+    /// The global top k at an estimate.
+    global: SparseSet<T, I>,
+    global_every: u64,
+    repartition_every: u64,
 }
 
 struct Tree<'nv, T: SparseValue, I: SparseIndex> {
@@ -364,11 +500,23 @@ struct Tree<'nv, T: SparseValue, I: SparseIndex> {
 /// residual plus everything sent over the steps equals the sum of the gradients. gTop-k counts
 /// as sent the local pairs whose index is in the global set ([`SparseAllreduce::included`]),
 /// as in the paper, though a pair dropped in a tree round whose index another member kept is
-/// not in the sum. GaussianK holds at most 2k pairs: past that, the lowest indexes are sent
-/// and the rest stays in the residual. The region methods (Ok-Topk, `topk_sa`,
-/// `gaussiank_sa`) count as sent every pair the member put into the exchange: all the pairs
-/// its selection holds (Ok-Topk and `gaussiank_sa`: at most 2k, as GaussianK), whichever
-/// region they fall in; the result is their exact sum, as for top-k.
+/// not in the sum. GaussianK holds at most 2k pairs: past that, the 2k of largest magnitude
+/// are sent (never the lowest indexes) and the rest stays in the residual. `topk_sa` and
+/// `gaussiank_sa` count as sent every pair the member put into the exchange: all the pairs
+/// its selection holds, whichever region they fall in; the result is their exact sum, as for
+/// top-k. Ok-Topk counts as sent only the member's selected pairs whose index made the global
+/// set (those where the result is not zero); the others stay in the residual. Each method's
+/// doc ([`SparseMethod`]) says what it sends and where it departs from the seed.
+///
+/// Schedule: the first [`SparseOptions::dense_warmup`] calls are a dense allreduce of the
+/// gradient (the residual untouched); the intervals of `topk_aopt` and Ok-Topk count sparse
+/// calls from the first after them (the seed counts every call from its 128 dense ones: the
+/// same calls where the warm-up is a multiple of the intervals, as 128 is).
+///
+/// Replicas: every member's output is the same bits, at any team size. Where several members
+/// sent an index, their values are added in member order (rank 0's first), one member's part
+/// after the other (the region methods reduce their region so too), never by atomics in
+/// whatever order they land.
 pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     opts: SparseOptions,
     n: usize,
@@ -380,8 +528,14 @@ pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     topk: TopK,
     mine: SymSet<'nv, T, I>,
     residual: Option<CudaSlice<T>>,
-    /// Gaussian: workspace of the sums, the threshold word and z.
-    gauss: Option<(CudaSlice<f64>, CudaSlice<f32>, f64)>,
+    /// Gaussian: workspace of the sums and the threshold word.
+    gauss: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
+    /// `topk_aopt`, Ok-Topk: the reused local threshold.
+    reuse: Option<Reuse>,
+    /// Calls so far (warm-up included) since creation or the last clear: the schedule.
+    calls: u64,
+    /// The dense warm-up's allreduce and its symmetric buffer (n elements).
+    warmup: Option<(Allreduce<'nv>, SymmetricBuffer<'nv, T>)>,
     ex: Exchange<'nv, T, I>,
 }
 
@@ -401,12 +555,17 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         opts: SparseOptions,
     ) -> Result<Self> {
         check_density(opts.density)?;
-        if opts.reestimate_every == 0 {
-            return Err(Error::SparseConfig {
-                what: WHAT,
-                detail: "reestimate_every is 0; pass at least 1 (1 re-estimates on every call)"
-                    .into(),
-            });
+        for (name, every) in [
+            ("reestimate_every", opts.reestimate_every),
+            ("global_every", opts.global_every),
+            ("repartition_every", opts.repartition_every),
+        ] {
+            if every == 0 {
+                return Err(Error::SparseConfig {
+                    what: WHAT,
+                    detail: format!("{name} is 0; pass at least 1 (1 re-estimates on every call)"),
+                });
+            }
         }
         if len == 0 {
             return Err(Error::SparseConfig {
@@ -423,8 +582,18 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 max: I::MAX_INDEX,
             });
         }
+        if !(0.0..=1.0).contains(&opts.ramp_from) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "ramp_from {} is outside [0, 1]; pass 0 for no ramp, e.g. 0.25 for DGC's",
+                    opts.ramp_from
+                ),
+            });
+        }
         let stream = nv.stream();
-        let k = sparse_k(len, opts.density);
+        // Buffers for the largest density of any call.
+        let k = sparse_k(len, opts.max_density());
         let capacity = if opts.method.by_threshold() {
             (2 * k).min(len)
         } else {
@@ -434,7 +603,6 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         // Buffers for every member of any team: allocations are collective over the world,
         // with the same size on every PE.
         let world = nv.n_pes() as usize;
-        let members = rank.map_or(0, |(_, p)| p as usize);
         let topk = TopK::new(stream, len.max(2 * k))?;
         let mine = SymSet::new(nv, capacity)?;
         let residual = if opts.error_feedback {
@@ -445,8 +613,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         let gauss = if opts.method.gaussian() {
             // SAFETY: a host function without arguments.
             let words = unsafe { sys::nvshmemrs_sparse_gaussian_scratch_words() } as usize;
-            let z = reference::gaussian_z(opts.density);
-            Some((stream.alloc_zeros(words)?, stream.alloc_zeros(1)?, z))
+            Some((stream.alloc_zeros(words)?, stream.alloc_zeros(1)?))
         } else {
             None
         };
@@ -463,7 +630,6 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             SparseMethod::TopK => Exchange::Fixed {
                 idx: nv.alloc_zeroed(world * k)?,
                 val: nv.alloc_zeroed(world * k)?,
-                count: stream.clone_htod(&[(members * k) as u64])?,
             },
             SparseMethod::TopKAopt | SparseMethod::GaussianK => Exchange::Varying(Gathered {
                 parts: vparts()?,
@@ -475,7 +641,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                     nv,
                     team,
                     rank,
-                    (len, capacity),
+                    (len, capacity, k),
                     opts,
                     Gathered {
                         parts: vparts()?,
@@ -516,6 +682,29 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             }
         };
         let allgather = Allgather::new(nv, team)?;
+        let reuse = if opts.method.reuses_threshold() {
+            // SAFETY: a host function without arguments.
+            let words = unsafe { sys::nvshmemrs_sparse_rise_scratch_words() } as usize;
+            Some(Reuse {
+                threshold: stream.alloc_zeros(1)?,
+                state: stream.alloc_zeros(1)?,
+                next: stream.alloc_zeros(1)?,
+                least: stream.alloc_zeros(1)?,
+                scratch: stream.alloc_zeros(words)?,
+                every: opts.reestimate_every as u64,
+                adapt: opts.method == SparseMethod::OkTopK,
+            })
+        } else {
+            None
+        };
+        let warmup = if opts.dense_warmup > 0 {
+            Some((
+                nv.allreduce_workspace_for(team, 1 << 20)?,
+                nv.alloc_zeroed(len)?,
+            ))
+        } else {
+            None
+        };
         // Kernels later take these by address on the caller's stream: they must be ready.
         stream.synchronize()?;
         Ok(SparseAllreduce {
@@ -529,6 +718,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             mine,
             residual,
             gauss,
+            reuse,
+            calls: 0,
+            warmup,
             ex,
         })
     }
@@ -548,7 +740,8 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         false
     }
 
-    /// k = ceil(density x n): the pairs top-k methods select per member.
+    /// k = ceil(density x n): the pairs top-k methods select per member (of the last sparse
+    /// call's density during a ramp; before any, of the largest).
     pub fn k(&self) -> usize {
         self.k
     }
@@ -567,8 +760,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     }
 
     /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore that has no
-    /// residual). Ok-Topk starts its schedule again: the next call re-estimates the threshold
-    /// and the regions. Call it on every member alike (the re-estimate is collective).
+    /// residual). The schedule starts again: the next sparse call re-estimates every threshold
+    /// (`topk_aopt`, Ok-Topk) and the regions (a dense warm-up that has ended is not
+    /// repeated). Call it on every member alike (the re-estimate is collective).
     pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         if let Some(r) = &mut self.residual {
             stream.memset_zeros(r)?;
@@ -580,11 +774,11 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     /// Replaces the residual with `host` (a copy of [`SparseAllreduce::residual`] saved with a
     /// checkpoint), on `stream`: a resumed run then sends what the interrupted one had not sent
     /// yet, and its next call gives what the uninterrupted run's would. `host` may be dropped
-    /// when this returns. Ok-Topk starts its schedule again, as with
-    /// [`SparseAllreduce::clear_residual`]: its threshold and region boundaries are not part of
-    /// the residual, so the next call re-estimates them (a run resumed between two re-estimates
-    /// differs from the uninterrupted one until its next re-estimate); call it on every member
-    /// alike. Errors, with the residual left as it was: [`Error::NoErrorFeedback`] when created
+    /// when this returns. The schedule starts again, as with
+    /// [`SparseAllreduce::clear_residual`]: thresholds and region boundaries are not part of
+    /// the residual, so the next sparse call re-estimates them (a run resumed between two
+    /// re-estimates differs from the uninterrupted one until its next re-estimate); call it on
+    /// every member alike. Errors, with the residual left as it was: [`Error::NoErrorFeedback`] when created
     /// without error feedback, [`Error::ResidualLength`] when `host` does not hold
     /// [`SparseAllreduce::len`] elements.
     pub fn load_residual(&mut self, host: &[T], stream: &Arc<CudaStream>) -> Result<()> {
@@ -605,13 +799,12 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         Ok(())
     }
 
-    /// Ok-Topk: the next call re-estimates (the state it would reuse belongs to another run).
+    /// The sparse schedule starts again (the state it would reuse belongs to another run):
+    /// the next sparse call re-estimates everything. A dense warm-up that has ended is not
+    /// repeated; one under way starts over.
     fn restart_schedule(&mut self) {
-        if let Exchange::Regions(r) = &mut self.ex {
-            if let Some(ok) = &mut r.ok {
-                ok.calls = 0;
-            }
-        }
+        let warmup = self.opts.dense_warmup as u64;
+        self.calls = if self.calls >= warmup { warmup } else { 0 };
     }
 
     /// How long a collective may wait for a peer before failing ([`Error::Timeout`]).
@@ -646,12 +839,29 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
 
     /// gTop-k: the pairs of this member's selection whose index made it into the global set
     /// (sorted by index; with error feedback, the ones taken out of the residual); None for the
-    /// other methods, which send every pair their selection holds ([`SparseAllreduce::selected`];
-    /// the region methods included: what a member puts into the exchange counts as sent, its
-    /// own region's pairs too). Waits for the work queued on `stream`.
+    /// other methods: most send every pair their selection holds ([`SparseAllreduce::selected`];
+    /// `topk_sa` and `gaussiank_sa` included: what a member puts into the exchange counts as
+    /// sent), and Ok-Topk's sent pairs are those of its selection where the output is not zero.
+    /// Waits for the work queued on `stream`.
     pub fn included(&self, stream: &Arc<CudaStream>) -> Result<Option<HostSparse<T, I>>> {
         match &self.ex {
             Exchange::Tree(t) => Ok(Some(t.included.to_host(stream)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The true count of this member's last selection (past the capacity where a threshold
+    /// overflowed), without copying its pairs: one word read after the work queued on
+    /// `stream`.
+    pub fn selected_count(&self, stream: &Arc<CudaStream>) -> Result<u64> {
+        Ok(stream.clone_dtoh(&self.mine.count)?[0])
+    }
+
+    /// gTop-k: how many of this member's pairs made the global set in the last call (one word
+    /// read after the work queued on `stream`); None for the other methods.
+    pub fn included_count(&self, stream: &Arc<CudaStream>) -> Result<Option<u64>> {
+        match &self.ex {
+            Exchange::Tree(t) => Ok(Some(stream.clone_dtoh(t.included.count())?[0])),
             _ => Ok(None),
         }
     }
@@ -665,13 +875,24 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
     }
 
-    /// The threshold of the last call (waits for the work queued on `stream`): GaussianK's
-    /// (also `gaussiank_concat`, `gaussiank_sa`), or Ok-Topk's (estimated on that call or
-    /// reused); None for the top-k methods.
+    /// The local threshold of the last sparse call (waits for the work queued on `stream`):
+    /// GaussianK's (also `gaussiank_concat`, `gaussiank_sa`; after the count correction), or
+    /// `topk_aopt`'s and Ok-Topk's (estimated on that call or reused); None for the top-k
+    /// methods.
     pub fn threshold(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
-        if let Some((_, t, _)) = &self.gauss {
+        if let Some((_, t)) = &self.gauss {
             return Ok(Some(stream.clone_dtoh(t)?[0]));
         }
+        match &self.reuse {
+            Some(r) => Ok(Some(stream.clone_dtoh(&r.threshold)?[0])),
+            None => Ok(None),
+        }
+    }
+
+    /// Ok-Topk: the global threshold the next reusing call selects the reduced regions with
+    /// (as estimated on the last estimate, adapted by the counts since); None for the other
+    /// methods. Waits for the work queued on `stream`.
+    pub fn global_threshold(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
         match &self.ex {
             Exchange::Regions(r) => match &r.ok {
                 Some(ok) => Ok(Some(stream.clone_dtoh(&ok.threshold)?[0])),
@@ -679,6 +900,12 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             },
             _ => Ok(None),
         }
+    }
+
+    /// Calls counted by the schedule (dense warm-up included): since creation, restarted
+    /// after the warm-up by a clear or a load.
+    pub fn calls(&self) -> u64 {
+        self.calls
     }
 
     /// The region methods: the region boundaries of the last call, P + 1 values (member r's
@@ -701,6 +928,19 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     pub fn region(&self, stream: &Arc<CudaStream>) -> Result<Option<HostSparse<T, I>>> {
         match &self.ex {
             Exchange::Regions(r) => Ok(Some(r.reduced.to_host(stream)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// `topk_sa`: whether the last call took the dense fallback (the reduced regions' dense
+    /// sums allgathered, because their pairs would have passed about two thirds of n words);
+    /// None for the other methods. Waits for the work queued on `stream`.
+    pub fn dense_fallback(&self, stream: &Arc<CudaStream>) -> Result<Option<bool>> {
+        match &self.ex {
+            Exchange::Regions(r) => match &r.sa {
+                Some(sa) => Ok(Some(stream.clone_dtoh(&sa.dense)?[0] != 0)),
+                None => Ok(None),
+            },
             _ => Ok(None),
         }
     }
@@ -733,7 +973,14 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 let sizes = stream.clone_dtoh(&r.send_sizes.view(0..p as usize)?)?;
                 let others = sizes.iter().sum::<u64>() - sizes[me as usize];
                 let reduced = stream.clone_dtoh(&r.reduced.count)?[0];
-                (p - 1) * 8 + others * pair + (p - 1) * (8 + reduced * pair)
+                let dense = match &r.sa {
+                    Some(sa) if stream.clone_dtoh(&sa.dense)?[0] != 0 => {
+                        Some((sa.own.1 - sa.own.0) as u64 * std::mem::size_of::<T>() as u64)
+                    }
+                    _ => None,
+                };
+                let gathered = dense.unwrap_or(reduced * pair);
+                (p - 1) * 8 + others * pair + (p - 1) * (8 + gathered)
             }
         })
     }
@@ -800,6 +1047,31 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         let n = self.n;
         let dtype = value_code::<T>();
         let itype = index_code::<I>();
+        let call = self.calls;
+        self.calls += 1;
+        if let (Some((ar, warm)), true) = (&mut self.warmup, call < self.opts.dense_warmup as u64) {
+            // The dense warm-up: out = the allreduce of g (grad may be out), through the
+            // symmetric buffer.
+            let bytes = n * std::mem::size_of::<T>();
+            let w = warm.as_device_ptr() as u64;
+            // SAFETY: n elements each (this function's contract; the buffer's length).
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(w, grad, bytes, stream.cu_stream())
+            }?;
+            let op = if self.opts.average {
+                ReduceOp::Avg
+            } else {
+                ReduceOp::Sum
+            };
+            ar.run_in_place(warm.view(0..n)?, op, AllreduceAlgo::Auto, stream)?;
+            // SAFETY: as above.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(out, w, bytes, stream.cu_stream())
+            }?;
+            return Ok(());
+        }
+        // Sparse calls counted from the first after the warm-up: the intervals' schedule.
+        let sparse_call = call - (self.opts.dense_warmup as u64).min(call);
         // The selection's source: residual + g with error feedback, else g.
         let src = match &self.residual {
             Some(r) => {
@@ -820,26 +1092,37 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             None => grad,
         };
         let mine = self.mine.raw();
-        // Ok-Topk: whether this call re-estimates (an exact top-k) or reuses the threshold, and
-        // the threshold's and the estimate's words.
-        let ok = match &mut self.ex {
-            Exchange::Regions(r) => r.ok.as_mut().map(|ok| {
-                let estimate = ok.calls % ok.every == 0;
-                ok.calls += 1;
-                (estimate, addr(&ok.threshold), addr(&ok.least))
-            }),
-            _ => None,
-        };
-        let estimate = matches!(ok, Some((true, _, _)));
-        match (&self.gauss, ok) {
-            (Some((scratch, t, z)), _) => {
+        let density = self.opts.density_at(sparse_call);
+        let k = sparse_k(n, density);
+        if let Exchange::Tree(t) = &mut self.ex {
+            if k != self.k {
+                // The received and broadcast sets hold k pairs: their counts follow k.
+                let kk = [k as u64];
+                for count in [&t.recv.count, &t.global.count] {
+                    // SAFETY: one word of device memory, ordered on `stream`; a copy from
+                    // pageable memory is staged before the call returns.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(
+                            count.as_device_ptr() as u64,
+                            &kk,
+                            stream.cu_stream(),
+                        )
+                    }?;
+                }
+            }
+        }
+        self.k = k;
+        match (&self.gauss, &self.reuse) {
+            (Some((scratch, t)), _) => {
+                let z = reference::gaussian_z(density);
                 let t = addr(t);
                 // SAFETY: src holds n elements; the workspace its words; t one f32.
                 let code = unsafe {
                     sys::nvshmemrs_sparse_gaussian_threshold(
                         src as *const c_void,
                         n as u64,
-                        *z,
+                        z,
+                        reference::gaussian_need(k) as u64,
                         dtype,
                         addr(scratch) as *mut f64,
                         scratch.len() as u64,
@@ -854,35 +1137,22 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                         .threshold_at_raw::<T, I>((src, n), t as *const f32, mine, stream)?
                 };
             }
-            (None, Some((false, t, _))) => {
-                // SAFETY: src n elements, the set its capacity, t one f32, all on `stream`.
+            (None, Some(reuse)) => {
+                // SAFETY: src n elements, the set its capacity, the reuse words, on `stream`.
                 unsafe {
-                    self.topk
-                        .threshold_at_raw::<T, I>((src, n), t as *const f32, mine, stream)?
+                    reuse.select::<T, I>(&mut self.topk, (src, n), k, sparse_call, mine, stream)?
                 };
             }
-            (None, ok) => {
+            (None, None) => {
                 // SAFETY: as above.
-                unsafe { self.topk.run_raw::<T, I>((src, n), self.k, mine, stream)? };
-                if let Some((_, t, least)) = ok {
-                    // SAFETY: the set its capacity, least one u32, t one f32, on `stream`.
-                    let code = unsafe {
-                        sys::nvshmemrs_sparse_least_threshold(
-                            mine,
-                            least as *mut u32,
-                            t as *mut f32,
-                            dtype,
-                            itype,
-                            s,
-                        )
-                    };
-                    cuda_check(code, "Ok-Topk threshold kernel launch")?;
-                }
+                unsafe { self.topk.run_raw::<T, I>((src, n), k, mine, stream)? };
             }
         }
-        // What is sent leaves the residual (gTop-k: only what made it into the global set,
-        // below).
-        let zero_sent = self.residual.is_some() && !matches!(self.ex, Exchange::Tree(_));
+        // What is sent leaves the residual (gTop-k and Ok-Topk: only what made it into the
+        // global set, below).
+        let zero_sent = self.residual.is_some()
+            && !matches!(self.ex, Exchange::Tree(_))
+            && self.opts.method != SparseMethod::OkTopK;
         if let (true, Some(r)) = (zero_sent, &self.residual) {
             // SAFETY: the set's capacity and n elements of residual.
             let code = unsafe {
@@ -897,26 +1167,27 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             };
             cuda_check(code, "residual update kernel launch")?;
         }
-        let k = self.k;
         let cap = self.capacity;
         let pu = p as usize;
         // SAFETY: `out` holds n elements (this function's contract).
         let zero_out = || unsafe { zero_dense::<T>(out, n, stream) };
         match &mut self.ex {
-            Exchange::Fixed { idx, val, count } => {
+            Exchange::Fixed { idx, val } => {
                 self.allgather
                     .run(self.mine.idx.view(0..k)?, idx.view(0..pu * k)?, stream)?;
                 self.allgather
                     .run(self.mine.val.view(0..k)?, val.view(0..pu * k)?, stream)?;
                 zero_out()?;
-                let set = sys::nvshmemrs_sparse_set {
-                    idx: idx.as_device_ptr().cast(),
-                    val: val.as_device_ptr().cast(),
-                    count: addr(count) as *mut u64,
-                    capacity: (pu * k) as u64,
+                let parts = Parts {
+                    idx: idx.as_device_ptr() as u64,
+                    val: val.as_device_ptr() as u64,
+                    sizes: 0,
+                    displs: 0,
+                    capacity: k,
+                    n_parts: p,
                 };
-                // SAFETY: P x k pairs of symmetric memory, the count word, `out` n elements.
-                unsafe { scatter_add_raw::<T, I>(set, (out, n), stream)? };
+                // SAFETY: P parts of k pairs of symmetric memory, `out` n elements.
+                unsafe { scatter_parts::<T, I>(parts, (out, n), stream)? };
             }
             Exchange::Varying(g) => {
                 // SAFETY: the selection its capacity, `out` n elements, on `stream`.
@@ -1000,13 +1271,15 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 unsafe { t.include(&mut self.topk, &self.mine, residual, n, stream)? };
             }
             Exchange::Regions(r) => {
-                // SAFETY: the selection its capacity, `out` n elements, on `stream`.
+                let residual = self.residual.as_ref().map_or(0, addr);
+                // SAFETY: the selection its capacity, `out` n elements, the residual 0 or n, on
+                // `stream`.
                 unsafe {
                     r.run(
                         &mut self.topk,
                         &mut self.allgather,
                         &self.mine,
-                        estimate,
+                        (sparse_call, k, residual),
                         (me, p),
                         (out, n),
                         stream,
@@ -1040,6 +1313,51 @@ unsafe fn zero_dense<T>(out: u64, n: usize, stream: &CudaStream) -> Result<()> {
         )
     }?;
     Ok(())
+}
+
+/// The parts of a gathered sparse set, one per member in member order, by device address.
+#[derive(Clone, Copy)]
+struct Parts {
+    idx: u64,
+    val: u64,
+    /// P device words: part r's pair count (at most `capacity` taken); 0: `capacity` each.
+    sizes: u64,
+    /// P device words: where part r starts, in pairs; 0: at r x `capacity`.
+    displs: u64,
+    capacity: usize,
+    n_parts: i32,
+}
+
+/// Enqueues `dense[idx] += val` for the pairs of `parts`, part after part in member order, so
+/// that every element's adds happen in member order: bit-identical results on every member
+/// that scatters the same parts, at any team size (an atomic scatter-add of all parts at once
+/// adds in no fixed order, which rounds differently from one member to the next for P >= 3).
+///
+/// # Safety
+/// The parts' buffers hold every part as described, `dense.0` is device memory of `dense.1`
+/// elements, all ordered on `stream`.
+unsafe fn scatter_parts<T: SparseValue, I: SparseIndex>(
+    parts: Parts,
+    dense: (u64, usize),
+    stream: &CudaStream,
+) -> Result<()> {
+    // SAFETY: this function's contract.
+    let code = unsafe {
+        sys::nvshmemrs_sparse_scatter_parts(
+            parts.idx as *const c_void,
+            parts.val as *const c_void,
+            parts.sizes as *const u64,
+            parts.displs as *const u64,
+            parts.capacity as u64,
+            parts.n_parts,
+            dense.0 as *mut c_void,
+            dense.1 as u64,
+            value_code::<T>(),
+            index_code::<I>(),
+            raw_stream(stream),
+        )
+    };
+    cuda_check(code, "ordered scatter-add kernel launch")
 }
 
 impl<T: SparseValue, I: SparseIndex> Gathered<'_, T, I> {
@@ -1076,14 +1394,17 @@ impl<T: SparseValue, I: SparseIndex> Gathered<'_, T, I> {
             .run_device(set.val.view(0..part)?, self.val.view(0..all)?, &dp, stream)?;
         // SAFETY: this function's contract.
         unsafe { zero_dense::<T>(dense.0, dense.1, stream)? };
-        let gathered = sys::nvshmemrs_sparse_set {
-            idx: self.idx.as_device_ptr().cast(),
-            val: self.val.as_device_ptr().cast(),
-            count: addr(&parts.total) as *mut u64,
-            capacity: all as u64,
+        let gathered = Parts {
+            idx: self.idx.as_device_ptr() as u64,
+            val: self.val.as_device_ptr() as u64,
+            sizes: parts.sizes.as_device_ptr() as u64,
+            displs: parts.displs.as_device_ptr() as u64,
+            capacity: part,
+            n_parts: p,
         };
-        // SAFETY: `all` pairs of symmetric memory, the total word, `out` of its elements.
-        unsafe { scatter_add_raw::<T, I>(gathered, dense, stream) }
+        // SAFETY: the members' parts within `all` pairs of symmetric memory (their sizes and
+        // displacements P words each), `out` of its elements.
+        unsafe { scatter_parts::<T, I>(gathered, dense, stream) }
     }
 }
 
@@ -1094,11 +1415,11 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
         nv: &'nv Nvshmem,
         team: Option<&Team<'_>>,
         rank: Option<(i32, i32)>,
-        sizes: (usize, usize),
+        sizes: (usize, usize, usize),
         opts: SparseOptions,
         gathered: Gathered<'nv, T, I>,
     ) -> Result<Self> {
-        let (len, capacity) = sizes;
+        let (len, capacity, k) = sizes;
         let stream = nv.stream();
         let world = nv.n_pes() as usize;
         let (_, rounds) = reference::exchange_rounds(world);
@@ -1106,9 +1427,11 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
             Some(OkTopk {
                 allreduce: nv.allreduce_workspace_for(team, ((world + 1) * 8).max(4096))?,
                 threshold: stream.alloc_zeros(1)?,
+                state: stream.alloc_zeros(1)?,
                 least: stream.alloc_zeros(1)?,
-                every: opts.reestimate_every as u64,
-                calls: 0,
+                global: SparseSet::new(stream, k)?,
+                global_every: opts.global_every as u64,
+                repartition_every: opts.repartition_every as u64,
             })
         } else {
             None
@@ -1120,6 +1443,24 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
                 .copy_from_host(&reference::equal_boundaries(len, p as usize))?;
         }
         let tiny = stream.clone_htod(&[f32::from_bits(1)])?;
+        let sa = if opts.method == SparseMethod::TopKSa {
+            let own = match rank {
+                Some((me, p)) => {
+                    let b = reference::equal_boundaries(len, p as usize);
+                    (b[me as usize] as usize, b[me as usize + 1] as usize)
+                }
+                None => (0, 0),
+            };
+            Some(SaDense {
+                full: nv.alloc_zeroed(len)?,
+                counts: nv.alloc_zeroed(world)?,
+                displs: nv.alloc_zeroed(world)?,
+                dense: stream.alloc_zeros(1)?,
+                own,
+            })
+        } else {
+            None
+        };
         Ok(Regions {
             alltoall: Alltoall::new(nv, team)?,
             alltoallv: Alltoallv::new(nv, team)?,
@@ -1135,22 +1476,25 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
             reduced: SymSet::new(nv, world * capacity)?,
             tiny,
             gathered,
+            sa,
         })
     }
 
-    /// The region exchange of this member's selection `mine` (`estimate`: Ok-Topk re-estimates
-    /// the boundaries from it first), the result in `dense` (n elements, also the reduce's
-    /// scratch).
+    /// The region exchange of this member's selection `mine` on sparse call `call` (Ok-Topk
+    /// re-partitions from it first where the schedule says, and selects its global set of
+    /// about `k` pairs; with a residual (0: none) it clears from it the pairs of `mine` that
+    /// made the global set), the result in `dense` (n elements, also the reduce's scratch).
     ///
     /// # Safety
-    /// `dense.0` is device memory of `dense.1` elements, ordered on `stream`.
+    /// `dense.0` is device memory of `dense.1` elements, `residual` 0 or of as many, ordered
+    /// on `stream`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         &mut self,
         topk: &mut TopK,
         allgather: &mut Allgather<'_>,
         mine: &SymSet<'_, T, I>,
-        estimate: bool,
+        (call, k, residual): (u64, usize, u64),
         (me, p): (i32, i32),
         dense: (u64, usize),
         stream: &CudaStream,
@@ -1158,7 +1502,16 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
         let s = raw_stream(stream);
         let itype = index_code::<I>();
         let (pu, cap, n) = (p as usize, mine.capacity, dense.1);
-        if let (true, Some(ok)) = (estimate, &mut self.ok) {
+        let repartition = self
+            .ok
+            .as_ref()
+            .is_some_and(|ok| call % ok.repartition_every == 0);
+        // Ok-Topk: whether this call estimates the global threshold (else it reuses it).
+        let global_estimate = self
+            .ok
+            .as_ref()
+            .is_some_and(|ok| call % ok.global_every == 0);
+        if let (true, Some(ok)) = (repartition, &mut self.ok) {
             // SAFETY: the selection its capacity, bounds P + 1 words.
             let code = unsafe {
                 sys::nvshmemrs_sparse_region_bounds(
@@ -1239,22 +1592,138 @@ impl<'nv, T: SparseValue, I: SparseIndex> Regions<'nv, T, I> {
             )?;
         }
         // The reduce: the received pairs added into zeros, then every element that is not zero
-        // (only this member's region can hold any), sorted by index.
-        // SAFETY: this function's contract.
+        // (only this member's region can hold any), sorted by index. `topk_sa` reduces into
+        // its symmetric dense buffer (its dense fallback moves it), the others into `dense`.
+        let out = dense;
+        let dense = match &self.sa {
+            Some(sa) => (sa.full.as_device_ptr() as u64, n),
+            None => dense,
+        };
+        // SAFETY: this function's contract, or the fallback's n elements.
         unsafe { zero_dense::<T>(dense.0, n, stream)? };
-        // SAFETY: the received pairs (their count at most P x cap), `dense` n elements.
-        unsafe { scatter_add_raw::<T, I>(self.recv.raw(), dense, stream)? };
-        let tiny = addr(&self.tiny) as *const f32;
+        // In source order, so that every member reduces its region in member order.
+        let received = Parts {
+            idx: self.recv.idx.as_device_ptr() as u64,
+            val: self.recv.val.as_device_ptr() as u64,
+            sizes: self.recv_sizes.as_device_ptr() as u64,
+            displs: self.recv_displs.as_device_ptr() as u64,
+            capacity: cap,
+            n_parts: p,
+        };
+        // SAFETY: the received parts (each at most cap pairs, within P x cap), their sizes and
+        // displacements P words each, `dense` n elements.
+        unsafe { scatter_parts::<T, I>(received, dense, stream)? };
+        // Every element but zeros; Ok-Topk between global estimates: at or above the global
+        // threshold.
+        let at = match &self.ok {
+            Some(ok) if !global_estimate => addr(&ok.threshold) as *const f32,
+            _ => addr(&self.tiny) as *const f32,
+        };
         // SAFETY: `dense` n elements, the reduced set its capacity, the threshold one f32.
         unsafe {
-            topk.threshold_at_raw::<T, I>(dense, tiny, self.reduced.raw(), stream)?;
+            topk.threshold_at_raw::<T, I>(dense, at, self.reduced.raw(), stream)?;
         }
         // The reduced regions together hold at most what was sent: P x cap pairs.
+        let Some(sa) = &mut self.sa else {
+            // SAFETY: this function's contract.
+            unsafe {
+                self.gathered
+                    .run(allgather, &self.reduced, (all, all), p, out, stream)?
+            };
+            if let Some(ok) = &mut self.ok {
+                // SAFETY: `out` n elements, the sets their capacities, the residual 0 or n.
+                unsafe {
+                    ok.global(
+                        topk,
+                        mine,
+                        &self.gathered,
+                        (global_estimate, k, residual),
+                        out,
+                        stream,
+                    )?
+                };
+            }
+            return Ok(());
+        };
+        let g = &mut self.gathered;
+        let parts = &mut g.parts;
+        allgather.run(
+            self.reduced.count.view(0..1)?,
+            parts.sizes.view(0..pu)?,
+            stream,
+        )?;
+        // SAFETY: P words each of symmetric memory, P + 1 bounds, the total and flag words.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_sa_choice(
+                parts.sizes.as_device_ptr(),
+                p,
+                all as u64,
+                self.bounds.as_device_ptr(),
+                n as u64,
+                parts.counts.as_device_ptr(),
+                parts.displs.as_device_ptr(),
+                addr(&parts.total) as *mut u64,
+                sa.counts.as_device_ptr(),
+                sa.displs.as_device_ptr(),
+                addr(&sa.dense) as *mut u32,
+                s,
+            )
+        };
+        cuda_check(code, "topk_sa exchange choice kernel launch")?;
+        let dp = DeviceParts {
+            counts: parts.counts.view(0..pu)?,
+            displs: parts.displs.view(0..pu)?,
+        };
+        parts.agv.run_device(
+            self.reduced.idx.view(0..all)?,
+            g.idx.view(0..all)?,
+            &dp,
+            stream,
+        )?;
+        parts.agv.run_device(
+            self.reduced.val.view(0..all)?,
+            g.val.view(0..all)?,
+            &dp,
+            stream,
+        )?;
+        // In place: this member's region of `full` is its part (at least one element long,
+        // its count 0 where the region is empty or the exchange sparse).
+        let (lo, hi) = sa.own;
+        let dense_parts = DeviceParts {
+            counts: sa.counts.view(0..pu)?,
+            displs: sa.displs.view(0..pu)?,
+        };
+        parts.agv.run_device(
+            sa.full.view(lo..hi.max(lo + 1).min(n))?,
+            sa.full.view(0..n)?,
+            &dense_parts,
+            stream,
+        )?;
         // SAFETY: this function's contract.
-        unsafe {
-            self.gathered
-                .run(allgather, &self.reduced, (all, all), p, dense, stream)
-        }
+        unsafe { zero_dense::<T>(out.0, n, stream)? };
+        let gathered = Parts {
+            idx: g.idx.as_device_ptr() as u64,
+            val: g.val.as_device_ptr() as u64,
+            // The counts, not the sizes: 0 where the dense exchange was taken.
+            sizes: parts.counts.as_device_ptr() as u64,
+            displs: parts.displs.as_device_ptr() as u64,
+            capacity: all,
+            n_parts: p,
+        };
+        // SAFETY: the gathered parts within `all` pairs, `out` n elements.
+        unsafe { scatter_parts::<T, I>(gathered, out, stream)? };
+        // SAFETY: n elements each; the flag one word.
+        let code = unsafe {
+            sys::nvshmemrs_sparse_copy_if(
+                out.0 as *mut c_void,
+                sa.full.as_device_ptr().cast(),
+                n as u64,
+                value_code::<T>(),
+                addr(&sa.dense) as *const u32,
+                s,
+            )
+        };
+        cuda_check(code, "topk_sa dense result kernel launch")
     }
 }
 
@@ -1431,6 +1900,168 @@ impl<T: SparseValue, I: SparseIndex> Tree<'_, T, I> {
     }
 }
 
+impl Reuse {
+    /// The local selection of sparse call `call` into `mine` from the `n` elements at `src`: on
+    /// an estimate call the exact top k (its least magnitude becomes the threshold), else every
+    /// element at or above the reused threshold (Ok-Topk: raised first while more than 3k/2
+    /// pass, as the seed's add2residual; up to 2k pairs, past that the largest). Ok-Topk then
+    /// adapts the threshold it carries by the count selected (the seed's x or / 1.012).
+    ///
+    /// # Safety
+    /// `src` is device memory of `n` elements, `mine` a set of its capacity, on `stream`.
+    unsafe fn select<T: SparseValue, I: SparseIndex>(
+        &self,
+        topk: &mut TopK,
+        (src, n): (u64, usize),
+        k: usize,
+        call: u64,
+        mine: sys::nvshmemrs_sparse_set,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let (dtype, itype) = (value_code::<T>(), index_code::<I>());
+        let t = addr(&self.threshold) as *mut f32;
+        let state = addr(&self.state) as *mut f64;
+        if call % self.every == 0 {
+            // SAFETY: this function's contract.
+            unsafe { topk.run_raw::<T, I>((src, n), k, mine, stream)? };
+            // SAFETY: the set its capacity, least one u32, t one f32, on `stream`.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_least_threshold(
+                    mine,
+                    addr(&self.least) as *mut u32,
+                    t,
+                    dtype,
+                    itype,
+                    s,
+                )
+            };
+            cuda_check(code, "threshold estimate kernel launch")?;
+            // SAFETY: one word each.
+            let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
+            cuda_check(code, "threshold state kernel launch")?;
+        } else {
+            if self.adapt {
+                // SAFETY: src n elements, the state and threshold one word each, the workspace
+                // its words.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_threshold_rise(
+                        src as *const c_void,
+                        n as u64,
+                        (3 * k / 2) as u64,
+                        state,
+                        t,
+                        dtype,
+                        addr(&self.scratch) as *mut f64,
+                        self.scratch.len() as u64,
+                        s,
+                    )
+                };
+                cuda_check(code, "Ok-Topk threshold rise kernel launch")?;
+            }
+            // SAFETY: this function's contract; t one f32.
+            unsafe { topk.threshold_at_raw::<T, I>((src, n), t, mine, stream)? };
+        }
+        if self.adapt {
+            // SAFETY: the set's count word, the state and a threshold word.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_threshold_adapt(
+                    mine.count,
+                    k as u64,
+                    reference::OK_LOCAL_SCALE,
+                    reference::OK_LOCAL_SCALE,
+                    state,
+                    addr(&self.next) as *mut f32,
+                    s,
+                )
+            };
+            cuda_check(code, "Ok-Topk threshold adaptation kernel launch")?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: SparseValue, I: SparseIndex> OkTopk<'_, T, I> {
+    /// Ok-Topk's global phase, after the reduced regions were gathered and scattered into
+    /// `out`: on a global estimate call, the global top k of that sum (its least magnitude
+    /// becomes the global threshold) replaces it; between estimates the regions were selected
+    /// at the global threshold already, which adapts by the count gathered (the seed's / 1.01
+    /// below 3k/4, x 1.008 above 5k/4). Then, with a residual, the pairs of `mine` whose index
+    /// holds a value in `out` (the global set's are never zero) leave it.
+    ///
+    /// # Safety
+    /// `out` device memory of n elements, `residual` 0 or n elements, on `stream`.
+    unsafe fn global(
+        &mut self,
+        topk: &mut TopK,
+        mine: &SymSet<'_, T, I>,
+        gathered: &Gathered<'_, T, I>,
+        (estimate, k, residual): (bool, usize, u64),
+        out: (u64, usize),
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let (dtype, itype) = (value_code::<T>(), index_code::<I>());
+        let t = addr(&self.threshold) as *mut f32;
+        let state = addr(&self.state) as *mut f64;
+        if estimate {
+            let (g, _guard) = self.global.raw_mut(stream);
+            // SAFETY: `out` n elements, the global set of capacity k.
+            unsafe { topk.run_raw::<T, I>(out, k, g, stream)? };
+            // SAFETY: the set its capacity, least one u32, t one f32.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_least_threshold(
+                    g,
+                    addr(&self.least) as *mut u32,
+                    t,
+                    dtype,
+                    itype,
+                    s,
+                )
+            };
+            cuda_check(code, "Ok-Topk global threshold kernel launch")?;
+            // SAFETY: one word each.
+            let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
+            cuda_check(code, "threshold state kernel launch")?;
+            // SAFETY: `out` n elements.
+            unsafe { zero_dense::<T>(out.0, out.1, stream)? };
+            // One part, no index twice: the same bits everywhere.
+            // SAFETY: the global set of capacity k, `out` n elements.
+            unsafe { scatter_add_raw::<T, I>(g, out, stream)? };
+        } else {
+            // SAFETY: the total word, the state and threshold one word each.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_threshold_adapt(
+                    addr(&gathered.parts.total) as *const u64,
+                    k as u64,
+                    reference::OK_GLOBAL_DOWN,
+                    reference::OK_GLOBAL_UP,
+                    state,
+                    t,
+                    s,
+                )
+            };
+            cuda_check(code, "Ok-Topk global adaptation kernel launch")?;
+        }
+        if residual != 0 {
+            // SAFETY: mine its capacity, `out` and the residual n elements.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_zero_sent(
+                    mine.raw(),
+                    out.0 as *const c_void,
+                    residual as *mut c_void,
+                    out.1 as u64,
+                    dtype,
+                    itype,
+                    s,
+                )
+            };
+            cuda_check(code, "Ok-Topk residual update kernel launch")?;
+        }
+        Ok(())
+    }
+}
+
 /// Bytes of a packed part of `pairs` pairs: indexes, then values, each padded to 8 bytes.
 fn packed_bytes<T, I>(pairs: usize) -> usize {
     let up = |b: usize| b.div_ceil(8) * 8;
@@ -1487,7 +2118,7 @@ mod tests {
             .collect();
         assert_eq!(
             by_threshold,
-            [GaussianK, GaussianKConcat, OkTopK, GaussianKSa]
+            [TopKAopt, GaussianK, GaussianKConcat, OkTopK, GaussianKSa]
         );
     }
 

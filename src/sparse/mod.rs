@@ -31,6 +31,7 @@ mod allreduce;
 pub mod reference;
 mod select;
 mod set;
+pub mod simulation;
 mod sparse_ops;
 
 pub use allreduce::{sparse_k, SparseAllreduce, SparseMethod, SparseOptions};
@@ -47,7 +48,9 @@ mod private {
 }
 
 /// Value types of sparse gradients: f32 and bf16.
-pub trait SparseValue: Element + DeviceRepr + ValidAsZeroBits + private::Sealed + Unpin {
+pub trait SparseValue:
+    Element + crate::coll::op::Reducible + DeviceRepr + ValidAsZeroBits + private::Sealed + Unpin
+{
     /// The value as f64 (exact).
     fn to_f64(self) -> f64;
     /// The value's bits, for exact comparisons (NaN payloads and the sign of zero included).

@@ -37,7 +37,9 @@ pub fn topk<T: SparseValue, I: SparseIndex>(g: &[T], k: usize) -> HostSparse<T, 
 }
 
 /// Every element with |g| >= t (compared in f64, exact; NaN always selected), sorted by index;
-/// the count is their number, the pairs the first `capacity` of them. `t` must not be NaN.
+/// the count is their number. Past `capacity` the pairs are the `capacity` of largest magnitude
+/// among them (ties to the lower index: the top `capacity` of `g`, which all pass `t`), sorted
+/// by index, never the lowest indexes. `t` must not be NaN.
 pub fn threshold<T: SparseValue, I: SparseIndex>(
     g: &[T],
     t: f32,
@@ -48,7 +50,13 @@ pub fn threshold<T: SparseValue, I: SparseIndex>(
         .filter(|&i| g[i].is_nan_value() || g[i].to_f64().abs() >= t as f64)
         .collect();
     let count = chosen.len() as u64;
-    pairs(g, &chosen[..chosen.len().min(capacity)], count)
+    if chosen.len() <= capacity {
+        return pairs(g, &chosen, count);
+    }
+    HostSparse {
+        count,
+        ..topk(g, capacity)
+    }
 }
 
 fn pairs<T: SparseValue, I: SparseIndex>(g: &[T], at: &[usize], count: u64) -> HostSparse<T, I> {
@@ -183,8 +191,14 @@ pub fn gaussian_z(density: f64) -> f64 {
 /// GaussianK's threshold of `g` at `density`: |mean| + z x std (population std, from f64
 /// sums), rounded to f32 and at least the smallest positive f32 (zeros are never worth
 /// sending); +infinity when a sum is not finite (a NaN or infinity in g), which selects only
-/// those. The device adds in another order: equal within rounding.
+/// those. The device adds in another order: equal within rounding. Without the count
+/// correction ([`gaussian_corrected_threshold`]).
 pub fn gaussian_threshold<T: SparseValue>(g: &[T], density: f64) -> f32 {
+    as_threshold(gaussian_fit(g, density))
+}
+
+/// |mean| + z x std of `g` in f64, before rounding.
+fn gaussian_fit<T: SparseValue>(g: &[T], density: f64) -> f64 {
     let n = g.len() as f64;
     let (s, q) = g.iter().fold((0.0, 0.0), |(s, q), v| {
         let x = v.to_f64();
@@ -192,11 +206,48 @@ pub fn gaussian_threshold<T: SparseValue>(g: &[T], density: f64) -> f32 {
     });
     let mean = s / n;
     let var = (q / n - mean * mean).max(0.0);
-    let t = mean.abs() + gaussian_z(density) * var.sqrt();
+    mean.abs() + gaussian_z(density) * var.sqrt()
+}
+
+/// A threshold as the selections take it: rounded to f32, +infinity where not finite, at least
+/// the smallest positive f32.
+pub fn as_threshold(t: f64) -> f32 {
     if !t.is_finite() {
         return f32::INFINITY;
     }
     (t as f32).max(f32::from_bits(1))
+}
+
+/// GaussianK's count correction: the threshold is divided by this while too few are selected.
+pub const GAUSSIAN_SHRINK: f64 = 1.012;
+/// GaussianK's count correction: at most this many divisions.
+pub const GAUSSIAN_STEPS: usize = 50;
+
+/// The fewest pairs GaussianK's count correction accepts for `k`: 3k/4 (rounded down).
+pub fn gaussian_need(k: usize) -> usize {
+    3 * k / 4
+}
+
+/// GaussianK's threshold with the seed's count correction: with t_0 the Gaussian fit's value
+/// in f64 ([`gaussian_threshold`] before rounding) and t_j = t_{j-1} / 1.012, the first t_j
+/// (j < 50), rounded as [`gaussian_threshold`], at which at least [`gaussian_need`]`(k)`
+/// elements have |g| >= t_j (NaN always counts), else t_50. The seed compares |g| > t; here
+/// |g| >= t, as every threshold of this crate.
+pub fn gaussian_corrected_threshold<T: SparseValue>(g: &[T], density: f64, k: usize) -> f32 {
+    let need = gaussian_need(k) as u64;
+    let mut t = gaussian_fit(g, density);
+    for _ in 0..GAUSSIAN_STEPS {
+        let f = as_threshold(t);
+        let count = g
+            .iter()
+            .filter(|v| v.is_nan_value() || v.to_f64().abs() >= f as f64)
+            .count() as u64;
+        if count >= need {
+            return f;
+        }
+        t /= GAUSSIAN_SHRINK;
+    }
+    as_threshold(t)
 }
 
 /// gTop-k's tree over the members' local top-k sets (`local[r]`: member r's): in rounds of
@@ -259,9 +310,9 @@ fn share_of(n: u64, j: u64, p: u64) -> u64 {
 }
 
 /// One member's region boundaries over `n` elements for `p` regions (p + 1 values): 0, then
-/// the index at position floor(j x c / p) of its `c` held pairs for j = 1 .. p - 1 (so that each
-/// region holds about c / p of them; equal shares of `n` without pairs), then `n`. Region j is
-/// `[b[j], b[j + 1])`.
+/// the index at position floor(c / p) x j of its `c` held pairs for j = 1 .. p - 1 (the seed's
+/// chunks, so that each region holds about c / p of them; equal shares of `n` without pairs),
+/// then `n`. Region j is `[b[j], b[j + 1])`.
 pub fn region_boundaries<T: SparseValue, I: SparseIndex>(
     selected: &HostSparse<T, I>,
     n: usize,
@@ -276,7 +327,7 @@ pub fn region_boundaries<T: SparseValue, I: SparseIndex>(
         .map(|j| match j {
             0 => 0,
             j if j == p64 => n,
-            j => selected.idx[share_of(c, j, p64) as usize].to_i64() as u64,
+            j => selected.idx[(c / p64 * j) as usize].to_i64() as u64,
         })
         .collect()
 }
@@ -360,6 +411,27 @@ pub fn region_allreduce<T: SparseValue, I: SparseIndex>(
     (regions, dense)
 }
 
+/// `topk_sa`'s dense fallback (the seed's test): the reduced regions' `pairs` in all, as index
+/// and value words, reach two thirds of the `n` dense elements (`2 pairs >= floor(2n / 3)`).
+pub fn sa_goes_dense(pairs: u64, n: usize) -> bool {
+    2 * pairs >= 2 * n as u64 / 3
+}
+
+/// Ok-Topk's local threshold adaptation (the seed's `_scale`): divided by this below 3k/4
+/// selected, multiplied above 5k/4.
+pub const OK_LOCAL_SCALE: f64 = 1.012;
+/// Ok-Topk's global threshold: divided by this below 3k/4 gathered (the seed's
+/// `_scale_global_increase`).
+pub const OK_GLOBAL_DOWN: f64 = 1.01;
+/// Ok-Topk's global threshold: multiplied by this above 5k/4 gathered (the seed's
+/// `_scale_global_decrease`).
+pub const OK_GLOBAL_UP: f64 = 1.008;
+/// Ok-Topk's local threshold rise between estimates (the seed's add2residual): multiplied by
+/// this while more than 3k/2 pass, at most [`OK_RISE_STEPS`] times.
+pub const OK_RISE: f64 = 1.03;
+/// Ok-Topk's local threshold rise: at most this many steps.
+pub const OK_RISE_STEPS: usize = 5;
+
 /// Ok-Topk's threshold estimate from an exact top-k selection: the least magnitude among its
 /// held pairs (+infinity where that is a NaN or there are none), at least the smallest
 /// positive f32 (zeros are never worth sending).
@@ -383,8 +455,48 @@ pub fn sparse_sum<T: SparseValue, I: SparseIndex>(n: usize, sets: &[HostSparse<T
     dense
 }
 
+/// A threshold as the selections take it (f32, +infinity where not finite, at least the
+/// smallest positive f32), of a threshold carried in f64.
+pub fn threshold_of(t: f64) -> f32 {
+    as_threshold(t)
+}
+
+/// How many of `g` pass threshold `t` (|g| >= t, NaN always).
+fn passing<T: SparseValue>(g: &[T], t: f32) -> u64 {
+    g.iter()
+        .filter(|v| v.is_nan_value() || v.to_f64().abs() >= t as f64)
+        .count() as u64
+}
+
+/// Ok-Topk's rise of a reused local threshold `state` over `acc` (the seed's add2residual):
+/// multiplied by 1.03 while more than `3k/2` pass, at most 5 times. Returns the new state.
+pub fn ok_rise<T: SparseValue>(acc: &[T], state: f64, k: usize) -> f64 {
+    let limit = (3 * k / 2) as u64;
+    let mut t = state;
+    for _ in 0..OK_RISE_STEPS {
+        if passing(acc, as_threshold(t)) <= limit {
+            break;
+        }
+        t *= OK_RISE;
+    }
+    t
+}
+
+/// Ok-Topk's adaptation of a threshold `state` by the `count` it selected for `k`: divided by
+/// `down` where 4 count < 3k, multiplied by `up` where 4 count > 5k.
+pub fn ok_adapt(state: f64, count: u64, k: usize, down: f64, up: f64) -> f64 {
+    let k = k as u64;
+    if 4 * count < 3 * k {
+        state / down
+    } else if 4 * count > 5 * k {
+        state * up
+    } else {
+        state
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use half::bf16;
 
@@ -465,8 +577,12 @@ mod tests {
     #[test]
     fn threshold_takes_at_or_above_and_counts_past_capacity() {
         let g = [0.5f32, -1.0, 1.0, 2.0, f32::NAN, 0.999];
+        // Past the capacity: the largest magnitudes (NaN, then 2), not the lowest indexes.
         let got = threshold::<f32, i32>(&g, 1.0, 2);
-        assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 2][..]));
+        assert_eq!((got.count, got.idx.as_slice()), (4, &[3, 4][..]));
+        // Ties among the largest go to the lower index: 1 and 2 tie at |1|.
+        let got = threshold::<f32, i32>(&g, 1.0, 3);
+        assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 3, 4][..]));
         let got = threshold::<f32, i32>(&g, 1.0, 10);
         assert_eq!((got.count, got.idx.as_slice()), (4, &[1, 2, 3, 4][..]));
         let got = threshold::<f32, i32>(&g, 1.0, 0);
@@ -577,6 +693,35 @@ mod tests {
     }
 
     #[test]
+    fn the_count_correction_lowers_the_threshold_until_3k_over_4_pass() {
+        // mean 0, std 2: t_0 = 2 z(0.05) ~ 3.92, above every element.
+        let mut g = vec![2.0f32, -2.0, 2.0, -2.0];
+        g.extend([0.0f32; 4]);
+        let t0 = gaussian_threshold(&g, 0.05);
+        // Nothing is needed (k = 1: 3/4 rounds to 0): t_0 as it is.
+        assert_eq!(gaussian_corrected_threshold(&g, 0.05, 1), t0);
+        // k = 4 needs 3: the first t_j at or below 2, i.e. the first j with t_0 / 1.012^j <= 2.
+        let got = gaussian_corrected_threshold(&g, 0.05, 4);
+        let mut t = gaussian_fit(&g, 0.05);
+        let mut j = 0;
+        while as_threshold(t) > 2.0 {
+            t /= GAUSSIAN_SHRINK;
+            j += 1;
+        }
+        assert_eq!(got, as_threshold(t));
+        assert!(got <= 2.0 && j > 0 && j < GAUSSIAN_STEPS, "j {j}");
+        assert_eq!(threshold::<f32, i32>(&g, got, 8).count, 4);
+        // Never enough (k = 100 needs 75 of 8): t_50.
+        let mut t = gaussian_fit(&g, 0.05);
+        for _ in 0..GAUSSIAN_STEPS {
+            t /= GAUSSIAN_SHRINK;
+        }
+        assert_eq!(gaussian_corrected_threshold(&g, 0.05, 100), as_threshold(t));
+        assert_eq!(gaussian_need(4), 3);
+        assert_eq!(gaussian_need(10), 7);
+    }
+
+    #[test]
     fn gtopk_merges_in_a_tree_and_keeps_the_top_k() {
         let a = set(&[0, 5], &[4.0, 1.0]);
         let b = set(&[5, 7], &[2.0, -3.0]);
@@ -618,9 +763,9 @@ mod tests {
         for (j, r) in split_regions(&s, &[0, 4, 10, 50, 100]).iter().enumerate() {
             assert_eq!(r.idx.len(), 2, "region {j}");
         }
-        // Not a multiple: positions floor(j x 5 / 3) = 1, 3.
+        // Not a multiple: chunks of floor(5 / 3) = 1, positions 1 and 2.
         let s5 = set(&[2, 4, 6, 8, 10], &[1.0; 5]);
-        assert_eq!(region_boundaries(&s5, 12, 3), [0, 4, 8, 12]);
+        assert_eq!(region_boundaries(&s5, 12, 3), [0, 4, 6, 12]);
         // One region: everything.
         assert_eq!(region_boundaries(&s5, 12, 1), [0, 12]);
         // No pairs: equal shares.
@@ -628,9 +773,9 @@ mod tests {
         assert_eq!(region_boundaries(&none, 10, 4), [0, 2, 5, 7, 10]);
         assert_eq!(equal_boundaries(10, 4), [0, 2, 5, 7, 10]);
         assert_eq!(equal_boundaries(3, 4), [0, 0, 1, 2, 3]);
-        // Fewer pairs than regions: repeated boundaries, empty regions.
+        // Fewer pairs than regions: chunks of 0, every inner boundary the first index.
         let two = set(&[5, 7], &[1.0, 1.0]);
-        assert_eq!(region_boundaries(&two, 10, 4), [0, 5, 7, 7, 10]);
+        assert_eq!(region_boundaries(&two, 10, 4), [0, 5, 5, 5, 10]);
         let parts = split_regions(&two, &[0, 5, 7, 7, 10]);
         let sizes: Vec<usize> = parts.iter().map(|r| r.idx.len()).collect();
         assert_eq!(sizes, [0, 1, 0, 1]);
@@ -740,6 +885,50 @@ mod tests {
         let sel = topk::<f32, i32>(&g, 2);
         let again = threshold::<f32, i32>(&g, least_threshold(&sel), 10);
         assert_eq!(again.idx, [1, 2, 4]);
+    }
+
+    #[test]
+    fn topk_sa_goes_dense_past_two_thirds_of_n_words() {
+        // n = 300: 200 words, 100 pairs.
+        assert!(!sa_goes_dense(99, 300));
+        assert!(sa_goes_dense(100, 300));
+        // n = 10: floor(20 / 3) = 6 words, 3 pairs.
+        assert!(!sa_goes_dense(2, 10));
+        assert!(sa_goes_dense(3, 10));
+        // n = 1: nothing to save, always dense.
+        assert!(sa_goes_dense(0, 1));
+    }
+
+    #[test]
+    fn ok_topk_rises_while_too_many_pass_and_adapts_by_the_count() {
+        let g: Vec<f32> = (1..=100).map(|i| i as f32).collect();
+        // k = 10: at most 15 may pass. From 50 (51 pass): x 1.03 five times at most.
+        let t = ok_rise(&g, 50.0, 10);
+        let mut want = 50.0f64;
+        for _ in 0..OK_RISE_STEPS {
+            want *= OK_RISE;
+        }
+        assert_eq!(t, want, "51 pass at every step: five rises");
+        // From 85 (16 pass), one rise to 87.55 (13 pass), then stop.
+        assert_eq!(ok_rise(&g, 85.0, 10), 85.0 * OK_RISE);
+        // Few enough already: unchanged.
+        assert_eq!(ok_rise(&g, 95.0, 10), 95.0);
+        // Adaptation: below 3k/4, within, above 5k/4.
+        assert_eq!(ok_adapt(1.0, 7, 10, 1.012, 1.5), 1.0 / 1.012);
+        assert_eq!(ok_adapt(1.0, 8, 10, 1.012, 1.5), 1.0);
+        assert_eq!(ok_adapt(1.0, 12, 10, 1.012, 1.5), 1.0);
+        assert_eq!(ok_adapt(1.0, 13, 10, 1.012, 1.5), 1.5);
+    }
+
+    /// Small integer gradients of member `r` at `step`, the same for every run.
+    pub(crate) fn ints(n: usize, step: usize, r: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let x = (i * 7 + step * 13 + r * 29) % 17;
+                let sign = if (i + step + r) % 3 == 0 { -1.0 } else { 1.0 };
+                sign * x as f32
+            })
+            .collect()
     }
 
     #[test]

@@ -84,7 +84,10 @@ impl TopK {
     /// |g| >= `threshold` (compared in f32, exactly; NaN counts as above every threshold, and
     /// a threshold of 0 or less takes every element), sorted by index, values bit for bit.
     /// `out`'s count becomes how many there are on the device, even past its capacity: then
-    /// `out` holds the lowest-index `capacity` of them, and the count shows the overflow.
+    /// `out` holds the `capacity` of largest magnitude among them (ties to the lower index;
+    /// never the lowest indexes, which would starve whatever lies at the end of the gradient),
+    /// sorted by index, and the count shows the overflow. An overflow costs a top-k search
+    /// on top of the threshold's passes.
     ///
     /// `grad` at most [`TopK::max_len`] elements (with i32 indexes at most 2^31); a NaN
     /// threshold is [`Error::InvalidThreshold`].

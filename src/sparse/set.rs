@@ -11,8 +11,8 @@ use std::sync::Arc;
 /// [`crate::SparseMerge`] and [`crate::scatter_add`] read.
 ///
 /// The count is the true number of pairs, which a threshold or a merge may take past the
-/// capacity: then the set holds the first `capacity` pairs (the lowest indexes) and readers
-/// take `min(count, capacity)`. Pairs written by the selections and the merge are sorted by
+/// capacity: then the set holds `capacity` pairs (a threshold: those of largest magnitude; a
+/// merge: the lowest indexes) and readers take `min(count, capacity)`. Pairs written by the selections and the merge are sorted by
 /// index with no index twice; the merge needs its inputs so.
 pub struct SparseSet<T: SparseValue, I: SparseIndex = i32> {
     idx: CudaSlice<I>,
