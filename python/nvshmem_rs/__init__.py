@@ -22,6 +22,7 @@ backend "nvsh" is a module of its own, which imports torch: `import nvshmem_rs.d
 """
 
 import atexit
+import os
 import sys
 import warnings
 
@@ -34,6 +35,7 @@ from ._native import (
     alloc,
     barrier_all,
     check,
+    configure,
     device,
     dtype_from_torch,
     dtype_size,
@@ -45,6 +47,7 @@ from ._native import (
     nvshmem_version,
     rank,
     torch_dtype_name,
+    unique_id,
     world_size,
 )
 
@@ -60,6 +63,7 @@ __all__ = [
     "barrier_all",
     "broadcast",
     "check",
+    "configure",
     "device",
     "empty",
     "dtype_from_torch",
@@ -67,6 +71,7 @@ __all__ = [
     "dtypes",
     "finalize",
     "init",
+    "init_with_store",
     "is_initialized",
     "local_rank",
     "nvshmem_version",
@@ -74,28 +79,45 @@ __all__ = [
     "reduce",
     "reduce_scatter",
     "torch_dtype_name",
+    "unique_id",
     "world_size",
     "zeros",
 ]
 
 
+def _raw_stream_of(torch):
+    """torch's fastest way to the current stream's handle: torch._C._cuda_getCurrentRawStream
+    (what torch's compiled code calls; an int, no Stream object), else the public API."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+_raw_stream = None
+
+
 def _stream(stream, *tensors):
     """The raw cudaStream_t to run on: `stream` as given (an int, or an object with
     `cuda_stream` such as torch.cuda.Stream), else torch's current stream on the first CUDA
-    tensor's device when torch is loaded and has CUDA, else 0 (the default stream)."""
+    tensor's device when torch is loaded, else on torch's current device when it has CUDA,
+    else 0 (the default stream). Every collective pays for this, so it stays short."""
+    global _raw_stream
     if stream is not None:
         return int(getattr(stream, "cuda_stream", stream))
     # Never imported here: torch tensors mean torch is loaded already.
     torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    if torch is None:
         return 0
-    device = None
+    if _raw_stream is None:
+        _raw_stream = _raw_stream_of(torch)
+    tensor_type = torch.Tensor
     for t in tensors:
-        d = getattr(t, "device", None)
-        if isinstance(d, torch.device) and d.type == "cuda":
-            device = d
-            break
-    return torch.cuda.current_stream(device).cuda_stream
+        if isinstance(t, tensor_type) and t.is_cuda:
+            return _raw_stream(t.get_device())
+    if not torch.cuda.is_available():
+        return 0
+    return _raw_stream(torch.cuda.current_device())
 
 
 def allreduce(tensor, output=None, op="sum", algo="auto", stream=None):
@@ -136,6 +158,77 @@ def alltoall(input, output, stream=None):
 def barrier(stream=None):
     """A barrier over every PE in stream order (default: torch's current stream)."""
     _native.barrier(_stream(stream))
+
+
+# The launcher variables that init_with_store sets for the call of init("launcher") (the
+# names `nvsh run` gives them, src/bootstrap/mod.rs), then restores.
+_LAUNCH_VARS = ("NVSH_RANK", "NVSH_LOCAL_RANK", "NVSH_WORLD_SIZE", "NVSH_LOCAL_WORLD_SIZE",
+                "NVSH_UNIQUE_ID")
+STORE_KEY = "nvshmem_rs/unique_id"
+
+
+def _env_int(name, given):
+    if given is not None:
+        return int(given)
+    value = os.environ.get(name)
+    if value is None:
+        raise ValueError(
+            f"init_with_store: {name} is not set and no value was passed; pass it (or start "
+            "the job with torchrun, which sets RANK, WORLD_SIZE, LOCAL_RANK and "
+            "LOCAL_WORLD_SIZE)"
+        )
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"init_with_store: {name}={value!r} is not an integer") from None
+
+
+def init_with_store(store, rank=None, world_size=None, local_rank=None,
+                    local_world_size=None, key=STORE_KEY):
+    """Initialises NVSHMEM over a job whose processes share a store, as NCCL's init does:
+    rank 0 makes the unique ID (unique_id()) and sets it under `key`, the others wait for it
+    there (store.get blocks, up to the store's timeout); then every process joins NVSHMEM's
+    unique-ID bootstrap as `nvsh run` would have started it.
+
+    `store` is anything with set(key, value) and get(key) shared by the job's processes: a
+    torch.distributed TCPStore or FileStore, torchrun's, or the default group's
+    (torch.distributed.distributed_c10d._get_default_store()). rank, world_size, local_rank and
+    local_world_size default to torchrun's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE;
+    local_rank picks the GPU. `key` must be new to the store (one init per job and store).
+    """
+    rank = _env_int("RANK", rank)
+    world_size = _env_int("WORLD_SIZE", world_size)
+    local_rank = _env_int("LOCAL_RANK", local_rank) if local_rank is not None or \
+        "LOCAL_RANK" in os.environ else rank
+    local_world_size = _env_int("LOCAL_WORLD_SIZE", local_world_size) \
+        if local_world_size is not None or "LOCAL_WORLD_SIZE" in os.environ else world_size
+    if not 0 <= rank < world_size or not 0 <= local_rank < local_world_size:
+        raise ValueError(
+            f"init_with_store: rank {rank} of {world_size}, local rank {local_rank} of "
+            f"{local_world_size}: expected 0 <= rank < world_size and 0 <= local_rank < "
+            "local_world_size"
+        )
+    if rank == 0:
+        uid = unique_id()
+        store.set(key, uid)
+    else:
+        uid = store.get(key)
+        if isinstance(uid, (bytes, bytearray)):
+            uid = uid.decode()
+    saved = {k: os.environ.get(k) for k in _LAUNCH_VARS}
+    os.environ.update(NVSH_RANK=str(rank), NVSH_LOCAL_RANK=str(local_rank),
+                      NVSH_WORLD_SIZE=str(world_size),
+                      NVSH_LOCAL_WORLD_SIZE=str(local_world_size), NVSH_UNIQUE_ID=uid)
+    try:
+        init("launcher")
+    finally:
+        # Read at init only: the variables go again, so that processes this one starts are
+        # not taken for PEs of its job.
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _torch_tensor(shape, dtype, zeroed):

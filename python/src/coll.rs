@@ -25,10 +25,12 @@ use nvshmem::{
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use std::sync::Arc;
+use pyo3::types::PyString;
+use std::sync::{Arc, Mutex};
 
-/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter): as the
-/// examples use; larger messages go in segments of this size.
+/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter), unless
+/// `configure(slot_bytes=...)` set others: as the examples use; larger messages go in segments
+/// of this size. `nvsh bench allreduce` takes 8 MiB (`--slot`); the Python bench sets that.
 const SLOT_BYTES: usize = 1 << 20;
 
 /// Runs `$body` with `$T` the element type of `$dtype`, a dtype the reductions take; u8 (which
@@ -83,25 +85,28 @@ macro_rules! borrowed_stream {
 }
 
 /// A tensor argument, read.
-struct Tensor {
-    ptr: usize,
-    numel: usize,
-    dtype: Dtype,
+pub(crate) struct Tensor {
+    pub(crate) ptr: usize,
+    pub(crate) numel: usize,
+    pub(crate) dtype: Dtype,
     /// Its CUDA device where the object says (torch's `device.index`).
-    device: Option<i32>,
+    pub(crate) device: Option<i32>,
     /// A SymmetricBuffer passed as it is: held for the call.
     _alloc: Option<Arc<Allocation>>,
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Reads argument `which` ("input", "output", "tensor") of `what` by duck typing.
-fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// Reads argument `which` ("input", "output", "tensor") of `what` by duck typing. Called on
+/// every collective, so a torch.Tensor is read with as few Python calls as it takes (its
+/// `get_device()` gives the device as an int; the dtype object is looked up in a cache), and
+/// the texts of the errors are only made when one is raised.
+pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     if let Ok(buf) = obj.cast::<SymmetricBuffer>() {
         let alloc = buf.get().allocation().clone();
         alloc.alive(obj.py(), what)?;
@@ -113,51 +118,60 @@ fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             _alloc: Some(alloc),
         });
     }
-    for attr in ["data_ptr", "numel", "dtype"] {
-        if !obj.hasattr(attr)? {
-            return Err(PyTypeError::new_err(format!(
+    let get = |attr: &str| {
+        obj.getattr(attr).map_err(|_| {
+            PyTypeError::new_err(format!(
                 "{what}: the {which} must be a CUDA torch.Tensor or an \
                  nvshmem_rs.SymmetricBuffer (an object with data_ptr(), numel(), dtype, \
                  is_cuda and device), not {} (it has no {attr})",
                 type_name(obj)
-            )));
-        }
-    }
-    let device = obj.getattr("device").ok();
-    let device_text = device
-        .as_ref()
-        .and_then(|d| d.str().ok())
-        .map(|s| s.to_string());
+            ))
+        })
+    };
+    let data_ptr = get("data_ptr")?;
+    let numel = get("numel")?;
+    let dtype = get("dtype")?;
+    let device_text = || {
+        obj.getattr("device")
+            .ok()
+            .and_then(|d| d.str().ok())
+            .map(|s| s.to_string())
+    };
     let is_cuda = match obj.getattr("is_cuda") {
         Ok(v) => v.is_truthy()?,
-        Err(_) => device_text
-            .as_deref()
-            .is_some_and(|d| d.starts_with("cuda")),
+        Err(_) => device_text().is_some_and(|d| d.starts_with("cuda")),
     };
     if !is_cuda {
         return Err(PyValueError::new_err(format!(
             "{what}: the {which} is on {}, not on a CUDA device; nvshmem_rs moves CUDA tensors \
              of this PE's GPU (tensor.cuda(nvshmem_rs.device()))",
-            device_text.as_deref().unwrap_or("the host")
+            device_text().as_deref().unwrap_or("the host")
         )));
     }
-    if obj.hasattr("is_contiguous")? && !obj.call_method0("is_contiguous")?.is_truthy()? {
-        return Err(PyValueError::new_err(format!(
-            "{what}: the {which} is not contiguous; the collectives move one dense range \
-             (pass tensor.contiguous())"
-        )));
+    if let Ok(contiguous) = obj.getattr("is_contiguous") {
+        if !contiguous.call0()?.is_truthy()? {
+            return Err(PyValueError::new_err(format!(
+                "{what}: the {which} is not contiguous; the collectives move one dense range \
+                 (pass tensor.contiguous())"
+            )));
+        }
     }
-    let dtype = from_torch(&obj.getattr("dtype")?).map_err(|e| {
+    let dtype = cached_dtype(&dtype).map_err(|e| {
         PyValueError::new_err(format!(
             "{what}: the {which}'s dtype: {}",
             e.value(obj.py())
         ))
     })?;
-    let ptr = obj.call_method0("data_ptr")?.extract::<usize>()?;
-    let numel = obj.call_method0("numel")?.extract::<usize>()?;
-    let device = match device {
-        Some(d) if d.hasattr("index")? => d.getattr("index")?.extract::<Option<i32>>()?,
-        _ => None,
+    let ptr = data_ptr.call0()?.extract::<usize>()?;
+    let numel = numel.call0()?.extract::<usize>()?;
+    // torch.Tensor.get_device(): the CUDA index as an int (-1 on the CPU), one call where
+    // `device.index` takes two and makes a torch.device.
+    let device = match obj.getattr("get_device") {
+        Ok(f) => Some(f.call0()?.extract::<i32>()?).filter(|&d| d >= 0),
+        Err(_) => match obj.getattr("device") {
+            Ok(d) if d.hasattr("index")? => d.getattr("index")?.extract::<Option<i32>>()?,
+            _ => None,
+        },
     };
     Ok(Tensor {
         ptr,
@@ -168,15 +182,32 @@ fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     })
 }
 
+/// The dtypes read so far, by object: torch's dtypes are singletons, so after the first
+/// call of each the lookup is an identity comparison instead of `str()` and a parse.
+static DTYPES: Mutex<Vec<(Py<PyAny>, Dtype)>> = Mutex::new(Vec::new());
+
+/// [`from_torch`] through [`DTYPES`]; strings (and anything that fails) are not cached.
+fn cached_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Dtype> {
+    let mut cache = DTYPES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = cache.iter().find(|(o, _)| o.as_ptr() == dtype.as_ptr()) {
+        return Ok(*d);
+    }
+    let d = from_torch(dtype)?;
+    if !dtype.is_instance_of::<PyString>() && cache.len() < 64 {
+        cache.push((dtype.clone().unbind(), d));
+    }
+    Ok(d)
+}
+
 /// An error unless the reductions take `dtype` (every dtype but u8).
-fn reducible(what: &str, dtype: Dtype) -> PyResult<()> {
+pub(crate) fn reducible(what: &str, dtype: Dtype) -> PyResult<()> {
     match dtype {
         Dtype::U8 => Err(reducible_error(what)),
         _ => Ok(()),
     }
 }
 
-fn reducible_error(what: &str) -> PyErr {
+pub(crate) fn reducible_error(what: &str) -> PyErr {
     PyTypeError::new_err(format!(
         "{what}: uint8 (u8) tensors cannot be reduced; the reductions take {}",
         Dtype::ALL
@@ -189,7 +220,7 @@ fn reducible_error(what: &str) -> PyErr {
 }
 
 /// Input and output of one dtype.
-fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+pub(crate) fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     if input.dtype != output.dtype {
         return Err(PyTypeError::new_err(format!(
             "{what}: the input is {} and the output {}; pass tensors of one dtype",
@@ -201,7 +232,7 @@ fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
 }
 
 /// Input and output of one length (the element-wise collectives).
-fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+pub(crate) fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     if input.numel != output.numel {
         return Err(PyValueError::new_err(format!(
             "{what}: the input holds {} elements and the output {}; they must hold as many",
@@ -211,7 +242,7 @@ fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     Ok(())
 }
 
-fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
+pub(crate) fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
     ReduceOp::ALL
         .into_iter()
         .find(|o| o.name() == op)
@@ -224,7 +255,12 @@ fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
 }
 
 /// The tensors on this PE's GPU, where they say which device they are on.
-fn on_device(py: Python<'_>, nv: &Nvshmem, what: &str, tensors: &[&Tensor]) -> PyResult<()> {
+pub(crate) fn on_device(
+    py: Python<'_>,
+    nv: &Nvshmem,
+    what: &str,
+    tensors: &[&Tensor],
+) -> PyResult<()> {
     for t in tensors {
         if let Some(d) = t.device {
             if d != nv.device() {
@@ -245,7 +281,7 @@ fn on_device(py: Python<'_>, nv: &Nvshmem, what: &str, tensors: &[&Tensor]) -> P
 
 /// What the library reads: the symmetric view where the tensor lies in a buffer of its
 /// dtype, else the caller's own memory (staged).
-fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
+pub(crate) fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
     match buffers.view::<T>(t.ptr, t.numel) {
         Some(view) => view.into(),
         // SAFETY: CUDA memory of `numel` elements that the caller owns and orders on the
@@ -256,7 +292,7 @@ fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
 }
 
 /// What the library writes, as [`in_buf`].
-fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
+pub(crate) fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
     match buffers.view::<T>(t.ptr, t.numel) {
         Some(view) => view.into(),
         // SAFETY: as in in_buf, for memory the call writes.
@@ -293,10 +329,9 @@ pub(crate) fn allreduce(
         all.extend(o.as_ref());
         on_device(py, nv, what, &all)?;
         let stream = borrowed_stream!(nv, stream);
-        let ar = made(&mut state.colls.allreduce, || {
-            nv.allreduce_workspace(SLOT_BYTES)
-        })
-        .map_err(|e| runtime_error(py, e))?;
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let ar = made(&mut state.colls.allreduce, || nv.allreduce_workspace(slot))
+            .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let used = with_reducible!(i.dtype, what, T => {
             match &o {
@@ -317,7 +352,7 @@ pub(crate) fn allreduce(
 
 /// Input and output of a call whose output may be omitted (in place): the output read, the
 /// pair checked to be alike when `elementwise`.
-fn pair(
+pub(crate) fn pair(
     what: &str,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
@@ -380,7 +415,8 @@ pub(crate) fn reduce(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
         let stream = borrowed_stream!(nv, stream);
-        let r = made(&mut state.colls.reduce, || Reduce::world(nv, SLOT_BYTES))
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let r = made(&mut state.colls.reduce, || Reduce::world(nv, slot))
             .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let o = o.as_ref().unwrap_or(&i);
@@ -435,8 +471,9 @@ pub(crate) fn reduce_scatter(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let rs = made(&mut state.colls.reduce_scatter, || {
-            ReduceScatter::world(nv, SLOT_BYTES)
+            ReduceScatter::world(nv, slot)
         })
         .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
@@ -504,5 +541,84 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
         nv.check()
             .and_then(|()| state.colls.check())
             .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// Sets the receive-slot bytes of the collectives' workspaces (allreduce, reduce,
+/// reduce-scatter): messages larger than a slot go in segments of its size. Every PE passes
+/// the same value before its first collective call (the workspaces are made then, collectively,
+/// and keep their shape); afterwards it raises. Returns the value in force.
+#[pyfunction]
+#[pyo3(signature = (slot_bytes = None))]
+pub(crate) fn configure(py: Python<'_>, slot_bytes: Option<usize>) -> PyResult<usize> {
+    with_state(py, "configure", |_, state| {
+        if let Some(bytes) = slot_bytes {
+            if bytes == 0 {
+                return Err(PyValueError::new_err(
+                    "configure: slot_bytes must be at least 1 (the workspace rounds it up to \
+                     4 KiB)",
+                ));
+            }
+            if state.colls.any_made() && state.colls.slot_bytes.unwrap_or(SLOT_BYTES) != bytes {
+                return Err(PyValueError::new_err(
+                    "configure: the collectives' workspaces are made already (at the first \
+                     collective call) and keep their slots; call configure() before it, on \
+                     every PE",
+                ));
+            }
+            state.colls.slot_bytes = Some(bytes);
+        }
+        Ok(state.colls.slot_bytes.unwrap_or(SLOT_BYTES))
+    })
+}
+
+/// The bench's reference for the Python call's overhead: `iters` in-place allreduces of
+/// `tensor` enqueued by a loop in Rust (the argument read once, then the library's call alone,
+/// as a Rust program makes it), timed on the host. Returns the seconds the loop took; nothing
+/// waits for the GPU. Keep `iters` below what the GPU's launch queue holds (a few hundred),
+/// else the loop waits for the GPU and times that instead.
+#[pyfunction]
+#[pyo3(signature = (tensor, iters, op = "sum", algo = "auto", stream = 0))]
+pub(crate) fn _allreduce_host_loop(
+    py: Python<'_>,
+    tensor: &Bound<'_, PyAny>,
+    iters: usize,
+    op: &str,
+    algo: &str,
+    stream: usize,
+) -> PyResult<f64> {
+    let what = "_allreduce_host_loop";
+    let t = self::tensor(what, "input", tensor)?;
+    reducible(what, t.dtype)?;
+    let op = parse_op(what, op)?;
+    let algo =
+        AllreduceAlgo::parse(algo).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&t])?;
+        let stream = borrowed_stream!(nv, stream);
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let ar = made(&mut state.colls.allreduce, || nv.allreduce_workspace(slot))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        with_reducible!(t.dtype, what, T => {
+            // As a Rust program holds it: the view made once (a symmetric tensor), or the
+            // caller's own memory (staged).
+            let view = buffers.view::<T>(t.ptr, t.numel);
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                match view {
+                    Some(v) => ar.run_in_place(v, op, algo, &stream),
+                    // SAFETY: as in out_buf.
+                    None => ar.run_in_place(
+                        unsafe { OutBuf::from_raw(t.ptr as *mut T, t.numel) },
+                        op,
+                        algo,
+                        &stream,
+                    ),
+                }
+                .map_err(|e| runtime_error(py, e))?;
+            }
+            Ok(start.elapsed().as_secs_f64())
+        })
     })
 }

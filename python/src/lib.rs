@@ -37,6 +37,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::local_rank, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::device, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::nvshmem_version, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::unique_id, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::configure, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::_allreduce_host_loop, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::torch_dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::dtype_from_torch, m)?)?;

@@ -215,6 +215,16 @@ pub(crate) fn device(py: Python<'_>) -> PyResult<i32> {
     with_runtime(py, "device", Nvshmem::device)
 }
 
+/// A fresh NVSHMEM unique ID, hex-encoded as `nvsh run` passes it in `NVSH_UNIQUE_ID` (needs no
+/// GPU and no init). One process of a job makes it and hands it to the others through a store
+/// they share, as NCCL's unique ID is handed round (`init_with_store` in the package).
+#[pyfunction]
+pub(crate) fn unique_id(py: Python<'_>) -> PyResult<String> {
+    nvshmem::result::get_unique_id()
+        .map(|id| bootstrap::encode_hex(&bootstrap::unique_id_bytes(&id)))
+        .map_err(|e| runtime_error(py, e))
+}
+
 /// The version of the NVSHMEM host library loaded (needs no GPU and no init).
 #[pyfunction]
 pub(crate) fn nvshmem_version() -> String {

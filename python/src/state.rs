@@ -101,6 +101,9 @@ pub(crate) struct Workspaces {
     pub(crate) reduce_scatter: Option<ReduceScatter<'static>>,
     pub(crate) alltoall: Option<Alltoall<'static>>,
     pub(crate) barrier: Option<TeamBarrier<'static>>,
+    /// Receive-slot bytes of the workspaces that have slots, made from now on
+    /// (`configure(slot_bytes=...)`); None: the bindings' default.
+    pub(crate) slot_bytes: Option<usize>,
 }
 
 /// The workspace in `slot`, made by `make` when there is none yet.
@@ -115,6 +118,17 @@ pub(crate) fn made<W>(
 }
 
 impl Workspaces {
+    /// Whether any workspace has been made (their shape is fixed from then on).
+    pub(crate) fn any_made(&self) -> bool {
+        self.allreduce.is_some()
+            || self.broadcast.is_some()
+            || self.reduce.is_some()
+            || self.allgather.is_some()
+            || self.reduce_scatter.is_some()
+            || self.alltoall.is_some()
+            || self.barrier.is_some()
+    }
+
     /// Each workspace's recorded failure (a wait past its deadline names the PE that did not
     /// come), the first one found.
     pub(crate) fn check(&self) -> nvshmem::Result<()> {

@@ -49,6 +49,7 @@ CALLS = {
     "barrier_all": lambda: nv.barrier_all(),
     "check": lambda: nv.check(),
     "alloc": lambda: nv.alloc((2, 3), "bf16"),
+    "configure": lambda: nv.configure(slot_bytes=8 << 20),
 }
 
 
