@@ -46,19 +46,23 @@ from ._native import (
     local_rank,
     nvshmem_version,
     rank,
+    reserve_staging,
     torch_dtype_name,
     unique_id,
     world_size,
 )
 
 __all__ = [
+    "Channel",
     "NvshmemError",
     "SymmetricBuffer",
     "__version__",
     "alloc",
     "allgather",
+    "allgatherv",
     "allreduce",
     "alltoall",
+    "alltoallv",
     "barrier",
     "barrier_all",
     "broadcast",
@@ -70,6 +74,7 @@ __all__ = [
     "dtype_size",
     "dtypes",
     "finalize",
+    "grouped_p2p",
     "init",
     "init_with_store",
     "is_initialized",
@@ -78,7 +83,9 @@ __all__ = [
     "rank",
     "reduce",
     "reduce_scatter",
+    "reserve_staging",
     "torch_dtype_name",
+    "tune_allreduce",
     "unique_id",
     "world_size",
     "zeros",
@@ -153,6 +160,77 @@ def alltoall(input, output, stream=None):
     """Block s of `output` = block [rank()] of PE s's `input`; world_size() blocks each, no
     overlap."""
     _native.alltoall(input, output, _stream(stream, input, output))
+
+
+def allgatherv(input, output, counts, displs=None, stream=None):
+    """PE r's `input` (counts[r] elements) into output[displs[r]:] on every PE; every PE
+    passes the same counts and displs (default: packed in PE order). On the caller's own
+    memory, reserve_staging("allgatherv", bytes) first (the sizes differ between PEs)."""
+    _native.allgatherv(input, output, list(counts), None if displs is None else list(displs),
+                       _stream(stream, input, output))
+
+
+def alltoallv(input, output, send_counts, recv_counts, send_displs=None, recv_displs=None,
+              stream=None):
+    """Part r of `input` (send_counts[r] elements at send_displs[r]) to PE r; part s of
+    `output` (recv_counts[s] at recv_displs[s]) from PE s. Displacements default to the parts
+    packed in PE order. On the caller's own memory, reserve_staging("alltoallv", bytes) first."""
+    _native.alltoallv(input, output, list(send_counts), list(recv_counts),
+                      None if send_displs is None else list(send_displs),
+                      None if recv_displs is None else list(recv_displs),
+                      _stream(stream, input, output))
+
+
+def grouped_p2p(ops, stream=None):
+    """Sends and receives as one launch (NCCL's grouped calls, torch's batch_isend_irecv):
+    `ops` is a list of ("send", tensor, peer) and ("recv", tensor, peer); each send needs its
+    receive on the peer, same size and dtype. On the caller's own memory,
+    reserve_staging("grouped_p2p", bytes) first (only the PEs with transfers take part)."""
+    ops = list(ops)
+    tensors = (op[1] for op in ops if isinstance(op, tuple) and len(op) == 3)
+    _native.grouped_p2p(ops, _stream(stream, *tensors))
+
+
+def tune_allreduce(input, output, op="sum", algos=None, candidates=None, warmup=3, runs=10,
+                   stream=None):
+    """Times our allreduce algorithms (`algos`, default all) on `input` -> `output` (symmetric
+    tensors, nvshmem_rs.zeros) and `candidates` of your own ({name: callable(stream)}, each
+    enqueueing one collective call on the raw stream handle it is given, e.g. a torch op under
+    torch.cuda.ExternalStream(stream); not calling nvshmem_rs), `warmup` untimed and `runs`
+    timed runs each. Collective, every PE alike. Returns (winner, {name: microseconds}), the
+    median over runs of each run's slowest PE; the output is undefined afterwards."""
+    return _native.tune_allreduce(input, output, op, None if algos is None else list(algos),
+                                  candidates, warmup, runs, _stream(stream, input, output))
+
+
+class Channel:
+    """A pipeline channel (docs/channels.md): `slots` receive slots of `max_elems` elements of
+    `dtype` on every PE, made collectively (every PE, same arguments, same order; released
+    in the same order too). send() and recv() enqueue on torch's current stream by default
+    and return at once: a send waits on the GPU for a free slot on the peer, a receive for the
+    next message from it. A PE receives on one channel from one peer (a channel per sender);
+    messages from a sender arrive in order; a receive names the length sent (its tensor's
+    numel). check() raises what a wait recorded (a timeout names the peer)."""
+
+    def __init__(self, max_elems, dtype=None, slots=2, timeout_ms=None):
+        self._ch = _native.Channel(max_elems, dtype, slots, timeout_ms)
+
+    def send(self, tensor, peer, stream=None):
+        self._ch.send(tensor, peer, _stream(stream, tensor))
+
+    def recv(self, tensor, peer, stream=None):
+        self._ch.recv(tensor, peer, _stream(stream, tensor))
+
+    def check(self):
+        self._ch.check()
+
+    dtype = property(lambda self: self._ch.dtype)
+    torch_dtype = property(lambda self: self._ch.torch_dtype)
+    slots = property(lambda self: self._ch.slots)
+    max_elems = property(lambda self: self._ch.max_elems)
+
+    def __repr__(self):
+        return repr(self._ch)
 
 
 def barrier(stream=None):

@@ -74,6 +74,7 @@ macro_rules! with_reducible {
         }
     };
 }
+pub(crate) use with_reducible;
 
 /// The caller's stream (a raw `cudaStream_t` as an int) as the library takes it.
 macro_rules! borrowed_stream {
@@ -83,6 +84,7 @@ macro_rules! borrowed_stream {
         unsafe { $nv.borrowed_stream($raw as nvshmem::sys::cudaStream_t) }
     };
 }
+pub(crate) use borrowed_stream;
 
 /// A tensor argument, read.
 pub(crate) struct Tensor {

@@ -1,12 +1,14 @@
 //! Python bindings of the runtime: the extension module `nvshmem_rs._native`, which the package's
 //! Python part (`python/nvshmem_rs/`) re-exports: init and finalize, the PE's place in the job
 //! (runtime.rs), the dtype table (dtypes.rs), symmetric allocations exported to torch by DLPack
-//! (memory.rs, dlpack.rs), and the collectives on CUDA tensors in the caller's stream order
-//! (coll.rs).
+//! (memory.rs, dlpack.rs), the collectives on CUDA tensors in the caller's stream order
+//! (coll.rs; those whose sizes differ between members and grouped send/recv: vcoll.rs), and
+//! pipeline channels (channel.rs).
 //!
 //! Every runtime error reaches Python as `nvshmem_rs.NvshmemError` with the Rust error's text
 //! (error.rs): the bindings never panic across the boundary and never abort the process.
 
+mod channel;
 mod coll;
 mod dlpack;
 mod dtypes;
@@ -14,6 +16,8 @@ mod error;
 mod memory;
 mod runtime;
 mod state;
+mod tune;
+mod vcoll;
 
 use pyo3::prelude::*;
 
@@ -55,6 +59,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(coll::barrier, m)?)?;
     m.add_function(wrap_pyfunction!(coll::barrier_all, m)?)?;
     m.add_function(wrap_pyfunction!(coll::check, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::allgatherv, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::alltoallv, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::grouped_p2p, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::reserve_staging, m)?)?;
+    m.add_class::<channel::Channel>()?;
+    m.add_function(wrap_pyfunction!(tune::tune_allreduce, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probes_released, m)?)?;
     Ok(())

@@ -1,6 +1,7 @@
 //! The runtime on the thread that called init(), what the bindings keep beside it, and the
 //! calls of its lifecycle: init, finalize, the PE's place in the job.
 
+use crate::channel::AnyChannel;
 use crate::error::{raise, runtime_error};
 use crate::state::{Registry, Workspaces};
 use nvshmem::bootstrap::{self, Bootstrap};
@@ -8,6 +9,7 @@ use nvshmem::Nvshmem;
 use pyo3::exceptions::{PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -34,6 +36,8 @@ pub(crate) struct State {
     pub(crate) buffers: Registry,
     /// The collectives' world workspaces, made at the first call of each.
     pub(crate) colls: Workspaces,
+    /// Pipeline channels that Python holds, by id (channel.rs).
+    pub(crate) channels: BTreeMap<u64, Box<dyn AnyChannel>>,
 }
 
 impl Drop for Held {
@@ -43,6 +47,8 @@ impl Drop for Held {
         // the runtime. Buffers Python still holds are forgotten: NVSHMEM releases them with
         // the heap, and the library's finalize warns of them.
         state.colls = Workspaces::default();
+        // Channels too, in id order: the order every PE made them in.
+        while state.channels.pop_first().is_some() {}
         state.buffers.forget_all();
         *owner() = None;
         // SAFETY: `nv` came from Box::leak in init() and is taken back once, here. Nothing

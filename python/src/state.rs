@@ -4,7 +4,8 @@
 //! (or forgetting the buffers) before the handle.
 
 use nvshmem::{
-    Allgather, Allreduce, Alltoall, Broadcast, Element, Reduce, ReduceScatter, SymView, TeamBarrier,
+    Allgather, Allgatherv, Allreduce, Alltoall, Alltoallv, Broadcast, Element, P2pGroup, Reduce,
+    ReduceScatter, SymView, TeamBarrier, Tuner,
 };
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -101,6 +102,11 @@ pub(crate) struct Workspaces {
     pub(crate) reduce_scatter: Option<ReduceScatter<'static>>,
     pub(crate) alltoall: Option<Alltoall<'static>>,
     pub(crate) barrier: Option<TeamBarrier<'static>>,
+    pub(crate) allgatherv: Option<Allgatherv<'static>>,
+    pub(crate) alltoallv: Option<Alltoallv<'static>>,
+    pub(crate) p2p: Option<P2pGroup<'static>>,
+    /// The tuner (tune_allreduce), made at its first call.
+    pub(crate) tuner: Option<Tuner<'static>>,
     /// Receive-slot bytes of the workspaces that have slots, made from now on
     /// (`configure(slot_bytes=...)`); None: the bindings' default.
     pub(crate) slot_bytes: Option<usize>,
@@ -127,6 +133,9 @@ impl Workspaces {
             || self.reduce_scatter.is_some()
             || self.alltoall.is_some()
             || self.barrier.is_some()
+            || self.allgatherv.is_some()
+            || self.alltoallv.is_some()
+            || self.p2p.is_some()
     }
 
     /// Each workspace's recorded failure (a wait past its deadline names the PE that did not
@@ -151,6 +160,15 @@ impl Workspaces {
             w.check()?;
         }
         if let Some(w) = &self.barrier {
+            w.check()?;
+        }
+        if let Some(w) = &self.allgatherv {
+            w.check()?;
+        }
+        if let Some(w) = &self.alltoallv {
+            w.check()?;
+        }
+        if let Some(w) = &self.p2p {
             w.check()?;
         }
         Ok(())

@@ -1,0 +1,229 @@
+"""GPU cases of the bindings beyond test_gpu_tensors.py: allgatherv, alltoallv, grouped
+send/recv, pipeline channels, an allreduce captured in a CUDA graph and replayed, the errors
+of these calls, and the data-parallel and pipeline examples. Values checked against a CPU
+reference with outputs poisoned first. One process per PE:
+
+    NVSHMEM_RS_GPU_TESTS=1 nvsh run -n 2 -- python -m pytest -q -rs -p no:cacheprovider \\
+        python/tests/test_gpu_bindings.py
+
+(also at 1 PE and under `nvsh run -n 4`; the cases that need a peer skip at 1 PE). Elsewhere
+they skip and say why."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+import nvshmem_rs as nv
+from conftest import skip_unless_gpu_run, torch_with_cuda
+
+skip_unless_gpu_run(__file__)
+
+POISON = 77.0
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+KINDS = ["symmetric", "own"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = torch_with_cuda()
+    nv.init()
+    torch.cuda.set_device(nv.device())
+    yield torch
+    torch.cuda.synchronize()
+    nv.finalize()
+
+
+def values(torch, rank, n, salt=0):
+    """PE `rank`'s data: small integers, exact in float32, different on every PE."""
+    return ((torch.arange(n, dtype=torch.int64) * 3 + salt) % 11 + 1 + 100 * rank).float()
+
+
+def buffer(torch, kind, n):
+    """A float32 CUDA tensor of n elements, symmetric or torch's own, poisoned."""
+    t = nv.empty(n, torch.float32) if kind == "symmetric" else \
+        torch.empty(n, dtype=torch.float32, device="cuda")
+    t.fill_(POISON)
+    return t
+
+
+def done(torch):
+    torch.cuda.current_stream().synchronize()
+    nv.check()
+
+
+def needs_peers():
+    if nv.world_size() < 2:
+        pytest.skip("needs 2 PEs or more (nvsh run -n 2)")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgatherv_with_a_count_per_pe(torch, kind):
+    me, world = nv.rank(), nv.world_size()
+    counts = [100 * (r + 1) + r for r in range(world)]
+    displs = [sum(counts[:r]) + 8 * r for r in range(world)]  # gaps between the parts
+    total = displs[-1] + counts[-1] + 8
+    nv.reserve_staging("allgatherv", 2 * 4 * total + 4096)
+    src = buffer(torch, kind, counts[me])
+    src.copy_(values(torch, me, counts[me]))
+    out = buffer(torch, kind, total)
+    nv.allgatherv(src, out, counts, displs)
+    done(torch)
+    got = out.cpu()
+    for r in range(world):
+        assert torch.equal(got[displs[r]:displs[r] + counts[r]], values(torch, r, counts[r])), r
+    # The gaps are left alone.
+    assert float(got[displs[0] + counts[0]]) == POISON
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_alltoallv_with_sizes_per_pair(torch, kind):
+    me, world = nv.rank(), nv.world_size()
+    size = lambda s, r: 50 + 7 * s + 3 * r  # noqa: E731  (elements PE s sends to PE r)
+    send_counts = [size(me, r) for r in range(world)]
+    recv_counts = [size(s, me) for s in range(world)]
+    nv.reserve_staging("alltoallv", 4 * (sum(size(s, r) for s in range(world)
+                                              for r in range(world))) * 2 + 4096 * world)
+    src = buffer(torch, kind, sum(send_counts))
+    src.copy_(values(torch, me, src.numel()))
+    out = buffer(torch, kind, sum(recv_counts))
+    nv.alltoallv(src, out, send_counts, recv_counts)
+    done(torch)
+    got, at = out.cpu(), 0
+    for s in range(world):
+        their = values(torch, s, sum(size(s, r) for r in range(world)))
+        start = sum(size(s, r) for r in range(me))
+        assert torch.equal(got[at:at + recv_counts[s]], their[start:start + size(s, me)]), s
+        at += recv_counts[s]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grouped_send_recv_around_a_ring(torch, kind):
+    needs_peers()
+    me, world = nv.rank(), nv.world_size()
+    n = 3000
+    nv.reserve_staging("grouped_p2p", 2 * (4 * n + 256) * 2)
+    nxt, prev = (me + 1) % world, (me - 1) % world
+    send = buffer(torch, kind, n)
+    send.copy_(values(torch, me, n))
+    recv = buffer(torch, kind, n)
+    nv.grouped_p2p([("send", send, nxt), ("recv", recv, prev)])
+    done(torch)
+    assert torch.equal(recv.cpu(), values(torch, prev, n))
+
+
+def test_channel_forward_and_back(torch):
+    needs_peers()
+    me, world = nv.rank(), nv.world_size()
+    n = 4096
+    # Collective: every PE makes both.
+    fwd = nv.Channel(n, torch.float32, slots=2)
+    bwd = nv.Channel(n, "f32", slots=2)
+    assert (fwd.max_elems, fwd.slots, fwd.dtype) == (n, 2, "f32")
+    if world % 2 == 0 or me < world - 1:
+        peer = me ^ 1
+        if me % 2 == 0:
+            for k in range(5):  # more messages than slots: the sender waits on the GPU
+                fwd.send(values(torch, me, n, k).cuda(), peer)
+            for k in range(5):
+                got = torch.full((n,), POISON, device="cuda")
+                bwd.recv(got, peer)
+                done(torch)
+                assert torch.equal(got.cpu(), 2 * values(torch, me, n, k)), k
+        else:
+            for k in range(5):
+                got = torch.full((n,), POISON, device="cuda")
+                fwd.recv(got, peer)
+                bwd.send(got * 2, peer)
+    done(torch)
+    fwd.check()
+    bwd.check()
+    with pytest.raises(TypeError, match="carries float32"):
+        fwd.send(torch.zeros(4, dtype=torch.float64, device="cuda"), 0)
+    with pytest.raises(ValueError, match="larger max_elems"):
+        fwd.send(torch.zeros(n + 1, device="cuda"), 0)
+    del fwd, bwd  # collective, same order on every PE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_allreduce_captured_in_a_cuda_graph(torch, kind):
+    me, world = nv.rank(), nv.world_size()
+    n = 10000
+    x = buffer(torch, kind, n)
+    x.zero_()
+    nv.allreduce(x)  # first call outside capture: it makes the workspace (and staging)
+    done(torch)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        nv.allreduce(x)
+    for k in range(3):
+        x.copy_(values(torch, me, n, k))
+        graph.replay()
+        done(torch)
+        want = sum(values(torch, r, n, k) for r in range(world))
+        assert torch.equal(x.cpu(), want), k
+
+
+def test_the_tuner_times_our_algorithms_and_a_candidate_of_ours(torch):
+    n = 1 << 16
+    x, y = nv.zeros(n, torch.float32), nv.zeros(n, torch.float32)
+
+    def torch_copy(stream):  # a candidate of the caller's: a torch op on the stream given
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            y.copy_(x)
+
+    winner, times = nv.tune_allreduce(x, y, algos=["oneshot", "twoshot"],
+                                      candidates={"copy": torch_copy}, warmup=2, runs=5)
+    done(torch)
+    assert set(times) == {"oneshot", "twoshot", "copy"}, times
+    assert winner in times and all(t >= 0 for t in times.values()), times
+    with pytest.raises(ValueError, match="symmetric tensors"):
+        own = torch.zeros(n, device="cuda")
+        nv.tune_allreduce(own, own)
+
+
+def test_a_candidate_that_raises_raises_its_own_exception(torch):
+    x, y = nv.zeros(1024, torch.float32), nv.zeros(1024, torch.float32)
+
+    def broken(stream):
+        raise KeyError("the candidate's own error")
+
+    # Every PE raises at the same candidate, so no PE waits for another.
+    with pytest.raises(KeyError, match="the candidate's own error"):
+        nv.tune_allreduce(x, y, algos=[], candidates={"broken": broken}, warmup=0, runs=1)
+    done(torch)
+
+
+def test_configure_after_the_workspaces_are_made_raises(torch):
+    x = nv.zeros(16, torch.float32)
+    nv.allreduce(x)
+    done(torch)
+    with pytest.raises(ValueError, match="before it"):
+        nv.configure(slot_bytes=nv.configure() + 4096)
+
+
+def test_wrong_counts_raise_before_anything_runs(torch):
+    x = nv.zeros(16, torch.float32)
+    with pytest.raises(ValueError, match="one count per PE"):
+        nv.allgatherv(x, x, [1] * (nv.world_size() + 1))
+    with pytest.raises(ValueError, match='"send" or "recv"'):
+        nv.grouped_p2p([("put", x, 0)])
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_data_parallel_example(torch):
+    ok, diff = load("data_parallel").run(steps=10)
+    assert ok, diff
+
+
+def test_the_pipeline_example(torch):
+    if nv.world_size() % 2:
+        pytest.skip("the pipeline pairs PEs: needs an even number (nvsh run -n 2)")
+    ok, diff = load("pipeline").run(steps=5)
+    assert ok, diff
