@@ -30,7 +30,9 @@ from . import _native
 
 from ._native import (
     NvshmemError,
+    SparseAllreduce as _SparseAllreduce,
     SymmetricBuffer,
+    Team,
     __version__,
     alloc,
     barrier_all,
@@ -47,6 +49,7 @@ from ._native import (
     nvshmem_version,
     rank,
     reserve_staging,
+    split_strided,
     torch_dtype_name,
     unique_id,
     world_size,
@@ -55,7 +58,9 @@ from ._native import (
 __all__ = [
     "Channel",
     "NvshmemError",
+    "SparseAllreduce",
     "SymmetricBuffer",
+    "Team",
     "__version__",
     "alloc",
     "allgather",
@@ -84,6 +89,7 @@ __all__ = [
     "reduce",
     "reduce_scatter",
     "reserve_staging",
+    "split_strided",
     "torch_dtype_name",
     "tune_allreduce",
     "unique_id",
@@ -127,39 +133,40 @@ def _stream(stream, *tensors):
     return _raw_stream(torch.cuda.current_device())
 
 
-def allreduce(tensor, output=None, op="sum", algo="auto", stream=None):
+def allreduce(tensor, output=None, op="sum", algo="auto", stream=None, team=None):
     """output = op(tensor of every PE), element-wise; in place on `tensor` when `output` is
     None. op: "sum", "prod", "min", "max", "avg"; algo: "auto", "oneshot", "twoshot", "ring",
-    "rd". Runs on `stream` (default: torch's current stream) and returns the algorithm used."""
-    return _native.allreduce(tensor, output, op, algo, _stream(stream, tensor, output))
+    "rd". Runs on `stream` (default: torch's current stream), over `team` (a Team from
+    split_strided; default every PE), and returns the algorithm used."""
+    return _native.allreduce(tensor, output, op, algo, _stream(stream, tensor, output), team)
 
 
-def broadcast(tensor, output=None, root=0, stream=None):
-    """Every PE's output = the root PE's `tensor`; in place on `tensor` when `output` is None."""
-    _native.broadcast(tensor, output, root, _stream(stream, tensor, output))
+def broadcast(tensor, output=None, root=0, stream=None, team=None):
+    """Every PE's output = the root PE's `tensor`; in place on `tensor` when `output` is None.
+    Over a team, `root` is a team rank."""
+    _native.broadcast(tensor, output, root, _stream(stream, tensor, output), team)
 
 
-def reduce(tensor, output=None, root=0, op="sum", stream=None):
+def reduce(tensor, output=None, root=0, op="sum", stream=None, team=None):
     """The root's output = op(tensor of every PE); in place on `tensor` when `output` is None.
-    Other PEs' outputs are left alone."""
-    _native.reduce(tensor, output, root, op, _stream(stream, tensor, output))
+    Other PEs' outputs are left alone. Over a team, `root` is a team rank."""
+    _native.reduce(tensor, output, root, op, _stream(stream, tensor, output), team)
 
 
-def allgather(input, output, stream=None):
-    """Block r of `output` (world_size() x input.numel() elements) = PE r's `input`."""
-    _native.allgather(input, output, _stream(stream, input, output))
+def allgather(input, output, stream=None, team=None):
+    """Block r of `output` (PEs x input.numel() elements) = PE r's `input`."""
+    _native.allgather(input, output, _stream(stream, input, output), team)
 
 
-def reduce_scatter(input, output, op="sum", stream=None):
-    """`output` = op over PEs of block [rank()] of their `input` (world_size() x
-    output.numel() elements)."""
-    _native.reduce_scatter(input, output, op, _stream(stream, input, output))
+def reduce_scatter(input, output, op="sum", stream=None, team=None):
+    """`output` = op over PEs of block [rank] of their `input` (PEs x output.numel()
+    elements)."""
+    _native.reduce_scatter(input, output, op, _stream(stream, input, output), team)
 
 
-def alltoall(input, output, stream=None):
-    """Block s of `output` = block [rank()] of PE s's `input`; world_size() blocks each, no
-    overlap."""
-    _native.alltoall(input, output, _stream(stream, input, output))
+def alltoall(input, output, stream=None, team=None):
+    """Block s of `output` = block [rank] of PE s's `input`; one block per PE, no overlap."""
+    _native.alltoall(input, output, _stream(stream, input, output), team)
 
 
 def allgatherv(input, output, counts, displs=None, stream=None):
@@ -233,9 +240,36 @@ class Channel:
         return repr(self._ch)
 
 
-def barrier(stream=None):
-    """A barrier over every PE in stream order (default: torch's current stream)."""
-    _native.barrier(_stream(stream))
+class SparseAllreduce:
+    """The sparse gradient allreduce: each call every PE selects `density` of its gradient of
+    `length` elements (with error feedback: plus what it held back before), the selections are
+    exchanged, and every PE's output becomes their sum (`average`: mean). Methods: topk,
+    topk_aopt, gaussiank, gaussiank_concat, gtopk, oktopk, topk_sa, gaussiank_sa; dtypes
+    float32 and bfloat16. Made collectively over the world (every PE, same arguments, same
+    order; released likewise); `team=` runs it over a split team. run() enqueues on torch's
+    current stream by default."""
+
+    def __init__(self, length, method="topk", density=0.01, dtype=None, error_feedback=True,
+                 average=False, team=None):
+        self._s = _SparseAllreduce(length, method, density, dtype, error_feedback, average,
+                                   team)
+
+    def run(self, grad, out=None, stream=None):
+        """One allreduce of `grad` into `out` (in place on `grad` without `out`)."""
+        self._s.run(grad, out, _stream(stream, grad, out))
+
+    def clear_residual(self, stream=None):
+        self._s.clear_residual(_stream(stream))
+
+    k = property(lambda self: self._s.k)
+    length = property(lambda self: self._s.length)
+    dtype = property(lambda self: self._s.dtype)
+
+
+def barrier(stream=None, team=None):
+    """A barrier over every PE (or `team`'s) in stream order (default: torch's current
+    stream)."""
+    _native.barrier(_stream(stream), team)
 
 
 # The launcher variables that init_with_store sets for the call of init("launcher") (the

@@ -19,6 +19,7 @@ use crate::error::{raise, runtime_error};
 use crate::memory::{with_element, Allocation, SymmetricBuffer};
 use crate::runtime::with_state;
 use crate::state::{made, Registry};
+use crate::teams::{team_id, workspaces_for, PyTeam};
 use nvshmem::{
     Allgather, AllreduceAlgo, Alltoall, Broadcast, Dtype, Element, InBuf, Nvshmem, OutBuf, Reduce,
     ReduceOp, ReduceScatter, TeamBarrier,
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 /// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter), unless
 /// `configure(slot_bytes=...)` set others: as the examples use; larger messages go in segments
 /// of this size. `nvsh bench allreduce` takes 8 MiB (`--slot`); the Python bench sets that.
-const SLOT_BYTES: usize = 1 << 20;
+pub(crate) const SLOT_BYTES: usize = 1 << 20;
 
 /// Runs `$body` with `$T` the element type of `$dtype`, a dtype the reductions take; u8 (which
 /// they do not) gives [`reducible`]'s error.
@@ -306,7 +307,7 @@ pub(crate) fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutB
 /// `algo` is one of the library's allreduce algorithms ("auto", "oneshot", "twoshot", "ring",
 /// "rd"). Returns the algorithm used.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0))]
+#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0, team = None))]
 pub(crate) fn allreduce(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
@@ -314,6 +315,7 @@ pub(crate) fn allreduce(
     op: &str,
     algo: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<&'static str> {
     let what = "allreduce";
     let i = tensor(what, "input", input)?;
@@ -332,8 +334,11 @@ pub(crate) fn allreduce(
         on_device(py, nv, what, &all)?;
         let stream = borrowed_stream!(nv, stream);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
-        let ar = made(&mut state.colls.allreduce, || nv.allreduce_workspace(slot))
-            .map_err(|e| runtime_error(py, e))?;
+        let ar = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allreduce,
+            || nv.allreduce_workspace(slot),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let used = with_reducible!(i.dtype, what, T => {
             match &o {
@@ -374,21 +379,25 @@ pub(crate) fn pair(
 /// Every member's `output` = the root's `input`; in place on `input` when `output` is None.
 /// `root` is a PE number.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, stream = 0))]
+#[pyo3(signature = (input, output = None, root = 0, stream = 0, team = None))]
 pub(crate) fn broadcast(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
     root: i32,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "broadcast";
     let (i, o) = pair(what, input, output, true)?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
         let stream = borrowed_stream!(nv, stream);
-        let bc = made(&mut state.colls.broadcast, || Broadcast::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let bc = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.broadcast,
+            || Broadcast::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let o = o.as_ref().unwrap_or(&i);
         with_element!(i.dtype, T => {
@@ -401,7 +410,7 @@ pub(crate) fn broadcast(
 /// The root's `output` = op(`input` of every member) element-wise (other members' outputs
 /// are left alone); in place on `input` when `output` is None.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0))]
+#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0, team = None))]
 pub(crate) fn reduce(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
@@ -409,6 +418,7 @@ pub(crate) fn reduce(
     root: i32,
     op: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce";
     let (i, o) = pair(what, input, output, true)?;
@@ -418,8 +428,11 @@ pub(crate) fn reduce(
         on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
         let stream = borrowed_stream!(nv, stream);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
-        let r = made(&mut state.colls.reduce, || Reduce::world(nv, slot))
-            .map_err(|e| runtime_error(py, e))?;
+        let r = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.reduce,
+            || Reduce::world(nv, slot),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let o = o.as_ref().unwrap_or(&i);
         with_reducible!(i.dtype, what, T => {
@@ -431,12 +444,13 @@ pub(crate) fn reduce(
 
 /// Block r of `output` (world_size x input.numel() elements) = PE r's `input`, on every PE.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0))]
+#[pyo3(signature = (input, output, stream = 0, team = None))]
 pub(crate) fn allgather(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "allgather";
     let (i, o) = pair(what, input, Some(output), false)?;
@@ -444,8 +458,11 @@ pub(crate) fn allgather(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
-        let ag = made(&mut state.colls.allgather, || Allgather::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let ag = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allgather,
+            || Allgather::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_element!(i.dtype, T => {
             ag.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
@@ -457,13 +474,14 @@ pub(crate) fn allgather(
 /// `output` = op over PEs of block [rank] of their `input` (world_size x output.numel()
 /// elements), element-wise.
 #[pyfunction]
-#[pyo3(signature = (input, output, op = "sum", stream = 0))]
+#[pyo3(signature = (input, output, op = "sum", stream = 0, team = None))]
 pub(crate) fn reduce_scatter(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     op: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce_scatter";
     let (i, o) = pair(what, input, Some(output), false)?;
@@ -474,9 +492,11 @@ pub(crate) fn reduce_scatter(
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
-        let rs = made(&mut state.colls.reduce_scatter, || {
-            ReduceScatter::world(nv, slot)
-        })
+        let rs = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?
+                .reduce_scatter,
+            || ReduceScatter::world(nv, slot),
+        )
         .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_reducible!(i.dtype, what, T => {
@@ -489,12 +509,13 @@ pub(crate) fn reduce_scatter(
 /// Block s of `output` = block [rank] of PE s's `input`; both hold world_size blocks of one
 /// length and must not overlap.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0))]
+#[pyo3(signature = (input, output, stream = 0, team = None))]
 pub(crate) fn alltoall(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "alltoall";
     let (i, o) = pair(what, input, Some(output), true)?;
@@ -502,8 +523,11 @@ pub(crate) fn alltoall(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
-        let aa = made(&mut state.colls.alltoall, || Alltoall::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let aa = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.alltoall,
+            || Alltoall::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_element!(i.dtype, T => {
             aa.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
@@ -515,13 +539,21 @@ pub(crate) fn alltoall(
 /// A barrier over every PE in stream order: work queued on `stream` after it starts once every
 /// PE reached it, and what each PE issued before it is then visible to all.
 #[pyfunction]
-#[pyo3(signature = (stream = 0))]
-pub(crate) fn barrier(py: Python<'_>, stream: usize) -> PyResult<()> {
+#[pyo3(signature = (stream = 0, team = None))]
+pub(crate) fn barrier(
+    py: Python<'_>,
+    stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
+) -> PyResult<()> {
+    let team = team_id(team);
     with_state(py, "barrier", |nv, state| {
         let stream = borrowed_stream!(nv, stream);
-        made(&mut state.colls.barrier, || TeamBarrier::world(nv))
-            .and_then(|b| b.run(&stream))
-            .map_err(|e| runtime_error(py, e))
+        made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team)?.barrier,
+            || TeamBarrier::world(nv),
+        )
+        .and_then(|b| b.run(&stream))
+        .map_err(|e| runtime_error(py, e))
     })
 }
 
@@ -542,6 +574,7 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
     with_state(py, "check", |nv, state| {
         nv.check()
             .and_then(|()| state.colls.check())
+            .and_then(|()| state.teams.values().try_for_each(|t| t.colls.check()))
             .map_err(|e| runtime_error(py, e))
     })
 }

@@ -2,8 +2,9 @@
 //! Python part (`python/nvshmem_rs/`) re-exports: init and finalize, the PE's place in the job
 //! (runtime.rs), the dtype table (dtypes.rs), symmetric allocations exported to torch by DLPack
 //! (memory.rs, dlpack.rs), the collectives on CUDA tensors in the caller's stream order
-//! (coll.rs; those whose sizes differ between members and grouped send/recv: vcoll.rs), and
-//! pipeline channels (channel.rs).
+//! (coll.rs; those whose sizes differ between members and grouped send/recv: vcoll.rs), over
+//! the world or a split team (teams.rs), the tuner (tune.rs), the sparse allreduce
+//! (sparse.rs), and pipeline channels (channel.rs).
 //!
 //! Every runtime error reaches Python as `nvshmem_rs.NvshmemError` with the Rust error's text
 //! (error.rs): the bindings never panic across the boundary and never abort the process.
@@ -15,7 +16,9 @@ mod dtypes;
 mod error;
 mod memory;
 mod runtime;
+mod sparse;
 mod state;
+mod teams;
 mod tune;
 mod vcoll;
 
@@ -65,6 +68,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vcoll::reserve_staging, m)?)?;
     m.add_class::<channel::Channel>()?;
     m.add_function(wrap_pyfunction!(tune::tune_allreduce, m)?)?;
+    m.add_class::<teams::PyTeam>()?;
+    m.add_function(wrap_pyfunction!(teams::split_strided, m)?)?;
+    m.add_class::<sparse::PySparse>()?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probes_released, m)?)?;
     Ok(())

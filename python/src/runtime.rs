@@ -3,7 +3,9 @@
 
 use crate::channel::AnyChannel;
 use crate::error::{raise, runtime_error};
+use crate::sparse::AnySparse;
 use crate::state::{Registry, Workspaces};
+use crate::teams::Teams;
 use nvshmem::bootstrap::{self, Bootstrap};
 use nvshmem::Nvshmem;
 use pyo3::exceptions::{PyRuntimeWarning, PyValueError};
@@ -36,6 +38,10 @@ pub(crate) struct State {
     pub(crate) buffers: Registry,
     /// The collectives' world workspaces, made at the first call of each.
     pub(crate) colls: Workspaces,
+    /// Split teams that Python holds, with their workspaces, by id (teams.rs).
+    pub(crate) teams: Teams,
+    /// Sparse allreduces that Python holds, by id (sparse.rs).
+    pub(crate) sparse: BTreeMap<u64, Box<dyn AnySparse>>,
     /// Pipeline channels that Python holds, by id (channel.rs).
     pub(crate) channels: BTreeMap<u64, Box<dyn AnyChannel>>,
 }
@@ -47,7 +53,11 @@ impl Drop for Held {
         // the runtime. Buffers Python still holds are forgotten: NVSHMEM releases them with
         // the heap, and the library's finalize warns of them.
         state.colls = Workspaces::default();
-        // Channels too, in id order: the order every PE made them in.
+        // Sparse allreduces, teams (their workspaces, then the team) and channels too, each
+        // in id order: the order every PE made them in. Sparse allreduces before teams: one
+        // may run over a team.
+        while state.sparse.pop_first().is_some() {}
+        while state.teams.pop_first().is_some() {}
         while state.channels.pop_first().is_some() {}
         state.buffers.forget_all();
         *owner() = None;

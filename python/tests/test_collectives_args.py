@@ -57,6 +57,8 @@ CALLS = {
     "reserve_staging": lambda: nv.reserve_staging("alltoallv", 1 << 20),
     "configure": lambda: nv.configure(slot_bytes=8 << 20),
     "Channel": lambda: nv.Channel(1024, "bf16", slots=2),
+    "split_strided": lambda: nv.split_strided(0, 2, 1),
+    "SparseAllreduce": lambda: nv.SparseAllreduce(1024, "gtopk", 0.01, "bf16"),
 }
 
 
@@ -203,6 +205,19 @@ def test_an_empty_group_still_needs_the_runtime():
         nv.grouped_p2p([])
 
 
+def test_an_unknown_sparse_method_gives_the_library_text():
+    with pytest.raises(nv.NvshmemError, match='no method named "dgc"; pass one of topk') as err:
+        nv.SparseAllreduce(1024, "dgc")
+    assert err.value.kind == "SparseConfig"
+
+
+def test_a_team_argument_must_be_a_team():
+    with pytest.raises(TypeError):
+        nv.allreduce(FakeTensor(), team="evens")
+    with pytest.raises(TypeError):
+        nv.Team()
+
+
 def test_a_channel_of_an_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="Channel: dtype 'int8' is neither a library dtype"):
         nv.Channel(16, "int8")
@@ -212,6 +227,7 @@ def test_api_of_tensors_and_collectives():
     for name in ["alloc", "zeros", "empty", "SymmetricBuffer", "allreduce", "broadcast", "reduce",
                  "allgather", "reduce_scatter", "alltoall", "barrier", "barrier_all", "check",
                  "allgatherv", "alltoallv", "grouped_p2p", "reserve_staging", "configure",
-                 "Channel", "init_with_store", "unique_id"]:
+                 "Channel", "init_with_store", "unique_id", "split_strided", "Team",
+                 "tune_allreduce", "SparseAllreduce"]:
         assert name in nv.__all__ and hasattr(nv, name), name
     assert nv.SymmetricBuffer.__module__ == "nvshmem_rs"

@@ -194,6 +194,68 @@ def test_a_candidate_that_raises_raises_its_own_exception(torch):
     done(torch)
 
 
+def test_collectives_over_a_team_of_the_even_pes(torch):
+    me, world = nv.rank(), nv.world_size()
+    size = (world + 1) // 2
+    team = nv.split_strided(0, 2, size)  # collective over the world
+    assert (team.size, team.start, team.stride) == (size, 0, 2)
+    assert team.is_member == (me % 2 == 0)
+    evens = range(0, world, 2)
+    n = 1000
+    x = nv.zeros(n, torch.float32)
+    x.copy_(values(torch, me, n))
+    if team.is_member:
+        assert team.rank == me // 2
+        nv.allreduce(x, team=team)
+        done(torch)
+        assert torch.equal(x.cpu(), sum(values(torch, r, n) for r in evens))
+        y = values(torch, me, n).cuda()
+        nv.broadcast(y, root=size - 1, team=team)  # a team rank: world PE 2 (size - 1)
+        out = buffer(torch, "own", size * n)
+        nv.allgather(values(torch, me, n).cuda(), out, team=team)
+        nv.barrier(team=team)
+        done(torch)
+        assert torch.equal(y.cpu(), values(torch, 2 * (size - 1), n))
+        assert torch.equal(out.cpu(), torch.cat([values(torch, r, n) for r in evens]))
+    else:
+        assert team.rank == -1
+        with pytest.raises(nv.NvshmemError) as err:
+            nv.allreduce(x, team=team)
+        assert err.value.kind == "NotInTeam", err.value
+    done(torch)
+    nv.barrier_all()
+    del team  # collective: its workspaces over the world, then the team over its members
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("method", ["topk", "gtopk", "oktopk"])
+def test_the_sparse_allreduce_sums_what_every_pe_selected(torch, dtype, method):
+    me, world = nv.rank(), nv.world_size()
+    n, k = 4096, 64
+    dt = getattr(torch, dtype)
+
+    def grad(pe):  # k nonzeros: exactly what a top-k at density k/n selects
+        g = torch.zeros(n, dtype=torch.float64)
+        j = torch.arange(k)
+        g[(j * 61 + pe * 7) % n] = (1 + j % 5 + pe).double()
+        return g
+
+    sp = nv.SparseAllreduce(n, method, density=k / n, dtype=dt, error_feedback=False)
+    assert (sp.k, sp.length, sp.dtype) == (k, n, nv.dtype_from_torch(dt))
+    out = torch.full((n,), POISON, dtype=dt, device="cuda")
+    sp.run(grad(me).to(dt).cuda(), out)
+    done(torch)
+    want = sum(grad(p) for p in range(world))
+    if method == "topk":  # every selected pair arrives: the exact sum
+        assert torch.equal(out.cpu().double(), want)
+    else:  # others may drop pairs (gTop-k keeps k globally); never invent any
+        got = out.cpu().double()
+        assert bool(((got == 0) | (got <= want + 1e-9)).all()), (got, want)
+    with pytest.raises(ValueError, match="made for 4096"):
+        sp.run(torch.zeros(n + 1, dtype=dt, device="cuda"))
+    del sp  # collective
+
+
 def test_configure_after_the_workspaces_are_made_raises(torch):
     x = nv.zeros(16, torch.float32)
     nv.allreduce(x)
