@@ -59,6 +59,8 @@ CALLS = {
     "Channel": lambda: nv.Channel(1024, "bf16", slots=2),
     "split_strided": lambda: nv.split_strided(0, 2, 1),
     "SparseAllreduce": lambda: nv.SparseAllreduce(1024, "gtopk", 0.01, "bf16"),
+    "tune_allreduce": lambda: nv.tune_allreduce(FakeTensor(), FakeTensor(ptr=0x7F0000100000),
+                                                candidates={"mine": lambda stream: None}),
 }
 
 

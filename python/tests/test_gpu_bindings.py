@@ -39,9 +39,11 @@ def values(torch, rank, n, salt=0):
     return ((torch.arange(n, dtype=torch.int64) * 3 + salt) % 11 + 1 + 100 * rank).float()
 
 
-def buffer(torch, kind, n):
-    """A float32 CUDA tensor of n elements, symmetric or torch's own, poisoned."""
-    t = nv.empty(n, torch.float32) if kind == "symmetric" else \
+def buffer(torch, kind, n, every=None):
+    """A float32 CUDA tensor of n elements, symmetric or torch's own, poisoned. A symmetric
+    allocation is collective and of one size on every PE: `every` elements (default n), of
+    which the first n are returned."""
+    t = nv.empty(every or n, torch.float32)[:n] if kind == "symmetric" else \
         torch.empty(n, dtype=torch.float32, device="cuda")
     t.fill_(POISON)
     return t
@@ -64,7 +66,7 @@ def test_allgatherv_with_a_count_per_pe(torch, kind):
     displs = [sum(counts[:r]) + 8 * r for r in range(world)]  # gaps between the parts
     total = displs[-1] + counts[-1] + 8
     nv.reserve_staging("allgatherv", 2 * 4 * total + 4096)
-    src = buffer(torch, kind, counts[me])
+    src = buffer(torch, kind, counts[me], every=max(counts))
     src.copy_(values(torch, me, counts[me]))
     out = buffer(torch, kind, total)
     nv.allgatherv(src, out, counts, displs)
@@ -84,9 +86,11 @@ def test_alltoallv_with_sizes_per_pair(torch, kind):
     recv_counts = [size(s, me) for s in range(world)]
     nv.reserve_staging("alltoallv", 4 * (sum(size(s, r) for s in range(world)
                                               for r in range(world))) * 2 + 4096 * world)
-    src = buffer(torch, kind, sum(send_counts))
+    most = max(max(sum(size(s, r) for r in range(world)) for s in range(world)),
+               max(sum(size(s, r) for s in range(world)) for r in range(world)))
+    src = buffer(torch, kind, sum(send_counts), every=most)
     src.copy_(values(torch, me, src.numel()))
-    out = buffer(torch, kind, sum(recv_counts))
+    out = buffer(torch, kind, sum(recv_counts), every=most)
     nv.alltoallv(src, out, send_counts, recv_counts)
     done(torch)
     got, at = out.cpu(), 0
@@ -202,17 +206,20 @@ def test_collectives_over_a_team_of_the_even_pes(torch):
     assert team.is_member == (me % 2 == 0)
     evens = range(0, world, 2)
     n = 1000
-    x = nv.zeros(n, torch.float32)
+    # Symmetric tensors, made on every PE (collective) before the members' calls: a team
+    # smaller than the world cannot grow a staging area for ordinary tensors at a call.
+    x, y = nv.zeros(n, torch.float32), nv.zeros(n, torch.float32)
+    src, out = nv.zeros(n, torch.float32), buffer(torch, "symmetric", size * n)
     x.copy_(values(torch, me, n))
+    y.copy_(values(torch, me, n))
+    src.copy_(values(torch, me, n))
     if team.is_member:
         assert team.rank == me // 2
         nv.allreduce(x, team=team)
         done(torch)
         assert torch.equal(x.cpu(), sum(values(torch, r, n) for r in evens))
-        y = values(torch, me, n).cuda()
         nv.broadcast(y, root=size - 1, team=team)  # a team rank: world PE 2 (size - 1)
-        out = buffer(torch, "own", size * n)
-        nv.allgather(values(torch, me, n).cuda(), out, team=team)
+        nv.allgather(src, out, team=team)
         nv.barrier(team=team)
         done(torch)
         assert torch.equal(y.cpu(), values(torch, 2 * (size - 1), n))
