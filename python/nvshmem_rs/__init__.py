@@ -343,22 +343,24 @@ def init_with_store(store, rank=None, world_size=None, local_rank=None,
                 os.environ[k] = v
 
 
-def _torch_tensor(shape, dtype, zeroed):
+def _torch_tensor(shape, dtype, zeroed, registered):
     import torch
 
-    buf = alloc(shape, torch.float32 if dtype is None else dtype, zeroed=zeroed)
+    buf = alloc(shape, torch.float32 if dtype is None else dtype, zeroed=zeroed,
+                registered=registered)
     return torch.from_dlpack(buf)
 
 
-def zeros(shape, dtype=None):
+def zeros(shape, dtype=None, registered=False):
     """A zero-filled symmetric allocation (collective) as a torch CUDA tensor on this PE's
-    GPU, without a copy (DLPack). dtype: a torch.dtype or a name; default torch.float32."""
-    return _torch_tensor(shape, dtype, True)
+    GPU, without a copy (DLPack). dtype: a torch.dtype or a name; default torch.float32.
+    registered: this PE's own memory registered into the symmetric heap instead (alloc())."""
+    return _torch_tensor(shape, dtype, True, registered)
 
 
-def empty(shape, dtype=None):
+def empty(shape, dtype=None, registered=False):
     """As zeros(), contents undefined (no zeroing, still collective)."""
-    return _torch_tensor(shape, dtype, False)
+    return _torch_tensor(shape, dtype, False, registered)
 
 
 def _finalize_at_exit():

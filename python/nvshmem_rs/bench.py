@@ -404,7 +404,8 @@ def describe(bench):
     torch = bench.torch
     return {"world_size": bench.world, "launch": bench.launch,
             "gpu": torch.cuda.get_device_name(bench.device), "torch": torch.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "nccl": ".".join(map(str, v)) if isinstance(v := torch.cuda.nccl.version(), tuple)
+            else str(v),
             "nvshmem": bench.nv.nvshmem_version()}
 
 

@@ -15,7 +15,7 @@ use crate::dlpack;
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::runtime::{with_state, RUNTIME};
-use crate::state::ENDED;
+use crate::state::{RegEntry, ENDED};
 use nvshmem::Dtype;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -310,13 +310,19 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, usize)> {
 /// calls it with the same shape and dtype, in the same order), zero-filled on every PE before
 /// any returns unless `zeroed` is False. `dtype` is a library name ("f32"), a torch name
 /// ("float32") or a torch.dtype.
+///
+/// With `registered`, the memory is this PE's own (CUDA VMM, as NVSHMEM makes its heap; the
+/// library's `alloc_registrable`, rounded up to the registration granularity) registered into
+/// the symmetric heap (`register_symmetric`, collective): a buffer for a tensor reused many
+/// times, which the collectives then move without staging, outside the heap's size.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype = None, zeroed = true))]
+#[pyo3(signature = (shape, dtype = None, zeroed = true, registered = false))]
 pub(crate) fn alloc(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     zeroed: bool,
+    registered: bool,
 ) -> PyResult<SymmetricBuffer> {
     let (shape, len) = parse_shape(shape)?;
     let dtype = match dtype {
@@ -325,15 +331,33 @@ pub(crate) fn alloc(
     };
     let alloc = with_state(py, "alloc", |nv, state| {
         with_element!(dtype, T => {
-            let buf = if zeroed {
-                nv.alloc_zeroed::<T>(len)
-            } else {
-                nv.alloc::<T>(len)
-            }
-            .map_err(|e| runtime_error(py, e))?;
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            let addr = buf.as_device_ptr() as usize;
-            state.buffers.insert(id, buf);
+            let addr = if registered {
+                let own = nv
+                    .alloc_registrable::<T>(len)
+                    .map_err(|e| runtime_error(py, e))?;
+                let addr = own.as_device_ptr() as usize;
+                let entry = RegEntry::register(nv, own).map_err(|e| runtime_error(py, e))?;
+                if zeroed {
+                    if let Some(reg) = &entry.reg {
+                        reg.as_view().zero().map_err(|e| runtime_error(py, e))?;
+                    }
+                    // Zero everywhere before any PE's peers write into it.
+                    nv.barrier_all().map_err(|e| runtime_error(py, e))?;
+                }
+                state.buffers.insert_registered(id, entry);
+                addr
+            } else {
+                let buf = if zeroed {
+                    nv.alloc_zeroed::<T>(len)
+                } else {
+                    nv.alloc::<T>(len)
+                }
+                .map_err(|e| runtime_error(py, e))?;
+                let addr = buf.as_device_ptr() as usize;
+                state.buffers.insert(id, buf);
+                addr
+            };
             Ok(Allocation {
                 id,
                 addr,

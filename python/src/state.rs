@@ -33,6 +33,62 @@ impl<T: Element> Erased for nvshmem::SymmetricBuffer<'static, T> {
     }
 }
 
+/// A buffer of this PE's own memory registered into the symmetric heap (`alloc(...,
+/// registered=True)`): the library's `RegistrableBuffer` and its `Registered` mapping, which
+/// borrows it. The buffer is leaked into a 'static reference at registration and taken back
+/// here, after the mapping is gone.
+pub(crate) struct RegEntry<T: Element> {
+    /// Dropped first: unregistering (collective) comes before the memory is freed.
+    pub(crate) reg: Option<nvshmem::Registered<'static, T>>,
+    buf: *mut nvshmem::RegistrableBuffer<'static, T>,
+}
+
+impl<T: Element> RegEntry<T> {
+    /// Registers `buf` (collective over the world, as `Nvshmem::register_symmetric`).
+    pub(crate) fn register(
+        nv: &'static nvshmem::Nvshmem,
+        buf: nvshmem::RegistrableBuffer<'static, T>,
+    ) -> nvshmem::Result<RegEntry<T>> {
+        let buf = Box::into_raw(Box::new(buf));
+        // SAFETY: just leaked; freed only in Drop (or never, with the heap at finalize),
+        // after the Registered that borrows it.
+        let leaked: &'static nvshmem::RegistrableBuffer<'static, T> = unsafe { &*buf };
+        match nv.register_symmetric(leaked) {
+            Ok(reg) => Ok(RegEntry {
+                reg: Some(reg),
+                buf,
+            }),
+            Err(e) => {
+                // SAFETY: nothing borrows it: the registration failed.
+                drop(unsafe { Box::from_raw(buf) });
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<T: Element> Drop for RegEntry<T> {
+    fn drop(&mut self) {
+        drop(self.reg.take());
+        // SAFETY: from Box::into_raw in register; the Registered that borrowed it is gone.
+        drop(unsafe { Box::from_raw(self.buf) });
+    }
+}
+
+impl<T: Element> Erased for RegEntry<T> {
+    fn addr(&self) -> usize {
+        // SAFETY: live until Drop.
+        unsafe { &*self.buf }.as_device_ptr() as usize
+    }
+    fn bytes(&self) -> usize {
+        // SAFETY: as in addr.
+        unsafe { &*self.buf }.num_bytes()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
 /// The symmetric buffers Python holds, by allocation id; part of the runtime's state.
 #[derive(Default)]
 pub(crate) struct Registry {
@@ -49,15 +105,25 @@ impl Registry {
             .live
             .iter()
             .find(|(_, b)| (b.addr()..b.addr() + b.bytes()).contains(&addr))?;
-        let typed = buf
-            .as_any()
-            .downcast_ref::<nvshmem::SymmetricBuffer<'static, T>>()?;
         let offset = addr - buf.addr();
         let size = std::mem::size_of::<T>();
         if offset % size != 0 {
             return None;
         }
-        typed.view(offset / size..offset / size + len).ok()
+        let range = offset / size..offset / size + len;
+        let any = buf.as_any();
+        if let Some(typed) = any.downcast_ref::<nvshmem::SymmetricBuffer<'static, T>>() {
+            return typed.view(range).ok();
+        }
+        // Registered memory: the tensor is over the buffer's own address, the view at the
+        // symmetric address the registration gave the same memory.
+        let entry = any.downcast_ref::<RegEntry<T>>()?;
+        entry.reg.as_ref()?.view(range).ok()
+    }
+
+    /// Holds a registered buffer under `id` (a new allocation).
+    pub(crate) fn insert_registered<T: Element>(&mut self, id: u64, entry: RegEntry<T>) {
+        self.live.insert(id, Box::new(entry));
     }
 
     /// Holds `buffer` under `id` (a new allocation).

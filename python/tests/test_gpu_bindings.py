@@ -263,6 +263,24 @@ def test_the_sparse_allreduce_sums_what_every_pe_selected(torch, dtype, method):
     del sp  # collective
 
 
+def test_a_registered_buffer_is_moved_as_symmetric_memory(torch):
+    me, world = nv.rank(), nv.world_size()
+    n = 1 << 20
+    buf = nv.alloc(n, "f32", registered=True)  # collective: own VMM memory, registered
+    x = torch.from_dlpack(buf)
+    assert x.data_ptr() == buf.data_ptr() and bool((x == 0).all())
+    for k in range(2):  # reused: the same buffer, new data
+        x.copy_(values(torch, me, n, k))
+        nv.allreduce(x)
+        done(torch)
+        assert torch.equal(x.cpu(), sum(values(torch, r, n, k) for r in range(world))), k
+    y = nv.zeros(n, torch.float32)
+    nv.allreduce(x, output=y[:n])  # registered in, symmetric out
+    done(torch)
+    del x, buf  # collective: unregistered, then freed
+    done(torch)
+
+
 def test_configure_after_the_workspaces_are_made_raises(torch):
     x = nv.zeros(16, torch.float32)
     nv.allreduce(x)
