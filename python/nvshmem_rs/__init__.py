@@ -2,6 +2,7 @@
 
     import nvshmem_rs as nv
     nv.init()                      # nvsh run's environment, MPI, or a single PE
+    # under torchrun: nv.init_with_store(store), the unique ID passed through torch's store
     print(nv.rank(), nv.world_size())
     nv.finalize()                  # also done at interpreter exit
 
@@ -13,6 +14,11 @@ Symmetric memory and collectives on torch tensors (python/README.md):
     nv.allreduce(x)                           # in place, on torch's current stream
     y = torch.ones(1024, device="cuda")        # ordinary CUDA memory works too (staged)
     nv.allreduce(y, op="max")
+
+Beside the collectives (allreduce, broadcast, reduce, allgather(v), reduce_scatter,
+alltoall(v), grouped_p2p, barrier; team= over a split_strided team): pipeline Channels,
+SparseAllreduce, tune_allreduce, and buffers registered into the heap (alloc(registered=True)).
+`python -m nvshmem_rs.bench` times allreduce against torch's NCCL and SymmetricMemory paths.
 
 Errors of the runtime raise NvshmemError with the Rust error's message (its `kind` names the
 variant); wrong arguments raise ValueError or TypeError. Dtypes are the library's names ("f32",
