@@ -43,6 +43,7 @@ from ._native import (
     alloc,
     barrier_all,
     check,
+    collect,
     configure,
     device,
     dtype_from_torch,
@@ -53,6 +54,7 @@ from ._native import (
     is_initialized,
     local_rank,
     nvshmem_version,
+    pending_releases,
     rank,
     reserve_staging,
     split_strided,
@@ -78,6 +80,7 @@ __all__ = [
     "barrier_all",
     "broadcast",
     "check",
+    "collect",
     "configure",
     "device",
     "empty",
@@ -91,6 +94,7 @@ __all__ = [
     "is_initialized",
     "local_rank",
     "nvshmem_version",
+    "pending_releases",
     "rank",
     "reduce",
     "reduce_scatter",
@@ -259,6 +263,9 @@ class SparseAllreduce:
                  average=False, team=None):
         self._s = _SparseAllreduce(length, method, density, dtype, error_feedback, average,
                                    team)
+        # The team stays while this runs over it: released together, the agreed release
+        # frees this first (newest first).
+        self._team = team
 
     def run(self, grad, out=None, stream=None):
         """One allreduce of `grad` into `out` (in place on `grad` without `out`)."""

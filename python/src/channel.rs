@@ -4,24 +4,19 @@
 //!
 //! The library's channel borrows the runtime handle, which stays on its thread, so the
 //! channels live in the runtime's state (runtime.rs) by id, as symmetric buffers do, and
-//! Python holds a handle whose release drops the channel there (collectively: every PE must
-//! release its channels in the same order); released on another thread it stays until
-//! finalize.
+//! Python holds a handle whose release queues the channel for an agreed release: it is freed
+//! (collectively) at a collection point once every PE has released it (release.rs).
 
 use crate::coll::{borrowed_stream, on_device, tensor};
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::with_element;
-use crate::runtime::{with_state, RUNTIME};
-use crate::state::ENDED;
+use crate::runtime::{with_collected_state, with_state};
 use cudarc::driver::CudaStream;
 use nvshmem::{Dtype, Element};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A channel of any element type, as the state holds it.
 pub(crate) trait AnyChannel {
@@ -77,8 +72,7 @@ impl Channel {
             Some(d) => parse_dtype("Channel", d)?,
             None => Dtype::F32,
         };
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        with_state(py, "Channel", |nv, state| {
+        let id = with_collected_state(py, "Channel", |nv, state| {
             let ch: Box<dyn AnyChannel> = with_element!(dtype, T => {
                 let mut ch = nvshmem::Channel::<T>::new(nv, slots, max_elems)
                     .map_err(|e| runtime_error(py, e))?;
@@ -87,8 +81,9 @@ impl Channel {
                 }
                 Box::new(ch) as Box<dyn AnyChannel>
             });
+            let id = crate::release::next_seq();
             state.channels.insert(id, ch);
-            Ok(())
+            Ok(id)
         })?;
         Ok(Channel {
             id,
@@ -235,35 +230,7 @@ impl Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        if ENDED.load(Ordering::SeqCst) {
-            return;
-        }
-        // As a symmetric buffer's release (memory.rs): on the runtime's thread, outside a
-        // call of the bindings; else the channel stays until finalize.
-        let id = self.id;
-        let freed = RUNTIME.try_with(|rt| {
-            let Ok(rt) = rt.try_borrow() else {
-                return false;
-            };
-            let Some(held) = rt.as_ref() else {
-                return false;
-            };
-            let taken = match held.state.try_borrow_mut() {
-                Ok(mut state) => state.channels.remove(&id),
-                Err(_) => return false,
-            };
-            // The library's drop: collective, after the device's queued work.
-            drop(taken);
-            true
-        });
-        if !matches!(freed, Ok(true)) && !ENDED.load(Ordering::SeqCst) {
-            log::warn!(
-                "a channel ({} x {} {}) was released on a thread other than the runtime's, or \
-                 during another call of nvshmem_rs; it stays until finalize",
-                self.slots,
-                self.max_elems,
-                self.dtype.name()
-            );
-        }
+        // Queued for an agreed release, as a symmetric buffer (release.rs).
+        crate::release::queue(self.id);
     }
 }

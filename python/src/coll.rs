@@ -17,7 +17,7 @@
 use crate::dtypes::{from_torch, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::{with_element, Allocation, SymmetricBuffer};
-use crate::runtime::with_state;
+use crate::runtime::{with_collected_state, with_state};
 use crate::state::{made, Registry};
 use crate::teams::{team_id, workspaces_for, PyTeam};
 use nvshmem::{
@@ -561,7 +561,7 @@ pub(crate) fn barrier(
 /// most the runtime's timeout; a PE that does not come raises a Timeout naming it.
 #[pyfunction]
 pub(crate) fn barrier_all(py: Python<'_>) -> PyResult<()> {
-    with_state(py, "barrier_all", |nv, _| {
+    with_collected_state(py, "barrier_all", |nv, _| {
         nv.barrier_all().map_err(|e| runtime_error(py, e))
     })
 }

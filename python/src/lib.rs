@@ -15,6 +15,7 @@ mod dlpack;
 mod dtypes;
 mod error;
 mod memory;
+mod release;
 mod runtime;
 mod sparse;
 mod state;
@@ -45,6 +46,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::device, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::nvshmem_version, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::unique_id, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::collect, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::pending_releases, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_simulate_release, m)?)?;
     m.add_function(wrap_pyfunction!(coll::configure, m)?)?;
     m.add_function(wrap_pyfunction!(coll::_allreduce_host_loop, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::dtypes, m)?)?;

@@ -3,6 +3,7 @@
 
 use crate::channel::AnyChannel;
 use crate::error::{raise, runtime_error};
+use crate::release::{self, CollectError, Control};
 use crate::sparse::AnySparse;
 use crate::state::{Registry, Workspaces};
 use crate::teams::Teams;
@@ -44,6 +45,8 @@ pub(crate) struct State {
     pub(crate) sparse: BTreeMap<u64, Box<dyn AnySparse>>,
     /// Pipeline channels that Python holds, by id (channel.rs).
     pub(crate) channels: BTreeMap<u64, Box<dyn AnyChannel>>,
+    /// The exchange of the agreed releases (release.rs), made at the first collection point.
+    pub(crate) release: Option<Control>,
 }
 
 impl Drop for Held {
@@ -53,6 +56,7 @@ impl Drop for Held {
         // the runtime. Buffers Python still holds are forgotten: NVSHMEM releases them with
         // the heap, and the library's finalize warns of them.
         state.colls = Workspaces::default();
+        state.release = None;
         // Sparse allreduces, teams (their workspaces, then the team) and channels too, each
         // in id order: the order every PE made them in. Sparse allreduces before teams: one
         // may run over a team.
@@ -60,6 +64,7 @@ impl Drop for Held {
         while state.teams.pop_first().is_some() {}
         while state.channels.pop_first().is_some() {}
         state.buffers.forget_all();
+        release::clear();
         *owner() = None;
         // SAFETY: `nv` came from Box::leak in init() and is taken back once, here. Nothing
         // borrows it any more: the workspaces are dropped and the buffers forgotten above,
@@ -125,6 +130,67 @@ pub(crate) fn with_state<R>(
     })
 }
 
+/// As [`with_state`], for a call that is a collection point (release.rs): first frees what
+/// every PE has released, then runs `f`. Every call that creates symmetric objects is one.
+pub(crate) fn with_collected_state<R>(
+    py: Python<'_>,
+    what: &str,
+    f: impl FnOnce(&'static Nvshmem, &mut State) -> PyResult<R>,
+) -> PyResult<R> {
+    with_state(py, what, |nv, state| {
+        collected(py, nv, state)?;
+        f(nv, state)
+    })
+}
+
+/// Runs the collection point on the state; returns how many objects were freed.
+fn collected(py: Python<'_>, nv: &'static Nvshmem, state: &mut State) -> PyResult<usize> {
+    release::collect(nv, state).map_err(|e| match e {
+        CollectError::Runtime(e) => runtime_error(py, e),
+        CollectError::OutOfStep(text) => raise(py, "CollectiveOutOfStep", text),
+    })
+}
+
+/// Frees, collectively, the symmetric objects (buffers and tensors over them, teams,
+/// channels, sparse allreduces) that every PE has released; returns how many. Collective:
+/// every PE calls it at the same point. Creations, `barrier_all()` and `finalize()` do the
+/// same, so calling it is only needed to free memory earlier.
+#[pyfunction]
+pub(crate) fn collect(py: Python<'_>) -> PyResult<usize> {
+    with_state(py, "collect", |nv, state| collected(py, nv, state))
+}
+
+/// How many symmetric objects this PE has released that are not freed yet (they wait for
+/// every PE to release them, and for a collection point).
+#[pyfunction]
+pub(crate) fn pending_releases() -> usize {
+    release::queued().len()
+}
+
+/// The agreed-release exchange without a GPU, for tests: every PE's released sequence
+/// numbers in, (what is freed, newest first; rounds of the exchange) out. `created`: each
+/// PE's count of created objects (default: the same on every PE).
+#[pyfunction]
+#[pyo3(signature = (queues, created = None))]
+pub(crate) fn _simulate_release(
+    queues: Vec<Vec<u64>>,
+    created: Option<Vec<u64>>,
+) -> PyResult<(Vec<u64>, usize)> {
+    let created = created.unwrap_or_else(|| vec![0; queues.len()]);
+    if created.len() != queues.len() {
+        return Err(PyValueError::new_err("one created count per PE"));
+    }
+    let queues: Vec<Vec<u64>> = queues
+        .into_iter()
+        .map(|mut q| {
+            q.sort_unstable();
+            q.dedup();
+            q
+        })
+        .collect();
+    release::simulate(&queues, &created).map_err(PyValueError::new_err)
+}
+
 /// The bootstrap a Python caller named, as `NVSH_BOOTSTRAP` spells them.
 fn parse_bootstrap(name: &str) -> PyResult<Bootstrap> {
     match name {
@@ -181,9 +247,19 @@ pub(crate) fn init(py: Python<'_>, bootstrap: Option<&str>) -> PyResult<()> {
 #[pyfunction]
 pub(crate) fn finalize(py: Python<'_>) -> PyResult<()> {
     // Taken out first: the finalize below runs with no borrow of the thread local held.
+    // A collection point (every PE calls finalize at the same point): what every PE
+    // released is freed; what some PE still holds goes with the heap.
+    let collect_failed = RUNTIME.with_borrow(|rt| {
+        let held = rt.as_ref()?;
+        let mut state = held.state.try_borrow_mut().ok()?;
+        collected(py, held.nv, &mut state).err()
+    });
+    if let Some(err) = collect_failed {
+        log::warn!("finalize: the agreed release of symmetric objects failed ({err}); they go with the heap");
+    }
     match RUNTIME.with_borrow_mut(Option::take) {
         Some(held) => {
-            let live = held.state.borrow().buffers.len();
+            let live = held.state.borrow().buffers.live_not_queued();
             drop(held);
             if live > 0 {
                 let warning = py.get_type::<PyRuntimeWarning>();

@@ -1,23 +1,19 @@
 //! The sparse gradient allreduce from Python: `SparseAllreduce(length, method, density, ...)`
 //! over the library's `SparseAllreduce` (top-k, GaussianK, gTop-k, Ok-Topk and the
 //! split-and-allgather methods, with error feedback), whose `run(grad, out)` enqueues on the
-//! caller's stream. Kept in the runtime's state by id and released collectively, as channels
-//! are (channel.rs).
+//! caller's stream. Kept in the runtime's state by id and released as channels are (an agreed
+//! release, release.rs).
 
 use crate::coll::{borrowed_stream, on_device, tensor};
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
-use crate::runtime::{with_state, RUNTIME};
-use crate::state::ENDED;
+use crate::runtime::{with_collected_state, with_state};
 use crate::teams::{team_id, team_of, PyTeam};
 use cudarc::driver::CudaStream;
 use nvshmem::{Dtype, SparseMethod, SparseOptions, SparseValue};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A sparse allreduce of either value type, as the state holds it.
 pub(crate) trait AnySparse {
@@ -82,8 +78,7 @@ impl PySparse {
         opts.error_feedback = error_feedback;
         opts.average = average;
         let team = team_id(team);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let k = with_state(py, what, |nv, state| {
+        let (id, k) = with_collected_state(py, what, |nv, state| {
             let world = nv.team_world();
             let t = match team {
                 None => Some(&world),
@@ -107,8 +102,9 @@ impl PySparse {
                 }
             };
             let k = s.k();
+            let id = crate::release::next_seq();
             state.sparse.insert(id, s);
-            Ok(k)
+            Ok((id, k))
         })?;
         Ok(PySparse {
             id,
@@ -203,32 +199,7 @@ fn sparse<'s>(
 
 impl Drop for PySparse {
     fn drop(&mut self) {
-        if ENDED.load(Ordering::SeqCst) {
-            return;
-        }
-        // As a channel's release (channel.rs).
-        let id = self.id;
-        let freed = RUNTIME.try_with(|rt| {
-            let Ok(rt) = rt.try_borrow() else {
-                return false;
-            };
-            let Some(held) = rt.as_ref() else {
-                return false;
-            };
-            let taken = match held.state.try_borrow_mut() {
-                Ok(mut state) => state.sparse.remove(&id),
-                Err(_) => return false,
-            };
-            drop(taken);
-            true
-        });
-        if !matches!(freed, Ok(true)) && !ENDED.load(Ordering::SeqCst) {
-            log::warn!(
-                "a SparseAllreduce of {} {} was released on a thread other than the runtime's, \
-                 or during another call of nvshmem_rs; it stays until finalize",
-                self.length,
-                self.dtype.name()
-            );
-        }
+        // Queued for an agreed release, as a symmetric buffer (release.rs).
+        crate::release::queue(self.id);
     }
 }

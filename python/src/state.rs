@@ -140,9 +140,12 @@ impl Registry {
         self.live.remove(&id)
     }
 
-    /// How many buffers Python still references.
-    pub(crate) fn len(&self) -> usize {
-        self.live.len()
+    /// How many buffers this PE's Python still references (not released, release.rs).
+    pub(crate) fn live_not_queued(&self) -> usize {
+        self.live
+            .keys()
+            .filter(|&&id| !crate::release::is_queued(id))
+            .count()
     }
 
     /// At finalize: forgets every buffer (not freed: NVSHMEM releases them with the heap, and

@@ -4,19 +4,16 @@
 //! A team's workspaces are allocated collectively over the world (every PE, members or not),
 //! so they are all made at the split, which is collective over the world too: every PE gets a
 //! `Team`, non-members one whose calls raise `NotInTeam`. The team and its workspaces live in
-//! the runtime's state by id (as channels do) and are released collectively on the runtime's
-//! thread when the last Python reference goes (every PE in the same order), else at finalize.
+//! the runtime's state by id (as channels do) and are released as symmetric buffers are: the
+//! last Python reference queues it, and it is freed when every PE has (release.rs).
 
 use crate::coll::SLOT_BYTES;
 use crate::error::{raise, runtime_error};
-use crate::runtime::{with_state, RUNTIME};
-use crate::state::{Workspaces, ENDED};
+use crate::runtime::with_collected_state;
+use crate::state::Workspaces;
 use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter, Team, TeamBarrier};
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A split team as the state holds it: its workspaces (dropped first: their frees come
 /// before the team's destruction) and the team, None on PEs outside it.
@@ -133,8 +130,7 @@ pub(crate) fn split_strided(
     stride: i32,
     size: i32,
 ) -> PyResult<PyTeam> {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let rank = with_state(py, "split_strided", |nv, state| {
+    let (id, rank) = with_collected_state(py, "split_strided", |nv, state| {
         let team = nv
             .team_world()
             .split_strided(start, stride, size)
@@ -154,8 +150,9 @@ pub(crate) fn split_strided(
             ..Workspaces::default()
         };
         let rank = team.as_ref().map_or(-1, Team::my_pe);
+        let id = crate::release::next_seq();
         state.teams.insert(id, TeamState { colls, team });
-        Ok(rank)
+        Ok((id, rank))
     })?;
     Ok(PyTeam {
         id,
@@ -168,34 +165,7 @@ pub(crate) fn split_strided(
 
 impl Drop for PyTeam {
     fn drop(&mut self) {
-        if ENDED.load(Ordering::SeqCst) {
-            return;
-        }
-        // As a symmetric buffer's release (memory.rs): on the runtime's thread, outside a
-        // call of the bindings; else the team stays until finalize.
-        let id = self.id;
-        let freed = RUNTIME.try_with(|rt| {
-            let Ok(rt) = rt.try_borrow() else {
-                return false;
-            };
-            let Some(held) = rt.as_ref() else {
-                return false;
-            };
-            let taken = match held.state.try_borrow_mut() {
-                Ok(mut state) => state.teams.remove(&id),
-                Err(_) => return false,
-            };
-            // Collective: the workspaces' frees over the world, then the team's destruction
-            // over its members.
-            drop(taken);
-            true
-        });
-        if !matches!(freed, Ok(true)) && !ENDED.load(Ordering::SeqCst) {
-            log::warn!(
-                "a team ({}) was released on a thread other than the runtime's, or during \
-                 another call of nvshmem_rs; it stays until finalize",
-                self.__repr__()
-            );
-        }
+        // Queued for an agreed release, as a symmetric buffer (release.rs).
+        crate::release::queue(self.id);
     }
 }
