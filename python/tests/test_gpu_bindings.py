@@ -231,7 +231,7 @@ def test_collectives_over_a_team_of_the_even_pes(torch):
         assert err.value.kind == "NotInTeam", err.value
     done(torch)
     nv.barrier_all()
-    del team  # collective: its workspaces over the world, then the team over its members
+    del team  # queued; freed (its workspaces, then the team) at the next collection point
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -260,7 +260,7 @@ def test_the_sparse_allreduce_sums_what_every_pe_selected(torch, dtype, method):
         assert bool(((got == 0) | (got <= want + 1e-9)).all()), (got, want)
     with pytest.raises(ValueError, match="made for 4096"):
         sp.run(torch.zeros(n + 1, dtype=dt, device="cuda"))
-    del sp  # collective
+    del sp  # queued; freed when every PE has released it, at a collection point
 
 
 def test_a_registered_buffer_is_moved_as_symmetric_memory(torch):
@@ -277,7 +277,7 @@ def test_a_registered_buffer_is_moved_as_symmetric_memory(torch):
     y = nv.zeros(n, torch.float32)
     nv.allreduce(x, output=y[:n])  # registered in, symmetric out
     done(torch)
-    del x, buf  # collective: unregistered, then freed
+    del x, buf  # queued; unregistered and freed at the next collection point
     done(torch)
 
 
@@ -295,6 +295,108 @@ def test_wrong_counts_raise_before_anything_runs(torch):
         nv.allgatherv(x, x, [1] * (nv.world_size() + 1))
     with pytest.raises(ValueError, match='"send" or "recv"'):
         nv.grouped_p2p([("put", x, 0)])
+
+
+def allreduce_works(torch):
+    """An allocation (a collection point) and an allreduce on it, checked."""
+    me, world = nv.rank(), nv.world_size()
+    x = nv.zeros(4096, torch.float32)
+    x.copy_(values(torch, me, 4096))
+    nv.allreduce(x)
+    done(torch)
+    assert torch.equal(x.cpu(), sum(values(torch, r, 4096) for r in range(world)))
+
+
+def test_frees_in_other_orders_on_other_pes(torch):
+    nv.collect()
+    before = nv.pending_releases()  # what some PE still holds (none, as the tests go)
+    a, b = nv.alloc(1000), nv.zeros(2000, torch.float32)
+    c = nv.alloc(3000, "bf16", registered=True)
+    # Each PE drops in its own order: nothing is freed at a drop, only queued.
+    if nv.rank() % 2 == 0:
+        del a, b, c
+    else:
+        del c, b, a
+    assert nv.pending_releases() == before + 3
+    assert nv.collect() == 3  # every PE queued all three: freed in one order everywhere
+    assert nv.pending_releases() == before
+    allreduce_works(torch)
+
+
+def test_what_only_some_pes_released_waits_for_the_others(torch):
+    needs_peers()
+    nv.collect()
+    before = nv.pending_releases()
+    x = nv.zeros(5000, torch.float32)
+    if nv.rank() == 0:
+        del x
+    assert nv.collect() == 0  # PE 0 released it, the others hold it: kept everywhere
+    assert nv.pending_releases() == before + (1 if nv.rank() == 0 else 0)
+    allreduce_works(torch)  # allocations and collectives go on meanwhile
+    if nv.rank() != 0:
+        del x
+    assert nv.collect() == 1
+    assert nv.pending_releases() == before
+
+
+def test_a_cycle_collected_by_the_gc_on_one_pe_only(torch):
+    import gc
+
+    needs_peers()
+    gc.collect()
+    nv.collect()
+    before = nv.pending_releases()
+    gc.disable()
+    try:
+        class Holder:
+            pass
+
+        h = Holder()
+        h.me = h  # a cycle: only the cyclic GC frees it
+        h.buf = nv.zeros(1000, torch.float32)
+        h.team = nv.split_strided(0, 1, nv.world_size())
+        h.sparse = nv.SparseAllreduce(4096, "topk", density=1 / 64, team=h.team)
+        h.channel = nv.Channel(256, torch.float32)
+        del h
+        if nv.rank() == 0:
+            gc.collect()
+        assert nv.collect() == 0  # PE 0 released four objects, the others none yet
+        assert nv.pending_releases() == before + (4 if nv.rank() == 0 else 0)
+        allreduce_works(torch)
+        nv.barrier_all()  # a collection point too
+        gc.collect()  # now every PE has released them
+        assert nv.pending_releases() == before + 4
+        # Freed newest first (the sparse allreduce before the team it runs over).
+        assert nv.collect() == 4
+    finally:
+        gc.enable()
+    allreduce_works(torch)
+
+
+def test_a_buffer_released_on_another_thread_is_freed_too(torch):
+    import threading
+
+    nv.collect()
+    before = nv.pending_releases()
+    holder = [nv.alloc(1000)]
+    t = threading.Thread(target=holder.clear)
+    t.start()
+    t.join()
+    assert nv.pending_releases() == before + 1
+    assert nv.collect() == 1
+    allreduce_works(torch)
+
+
+def test_memory_released_in_a_loop_is_reused(torch):
+    # 32 x 64 MiB, more than the symmetric heap holds unless the released ones are freed:
+    # each allocation frees the one before the last (released when x was rebound).
+    x = None
+    for i in range(32):
+        x = nv.zeros(16 << 20, torch.float32)
+        x.fill_(i)
+    done(torch)
+    del x
+    assert nv.collect() == 1
 
 
 def load(name):
