@@ -25,6 +25,7 @@ use nvshmem::{
     ReduceOp, ReduceScatter, TeamBarrier,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use std::sync::{Arc, Mutex};
@@ -109,7 +110,7 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// every collective, so a torch.Tensor is read with as few Python calls as it takes (its
 /// `get_device()` gives the device as an int; the dtype object is looked up in a cache), and
 /// the texts of the errors are only made when one is raised.
-pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+pub(crate) fn tensor<'py>(what: &str, which: &str, obj: &Bound<'py, PyAny>) -> PyResult<Tensor> {
     if let Ok(buf) = obj.cast::<SymmetricBuffer>() {
         let alloc = buf.get().allocation().clone();
         alloc.alive(obj.py(), what)?;
@@ -121,7 +122,10 @@ pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResul
             _alloc: Some(alloc),
         });
     }
-    let get = |attr: &str| {
+    // Interned names: each call of a collective reads these, and a name made from a &str
+    // each time costs an allocation and a hash per attribute.
+    let py = obj.py();
+    let get = |attr: &Bound<'py, PyString>| {
         obj.getattr(attr).map_err(|_| {
             PyTypeError::new_err(format!(
                 "{what}: the {which} must be a CUDA torch.Tensor or an \
@@ -131,16 +135,16 @@ pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResul
             ))
         })
     };
-    let data_ptr = get("data_ptr")?;
-    let numel = get("numel")?;
-    let dtype = get("dtype")?;
+    let data_ptr = get(intern!(py, "data_ptr"))?;
+    let numel = get(intern!(py, "numel"))?;
+    let dtype = get(intern!(py, "dtype"))?;
     let device_text = || {
-        obj.getattr("device")
+        obj.getattr(intern!(py, "device"))
             .ok()
             .and_then(|d| d.str().ok())
             .map(|s| s.to_string())
     };
-    let is_cuda = match obj.getattr("is_cuda") {
+    let is_cuda = match obj.getattr(intern!(py, "is_cuda")) {
         Ok(v) => v.is_truthy()?,
         Err(_) => device_text().is_some_and(|d| d.starts_with("cuda")),
     };
@@ -151,7 +155,7 @@ pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResul
             device_text().as_deref().unwrap_or("the host")
         )));
     }
-    if let Ok(contiguous) = obj.getattr("is_contiguous") {
+    if let Ok(contiguous) = obj.getattr(intern!(py, "is_contiguous")) {
         if !contiguous.call0()?.is_truthy()? {
             return Err(PyValueError::new_err(format!(
                 "{what}: the {which} is not contiguous; the collectives move one dense range \
@@ -160,19 +164,18 @@ pub(crate) fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResul
         }
     }
     let dtype = cached_dtype(&dtype).map_err(|e| {
-        PyValueError::new_err(format!(
-            "{what}: the {which}'s dtype: {}",
-            e.value(obj.py())
-        ))
+        PyValueError::new_err(format!("{what}: the {which}'s dtype: {}", e.value(py)))
     })?;
     let ptr = data_ptr.call0()?.extract::<usize>()?;
     let numel = numel.call0()?.extract::<usize>()?;
     // torch.Tensor.get_device(): the CUDA index as an int (-1 on the CPU), one call where
     // `device.index` takes two and makes a torch.device.
-    let device = match obj.getattr("get_device") {
+    let device = match obj.getattr(intern!(py, "get_device")) {
         Ok(f) => Some(f.call0()?.extract::<i32>()?).filter(|&d| d >= 0),
-        Err(_) => match obj.getattr("device") {
-            Ok(d) if d.hasattr("index")? => d.getattr("index")?.extract::<Option<i32>>()?,
+        Err(_) => match obj.getattr(intern!(py, "device")) {
+            Ok(d) if d.hasattr(intern!(py, "index"))? => {
+                d.getattr(intern!(py, "index"))?.extract::<Option<i32>>()?
+            }
             _ => None,
         },
     };
