@@ -93,6 +93,9 @@ impl<T: Element> Erased for RegEntry<T> {
 #[derive(Default)]
 pub(crate) struct Registry {
     live: BTreeMap<u64, Box<dyn Erased>>,
+    /// Each buffer's id by its address: every collective call looks its tensors up here, so
+    /// the lookup is a search of this map, not a scan of every buffer.
+    by_addr: BTreeMap<usize, u64>,
 }
 
 impl Registry {
@@ -101,10 +104,11 @@ impl Registry {
     /// the collectives) and for a buffer viewed as another type (staged too: the library's
     /// views are typed).
     pub(crate) fn view<T: Element>(&self, addr: usize, len: usize) -> Option<SymView<'_, T>> {
-        let (_, buf) = self
-            .live
-            .iter()
-            .find(|(_, b)| (b.addr()..b.addr() + b.bytes()).contains(&addr))?;
+        let (_, id) = self.by_addr.range(..=addr).next_back()?;
+        let buf = self.live.get(id)?;
+        if addr >= buf.addr() + buf.bytes() {
+            return None;
+        }
         let offset = addr - buf.addr();
         let size = std::mem::size_of::<T>();
         if offset % size != 0 {
@@ -123,6 +127,7 @@ impl Registry {
 
     /// Holds a registered buffer under `id` (a new allocation).
     pub(crate) fn insert_registered<T: Element>(&mut self, id: u64, entry: RegEntry<T>) {
+        self.by_addr.insert(entry.addr(), id);
         self.live.insert(id, Box::new(entry));
     }
 
@@ -132,12 +137,15 @@ impl Registry {
         id: u64,
         buffer: nvshmem::SymmetricBuffer<'static, T>,
     ) {
+        self.by_addr.insert(buffer.addr(), id);
         self.live.insert(id, Box::new(buffer));
     }
 
     /// Takes out the buffer of `id`, if the registry holds it: dropping it frees it.
     pub(crate) fn take(&mut self, id: u64) -> Option<Box<dyn Erased>> {
-        self.live.remove(&id)
+        let buf = self.live.remove(&id)?;
+        self.by_addr.remove(&buf.addr());
+        Some(buf)
     }
 
     /// How many buffers this PE's Python still references (not released, release.rs).
@@ -152,6 +160,7 @@ impl Registry {
     /// their drop would use the handle that is about to end). Returns how many there were.
     pub(crate) fn forget_all(&mut self) -> usize {
         ENDED.store(true, Ordering::SeqCst);
+        self.by_addr.clear();
         let live = std::mem::take(&mut self.live);
         let n = live.len();
         for (_, buf) in live {
