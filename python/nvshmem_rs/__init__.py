@@ -118,6 +118,7 @@ def _raw_stream_of(torch):
 
 
 _raw_stream = None
+_allreduce = _native.allreduce
 
 
 def _stream(stream, *tensors):
@@ -148,7 +149,17 @@ def allreduce(tensor, output=None, op="sum", algo="auto", stream=None, team=None
     None. op: "sum", "prod", "min", "max", "avg"; algo: "auto", "oneshot", "twoshot", "ring",
     "rd". Runs on `stream` (default: torch's current stream), over `team` (a Team from
     split_strided; default every PE), and returns the algorithm used."""
-    return _native.allreduce(tensor, output, op, algo, _stream(stream, tensor, output), team)
+    if stream is None:
+        # The hot path (python -m nvshmem_rs.bench): a CUDA torch tensor's current stream in
+        # one call of torch's C API, no generic _stream (its isinstance and is_cuda reads).
+        try:
+            device = tensor.get_device()  # -1 on the CPU
+            stream = _raw_stream(device) if device >= 0 else _stream(None, tensor, output)
+        except Exception:  # no torch tensor, or _raw_stream not set up yet
+            stream = _stream(None, tensor, output)
+    elif type(stream) is not int:
+        stream = int(getattr(stream, "cuda_stream", stream))
+    return _allreduce(tensor, output, op, algo, stream, team)
 
 
 def broadcast(tensor, output=None, root=0, stream=None, team=None):
