@@ -20,6 +20,11 @@ alltoall(v), grouped_p2p, barrier; team= over a split_strided team): pipeline Ch
 SparseAllreduce, tune_allreduce, and buffers registered into the heap (alloc(registered=True)).
 `python -m nvshmem_rs.bench` times allreduce against torch's NCCL and SymmetricMemory paths.
 
+Dropping a symmetric object (a buffer or a tensor over one, a team, a channel, a sparse
+allreduce) frees nothing at once: it is freed at the next collection point (an allocation or
+creation, barrier_all(), collect(), finalize()) once every PE has dropped it, so PEs may drop
+in any order (pending_releases() counts what waits).
+
 Errors of the runtime raise NvshmemError with the Rust error's message (its `kind` names the
 variant); wrong arguments raise ValueError or TypeError. Dtypes are the library's names ("f32",
 "bf16", ...); torch_dtype_name() and dtype_from_torch() map them to PyTorch's as plain strings.
