@@ -333,6 +333,9 @@ def test_what_only_some_pes_released_waits_for_the_others(torch):
     assert nv.collect() == 0  # PE 0 released it, the others hold it: kept everywhere
     assert nv.pending_releases() == before + (1 if nv.rank() == 0 else 0)
     allreduce_works(torch)  # allocations and collectives go on meanwhile
+    # What allreduce_works dropped, which every PE released; x stays queued on PE 0 alone.
+    assert nv.collect() == 1
+    assert nv.pending_releases() == before + (1 if nv.rank() == 0 else 0)
     if nv.rank() != 0:
         del x
     assert nv.collect() == 1
