@@ -12,23 +12,12 @@ use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::with_element;
 use crate::runtime::{with_collected_state, with_state};
+use crate::state::AnyChannel;
 use cudarc::driver::CudaStream;
 use nvshmem::{Dtype, Element};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::time::Duration;
-
-/// A channel of any element type, as the state holds it.
-pub(crate) trait AnyChannel {
-    /// # Safety
-    /// `ptr` is device memory of this PE holding `len` elements, left alone by other work
-    /// until the stream has passed the send.
-    unsafe fn send(&self, peer: i32, ptr: u64, len: usize, s: &CudaStream) -> nvshmem::Result<()>;
-    /// # Safety
-    /// As for `send`, for memory the receive writes.
-    unsafe fn recv(&self, peer: i32, ptr: u64, len: usize, s: &CudaStream) -> nvshmem::Result<()>;
-    fn check(&self) -> nvshmem::Result<()>;
-}
 
 impl<T: Element> AnyChannel for nvshmem::Channel<'static, T> {
     unsafe fn send(&self, peer: i32, ptr: u64, len: usize, s: &CudaStream) -> nvshmem::Result<()> {

@@ -18,7 +18,7 @@ use crate::dtypes::{from_torch, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::{with_element, Allocation, SymmetricBuffer};
 use crate::runtime::{with_collected_state, with_state};
-use crate::state::{made, Registry};
+use crate::state::{made, Registry, SLOT_BYTES};
 use crate::teams::{team_id, workspaces_for, PyTeam};
 use nvshmem::{
     Allgather, AllreduceAlgo, Alltoall, Broadcast, Dtype, Element, InBuf, Nvshmem, OutBuf, Reduce,
@@ -29,11 +29,6 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use std::sync::{Arc, Mutex};
-
-/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter), unless
-/// `configure(slot_bytes=...)` set others: as the examples use; larger messages go in segments
-/// of this size. `nvsh bench allreduce` takes 8 MiB (`--slot`); the Python bench sets that.
-pub(crate) const SLOT_BYTES: usize = 1 << 20;
 
 /// Runs `$body` with `$T` the element type of `$dtype`, a dtype the reductions take; u8 (which
 /// they do not) gives [`reducible`]'s error.

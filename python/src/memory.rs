@@ -13,8 +13,9 @@
 use crate::dlpack;
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
+use crate::release::ENDED;
 use crate::runtime::with_collected_state;
-use crate::state::{RegEntry, ENDED};
+use crate::state::RegEntry;
 use nvshmem::Dtype;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;

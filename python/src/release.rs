@@ -18,10 +18,12 @@
 //! lasts the intersection is exact; the next round starts there. The words are the same on
 //! every PE, so every PE decides alike.
 
-use crate::state::ENDED;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+/// Set when the runtime ends: every allocation is then gone with the heap.
+pub(crate) static ENDED: AtomicBool = AtomicBool::new(false);
 
 /// Words a PE sends per round: its created count, how many numbers follow, the numbers.
 pub(crate) const WIDTH: usize = 256;
@@ -205,12 +207,15 @@ impl From<nvshmem::Error> for CollectError {
     }
 }
 
-/// The collection point: frees, newest first, what every PE has queued; returns how many.
+/// The collection point: frees, newest first, what every PE has queued (`free` drops the
+/// object of a number; `release` holds the exchange's area, made here at the first point);
+/// returns how many.
 /// Collective: every PE calls it at the same point (runtime.rs calls it from every creation,
 /// barrier_all, collect and finalize).
 pub(crate) fn collect(
     nv: &'static nvshmem::Nvshmem,
-    state: &mut crate::runtime::State,
+    release: &mut Option<Control>,
+    mut free: impl FnMut(u64),
 ) -> Result<usize, CollectError> {
     let mine = queued();
     let n = nv.n_pes().max(1) as usize;
@@ -218,11 +223,10 @@ pub(crate) fn collect(
     if n == 1 {
         agreed = mine;
     } else {
-        if state.release.is_none() {
-            state.release = Some(Control::new(nv)?);
+        if release.is_none() {
+            *release = Some(Control::new(nv)?);
         }
-        let control = state
-            .release
+        let control = release
             .as_mut()
             .unwrap_or_else(|| unreachable!("made above"));
         let mut cursor = 0;
@@ -237,17 +241,9 @@ pub(crate) fn collect(
         }
     }
     // Newest first: what was made over an object (a sparse allreduce over a team) goes
-    // before it. Each drop is the library's: a collective free after the device's work.
+    // before it. `free` drops the object of each number (runtime.rs: the state's maps).
     for &seq in agreed.iter().rev() {
-        if let Some(b) = state.buffers.take(seq) {
-            drop(b);
-        } else if let Some(s) = state.sparse.remove(&seq) {
-            drop(s);
-        } else if let Some(c) = state.channels.remove(&seq) {
-            drop(c);
-        } else if let Some(t) = state.teams.remove(&seq) {
-            drop(t);
-        }
+        free(seq);
     }
     unqueue(&agreed);
     Ok(agreed.len())

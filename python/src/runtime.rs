@@ -1,18 +1,14 @@
 //! The runtime on the thread that called init(), what the bindings keep beside it, and the
 //! calls of its lifecycle: init, finalize, the PE's place in the job.
 
-use crate::channel::AnyChannel;
 use crate::error::{raise, runtime_error};
-use crate::release::{self, CollectError, Control};
-use crate::sparse::AnySparse;
-use crate::state::{Registry, Workspaces};
-use crate::teams::Teams;
+use crate::release::{self, CollectError};
+use crate::state::{State, Workspaces};
 use nvshmem::bootstrap::{self, Bootstrap};
 use nvshmem::Nvshmem;
 use pyo3::exceptions::{PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::sync::Mutex;
 use std::thread::ThreadId;
@@ -30,23 +26,6 @@ pub(crate) struct Held {
     /// workspaces in `state` may borrow it for 'static: they end (or are forgotten) first.
     nv: &'static Nvshmem,
     pub(crate) state: RefCell<State>,
-}
-
-/// What the bindings keep beside the handle.
-#[derive(Default)]
-pub(crate) struct State {
-    /// Symmetric buffers that Python holds.
-    pub(crate) buffers: Registry,
-    /// The collectives' world workspaces, made at the first call of each.
-    pub(crate) colls: Workspaces,
-    /// Split teams that Python holds, with their workspaces, by id (teams.rs).
-    pub(crate) teams: Teams,
-    /// Sparse allreduces that Python holds, by id (sparse.rs).
-    pub(crate) sparse: BTreeMap<u64, Box<dyn AnySparse>>,
-    /// Pipeline channels that Python holds, by id (channel.rs).
-    pub(crate) channels: BTreeMap<u64, Box<dyn AnyChannel>>,
-    /// The exchange of the agreed releases (release.rs), made at the first collection point.
-    pub(crate) release: Option<Control>,
 }
 
 impl Drop for Held {
@@ -145,7 +124,27 @@ pub(crate) fn with_collected_state<R>(
 
 /// Runs the collection point on the state; returns how many objects were freed.
 fn collected(py: Python<'_>, nv: &'static Nvshmem, state: &mut State) -> PyResult<usize> {
-    release::collect(nv, state).map_err(|e| match e {
+    let State {
+        buffers,
+        sparse,
+        channels,
+        teams,
+        release: control,
+        ..
+    } = state;
+    // Each drop is the library's: a collective free after the device's work.
+    let free = |seq| {
+        if let Some(b) = buffers.take(seq) {
+            drop(b);
+        } else if let Some(s) = sparse.remove(&seq) {
+            drop(s);
+        } else if let Some(c) = channels.remove(&seq) {
+            drop(c);
+        } else if let Some(t) = teams.remove(&seq) {
+            drop(t);
+        }
+    };
+    release::collect(nv, control, free).map_err(|e| match e {
         CollectError::Runtime(e) => runtime_error(py, e),
         CollectError::OutOfStep(text) => raise(py, "CollectiveOutOfStep", text),
     })
@@ -259,7 +258,11 @@ pub(crate) fn finalize(py: Python<'_>) -> PyResult<()> {
     }
     match RUNTIME.with_borrow_mut(Option::take) {
         Some(held) => {
-            let live = held.state.borrow().buffers.live_not_queued();
+            let live = held
+                .state
+                .borrow()
+                .buffers
+                .live_not_queued(release::is_queued);
             drop(held);
             if live > 0 {
                 let warning = py.get_type::<PyRuntimeWarning>();

@@ -8,22 +8,13 @@ use crate::coll::{borrowed_stream, on_device, tensor};
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::runtime::{with_collected_state, with_state};
+use crate::state::AnySparse;
 use crate::teams::{team_id, team_of, PyTeam};
 use cudarc::driver::CudaStream;
 use nvshmem::{Dtype, SparseMethod, SparseOptions, SparseValue};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Arc;
-
-/// A sparse allreduce of either value type, as the state holds it.
-pub(crate) trait AnySparse {
-    /// # Safety
-    /// `grad` and `out` are device memory of this PE of the allreduce's length, ordered on
-    /// the stream by the caller.
-    unsafe fn run(&mut self, grad: u64, out: u64, s: &CudaStream) -> nvshmem::Result<()>;
-    fn clear_residual(&mut self, s: &Arc<CudaStream>) -> nvshmem::Result<()>;
-    fn k(&self) -> usize;
-}
 
 impl<T: SparseValue> AnySparse for nvshmem::SparseAllreduce<'static, T> {
     unsafe fn run(&mut self, grad: u64, out: u64, s: &CudaStream) -> nvshmem::Result<()> {

@@ -1,18 +1,74 @@
 //! What the bindings keep beside the runtime handle (runtime.rs holds both): the symmetric
-//! buffers that Python references, typed as the library made them, and the collectives' world
-//! workspaces. Both borrow the handle for 'static, which runtime.rs makes sound by ending them
-//! (or forgetting the buffers) before the handle.
+//! buffers that Python references, typed as the library made them, the collectives' world
+//! workspaces, and the split teams, sparse allreduces and channels by id ([`State`]). They
+//! borrow the handle for 'static, which runtime.rs makes sound by ending them (or forgetting
+//! the buffers) before the handle. Below the modules that fill it (teams.rs, sparse.rs,
+//! channel.rs, coll.rs): it imports only release.rs, so that none of them is imported back.
 
+use crate::release::{Control, ENDED};
+use cudarc::driver::CudaStream;
 use nvshmem::{
     Allgather, Allgatherv, Allreduce, Alltoall, Alltoallv, Broadcast, Element, P2pGroup, Reduce,
-    ReduceScatter, SymView, TeamBarrier, Tuner,
+    ReduceScatter, SymView, Team, TeamBarrier, Tuner,
 };
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-/// Set when the runtime ends: every allocation is then gone with the heap.
-pub(crate) static ENDED: AtomicBool = AtomicBool::new(false);
+/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter), unless
+/// `configure(slot_bytes=...)` set others: as the examples use; larger messages go in segments
+/// of this size. `nvsh bench allreduce` takes 8 MiB (`--slot`); the Python bench sets that.
+pub(crate) const SLOT_BYTES: usize = 1 << 20;
+
+/// What the bindings keep beside the handle.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Symmetric buffers that Python holds.
+    pub(crate) buffers: Registry,
+    /// The collectives' world workspaces, made at the first call of each.
+    pub(crate) colls: Workspaces,
+    /// Split teams that Python holds, with their workspaces, by id (teams.rs).
+    pub(crate) teams: Teams,
+    /// Sparse allreduces that Python holds, by id (sparse.rs).
+    pub(crate) sparse: BTreeMap<u64, Box<dyn AnySparse>>,
+    /// Pipeline channels that Python holds, by id (channel.rs).
+    pub(crate) channels: BTreeMap<u64, Box<dyn AnyChannel>>,
+    /// The exchange of the agreed releases (release.rs), made at the first collection point.
+    pub(crate) release: Option<Control>,
+}
+
+/// A channel of any element type, as the state holds it.
+pub(crate) trait AnyChannel {
+    /// # Safety
+    /// `ptr` is device memory of this PE holding `len` elements, left alone by other work
+    /// until the stream has passed the send.
+    unsafe fn send(&self, peer: i32, ptr: u64, len: usize, s: &CudaStream) -> nvshmem::Result<()>;
+    /// # Safety
+    /// As for `send`, for memory the receive writes.
+    unsafe fn recv(&self, peer: i32, ptr: u64, len: usize, s: &CudaStream) -> nvshmem::Result<()>;
+    fn check(&self) -> nvshmem::Result<()>;
+}
+
+/// A sparse allreduce of either value type, as the state holds it.
+pub(crate) trait AnySparse {
+    /// # Safety
+    /// `grad` and `out` are device memory of this PE of the allreduce's length, ordered on
+    /// the stream by the caller.
+    unsafe fn run(&mut self, grad: u64, out: u64, s: &CudaStream) -> nvshmem::Result<()>;
+    fn clear_residual(&mut self, s: &Arc<CudaStream>) -> nvshmem::Result<()>;
+    fn k(&self) -> usize;
+}
+
+/// A split team as the state holds it: its workspaces (dropped first: their frees come
+/// before the team's destruction) and the team, None on PEs outside it.
+pub(crate) struct TeamState {
+    pub(crate) colls: Workspaces,
+    pub(crate) team: Option<Team<'static>>,
+}
+
+/// The teams Python holds, by id.
+pub(crate) type Teams = BTreeMap<u64, TeamState>;
 
 /// A typed buffer of the registry, whatever its element type.
 pub(crate) trait Erased: Any {
@@ -148,12 +204,10 @@ impl Registry {
         Some(buf)
     }
 
-    /// How many buffers this PE's Python still references (not released, release.rs).
-    pub(crate) fn live_not_queued(&self) -> usize {
-        self.live
-            .keys()
-            .filter(|&&id| !crate::release::is_queued(id))
-            .count()
+    /// How many buffers this PE's Python still references: those `is_queued` (release.rs's,
+    /// which runtime.rs passes) does not name as released.
+    pub(crate) fn live_not_queued(&self, is_queued: impl Fn(u64) -> bool) -> usize {
+        self.live.keys().filter(|&&id| !is_queued(id)).count()
     }
 
     /// At finalize: forgets every buffer (not freed: NVSHMEM releases them with the heap, and

@@ -7,23 +7,11 @@
 //! the runtime's state by id (as channels do) and are released as symmetric buffers are: the
 //! last Python reference queues it, and it is freed when every PE has (release.rs).
 
-use crate::coll::SLOT_BYTES;
 use crate::error::{raise, runtime_error};
 use crate::runtime::with_collected_state;
-use crate::state::Workspaces;
+use crate::state::{TeamState, Teams, Workspaces, SLOT_BYTES};
 use nvshmem::{Allgather, Alltoall, Broadcast, Reduce, ReduceScatter, Team, TeamBarrier};
 use pyo3::prelude::*;
-use std::collections::BTreeMap;
-
-/// A split team as the state holds it: its workspaces (dropped first: their frees come
-/// before the team's destruction) and the team, None on PEs outside it.
-pub(crate) struct TeamState {
-    pub(crate) colls: Workspaces,
-    pub(crate) team: Option<Team<'static>>,
-}
-
-/// The teams Python holds, by id.
-pub(crate) type Teams = BTreeMap<u64, TeamState>;
 
 /// The workspaces a call runs on: the world's (`team` None) or the team's.
 pub(crate) fn workspaces_for<'s>(
