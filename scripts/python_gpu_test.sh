@@ -2,6 +2,8 @@
 # The Python package's GPU tests (python/tests/test_gpu_tensors.py, or the file named) in this
 # process, one PE, or as one PE of `nvsh run -n N -- scripts/python_gpu_test.sh [FILE]`;
 # scripts/gpu_test.sh runs both, for each file. One file a run: NVSHMEM comes up once per process.
+# The files: test_gpu_tensors.py, test_gpu_distributed.py, test_gpu_bindings.py and
+# test_gpu_ddp_parity.py (each at 1, 2 and 4 PEs; cases that need a peer skip at 1).
 #   scripts/python_gpu_test.sh [python/tests/test_gpu_distributed.py]
 # Needs a Python with nvshmem_rs and PyTorch with CUDA installed: NVSHMEM_RS_PYTHON names it
 # (default python3). Without one it prints `NVSH_TEST_SKIP: <reason>` and exits 0, which

@@ -8,7 +8,10 @@
 Start the job with `nvsh run -n N -- python train.py`: NVSHMEM bootstraps itself from that
 launcher's environment, so the backend needs no store. dist.init_process_group(backend="nvsh",
 ...) works too, with any store or init_method, as long as its rank and world size are the
-runtime's (nvshmem_rs.rank(), world_size()).
+runtime's (nvshmem_rs.rank(), world_size()). Under torchrun (or any launch that gives torch a
+store, without `nvsh run`), the backend brings NVSHMEM up through the store torch hands it, as
+NCCL passes its unique ID: rank 0 makes the ID, the others read it there
+(nvshmem_rs.init_with_store).
 
 What runs: all_reduce (SUM, AVG, MAX, MIN, PRODUCT), broadcast, reduce, all_gather,
 all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single with equal splits, barrier,
@@ -77,7 +80,9 @@ class _Runtime:
     """Where nvshmem_rs's calls run: this thread when it holds the runtime already, else a
     thread of the backend's own that calls init() and then runs the calls given to it."""
 
-    def __init__(self):
+    def __init__(self, start=None):
+        """`start` brings the runtime up on the backend's thread: nv.init (the default, from
+        the launcher's environment) or nv.init_with_store over torch's store."""
         self._jobs = None
         if nv.is_initialized():
             self._thread = threading.current_thread()
@@ -88,7 +93,8 @@ class _Runtime:
         # Not a daemon: its end finalises NVSHMEM (the thread-local handle drops), which must
         # happen before the interpreter goes. It ends once the main thread has ended.
         self._thread = threading.Thread(
-            target=self._serve, args=(started, ready), name="nvshmem_rs-backend"
+            target=self._serve, args=(start or nv.init, started, ready),
+            name="nvshmem_rs-backend"
         )
         self._thread.start()
         ready.wait()
@@ -96,9 +102,9 @@ class _Runtime:
             self._thread.join()
             raise started["error"]
 
-    def _serve(self, started, ready):
+    def _serve(self, start, started, ready):
         try:
-            nv.init()
+            start()
             torch.cuda.set_device(nv.device())
         except BaseException as err:  # handed to the creating thread, which raises it
             started["error"] = err
@@ -169,12 +175,25 @@ _runtime = None
 _runtime_lock = threading.Lock()
 
 
-def _get_runtime():
+def _get_runtime(start=None):
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = _Runtime()
+            _runtime = _Runtime(start)
         return _runtime
+
+
+def _from_nvsh_run():
+    """Whether `nvsh run` (or another holder of its variables) started this process."""
+    return "NVSH_RANK" in os.environ
+
+
+def _store_start(store, rank, size):
+    """How the backend brings NVSHMEM up from torch's store (torchrun and other env://
+    launches): None where the runtime needs none (already up, `nvsh run`, one process)."""
+    if _runtime is not None or nv.is_initialized() or _from_nvsh_run() or size == 1:
+        return None
+    return lambda: nv.init_with_store(store, rank=rank, world_size=size)
 
 
 def runtime_call(fn, *args):
@@ -204,9 +223,9 @@ def _one(tensors, what):
 class NvshProcessGroup(dist.ProcessGroup):
     """torch.distributed's process group over every PE of the nvshmem_rs job."""
 
-    def __init__(self, rank, size):
+    def __init__(self, rank, size, start=None):
         super().__init__(rank, size)
-        self._rt = _get_runtime()
+        self._rt = _get_runtime(start)
         pe, npes, dev = self._rt.call(_whoami)
         if (rank, size) != (pe, npes):
             raise ValueError(
@@ -347,8 +366,9 @@ class NvshProcessGroup(dist.ProcessGroup):
 
 
 def _create(store, rank, size, timeout):
-    # The store is not needed: NVSHMEM bootstraps from the launcher's environment.
-    return NvshProcessGroup(rank, size)
+    # Under `nvsh run` the store is not needed (NVSHMEM bootstraps from the launcher's
+    # environment); under torchrun it carries NVSHMEM's unique ID, as it carries NCCL's.
+    return NvshProcessGroup(rank, size, _store_start(store, rank, size))
 
 
 def register():
@@ -370,10 +390,22 @@ def default_store(size):
     return dist.FileStore(os.path.join(tempfile.gettempdir(), f"nvshmem_rs-{tag}.store"), size)
 
 
+def _torchrun():
+    """Whether torchrun (or another env:// launch) started this process as one of several,
+    and not `nvsh run`."""
+    return not _from_nvsh_run() and "RANK" in os.environ and \
+        int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def init_process_group(**kwargs):
     """dist.init_process_group(backend="nvsh") with this PE's rank and world size and a
-    store; keyword arguments (timeout, group_name, ...) go to it unchanged."""
+    store; keyword arguments (timeout, group_name, ...) go to it unchanged. Under torchrun,
+    torch's env:// rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) makes the store
+    and the backend brings NVSHMEM up through it."""
     register()
+    if _runtime is None and not nv.is_initialized() and _torchrun():
+        dist.init_process_group(backend=BACKEND, **kwargs)
+        return
     pe, npes, _ = _get_runtime().call(_whoami)
     kwargs.setdefault("rank", pe)
     kwargs.setdefault("world_size", npes)

@@ -17,19 +17,18 @@
 use crate::dtypes::{from_torch, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::{with_element, Allocation, SymmetricBuffer};
-use crate::runtime::with_state;
-use crate::state::{made, Registry};
+use crate::runtime::{with_collected_state, with_state};
+use crate::state::{made, Registry, SLOT_BYTES};
+use crate::teams::{team_id, workspaces_for, PyTeam};
 use nvshmem::{
     Allgather, AllreduceAlgo, Alltoall, Broadcast, Dtype, Element, InBuf, Nvshmem, OutBuf, Reduce,
     ReduceOp, ReduceScatter, TeamBarrier,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use std::sync::Arc;
-
-/// Receive slots of the workspaces that have them (allreduce, reduce, reduce-scatter): as the
-/// examples use; larger messages go in segments of this size.
-const SLOT_BYTES: usize = 1 << 20;
+use pyo3::types::PyString;
+use std::sync::{Arc, Mutex};
 
 /// Runs `$body` with `$T` the element type of `$dtype`, a dtype the reductions take; u8 (which
 /// they do not) gives [`reducible`]'s error.
@@ -72,6 +71,7 @@ macro_rules! with_reducible {
         }
     };
 }
+pub(crate) use with_reducible;
 
 /// The caller's stream (a raw `cudaStream_t` as an int) as the library takes it.
 macro_rules! borrowed_stream {
@@ -81,27 +81,31 @@ macro_rules! borrowed_stream {
         unsafe { $nv.borrowed_stream($raw as nvshmem::sys::cudaStream_t) }
     };
 }
+pub(crate) use borrowed_stream;
 
 /// A tensor argument, read.
-struct Tensor {
-    ptr: usize,
-    numel: usize,
-    dtype: Dtype,
+pub(crate) struct Tensor {
+    pub(crate) ptr: usize,
+    pub(crate) numel: usize,
+    pub(crate) dtype: Dtype,
     /// Its CUDA device where the object says (torch's `device.index`).
-    device: Option<i32>,
+    pub(crate) device: Option<i32>,
     /// A SymmetricBuffer passed as it is: held for the call.
     _alloc: Option<Arc<Allocation>>,
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Reads argument `which` ("input", "output", "tensor") of `what` by duck typing.
-fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// Reads argument `which` ("input", "output", "tensor") of `what` by duck typing. Called on
+/// every collective, so a torch.Tensor is read with as few Python calls as it takes (its
+/// `get_device()` gives the device as an int; the dtype object is looked up in a cache), and
+/// the texts of the errors are only made when one is raised.
+pub(crate) fn tensor<'py>(what: &str, which: &str, obj: &Bound<'py, PyAny>) -> PyResult<Tensor> {
     if let Ok(buf) = obj.cast::<SymmetricBuffer>() {
         let alloc = buf.get().allocation().clone();
         alloc.alive(obj.py(), what)?;
@@ -113,51 +117,62 @@ fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             _alloc: Some(alloc),
         });
     }
-    for attr in ["data_ptr", "numel", "dtype"] {
-        if !obj.hasattr(attr)? {
-            return Err(PyTypeError::new_err(format!(
+    // Interned names: each call of a collective reads these, and a name made from a &str
+    // each time costs an allocation and a hash per attribute.
+    let py = obj.py();
+    let get = |attr: &Bound<'py, PyString>| {
+        obj.getattr(attr).map_err(|_| {
+            PyTypeError::new_err(format!(
                 "{what}: the {which} must be a CUDA torch.Tensor or an \
                  nvshmem_rs.SymmetricBuffer (an object with data_ptr(), numel(), dtype, \
                  is_cuda and device), not {} (it has no {attr})",
                 type_name(obj)
-            )));
-        }
-    }
-    let device = obj.getattr("device").ok();
-    let device_text = device
-        .as_ref()
-        .and_then(|d| d.str().ok())
-        .map(|s| s.to_string());
-    let is_cuda = match obj.getattr("is_cuda") {
+            ))
+        })
+    };
+    let data_ptr = get(intern!(py, "data_ptr"))?;
+    let numel = get(intern!(py, "numel"))?;
+    let dtype = get(intern!(py, "dtype"))?;
+    let device_text = || {
+        obj.getattr(intern!(py, "device"))
+            .ok()
+            .and_then(|d| d.str().ok())
+            .map(|s| s.to_string())
+    };
+    let is_cuda = match obj.getattr(intern!(py, "is_cuda")) {
         Ok(v) => v.is_truthy()?,
-        Err(_) => device_text
-            .as_deref()
-            .is_some_and(|d| d.starts_with("cuda")),
+        Err(_) => device_text().is_some_and(|d| d.starts_with("cuda")),
     };
     if !is_cuda {
         return Err(PyValueError::new_err(format!(
             "{what}: the {which} is on {}, not on a CUDA device; nvshmem_rs moves CUDA tensors \
              of this PE's GPU (tensor.cuda(nvshmem_rs.device()))",
-            device_text.as_deref().unwrap_or("the host")
+            device_text().as_deref().unwrap_or("the host")
         )));
     }
-    if obj.hasattr("is_contiguous")? && !obj.call_method0("is_contiguous")?.is_truthy()? {
-        return Err(PyValueError::new_err(format!(
-            "{what}: the {which} is not contiguous; the collectives move one dense range \
-             (pass tensor.contiguous())"
-        )));
+    if let Ok(contiguous) = obj.getattr(intern!(py, "is_contiguous")) {
+        if !contiguous.call0()?.is_truthy()? {
+            return Err(PyValueError::new_err(format!(
+                "{what}: the {which} is not contiguous; the collectives move one dense range \
+                 (pass tensor.contiguous())"
+            )));
+        }
     }
-    let dtype = from_torch(&obj.getattr("dtype")?).map_err(|e| {
-        PyValueError::new_err(format!(
-            "{what}: the {which}'s dtype: {}",
-            e.value(obj.py())
-        ))
+    let dtype = cached_dtype(&dtype).map_err(|e| {
+        PyValueError::new_err(format!("{what}: the {which}'s dtype: {}", e.value(py)))
     })?;
-    let ptr = obj.call_method0("data_ptr")?.extract::<usize>()?;
-    let numel = obj.call_method0("numel")?.extract::<usize>()?;
-    let device = match device {
-        Some(d) if d.hasattr("index")? => d.getattr("index")?.extract::<Option<i32>>()?,
-        _ => None,
+    let ptr = data_ptr.call0()?.extract::<usize>()?;
+    let numel = numel.call0()?.extract::<usize>()?;
+    // torch.Tensor.get_device(): the CUDA index as an int (-1 on the CPU), one call where
+    // `device.index` takes two and makes a torch.device.
+    let device = match obj.getattr(intern!(py, "get_device")) {
+        Ok(f) => Some(f.call0()?.extract::<i32>()?).filter(|&d| d >= 0),
+        Err(_) => match obj.getattr(intern!(py, "device")) {
+            Ok(d) if d.hasattr(intern!(py, "index"))? => {
+                d.getattr(intern!(py, "index"))?.extract::<Option<i32>>()?
+            }
+            _ => None,
+        },
     };
     Ok(Tensor {
         ptr,
@@ -168,15 +183,32 @@ fn tensor(what: &str, which: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     })
 }
 
+/// The dtypes read so far, by object: torch's dtypes are singletons, so after the first
+/// call of each the lookup is an identity comparison instead of `str()` and a parse.
+static DTYPES: Mutex<Vec<(Py<PyAny>, Dtype)>> = Mutex::new(Vec::new());
+
+/// [`from_torch`] through [`DTYPES`]; strings (and anything that fails) are not cached.
+fn cached_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<Dtype> {
+    let mut cache = DTYPES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = cache.iter().find(|(o, _)| o.as_ptr() == dtype.as_ptr()) {
+        return Ok(*d);
+    }
+    let d = from_torch(dtype)?;
+    if !dtype.is_instance_of::<PyString>() && cache.len() < 64 {
+        cache.push((dtype.clone().unbind(), d));
+    }
+    Ok(d)
+}
+
 /// An error unless the reductions take `dtype` (every dtype but u8).
-fn reducible(what: &str, dtype: Dtype) -> PyResult<()> {
+pub(crate) fn reducible(what: &str, dtype: Dtype) -> PyResult<()> {
     match dtype {
         Dtype::U8 => Err(reducible_error(what)),
         _ => Ok(()),
     }
 }
 
-fn reducible_error(what: &str) -> PyErr {
+pub(crate) fn reducible_error(what: &str) -> PyErr {
     PyTypeError::new_err(format!(
         "{what}: uint8 (u8) tensors cannot be reduced; the reductions take {}",
         Dtype::ALL
@@ -189,7 +221,7 @@ fn reducible_error(what: &str) -> PyErr {
 }
 
 /// Input and output of one dtype.
-fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+pub(crate) fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     if input.dtype != output.dtype {
         return Err(PyTypeError::new_err(format!(
             "{what}: the input is {} and the output {}; pass tensors of one dtype",
@@ -201,7 +233,7 @@ fn same_dtype(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
 }
 
 /// Input and output of one length (the element-wise collectives).
-fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
+pub(crate) fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     if input.numel != output.numel {
         return Err(PyValueError::new_err(format!(
             "{what}: the input holds {} elements and the output {}; they must hold as many",
@@ -211,7 +243,7 @@ fn same_numel(what: &str, input: &Tensor, output: &Tensor) -> PyResult<()> {
     Ok(())
 }
 
-fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
+pub(crate) fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
     ReduceOp::ALL
         .into_iter()
         .find(|o| o.name() == op)
@@ -224,7 +256,12 @@ fn parse_op(what: &str, op: &str) -> PyResult<ReduceOp> {
 }
 
 /// The tensors on this PE's GPU, where they say which device they are on.
-fn on_device(py: Python<'_>, nv: &Nvshmem, what: &str, tensors: &[&Tensor]) -> PyResult<()> {
+pub(crate) fn on_device(
+    py: Python<'_>,
+    nv: &Nvshmem,
+    what: &str,
+    tensors: &[&Tensor],
+) -> PyResult<()> {
     for t in tensors {
         if let Some(d) = t.device {
             if d != nv.device() {
@@ -245,7 +282,7 @@ fn on_device(py: Python<'_>, nv: &Nvshmem, what: &str, tensors: &[&Tensor]) -> P
 
 /// What the library reads: the symmetric view where the tensor lies in a buffer of its
 /// dtype, else the caller's own memory (staged).
-fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
+pub(crate) fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
     match buffers.view::<T>(t.ptr, t.numel) {
         Some(view) => view.into(),
         // SAFETY: CUDA memory of `numel` elements that the caller owns and orders on the
@@ -256,7 +293,7 @@ fn in_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> InBuf<'a, T> {
 }
 
 /// What the library writes, as [`in_buf`].
-fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
+pub(crate) fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
     match buffers.view::<T>(t.ptr, t.numel) {
         Some(view) => view.into(),
         // SAFETY: as in in_buf, for memory the call writes.
@@ -268,7 +305,7 @@ fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutBuf<'a, T> {
 /// `algo` is one of the library's allreduce algorithms ("auto", "oneshot", "twoshot", "ring",
 /// "rd"). Returns the algorithm used.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0))]
+#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0, team = None))]
 pub(crate) fn allreduce(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
@@ -276,6 +313,7 @@ pub(crate) fn allreduce(
     op: &str,
     algo: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<&'static str> {
     let what = "allreduce";
     let i = tensor(what, "input", input)?;
@@ -293,9 +331,11 @@ pub(crate) fn allreduce(
         all.extend(o.as_ref());
         on_device(py, nv, what, &all)?;
         let stream = borrowed_stream!(nv, stream);
-        let ar = made(&mut state.colls.allreduce, || {
-            nv.allreduce_workspace(SLOT_BYTES)
-        })
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let ar = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allreduce,
+            || nv.allreduce_workspace(slot),
+        )
         .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let used = with_reducible!(i.dtype, what, T => {
@@ -317,7 +357,7 @@ pub(crate) fn allreduce(
 
 /// Input and output of a call whose output may be omitted (in place): the output read, the
 /// pair checked to be alike when `elementwise`.
-fn pair(
+pub(crate) fn pair(
     what: &str,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
@@ -337,21 +377,25 @@ fn pair(
 /// Every member's `output` = the root's `input`; in place on `input` when `output` is None.
 /// `root` is a PE number.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, stream = 0))]
+#[pyo3(signature = (input, output = None, root = 0, stream = 0, team = None))]
 pub(crate) fn broadcast(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
     root: i32,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "broadcast";
     let (i, o) = pair(what, input, output, true)?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
         let stream = borrowed_stream!(nv, stream);
-        let bc = made(&mut state.colls.broadcast, || Broadcast::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let bc = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.broadcast,
+            || Broadcast::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let o = o.as_ref().unwrap_or(&i);
         with_element!(i.dtype, T => {
@@ -364,7 +408,7 @@ pub(crate) fn broadcast(
 /// The root's `output` = op(`input` of every member) element-wise (other members' outputs
 /// are left alone); in place on `input` when `output` is None.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0))]
+#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0, team = None))]
 pub(crate) fn reduce(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
@@ -372,6 +416,7 @@ pub(crate) fn reduce(
     root: i32,
     op: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce";
     let (i, o) = pair(what, input, output, true)?;
@@ -380,8 +425,12 @@ pub(crate) fn reduce(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
         let stream = borrowed_stream!(nv, stream);
-        let r = made(&mut state.colls.reduce, || Reduce::world(nv, SLOT_BYTES))
-            .map_err(|e| runtime_error(py, e))?;
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let r = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.reduce,
+            || Reduce::world(nv, slot),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         let o = o.as_ref().unwrap_or(&i);
         with_reducible!(i.dtype, what, T => {
@@ -393,12 +442,13 @@ pub(crate) fn reduce(
 
 /// Block r of `output` (world_size x input.numel() elements) = PE r's `input`, on every PE.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0))]
+#[pyo3(signature = (input, output, stream = 0, team = None))]
 pub(crate) fn allgather(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "allgather";
     let (i, o) = pair(what, input, Some(output), false)?;
@@ -406,8 +456,11 @@ pub(crate) fn allgather(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
-        let ag = made(&mut state.colls.allgather, || Allgather::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let ag = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allgather,
+            || Allgather::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_element!(i.dtype, T => {
             ag.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
@@ -419,13 +472,14 @@ pub(crate) fn allgather(
 /// `output` = op over PEs of block [rank] of their `input` (world_size x output.numel()
 /// elements), element-wise.
 #[pyfunction]
-#[pyo3(signature = (input, output, op = "sum", stream = 0))]
+#[pyo3(signature = (input, output, op = "sum", stream = 0, team = None))]
 pub(crate) fn reduce_scatter(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     op: &str,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce_scatter";
     let (i, o) = pair(what, input, Some(output), false)?;
@@ -435,9 +489,12 @@ pub(crate) fn reduce_scatter(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
-        let rs = made(&mut state.colls.reduce_scatter, || {
-            ReduceScatter::world(nv, SLOT_BYTES)
-        })
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let rs = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?
+                .reduce_scatter,
+            || ReduceScatter::world(nv, slot),
+        )
         .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_reducible!(i.dtype, what, T => {
@@ -450,12 +507,13 @@ pub(crate) fn reduce_scatter(
 /// Block s of `output` = block [rank] of PE s's `input`; both hold world_size blocks of one
 /// length and must not overlap.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0))]
+#[pyo3(signature = (input, output, stream = 0, team = None))]
 pub(crate) fn alltoall(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "alltoall";
     let (i, o) = pair(what, input, Some(output), true)?;
@@ -463,8 +521,11 @@ pub(crate) fn alltoall(
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
         let stream = borrowed_stream!(nv, stream);
-        let aa = made(&mut state.colls.alltoall, || Alltoall::world(nv))
-            .map_err(|e| runtime_error(py, e))?;
+        let aa = made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.alltoall,
+            || Alltoall::world(nv),
+        )
+        .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
         with_element!(i.dtype, T => {
             aa.run(in_buf::<T>(buffers, &i), out_buf::<T>(buffers, &o), &stream)
@@ -476,13 +537,21 @@ pub(crate) fn alltoall(
 /// A barrier over every PE in stream order: work queued on `stream` after it starts once every
 /// PE reached it, and what each PE issued before it is then visible to all.
 #[pyfunction]
-#[pyo3(signature = (stream = 0))]
-pub(crate) fn barrier(py: Python<'_>, stream: usize) -> PyResult<()> {
+#[pyo3(signature = (stream = 0, team = None))]
+pub(crate) fn barrier(
+    py: Python<'_>,
+    stream: usize,
+    team: Option<&Bound<'_, PyTeam>>,
+) -> PyResult<()> {
+    let team = team_id(team);
     with_state(py, "barrier", |nv, state| {
         let stream = borrowed_stream!(nv, stream);
-        made(&mut state.colls.barrier, || TeamBarrier::world(nv))
-            .and_then(|b| b.run(&stream))
-            .map_err(|e| runtime_error(py, e))
+        made(
+            &mut workspaces_for(py, &mut state.colls, &mut state.teams, team)?.barrier,
+            || TeamBarrier::world(nv),
+        )
+        .and_then(|b| b.run(&stream))
+        .map_err(|e| runtime_error(py, e))
     })
 }
 
@@ -490,7 +559,7 @@ pub(crate) fn barrier(py: Python<'_>, stream: usize) -> PyResult<()> {
 /// most the runtime's timeout; a PE that does not come raises a Timeout naming it.
 #[pyfunction]
 pub(crate) fn barrier_all(py: Python<'_>) -> PyResult<()> {
-    with_state(py, "barrier_all", |nv, _| {
+    with_collected_state(py, "barrier_all", |nv, _| {
         nv.barrier_all().map_err(|e| runtime_error(py, e))
     })
 }
@@ -503,6 +572,86 @@ pub(crate) fn check(py: Python<'_>) -> PyResult<()> {
     with_state(py, "check", |nv, state| {
         nv.check()
             .and_then(|()| state.colls.check())
+            .and_then(|()| state.teams.values().try_for_each(|t| t.colls.check()))
             .map_err(|e| runtime_error(py, e))
+    })
+}
+
+/// Sets the receive-slot bytes of the collectives' workspaces (allreduce, reduce,
+/// reduce-scatter): messages larger than a slot go in segments of its size. Every PE passes
+/// the same value before its first collective call (the workspaces are made then, collectively,
+/// and keep their shape); afterwards it raises. Returns the value in force.
+#[pyfunction]
+#[pyo3(signature = (slot_bytes = None))]
+pub(crate) fn configure(py: Python<'_>, slot_bytes: Option<usize>) -> PyResult<usize> {
+    with_state(py, "configure", |_, state| {
+        if let Some(bytes) = slot_bytes {
+            if bytes == 0 {
+                return Err(PyValueError::new_err(
+                    "configure: slot_bytes must be at least 1 (the workspace rounds it up to \
+                     4 KiB)",
+                ));
+            }
+            if state.colls.any_made() && state.colls.slot_bytes.unwrap_or(SLOT_BYTES) != bytes {
+                return Err(PyValueError::new_err(
+                    "configure: the collectives' workspaces are made already (at the first \
+                     collective call) and keep their slots; call configure() before it, on \
+                     every PE",
+                ));
+            }
+            state.colls.slot_bytes = Some(bytes);
+        }
+        Ok(state.colls.slot_bytes.unwrap_or(SLOT_BYTES))
+    })
+}
+
+/// The bench's reference for the Python call's overhead: `iters` in-place allreduces of
+/// `tensor` enqueued by a loop in Rust (the argument read once, then the library's call alone,
+/// as a Rust program makes it), timed on the host. Returns the seconds the loop took; nothing
+/// waits for the GPU. Keep `iters` below what the GPU's launch queue holds (a few hundred),
+/// else the loop waits for the GPU and times that instead.
+#[pyfunction]
+#[pyo3(signature = (tensor, iters, op = "sum", algo = "auto", stream = 0))]
+pub(crate) fn _allreduce_host_loop(
+    py: Python<'_>,
+    tensor: &Bound<'_, PyAny>,
+    iters: usize,
+    op: &str,
+    algo: &str,
+    stream: usize,
+) -> PyResult<f64> {
+    let what = "_allreduce_host_loop";
+    let t = self::tensor(what, "input", tensor)?;
+    reducible(what, t.dtype)?;
+    let op = parse_op(what, op)?;
+    let algo =
+        AllreduceAlgo::parse(algo).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
+    with_state(py, what, |nv, state| {
+        on_device(py, nv, what, &[&t])?;
+        let stream = borrowed_stream!(nv, stream);
+        let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
+        let ar = made(&mut state.colls.allreduce, || nv.allreduce_workspace(slot))
+            .map_err(|e| runtime_error(py, e))?;
+        let buffers = &state.buffers;
+        with_reducible!(t.dtype, what, T => {
+            // As a Rust program holds it: the view made once (a symmetric tensor), or the
+            // caller's own memory (staged).
+            let view = buffers.view::<T>(t.ptr, t.numel);
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                match view {
+                    Some(v) => ar.run_in_place(v, op, algo, &stream),
+                    // SAFETY: as in out_buf.
+                    None => ar.run_in_place(
+                        unsafe { OutBuf::from_raw(t.ptr as *mut T, t.numel) },
+                        op,
+                        algo,
+                        &stream,
+                    ),
+                }
+                .map_err(|e| runtime_error(py, e))?;
+            }
+            Ok(start.elapsed().as_secs_f64())
+        })
     })
 }

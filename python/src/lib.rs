@@ -1,19 +1,27 @@
 //! Python bindings of the runtime: the extension module `nvshmem_rs._native`, which the package's
 //! Python part (`python/nvshmem_rs/`) re-exports: init and finalize, the PE's place in the job
 //! (runtime.rs), the dtype table (dtypes.rs), symmetric allocations exported to torch by DLPack
-//! (memory.rs, dlpack.rs), and the collectives on CUDA tensors in the caller's stream order
-//! (coll.rs).
+//! (memory.rs, dlpack.rs), the collectives on CUDA tensors in the caller's stream order
+//! (coll.rs; those whose sizes differ between members and grouped send/recv: vcoll.rs), over
+//! the world or a split team (teams.rs), the tuner (tune.rs), the sparse allreduce
+//! (sparse.rs), and pipeline channels (channel.rs).
 //!
 //! Every runtime error reaches Python as `nvshmem_rs.NvshmemError` with the Rust error's text
 //! (error.rs): the bindings never panic across the boundary and never abort the process.
 
+mod channel;
 mod coll;
 mod dlpack;
 mod dtypes;
 mod error;
 mod memory;
+mod release;
 mod runtime;
+mod sparse;
 mod state;
+mod teams;
+mod tune;
+mod vcoll;
 
 use pyo3::prelude::*;
 
@@ -37,6 +45,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::local_rank, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::device, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::nvshmem_version, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::unique_id, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::collect, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::pending_releases, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_simulate_release, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::configure, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::_allreduce_host_loop, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::torch_dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes::dtype_from_torch, m)?)?;
@@ -52,6 +66,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(coll::barrier, m)?)?;
     m.add_function(wrap_pyfunction!(coll::barrier_all, m)?)?;
     m.add_function(wrap_pyfunction!(coll::check, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::allgatherv, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::alltoallv, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::grouped_p2p, m)?)?;
+    m.add_function(wrap_pyfunction!(vcoll::reserve_staging, m)?)?;
+    m.add_class::<channel::Channel>()?;
+    m.add_function(wrap_pyfunction!(tune::tune_allreduce, m)?)?;
+    m.add_class::<teams::PyTeam>()?;
+    m.add_function(wrap_pyfunction!(teams::split_strided, m)?)?;
+    m.add_class::<sparse::PySparse>()?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_probes_released, m)?)?;
     Ok(())

@@ -4,26 +4,24 @@
 //! The library's `SymmetricBuffer` borrows the runtime handle, which lives on the thread that
 //! called init (runtime.rs). So the typed buffers stay in a registry beside the handle
 //! (state.rs), and Python holds an [`Allocation`]: a thread-safe record whose last reference
-//! (the Python object, or a consumer's DLPack tensor) frees the buffer on the runtime's thread,
-//! collectively, as the Rust drop does. Released on another thread, or while a call of the
-//! bindings runs, the buffer stays until finalize instead: nvshmem_free is collective and the
-//! handle cannot move.
+//! (the Python object, or a consumer's DLPack tensor) queues the buffer for an agreed release
+//! (release.rs): it is freed, collectively as the Rust drop frees it, at the next collection
+//! point after every PE has released it, whatever order and thread the PEs released in.
 //! At finalize the buffers still referenced are forgotten, not freed (NVSHMEM releases them
 //! with the heap), and `finalize()` warns that tensors over them must not be used.
 
 use crate::dlpack;
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
-use crate::runtime::{with_state, RUNTIME};
-use crate::state::ENDED;
+use crate::release::ENDED;
+use crate::runtime::with_collected_state;
+use crate::state::RegEntry;
 use nvshmem::Dtype;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Runs `$body` with `$T` the element type of `$dtype`.
 macro_rules! with_element {
@@ -112,37 +110,9 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if ENDED.load(Ordering::SeqCst) {
-            return;
-        }
-        // try_with / try_borrow: this may run during thread teardown or inside a call of the
-        // bindings (a consumer's deleter); then the buffer waits for finalize.
-        let freed = RUNTIME.try_with(|rt| {
-            let Ok(rt) = rt.try_borrow() else {
-                return false;
-            };
-            let Some(held) = rt.as_ref() else {
-                return false;
-            };
-            let taken = match held.state.try_borrow_mut() {
-                Ok(mut state) => state.buffers.take(self.id),
-                Err(_) => return false,
-            };
-            // Dropped while the runtime is borrowed, so it cannot end meanwhile; this is the
-            // library's drop: a collective nvshmem_free after the device's queued work.
-            drop(taken);
-            true
-        });
-        if !matches!(freed, Ok(true)) && !ENDED.load(Ordering::SeqCst) {
-            log::warn!(
-                "a symmetric buffer ({} {} elements at {:#x}) was released on a thread other \
-                 than the runtime's, or during another call of nvshmem_rs; it stays allocated \
-                 until finalize (nvshmem_free is collective and runs on the runtime's thread)",
-                self.len,
-                self.dtype.name(),
-                self.addr
-            );
-        }
+        // Frees nothing here: queued for the next collection point, where every PE frees what
+        // every PE has released, in one order (release.rs). Any thread, any time.
+        crate::release::queue(self.id);
     }
 }
 
@@ -310,30 +280,55 @@ fn parse_shape(shape: &Bound<'_, PyAny>) -> PyResult<(Vec<i64>, usize)> {
 /// calls it with the same shape and dtype, in the same order), zero-filled on every PE before
 /// any returns unless `zeroed` is False. `dtype` is a library name ("f32"), a torch name
 /// ("float32") or a torch.dtype.
+///
+/// With `registered`, the memory is this PE's own (CUDA VMM, as NVSHMEM makes its heap; the
+/// library's `alloc_registrable`, rounded up to the registration granularity) registered into
+/// the symmetric heap (`register_symmetric`, collective): a buffer for a tensor reused many
+/// times, which the collectives then move without staging, outside the heap's size.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype = None, zeroed = true))]
+#[pyo3(signature = (shape, dtype = None, zeroed = true, registered = false))]
 pub(crate) fn alloc(
     py: Python<'_>,
     shape: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     zeroed: bool,
+    registered: bool,
 ) -> PyResult<SymmetricBuffer> {
     let (shape, len) = parse_shape(shape)?;
     let dtype = match dtype {
         Some(d) => parse_dtype("alloc", d)?,
         None => Dtype::F32,
     };
-    let alloc = with_state(py, "alloc", |nv, state| {
+    let alloc = with_collected_state(py, "alloc", |nv, state| {
         with_element!(dtype, T => {
-            let buf = if zeroed {
-                nv.alloc_zeroed::<T>(len)
+            let (id, addr) = if registered {
+                let own = nv
+                    .alloc_registrable::<T>(len)
+                    .map_err(|e| runtime_error(py, e))?;
+                let addr = own.as_device_ptr() as usize;
+                let entry = RegEntry::register(nv, own).map_err(|e| runtime_error(py, e))?;
+                if zeroed {
+                    if let Some(reg) = &entry.reg {
+                        reg.as_view().zero().map_err(|e| runtime_error(py, e))?;
+                    }
+                    // Zero everywhere before any PE's peers write into it.
+                    nv.barrier_all().map_err(|e| runtime_error(py, e))?;
+                }
+                let id = crate::release::next_seq();
+                state.buffers.insert_registered(id, entry);
+                (id, addr)
             } else {
-                nv.alloc::<T>(len)
-            }
-            .map_err(|e| runtime_error(py, e))?;
-            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            let addr = buf.as_device_ptr() as usize;
-            state.buffers.insert(id, buf);
+                let buf = if zeroed {
+                    nv.alloc_zeroed::<T>(len)
+                } else {
+                    nv.alloc::<T>(len)
+                }
+                .map_err(|e| runtime_error(py, e))?;
+                let addr = buf.as_device_ptr() as usize;
+                let id = crate::release::next_seq();
+                state.buffers.insert(id, buf);
+                (id, addr)
+            };
             Ok(Allocation {
                 id,
                 addr,

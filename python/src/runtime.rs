@@ -2,7 +2,8 @@
 //! calls of its lifecycle: init, finalize, the PE's place in the job.
 
 use crate::error::{raise, runtime_error};
-use crate::state::{Registry, Workspaces};
+use crate::release::{self, CollectError};
+use crate::state::{State, Workspaces};
 use nvshmem::bootstrap::{self, Bootstrap};
 use nvshmem::Nvshmem;
 use pyo3::exceptions::{PyRuntimeWarning, PyValueError};
@@ -27,15 +28,6 @@ pub(crate) struct Held {
     pub(crate) state: RefCell<State>,
 }
 
-/// What the bindings keep beside the handle.
-#[derive(Default)]
-pub(crate) struct State {
-    /// Symmetric buffers that Python holds.
-    pub(crate) buffers: Registry,
-    /// The collectives' world workspaces, made at the first call of each.
-    pub(crate) colls: Workspaces,
-}
-
 impl Drop for Held {
     fn drop(&mut self) {
         let state = self.state.get_mut();
@@ -43,7 +35,15 @@ impl Drop for Held {
         // the runtime. Buffers Python still holds are forgotten: NVSHMEM releases them with
         // the heap, and the library's finalize warns of them.
         state.colls = Workspaces::default();
+        state.release = None;
+        // Sparse allreduces, teams (their workspaces, then the team) and channels too, each
+        // in id order: the order every PE made them in. Sparse allreduces before teams: one
+        // may run over a team.
+        while state.sparse.pop_first().is_some() {}
+        while state.teams.pop_first().is_some() {}
+        while state.channels.pop_first().is_some() {}
         state.buffers.forget_all();
+        release::clear();
         *owner() = None;
         // SAFETY: `nv` came from Box::leak in init() and is taken back once, here. Nothing
         // borrows it any more: the workspaces are dropped and the buffers forgotten above,
@@ -109,6 +109,87 @@ pub(crate) fn with_state<R>(
     })
 }
 
+/// As [`with_state`], for a call that is a collection point (release.rs): first frees what
+/// every PE has released, then runs `f`. Every call that creates symmetric objects is one.
+pub(crate) fn with_collected_state<R>(
+    py: Python<'_>,
+    what: &str,
+    f: impl FnOnce(&'static Nvshmem, &mut State) -> PyResult<R>,
+) -> PyResult<R> {
+    with_state(py, what, |nv, state| {
+        collected(py, nv, state)?;
+        f(nv, state)
+    })
+}
+
+/// Runs the collection point on the state; returns how many objects were freed.
+fn collected(py: Python<'_>, nv: &'static Nvshmem, state: &mut State) -> PyResult<usize> {
+    let State {
+        buffers,
+        sparse,
+        channels,
+        teams,
+        release: control,
+        ..
+    } = state;
+    // Each drop is the library's: a collective free after the device's work.
+    let free = |seq| {
+        if let Some(b) = buffers.take(seq) {
+            drop(b);
+        } else if let Some(s) = sparse.remove(&seq) {
+            drop(s);
+        } else if let Some(c) = channels.remove(&seq) {
+            drop(c);
+        } else if let Some(t) = teams.remove(&seq) {
+            drop(t);
+        }
+    };
+    release::collect(nv, control, free).map_err(|e| match e {
+        CollectError::Runtime(e) => runtime_error(py, e),
+        CollectError::OutOfStep(text) => raise(py, "CollectiveOutOfStep", text),
+    })
+}
+
+/// Frees, collectively, the symmetric objects (buffers and tensors over them, teams,
+/// channels, sparse allreduces) that every PE has released; returns how many. Collective:
+/// every PE calls it at the same point. Creations, `barrier_all()` and `finalize()` do the
+/// same, so calling it is only needed to free memory earlier.
+#[pyfunction]
+pub(crate) fn collect(py: Python<'_>) -> PyResult<usize> {
+    with_state(py, "collect", |nv, state| collected(py, nv, state))
+}
+
+/// How many symmetric objects this PE has released that are not freed yet (they wait for
+/// every PE to release them, and for a collection point).
+#[pyfunction]
+pub(crate) fn pending_releases() -> usize {
+    release::queued().len()
+}
+
+/// The agreed-release exchange without a GPU, for tests: every PE's released sequence
+/// numbers in, (what is freed, newest first; rounds of the exchange) out. `created`: each
+/// PE's count of created objects (default: the same on every PE).
+#[pyfunction]
+#[pyo3(signature = (queues, created = None))]
+pub(crate) fn _simulate_release(
+    queues: Vec<Vec<u64>>,
+    created: Option<Vec<u64>>,
+) -> PyResult<(Vec<u64>, usize)> {
+    let created = created.unwrap_or_else(|| vec![0; queues.len()]);
+    if created.len() != queues.len() {
+        return Err(PyValueError::new_err("one created count per PE"));
+    }
+    let queues: Vec<Vec<u64>> = queues
+        .into_iter()
+        .map(|mut q| {
+            q.sort_unstable();
+            q.dedup();
+            q
+        })
+        .collect();
+    release::simulate(&queues, &created).map_err(PyValueError::new_err)
+}
+
 /// The bootstrap a Python caller named, as `NVSH_BOOTSTRAP` spells them.
 fn parse_bootstrap(name: &str) -> PyResult<Bootstrap> {
     match name {
@@ -165,9 +246,23 @@ pub(crate) fn init(py: Python<'_>, bootstrap: Option<&str>) -> PyResult<()> {
 #[pyfunction]
 pub(crate) fn finalize(py: Python<'_>) -> PyResult<()> {
     // Taken out first: the finalize below runs with no borrow of the thread local held.
+    // A collection point (every PE calls finalize at the same point): what every PE
+    // released is freed; what some PE still holds goes with the heap.
+    let collect_failed = RUNTIME.with_borrow(|rt| {
+        let held = rt.as_ref()?;
+        let mut state = held.state.try_borrow_mut().ok()?;
+        collected(py, held.nv, &mut state).err()
+    });
+    if let Some(err) = collect_failed {
+        log::warn!("finalize: the agreed release of symmetric objects failed ({err}); they go with the heap");
+    }
     match RUNTIME.with_borrow_mut(Option::take) {
         Some(held) => {
-            let live = held.state.borrow().buffers.len();
+            let live = held
+                .state
+                .borrow()
+                .buffers
+                .live_not_queued(release::is_queued);
             drop(held);
             if live > 0 {
                 let warning = py.get_type::<PyRuntimeWarning>();
@@ -213,6 +308,16 @@ pub(crate) fn local_rank(py: Python<'_>) -> PyResult<i32> {
 #[pyfunction]
 pub(crate) fn device(py: Python<'_>) -> PyResult<i32> {
     with_runtime(py, "device", Nvshmem::device)
+}
+
+/// A fresh NVSHMEM unique ID, hex-encoded as `nvsh run` passes it in `NVSH_UNIQUE_ID` (needs no
+/// GPU and no init). One process of a job makes it and hands it to the others through a store
+/// they share, as NCCL's unique ID is handed round (`init_with_store` in the package).
+#[pyfunction]
+pub(crate) fn unique_id(py: Python<'_>) -> PyResult<String> {
+    nvshmem::result::get_unique_id()
+        .map(|id| bootstrap::encode_hex(&bootstrap::unique_id_bytes(&id)))
+        .map_err(|e| runtime_error(py, e))
 }
 
 /// The version of the NVSHMEM host library loaded (needs no GPU and no init).

@@ -1,8 +1,10 @@
-"""Helpers of the CPU tests: init runs in a child interpreter with a chosen environment, since
-NVSHMEM comes up once per process and the bootstraps read the environment."""
+"""Helpers of the tests: init runs in a child interpreter with a chosen environment, since
+NVSHMEM comes up once per process and the bootstraps read the environment; and the guard that
+the GPU test files share (skip_unless_gpu_run, torch_with_cuda)."""
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -110,3 +112,27 @@ def needs_gpu():
 def needs_no_gpu():
     if gpu_visible():
         pytest.skip("checks init on a machine without a GPU; this one has one")
+
+
+# The GPU test files (test_gpu_*.py) run in processes of their own, one per PE, with this set
+# (scripts/python_gpu_test.sh sets it); in the CPU run beside the other tests they skip.
+GPU_RUN_VAR = "NVSHMEM_RS_GPU_TESTS"
+
+
+def skip_unless_gpu_run(test_file):
+    """At the top of a GPU test file: skips the whole file unless GPU_RUN_VAR=1, saying how to
+    run it."""
+    name = pathlib.Path(test_file).name
+    if os.environ.get(GPU_RUN_VAR) != "1":
+        pytest.skip(f"GPU tests run in their own processes: {GPU_RUN_VAR}=1 nvsh run -n 2 -- "
+                    f"python -m pytest python/tests/{name} (scripts/python_gpu_test.sh "
+                    f"python/tests/{name})", allow_module_level=True)
+
+
+def torch_with_cuda():
+    """torch, where it is installed and sees a CUDA GPU; else the calling test or fixture
+    skips (never passes)."""
+    torch = pytest.importorskip("torch", reason="the GPU tests need PyTorch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU that torch sees")
+    return torch

@@ -49,6 +49,19 @@ CALLS = {
     "barrier_all": lambda: nv.barrier_all(),
     "check": lambda: nv.check(),
     "alloc": lambda: nv.alloc((2, 3), "bf16"),
+    "alloc registered": lambda: nv.alloc(8, "f32", registered=True),
+    "allgatherv": lambda: nv.allgatherv(FakeTensor(4), FakeTensor(8, ptr=0x7F0000100000), [4, 4]),
+    "alltoallv": lambda: nv.alltoallv(FakeTensor(8), FakeTensor(8, ptr=0x7F0000100000), [4, 4],
+                                      [4, 4], [0, 4], [0, 4]),
+    "grouped_p2p": lambda: nv.grouped_p2p([("send", FakeTensor(), 1),
+                                           ("recv", FakeTensor(ptr=0x7F0000100000), 1)]),
+    "reserve_staging": lambda: nv.reserve_staging("alltoallv", 1 << 20),
+    "configure": lambda: nv.configure(slot_bytes=8 << 20),
+    "Channel": lambda: nv.Channel(1024, "bf16", slots=2),
+    "split_strided": lambda: nv.split_strided(0, 2, 1),
+    "SparseAllreduce": lambda: nv.SparseAllreduce(1024, "gtopk", 0.01, "bf16"),
+    "tune_allreduce": lambda: nv.tune_allreduce(FakeTensor(), FakeTensor(ptr=0x7F0000100000),
+                                                candidates={"mine": lambda stream: None}),
 }
 
 
@@ -62,7 +75,7 @@ def test_well_formed_calls_before_init_raise_not_initialized(name):
     with pytest.raises(nv.NvshmemError, match=r"not initialised; call nvshmem_rs\.init\(\)") as err:
         CALLS[name]()
     assert err.value.kind == "NotInitialized"
-    assert str(err.value).startswith(name + ":")
+    assert str(err.value).startswith(name.split()[0] + ":")
 
 
 @pytest.mark.parametrize("name", ["allreduce", "broadcast", "reduce"])
@@ -173,8 +186,51 @@ def test_symmetric_buffers_come_only_from_alloc():
         nv.SymmetricBuffer()
 
 
+def test_a_transfer_of_another_kind_is_refused():
+    with pytest.raises(ValueError, match='grouped_p2p: transfer kind "put"; expected "send" or '
+                                         '"recv"'):
+        nv.grouped_p2p([("put", FakeTensor(), 1)])
+
+
+@pytest.mark.parametrize("bad", [("send", FakeTensor()), FakeTensor(), ("send", FakeTensor(), "1")])
+def test_a_transfer_that_is_not_a_triple_is_refused(bad):
+    with pytest.raises(TypeError, match=r"grouped_p2p: each transfer is a tuple \("):
+        nv.grouped_p2p([bad])
+
+
+def test_a_transfer_buffer_on_the_host_is_refused():
+    with pytest.raises(ValueError, match="grouped_p2p: the receive buffer is on cpu"):
+        nv.grouped_p2p([("recv", FakeTensor(device="cpu"), 1)])
+
+
+def test_an_empty_group_still_needs_the_runtime():
+    with pytest.raises(nv.NvshmemError, match="not initialised"):
+        nv.grouped_p2p([])
+
+
+def test_an_unknown_sparse_method_gives_the_library_text():
+    with pytest.raises(nv.NvshmemError, match='no method named "dgc"; pass one of topk') as err:
+        nv.SparseAllreduce(1024, "dgc")
+    assert err.value.kind == "SparseConfig"
+
+
+def test_a_team_argument_must_be_a_team():
+    with pytest.raises(TypeError):
+        nv.allreduce(FakeTensor(), team="evens")
+    with pytest.raises(TypeError):
+        nv.Team()
+
+
+def test_a_channel_of_an_unknown_dtype_is_refused():
+    with pytest.raises(ValueError, match="Channel: dtype 'int8' is neither a library dtype"):
+        nv.Channel(16, "int8")
+
+
 def test_api_of_tensors_and_collectives():
     for name in ["alloc", "zeros", "empty", "SymmetricBuffer", "allreduce", "broadcast", "reduce",
-                 "allgather", "reduce_scatter", "alltoall", "barrier", "barrier_all", "check"]:
+                 "allgather", "reduce_scatter", "alltoall", "barrier", "barrier_all", "check",
+                 "allgatherv", "alltoallv", "grouped_p2p", "reserve_staging", "configure",
+                 "Channel", "init_with_store", "unique_id", "split_strided", "Team",
+                 "tune_allreduce", "SparseAllreduce"]:
         assert name in nv.__all__ and hasattr(nv, name), name
     assert nv.SymmetricBuffer.__module__ == "nvshmem_rs"

@@ -9,26 +9,19 @@ single-process run on the whole batch. One process per PE:
 own (DDP's backward calls it from autograd's thread), so these tests never call nv.init()
 themselves. Elsewhere they skip and say why."""
 
-import os
-
 import pytest
 
 import nvshmem_rs as nv
+from conftest import skip_unless_gpu_run, torch_with_cuda
 
-RUN_VAR = "NVSHMEM_RS_GPU_TESTS"
+skip_unless_gpu_run(__file__)
+
 POISON = 77.0
-
-if os.environ.get(RUN_VAR) != "1":
-    pytest.skip(f"GPU tests run in their own processes: {RUN_VAR}=1 nvsh run -n 2 -- python -m "
-                "pytest python/tests/test_gpu_distributed.py (scripts/gpu_test.sh)",
-                allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
 def env():
-    torch = pytest.importorskip("torch", reason="the GPU tests need PyTorch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU that torch sees")
+    torch = torch_with_cuda()
     import torch.distributed as dist
 
     import nvshmem_rs.distributed as nvd

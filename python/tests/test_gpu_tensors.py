@@ -10,13 +10,14 @@ the CPU tests beside them need it down):
 as collectives need; elsewhere they skip and say why. Torch is imported only when they run."""
 
 import gc
-import os
 
 import pytest
 
 import nvshmem_rs as nv
+from conftest import skip_unless_gpu_run, torch_with_cuda
 
-RUN_VAR = "NVSHMEM_RS_GPU_TESTS"
+skip_unless_gpu_run(__file__)
+
 LIBRARY_DTYPES = [name for name, _, _ in nv.dtypes()]
 REDUCIBLE = [d for d in LIBRARY_DTYPES if d != "u8"]
 # Relative tolerance against the float64 reference (values are small integers: sums are exact
@@ -26,17 +27,9 @@ KINDS = ["symmetric", "own"]
 POISON = 77
 
 
-if os.environ.get(RUN_VAR) != "1":
-    pytest.skip(f"GPU tests run in their own processes: {RUN_VAR}=1 nvsh run -n 2 -- python -m "
-                "pytest python/tests/test_gpu_tensors.py (scripts/gpu_test.sh)",
-                allow_module_level=True)
-
-
 @pytest.fixture(scope="module")
 def torch():
-    torch = pytest.importorskip("torch", reason="the GPU tests need PyTorch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU that torch sees")
+    torch = torch_with_cuda()
     nv.init()
     torch.cuda.set_device(nv.device())
     yield torch
