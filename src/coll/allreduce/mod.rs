@@ -252,7 +252,6 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(3, 512 << 10, AllreduceAlgo::OneShot),
     rule(3, usize::MAX, AllreduceAlgo::TwoShot),
     rule(4, 512 << 10, AllreduceAlgo::OneShot),
-    rule(4, 1 << 20, AllreduceAlgo::RecursiveDoubling),
     rule(4, 16 << 20, AllreduceAlgo::TwoShot),
     rule(4, 64 << 20, AllreduceAlgo::Ring),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
@@ -407,7 +406,7 @@ impl Nvshmem {
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
         let online = self.tune_mode() == crate::core::tuning::TuneMode::Online;
-        self.allreduce_workspace_with(team, slot_bytes, online)
+        self.allreduce_workspace_with(team, slot_bytes, online, true)
     }
 
     /// [`Nvshmem::allreduce_workspace_for`] with online tuning on, whatever `NVSH_TUNE` says:
@@ -419,16 +418,18 @@ impl Nvshmem {
         team: Option<&Team<'_>>,
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
-        self.allreduce_workspace_with(team, slot_bytes, true)
+        self.allreduce_workspace_with(team, slot_bytes, true, true)
     }
 
-    /// A workspace that never tunes (the tuner's own MAX over PEs).
+    /// A workspace that never tunes and has only the flat algorithms: the tuner's own MAX over
+    /// PEs, and the hierarchical algorithm's steps, whose rail team is the whole world where
+    /// nodes hold one PE each (building steps there again would never end).
     pub(crate) fn allreduce_workspace_untuned(
         &self,
         team: Option<&Team<'_>>,
         slot_bytes: usize,
     ) -> Result<Allreduce<'_>> {
-        self.allreduce_workspace_with(team, slot_bytes, false)
+        self.allreduce_workspace_with(team, slot_bytes, false, false)
     }
 
     fn allreduce_workspace_with(
@@ -436,6 +437,7 @@ impl Nvshmem {
         team: Option<&Team<'_>>,
         slot_bytes: usize,
         online: bool,
+        with_hier: bool,
     ) -> Result<Allreduce<'_>> {
         let env_algo = algo_from_env()?;
         let world = self.n_pes() as usize;
@@ -472,7 +474,7 @@ impl Nvshmem {
         };
         let tuning_key = crate::core::tuning::collective_key(TEXT.call, ws.n_pes(), self.n_pes());
         // Every PE is a member where the team is as large as the world, so all decide alike.
-        let hier = if ws.n_pes() == self.n_pes() {
+        let hier = if with_hier && ws.n_pes() == self.n_pes() {
             hier::Hier::new(self, slot_bytes, |team| {
                 self.allreduce_workspace_untuned(Some(team), slot_bytes)
             })?
@@ -1236,7 +1238,7 @@ mod tests {
         assert_eq!(pick(3, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(3, 64 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
-        assert_eq!(pick(4, 1 << 20), AllreduceAlgo::RecursiveDoubling);
+        assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 2 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 16 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 32 << 20), AllreduceAlgo::Ring);
