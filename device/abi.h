@@ -254,25 +254,31 @@ typedef struct nvshmemrs_family_args {
     int protocol;
 } nvshmemrs_family_args;
 
-/* Allgatherv with counts on the host as low-latency lines (coll/exchange.h
- * nvshmemrs_allgatherv_lines), where every member's part fits a line slot: fam.hdr as the
- * family's lines (hdr.input this member's part, hdr.output the output, hdr.count the output's
- * elements, hdr.ll_scratch the exchange region's line slots); member r's part is bytes[r] at
- * byte displ[r] of every output. Each member stores its part as lines into slot [its rank] of
- * every other member at the step's parity, then one line with its size word (abi.h
- * NVSHMEMRS_EXCHANGE_DTYPE_SHIFT) after them; each receiver polls every member's lines, copies
- * them out and compares the size word with its own bytes[r] (a difference is
- * NVSHMEMRS_FAIL_LENGTH with NVSHMEMRS_EXCHANGE_SENT_SIZES). No ARRIVE, mailbox or pair state:
- * every call on such a workspace pairs every member with every other both ways, so a slot is
- * rewritten only after its reader's next call has begun (prims/ll.cuh). */
-#define NVSHMEMRS_ALLGATHERV_LINES_MAX_PES 16
-typedef struct nvshmemrs_allgatherv_lines_args {
+/* Allgatherv with counts on the host (coll/exchange.h nvshmemrs_allgatherv_lines and
+ * nvshmemrs_allgatherv_blocks): fam.hdr as the family's (hdr.input this member's part,
+ * hdr.output the output, hdr.count the output's elements); member r's part is bytes[r] at byte
+ * displ[r] of every output.
+ * Lines, where every member's part fits a line slot (hdr.ll_scratch the exchange region's line
+ * slots): each member stores its part as lines into slot [its rank] of every other member at
+ * the step's parity, then one line with its size word (abi.h NVSHMEMRS_EXCHANGE_DTYPE_SHIFT)
+ * after them; each receiver polls every member's lines, copies them out and compares the size
+ * word with its own bytes[r] (a difference is NVSHMEMRS_FAIL_LENGTH with
+ * NVSHMEMRS_EXCHANGE_SENT_SIZES). No ARRIVE, mailbox or pair state: every call on such a
+ * workspace pairs every member with every other both ways, so a slot is rewritten only after
+ * its reader's next call has begun (prims/ll.cuh).
+ * Blocks, any size: allgather's steps (coll/put_blocks.cuh) with a part of its own size per
+ * member: ARRIVE, then each member puts its part at displ[its rank] of every other member's
+ * output and raises DATA; no mailbox (the host knows every part). Members must launch the same
+ * grid (from the largest part); parts that differ between members are caught by checked
+ * mode's header, not by the kernel. */
+#define NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES 16
+typedef struct nvshmemrs_allgatherv_parts_args {
     nvshmemrs_family_args fam;
-    uint64_t displ[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
-    uint64_t bytes[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
-    /* Element type (NVSHMEMRS_DTYPE_*), for the size words. */
+    uint64_t displ[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
+    uint64_t bytes[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
+    /* Element type (NVSHMEMRS_DTYPE_*), for the lines' size words. */
     int dtype;
-} nvshmemrs_allgatherv_lines_args;
+} nvshmemrs_allgatherv_parts_args;
 
 /* The family's protocols (nvshmemrs_family_args.protocol). HANDSHAKE: coll/family.h's steps
  * (ARRIVE then DATA, or receive slots). LL (allgather, alltoall, reduce-scatter, broadcast,

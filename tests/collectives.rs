@@ -15,8 +15,8 @@ use common::reference::{RefElem, Tag};
 use common::{gpu_test, runtime};
 use half::{bf16, f16};
 use nvshmem::{
-    Allgather, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem, Reduce, ReduceOp,
-    ReduceScatter, TeamBarrier,
+    Allgather, Allgatherv, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem, Parts, Reduce,
+    ReduceOp, ReduceScatter, TeamBarrier,
 };
 use std::time::{Duration, Instant};
 
@@ -508,6 +508,66 @@ fn a_thousand_back_to_back_calls_mixing_every_collective() {
             assert!((0..count).all(|i| got[i] == sum(i, s)), "reduce slot {s}");
         }
     }
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, checked_mode_catches_allgatherv_parts_that_differ);
+/// Allgatherv with host counts as allgather's blocks (lines off): members whose parts differ
+/// but add up to the same output end in a typed error naming the parts on both PEs, before any
+/// data moves (the kernel trusts the parts; checked mode's header carries their digest).
+fn checked_mode_catches_allgatherv_parts_that_differ() {
+    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
+    let nv = runtime(2);
+    let me = nv.my_pe() as usize;
+    let stream = nv.stream().clone();
+    let buf = filled(&nv, 512, |_| 7.0f32);
+    let out = filled(&nv, 200, |_| f32::NAN);
+    let mut agv = Allgatherv::world(&nv).unwrap();
+    assert!(agv.is_checked());
+    agv.set_protocol(FamilyProtocol::Direct);
+    let counts = if me == 0 { [100, 100] } else { [120, 80] };
+    let displs = [0, counts[0]];
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    agv.run(buf.view(..counts[me]).unwrap(), &out, parts, &stream)
+        .unwrap();
+    match agv.sync(&stream).unwrap_err() {
+        Error::CollectiveMismatch { mine, theirs, .. } => {
+            assert!(
+                mine.contains("parts") && theirs.contains("parts"),
+                "{mine} / {theirs}"
+            );
+            assert_ne!(mine, theirs);
+        }
+        e => panic!("not a mismatch: {e:?}"),
+    }
+    assert!(
+        out.to_vec().unwrap().iter().all(|v| v.is_nan()),
+        "the mismatched call moved data"
+    );
+    // The same parts everywhere: a fresh workspace moves the data as blocks.
+    let mut agv = Allgatherv::world(&nv).unwrap();
+    agv.set_protocol(FamilyProtocol::Direct);
+    let counts = [120, 80];
+    let displs = [0, 120];
+    let parts = Parts {
+        counts: &counts,
+        displs: &displs,
+    };
+    let input = filled(&nv, 120, |i| (1000 * me + i) as f32);
+    agv.run(input.view(..counts[me]).unwrap(), &out, parts, &stream)
+        .unwrap();
+    agv.sync(&stream).unwrap();
+    assert_ne!(agv.last_protocol(), FamilyProtocol::LowLatency);
+    expect("allgatherv as blocks", &out.to_vec().unwrap(), |i| {
+        if i < 120 {
+            i as f32
+        } else {
+            (1000 + i - 120) as f32
+        }
+    });
     nv.barrier_all().unwrap();
 }
 

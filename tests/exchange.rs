@@ -838,16 +838,13 @@ fn ll_allgatherv<T: Tag>(
         Some((r, k)) => T::tag(r, k, salt),
         None => T::poison(),
     };
-    // One launch of lines where every part fits, else the mailbox for every pair (the line
-    // slots are the lines' alone).
+    // One launch of lines where every part fits, else one of allgather's blocks: no pair
+    // takes the mailbox either way (up to 16 members).
     let all_fit = counts.iter().all(|&c| c * size <= LL_MAX);
-    let pairs = expected_pairs(
-        me,
-        n,
-        all_fit.then_some(LL_MAX),
-        |_| counts[me] * size,
-        |s| counts[s] * size,
-    );
+    let pairs = match all_fit {
+        true => expected_pairs(me, n, Some(LL_MAX), |_| 0, |_| 0),
+        false => ExchangePairs::default(),
+    };
     let what = format!("lines allgatherv {} (salt {salt}, gap {gap})", T::NAME);
     let input = alike(nv, &count, |k| T::tag(me, k, salt));
     let output = filled(nv, len.max(1), |_| T::poison());

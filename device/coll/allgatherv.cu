@@ -1,12 +1,14 @@
 // Allgatherv (coll/exchange.h): member r sends its input, counts[r] elements, to displacement
 // displs[r] of every member's output, itself included (in place when its input is that block).
-// With counts in device memory, an exchange; with counts on the host and every part within a
-// line slot, low-latency lines without pair state (abi.h nvshmemrs_allgatherv_lines_args).
+// With counts in device memory, an exchange; with counts on the host, low-latency lines without
+// pair state where every part fits a line slot, else allgather's blocks with a part of its own
+// size per member (abi.h nvshmemrs_allgatherv_parts_args).
 #include <cuda_runtime.h>
 
 #include "coll/exchange.cuh"
 #include "coll/exchange.h"
 #include "coll/family_args.cuh"
+#include "coll/put_blocks.cuh"
 
 namespace {
 
@@ -49,26 +51,28 @@ __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
 constexpr int AGV_LL_GROUP = 8;
 
 // Line i of member r's lines: 0 is its size word, 1.. its part.
-__device__ __forceinline__ uint64_t agv_lines(uint64_t bytes) { return 1 + (bytes + 7) / 8; }
+__host__ __device__ __forceinline__ uint64_t agv_lines(uint64_t bytes) {
+    return 1 + (bytes + 7) / 8;
+}
 
 // The size word member r's line 0 must carry.
-__device__ __forceinline__ uint64_t agv_size_word(const nvshmemrs_allgatherv_lines_args &a, int r) {
+__device__ __forceinline__ uint64_t agv_size_word(const nvshmemrs_allgatherv_parts_args &a, int r) {
     return a.bytes[r] | (uint64_t)a.dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT;
 }
 
 // The family's lines (coll/put_blocks.cuh ll_blocks_step) with a part of its own size per
 // member, and the size word first, so that a receiver that expects another size fails at once
 // (its failure breaks the workspace, which ends every other wait of the launch).
-__global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_lines_args a) {
+__global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_parts_args a) {
     const nvshmemrs_coll_header &h = a.fam.hdr;
-    __shared__ char *base[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
+    __shared__ char *base[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
     ll_peer_bases(h, base);
     wait_for_previous_kernel();
     const Step s = begin_step(h.state);
     if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_ALLGATHERV);
     const uint32_t flag = ll_flag(s.value - 1);
-    __shared__ uint4 *dst[NVSHMEMRS_ALLGATHERV_LINES_MAX_PES];
+    __shared__ uint4 *dst[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
     ll_peer_slots(h, base, s.parity, dst);
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
@@ -126,20 +130,47 @@ __global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_lines_args a) {
     end_step(h);
 }
 
+// Member r's part as allgather's blocks (coll/put_blocks.cuh put_parts_step).
+struct AgvParts {
+    const nvshmemrs_allgatherv_parts_args &a;
+    __device__ size_t bytes() const { return a.bytes[a.fam.hdr.rank]; }
+    __device__ size_t offset() const { return a.displ[a.fam.hdr.rank]; }
+    __device__ const char *src(int) const { return static_cast<const char *>(a.fam.hdr.input); }
+};
+
+__global__ void allgatherv_blocks_kernel(nvshmemrs_allgatherv_parts_args a) {
+    put_parts_step(a.fam, NVSHMEMRS_COLL_ALLGATHERV, AgvParts{a});
+}
+
+// Every part within the output, at most NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES members.
+bool agv_parts_ok(const nvshmemrs_allgatherv_parts_args &args) {
+    const nvshmemrs_coll_header &h = args.fam.hdr;
+    if (h.n > NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES) return false;
+    const uint64_t out = h.count * args.fam.elem_bytes;
+    for (int r = 0; r < h.n; ++r)
+        if (args.displ[r] > out || args.bytes[r] > out - args.displ[r]) return false;
+    return true;
+}
+
 }  // namespace
 
-extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_lines_args args, int blocks,
+extern "C" int nvshmemrs_allgatherv_blocks(nvshmemrs_allgatherv_parts_args args, int blocks,
+                                           int threads, cudaStream_t stream) {
+    if (!family_args_ok(args.fam, blocks) || !agv_parts_ok(args) ||
+        args.fam.protocol != NVSHMEMRS_FAMILY_HANDSHAKE)
+        return cudaErrorInvalidValue;
+    return (int)launch_pdl(allgatherv_blocks_kernel, blocks, threads, stream, args);
+}
+
+extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_parts_args args, int blocks,
                                           int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.fam.hdr;
-    if (!family_args_ok(args.fam, blocks) || h.n > NVSHMEMRS_ALLGATHERV_LINES_MAX_PES ||
-        h.ll_scratch == NULL || !h.all_mapped || h.no_direct)
+    if (!family_args_ok(args.fam, blocks) || !agv_parts_ok(args) || h.ll_scratch == NULL ||
+        !h.all_mapped || h.no_direct)
         return cudaErrorInvalidValue;
-    for (int r = 0; r < h.n; ++r) {
-        const uint64_t b = args.bytes[r];
-        if ((b + 7) / 8 * 16 + 16 > h.ll_slot_bytes || args.displ[r] > h.count * args.fam.elem_bytes ||
-            b > h.count * args.fam.elem_bytes - args.displ[r])
-            return cudaErrorInvalidValue;
-    }
+    // Each part and its size line within a slot.
+    for (int r = 0; r < h.n; ++r)
+        if (agv_lines(args.bytes[r]) * 16 > h.ll_slot_bytes) return cudaErrorInvalidValue;
     return (int)launch_pdl(allgatherv_lines_kernel, blocks, threads, stream, args);
 }
 

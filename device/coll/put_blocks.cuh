@@ -1,9 +1,10 @@
-// The steps allgather and alltoall share (coll/family.h): every member puts a block into block
-// [its rank] of every other member's output once that member has arrived, and waits for the
-// blocks put into its own; or, small and with every member mapped, writes it as low-latency
-// lines into the receivers' line slots, from which each receiver copies into its output
-// (NVSHMEMRS_FAMILY_LL). They differ only in what each receiver gets: allgather sends every
-// member the same input, alltoall input block [r] to member r (PER_PEER).
+// The steps allgather and alltoall share (coll/family.h), and allgatherv with counts on the
+// host: every member puts a block into block [its rank] (allgatherv: its part) of every other
+// member's output once that member has arrived, and waits for the blocks put into its own;
+// or, small and with every member mapped, writes it as low-latency lines into the receivers'
+// line slots, from which each receiver copies into its output (NVSHMEMRS_FAMILY_LL). They
+// differ only in what each receiver gets: allgather sends every member the same input,
+// alltoall input block [r] to member r (PER_PEER).
 #ifndef NVSHMEM_RS_PUT_BLOCKS_CUH
 #define NVSHMEM_RS_PUT_BLOCKS_CUH
 
@@ -20,9 +21,12 @@
 
 namespace {
 
-// One launch of the step; `code` (NVSHMEMRS_COLL_*) names a timeout.
-template <bool PER_PEER>
-__device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
+// One launch of the step; `code` (NVSHMEMRS_COLL_*) names a timeout. `part` says what moves:
+// part.bytes() from part.src(r) to member r (r this PE too, for its own copy), landing at
+// byte part.offset() of every member's output; the grid splits part.bytes() (every member
+// launches the same grid: block b waits for block b of every sender).
+template <typename Part>
+__device__ void put_parts_step(const nvshmemrs_family_args &a, int code, const Part &part) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
@@ -30,14 +34,11 @@ __device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     size_t b, e;
-    part_of<char>(h.count * (size_t)a.elem_bytes, gridDim.x, blockIdx.x, &b, &e);
-    const size_t block_bytes = a.stride * (size_t)a.elem_bytes;
-    const char *in = static_cast<const char *>(h.input);
-    // What member r receives from this PE.
-    auto src = [&](int r) { return in + (PER_PEER ? (size_t)r * block_bytes : 0) + b; };
-    char *mine = static_cast<char *>(h.output) + (size_t)h.rank * block_bytes;
+    part_of<char>(part.bytes(), gridDim.x, blockIdx.x, &b, &e);
+    auto src = [&](int r) { return part.src(r) + b; };
+    char *mine = static_cast<char *>(h.output) + part.offset();
     block_arrive(h, L, AllOthers{}, s.value);
-    // The own block; in place (allgather from the own block), it is there already.
+    // The own part; in place (from the own block of the output), it is there already.
     if (src(h.rank) != mine + b) block_store(mine + b, src(h.rank), e - b);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     if (!block_wait_others(w, h, arrive, s.value)) return;
@@ -52,6 +53,27 @@ __device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
     auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
     if (!block_wait_others(w, h, data, s.value)) return;
     end_step(h);
+}
+
+// Allgather's and alltoall's parts: rank blocks of hdr.count elements, a.stride apart; each
+// member's lands in block [its rank]. Allgather sends every member the same input, alltoall
+// input block [r] to member r (PER_PEER).
+template <bool PER_PEER>
+struct RankBlocks {
+    const nvshmemrs_family_args &a;
+    __device__ size_t bytes() const { return a.hdr.count * (size_t)a.elem_bytes; }
+    __device__ size_t offset() const {
+        return (size_t)a.hdr.rank * a.stride * (size_t)a.elem_bytes;
+    }
+    __device__ const char *src(int r) const {
+        const char *in = static_cast<const char *>(a.hdr.input);
+        return in + (PER_PEER ? (size_t)r * a.stride * (size_t)a.elem_bytes : 0);
+    }
+};
+
+template <bool PER_PEER>
+__device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
+    put_parts_step(a, code, RankBlocks<PER_PEER>{a});
 }
 
 // Lines polled together by a receiver (ld_pending); larger teams go group after group.

@@ -3,8 +3,8 @@
 // tells it that the memory is free for this step; the data then carries its own counter.
 // Counters are the step layout's (prims/step.cuh) with phases NVSHMEMRS_FAMILY_ARRIVE and
 // NVSHMEMRS_FAMILY_DATA, one per (source rank, block), set to the step's value.
-#ifndef NVSHMEM_RS_EXCHANGE_CUH
-#define NVSHMEM_RS_EXCHANGE_CUH
+#ifndef NVSHMEM_RS_PRIMS_EXCHANGE_CUH
+#define NVSHMEM_RS_PRIMS_EXCHANGE_CUH
 
 #include "core/nvshmem_device.cuh"
 #include <stdint.h>

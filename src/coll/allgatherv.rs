@@ -1,21 +1,25 @@
 //! Allgatherv: member r's input, `counts[r]` elements (0 allowed), into displacement
 //! `displs[r]` of every member's output; counts on the host ([`Allgatherv::run`], up to 64
-//! members) or in device memory ([`Allgatherv::run_device`]). With host counts where every
-//! part fits the lines (`NVSH_EXCHANGE_LL_MAX`, at most 16 members, every member mapped), one
-//! launch of low-latency lines as the family's (device/coll/allgatherv.cu,
-//! [`crate::proto::exchange::GatherLines`]): each member stores its part and its size into
-//! every other's line slot, with no round trip and no pair state; a member whose sizes differ
-//! fails with [`Error::TransferMismatch`]. Otherwise an exchange ([`crate::proto::exchange`]):
-//! each receiver tells each sender where its part goes, through the mailbox (the line slots
-//! are the lines' alone). Calls go back to back with no barrier either way. With device
-//! counts the mailbox only: the host cannot size the parts.
+//! members) or in device memory ([`Allgatherv::run_device`]). With host counts on up to 16
+//! members, one launch and no mailbox (device/coll/allgatherv.cu,
+//! [`crate::proto::exchange::GatherParts`]): where every part fits the lines
+//! (`NVSH_EXCHANGE_LL_MAX`, every member mapped), each member stores its part and its size
+//! into every other's line slot, with no round trip and no pair state, and a member whose
+//! sizes differ fails with [`Error::TransferMismatch`]; otherwise allgather's blocks, each
+//! member putting its part into every other's output once that one has arrived (parts that
+//! differ between members are then caught by checked mode's header alone: pass the same parts
+//! everywhere). Past 16 members an exchange ([`crate::proto::exchange`]): each receiver tells
+//! each sender where its part goes, through the mailbox. Calls go back to back with no barrier
+//! either way. With device counts the mailbox only: the host cannot size the parts.
 
-use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
+use crate::coll::family::staged;
+use crate::coll::family::{check_host_counts, family_code_name, family_meta, parts_meta};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
-use crate::proto::exchange::{Direction, ExchangeCall, GatherLines, Transfer, Transfers};
+use crate::proto::exchange::GATHER_PARTS_MAX_PES;
+use crate::proto::exchange::{Direction, ExchangeCall, GatherParts, Transfer, Transfers};
 use crate::proto::family::family_methods;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
@@ -89,15 +93,15 @@ impl<'nv> Allgatherv<'nv> {
                 // In place: the own part is there already, and nothing moves to this PE itself.
                 let in_place = !input.is_empty() && input.as_device_ptr() as usize == own;
                 let bytes = |r: usize| parts.counts[r] * size;
-                if fam.gather_fits_lines((0..n as usize).map(bytes)) {
+                if n as usize <= GATHER_PARTS_MAX_PES {
                     let list: Vec<(usize, usize)> = (0..n as usize)
                         .map(|r| (parts.displs[r] * size, bytes(r)))
                         .collect();
-                    return fam.gather_lines(
+                    return fam.gather_parts(
                         "allgatherv kernel launch",
-                        &GatherLines {
+                        &GatherParts {
                             code: CODE,
-                            meta: family_meta(T::DTYPE, None, CODE, None),
+                            meta: parts_meta(T::DTYPE, &list),
                             input: input.as_device_ptr() as usize,
                             output: (out, out_len),
                             elem: (size, T::DTYPE),
@@ -131,7 +135,7 @@ impl<'nv> Allgatherv<'nv> {
                         checked: Some((out_len, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
                         every_pair: true,
-                        // The line slots are gather_lines' (no pair state to share them by).
+                        // The line slots are gather_parts' (no pair state to share them by).
                         list_lines: false,
                     },
                     stream,

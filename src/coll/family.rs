@@ -257,7 +257,17 @@ pub fn family_meta(dtype: Dtype, op: Option<ReduceOp>, code: u32, root: Option<i
     dtype as u64 | op << 8 | (code as u64) << 16 | root << 32
 }
 
-/// [`family_meta`] in words: "f32 sum, root 1", "bf16".
+/// An allgatherv's [`family_meta`] with a digest of every member's part in the bits a root
+/// takes elsewhere: members that pass different parts disagree in checked mode's header.
+pub fn parts_meta(dtype: Dtype, parts: &[(usize, usize)]) -> u64 {
+    let words = parts.iter().flat_map(|&(d, b)| [d as u64, b as u64]);
+    let h = crate::core::digest::fnv1a(words.flat_map(u64::to_le_bytes));
+    // Folded to the 32 bits above the code; 0 would read as "no parts".
+    let digest = ((h ^ (h >> 32)) & 0xffff_ffff).max(1);
+    family_meta(dtype, None, sys::NVSHMEMRS_COLL_ALLGATHERV, None) | digest << 32
+}
+
+/// [`family_meta`] in words: "f32 sum, root 1", "bf16" (an allgatherv's parts digest in hex).
 pub fn describe_family_meta(meta: u64) -> String {
     let dtype = Dtype::from_code(meta & 0xff).map_or("an unknown type", Dtype::name);
     let mut s = dtype.to_string();
@@ -269,9 +279,13 @@ pub fn describe_family_meta(meta: u64) -> String {
             .map_or("an unknown op", ReduceOp::name);
         s = format!("{s} {name}");
     }
-    let root = meta >> 32;
-    if root > 0 {
-        s = format!("{s}, root {}", root - 1);
+    let high = meta >> 32;
+    if (meta >> 16) & 0xff == sys::NVSHMEMRS_COLL_ALLGATHERV as u64 {
+        if high > 0 {
+            s = format!("{s}, parts {high:08x}");
+        }
+    } else if high > 0 {
+        s = format!("{s}, root {}", high - 1);
     }
     if meta & crate::proto::family::META_LL != 0 {
         s = format!("{s}, low-latency lines");
@@ -355,6 +369,19 @@ mod tests {
         assert_ne!(
             crate::proto::family::META_SPLIT,
             crate::proto::family::META_LL
+        );
+        // An allgatherv's parts: a digest in place of the root, different for other parts.
+        let p = parts_meta(Dtype::F32, &[(0, 40), (40, 12)]);
+        assert!(
+            describe_family_meta(p).starts_with("f32, parts "),
+            "{}",
+            describe_family_meta(p)
+        );
+        assert_ne!(p, parts_meta(Dtype::F32, &[(0, 48), (48, 12)]));
+        assert_ne!(p, parts_meta(Dtype::F32, &[(0, 40), (40, 16)]));
+        assert_eq!(
+            p & 0xffff_ffff,
+            family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_ALLGATHERV, None)
         );
         // Roots, ops and types that differ give different words.
         let a = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(0));

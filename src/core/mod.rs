@@ -4,6 +4,7 @@
 
 pub mod buffer;
 pub mod deadline;
+pub(crate) mod digest;
 pub mod element;
 pub mod env_value;
 pub mod error;

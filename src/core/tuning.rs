@@ -277,9 +277,7 @@ impl TuningTable {
     /// A hash of the table (FNV-1a over its JSON), for PEs to check they hold the same one.
     pub fn hash(&self) -> u64 {
         let text = serde_json::to_string(self).unwrap_or_default();
-        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+        crate::core::digest::fnv1a(text.bytes())
     }
 }
 

@@ -172,13 +172,14 @@ pub struct ExchangeCall<'t> {
     /// `every_pair`).
     pub every_pair: bool,
     /// A list launch may send pairs as lines. False where the workspace's line slots serve
-    /// `FamilyWorkspace::gather_lines` (allgatherv), which keeps no pair state: the two must
+    /// `FamilyWorkspace::gather_parts` (allgatherv), which keeps no pair state: the two must
     /// not share the slots.
     pub list_lines: bool,
 }
 
-/// Allgatherv with counts on the host as one launch of lines (`FamilyWorkspace::gather_lines`).
-pub struct GatherLines<'t> {
+/// Allgatherv with counts on the host as one launch without the mailbox
+/// (`FamilyWorkspace::gather_parts`).
+pub struct GatherParts<'t> {
     /// The collective's NVSHMEMRS_COLL_* code (what a failure names).
     pub code: u32,
     /// Checked mode's meta word.
@@ -191,6 +192,15 @@ pub struct GatherLines<'t> {
     pub elem: (usize, Dtype),
     /// Each member's part: (byte offset in the output, bytes).
     pub parts: &'t [(usize, usize)],
+}
+
+/// Most members `FamilyWorkspace::gather_parts` takes (the kernel's arguments hold a part
+/// each); larger teams take the mailbox.
+pub const GATHER_PARTS_MAX_PES: usize = sys::NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES as usize;
+
+/// The line slot a part of `bytes` takes as lines: its data and one size line.
+fn gather_line_bytes(bytes: usize) -> usize {
+    (bytes.div_ceil(8) + 1).saturating_mul(16)
 }
 
 /// Checks a list against what the kernel and the host can promise: peers are team ranks, at
@@ -412,29 +422,33 @@ impl FamilyWorkspace<'_> {
 }
 
 impl FamilyWorkspace<'_> {
-    /// Whether an allgatherv of parts of these sizes (bytes, one per member) goes as one launch
-    /// of lines (`FamilyWorkspace::gather_lines`): lines allowed (as for the exchange's), at
-    /// most NVSHMEMRS_ALLGATHERV_LINES_MAX_PES members, every part within the line bound and,
-    /// with its size line, a slot. Every member decides from the same parts, so all agree when
-    /// their parts do. Readies the workspace (direct stores or puts) as the exchange does.
-    pub(crate) fn gather_fits_lines(&mut self, parts: impl Iterator<Item = usize>) -> bool {
+    /// Whether an allgatherv of parts of these sizes (bytes, one per member) goes as lines
+    /// (`FamilyWorkspace::gather_parts`): lines allowed (as for the exchange's), at most
+    /// [`GATHER_PARTS_MAX_PES`] members, every part within the line bound and, with its size
+    /// line, a slot. Every member decides from the same parts, so all agree when their parts
+    /// do. Readies the workspace (direct stores or puts) as the exchange does.
+    fn gather_fits_lines(&mut self, parts: impl Iterator<Item = usize>) -> bool {
         let Some(l) = self.exchange_lines() else {
             return false;
         };
-        self.ws().n_pes() as u32 <= sys::NVSHMEMRS_ALLGATHERV_LINES_MAX_PES
+        self.ws().n_pes() as usize <= GATHER_PARTS_MAX_PES
             && parts
                 .into_iter()
-                .all(|b| b <= l.max_bytes && (b.div_ceil(8) + 1).saturating_mul(16) <= l.slot_bytes)
+                .all(|b| b <= l.max_bytes && gather_line_bytes(b) <= l.slot_bytes)
     }
 
-    /// Launches `call` as lines (device/abi.h nvshmemrs_allgatherv_lines_args): no mailbox, no
-    /// pair state; the caller checked [`FamilyWorkspace::gather_fits_lines`].
-    pub(crate) fn gather_lines(
+    /// Launches `call` once, without the mailbox's round trip (device/abi.h
+    /// nvshmemrs_allgatherv_parts_args): as lines where every part fits them (no ARRIVE, no
+    /// pair state; a member whose sizes differ fails on the receiver), else as allgather's
+    /// blocks (ARRIVE, then puts; parts that differ are caught by checked mode's header only,
+    /// whose `call.meta` carries a digest of them). At most [`GATHER_PARTS_MAX_PES`] members.
+    pub(crate) fn gather_parts(
         &mut self,
         what: &'static str,
-        call: &GatherLines<'_>,
+        call: &GatherParts<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
+        let lines = self.gather_fits_lines(call.parts.iter().map(|p| p.1));
         let rank = self.ws_mut().begin_call()?;
         let n = self.ws().n_pes() as usize;
         let (output, count) = call.output;
@@ -448,8 +462,12 @@ impl FamilyWorkspace<'_> {
             elem_bytes: call.elem.0,
             root: 0,
         };
-        let mut a = sys::nvshmemrs_allgatherv_lines_args {
-            fam: self.lines_args(rank, &fam_call),
+        let fam = match lines {
+            true => self.lines_args(rank, &fam_call),
+            false => self.blocks_args(rank, &fam_call),
+        };
+        let mut a = sys::nvshmemrs_allgatherv_parts_args {
+            fam,
             dtype: call.elem.1 as i32,
             ..Default::default()
         };
@@ -458,19 +476,28 @@ impl FamilyWorkspace<'_> {
             a.bytes[r] = bytes as u64;
         }
         let op = sys::NVSHMEMRS_WAIT_OP_COLLECTIVE;
+        let meta = call.meta | if lines { META_LL } else { 0 };
         self.ws()
-            .exchange_header(a.fam.hdr, call.meta | META_LL, op, call.code as i32, stream)?;
+            .exchange_header(a.fam.hdr, meta, op, call.code as i32, stream)?;
         self.ws().runtime().bind()?;
         let largest = call.parts.iter().map(|p| p.1).max().unwrap_or(0);
-        let blocks = largest.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX) as i32;
-        // SAFETY: the header points at this workspace's state, status, PE table and line
-        // slots, and at the caller's checked part and output; the launcher checks the parts
-        // against the output's length and the slots.
-        let code =
-            unsafe { sys::nvshmemrs_allgatherv_lines(a, blocks, THREADS, raw_stream(stream)) };
+        let stream = raw_stream(stream);
+        // SAFETY: the header points at this workspace's state, status, PE table, counters and
+        // line slots, and at the caller's checked part and output; the launchers check the
+        // parts against the output's length (and, for lines, the slots).
+        let code = unsafe {
+            if lines {
+                let blocks = largest.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX) as i32;
+                sys::nvshmemrs_allgatherv_lines(a, blocks, THREADS, stream)
+            } else {
+                // The same grid on every member: block b waits for block b of every sender.
+                let (blocks, threads) = crate::proto::family::handshake_grid(largest);
+                sys::nvshmemrs_allgatherv_blocks(a, blocks, threads, stream)
+            }
+        };
         cuda_check(code, what)?;
         self.record_exchange(ExchangePairs {
-            lines: 2 * n.saturating_sub(1),
+            lines: if lines { 2 * n.saturating_sub(1) } else { 0 },
             mailbox: 0,
         });
         Ok(())
@@ -543,7 +570,7 @@ mod tests {
     fn the_gather_lines_launcher_refuses_what_its_kernel_cannot_do() {
         // Two members, 64 f32 of output: parts of 100 and 156 bytes, slots of 4096.
         let good = || {
-            let mut a = sys::nvshmemrs_allgatherv_lines_args::default();
+            let mut a = sys::nvshmemrs_allgatherv_parts_args::default();
             let h = &mut a.fam.hdr;
             (h.n, h.world, h.rank, h.count, h.all_mapped) = (2, 2, 0, 64, 1);
             // Never dereferenced: the launcher refuses before it launches.
@@ -553,13 +580,13 @@ mod tests {
             (a.bytes[0], a.bytes[1], a.displ[1]) = (100, 156, 100);
             a
         };
-        let refused = |a: sys::nvshmemrs_allgatherv_lines_args| {
+        let refused = |a: sys::nvshmemrs_allgatherv_parts_args| {
             // SAFETY: the arguments are refused before anything is read through their pointers.
             let code =
                 unsafe { sys::nvshmemrs_allgatherv_lines(a, 1, THREADS, std::ptr::null_mut()) };
             code == INVALID_VALUE
         };
-        let with = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_lines_args)| {
+        let with = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_parts_args)| {
             let mut a = good();
             f(&mut a);
             a
@@ -589,6 +616,32 @@ mod tests {
             )
         };
         assert_eq!(code, INVALID_VALUE);
+        // The blocks' launcher: the same parts and grid checks, and the handshake only (its
+        // arguments as lines are refused; it needs no line slots or mapping).
+        let blocks_refused = |a: sys::nvshmemrs_allgatherv_parts_args, grid: i32| {
+            // SAFETY: as above.
+            let code =
+                unsafe { sys::nvshmemrs_allgatherv_blocks(a, grid, THREADS, std::ptr::null_mut()) };
+            code == INVALID_VALUE
+        };
+        let handshake = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_parts_args)| {
+            with(&|a| {
+                a.fam.protocol = sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32;
+                f(a)
+            })
+        };
+        assert!(blocks_refused(
+            with(&|a| a.fam.protocol = sys::NVSHMEMRS_FAMILY_LL as i32),
+            1
+        ));
+        assert!(blocks_refused(
+            handshake(&|a| (a.fam.hdr.n, a.fam.hdr.world) = (17, 17)),
+            1
+        ));
+        assert!(blocks_refused(handshake(&|a| a.displ[1] = 101), 1));
+        assert!(blocks_refused(handshake(&|a| a.bytes[0] = 257), 1));
+        let too_many = crate::proto::family::FAMILY_BLOCKS as i32 + 1;
+        assert!(blocks_refused(handshake(&|_| {}), too_many));
     }
 
     fn t(dir: Direction, peer: i32, addr: usize, bytes: usize) -> Transfer {

@@ -613,9 +613,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 let blocks = bytes.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX);
                 (blocks as i32, LL_THREADS)
             } else {
-                // One block per 16 KiB of what each block moves per peer, 1 to FAMILY_BLOCKS.
-                let blocks = bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS);
-                (blocks as i32, THREADS)
+                handshake_grid(bytes)
             };
             cuda_check(entry(args, blocks, threads, raw_stream(stream)), what)?;
             start += len;
@@ -626,6 +624,11 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// The kernel arguments of one launch of `call` as low-latency lines, whole.
     pub(crate) fn lines_args(&self, rank: i32, call: &FamilyCall) -> sys::nvshmemrs_family_args {
         self.args(rank, call, 0, call.count, FamilyProtocol::LowLatency)
+    }
+
+    /// The kernel arguments of one launch of `call` under the handshake, whole (no slots).
+    pub(crate) fn blocks_args(&self, rank: i32, call: &FamilyCall) -> sys::nvshmemrs_family_args {
+        self.args(rank, call, 0, call.count, FamilyProtocol::Direct)
     }
 
     /// The kernel arguments of the launch for elements `start .. start + len` of each rank
@@ -662,6 +665,15 @@ impl<'nv> FamilyWorkspace<'nv> {
             },
         }
     }
+}
+
+/// The grid (blocks, threads) of a launch under the handshake that moves `bytes` per peer:
+/// one block per 16 KiB, 1 to FAMILY_BLOCKS.
+pub(crate) fn handshake_grid(bytes: usize) -> (i32, i32) {
+    (
+        bytes.div_ceil(BLOCK_BYTES).clamp(1, FAMILY_BLOCKS) as i32,
+        THREADS,
+    )
 }
 
 /// A region of slots [parity][rank] of at least `bytes` each, rounded up to 256: (slot bytes,

@@ -783,7 +783,14 @@ fn lines_text(kind: Kind, lines_max: usize) -> String {
         kind,
         Kind::Allgatherv | Kind::Alltoallv | Kind::SendrecvRing | Kind::SendrecvAll
     );
-    let (env, what, otherwise) = if exchange {
+    let (env, what, otherwise) = if kind == Kind::Allgatherv {
+        // Host counts: one launch of every part (src/coll/allgatherv.rs), no pairs.
+        (
+            nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
+            "every part",
+            "allgather's blocks (the mailbox past 16 PEs)",
+        )
+    } else if exchange {
         (
             nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
             "pairs (two PEs, one direction)",
@@ -1460,8 +1467,8 @@ mod tests {
         let t = render_table(&sample(Kind::Allgatherv, 4, 0), RatioOn::AfterCompute);
         assert!(
             t.contains(
-                "ours: low-latency lines for pairs (two PEs, one direction) up to 256K \
-                 (NVSH_EXCHANGE_LL_MAX), the mailbox above\n"
+                "ours: low-latency lines for every part up to 256K (NVSH_EXCHANGE_LL_MAX), \
+                 allgather's blocks (the mailbox past 16 PEs) above\n"
             ),
             "{t}"
         );
