@@ -121,9 +121,11 @@ fn allgatherv<T: Tag>(nv: &Nvshmem, a: &mut Allgatherv<'_>, m: usize, salt: usiz
         counts: (&dc).into(),
         displs: (&dd).into(),
     };
-    // Out of place; a zero-count member passes an empty view (every member allocates alike:
-    // the symmetric heap stays in step).
-    let input = filled(nv, counts[me].max(1), |k| T::tag(me, k, salt));
+    // Out of place; a zero-count member passes an empty view. Every member allocates the
+    // largest count, so that the output after it lies at one symmetric address everywhere
+    // (allgather's blocks put straight into it; sizes that differ between PEs leave the heaps
+    // out of step, which NVSHMEM does not allow).
+    let input = alike(nv, |r| counts[r], |k| T::tag(me, k, salt));
     let view = input.view(..counts[me]).unwrap();
     let output = filled(nv, len, |_| T::poison());
     if device {
