@@ -234,12 +234,13 @@ const PUSH_OFF: usize = 1 << 40;
 ///   512 KiB, recursive doubling to 8 MiB, the ring to 16 MiB (on the H100s it beat the
 ///   two-shot at 16 MiB and lost at 32 and 64 MiB), two-shot above (out of place it pushes
 ///   from 256 MiB).
-/// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27): one-shot up to 512 KiB, at 4 PEs recursive
-///   doubling to 1 MiB, two-shot above (out of place it pushes from 64 MiB) except the ring
-///   above 16 MiB to 64 MiB at 4 PEs. Recursive doubling at 1 MiB is `nvsh tune`'s choice; the
-///   ring at 64 MiB is the bench's (two bench runs on two builds had it ahead of the two-shot
-///   there, where the tuner, which times each call after a barrier, had it behind). 3 PEs: not
-///   measured since, so no recursive doubling or ring there.
+/// - 3-4 PEs (4 x H200 then; 4 x H100 2026-11-27; 4 x H200 2026-11-28): one-shot up to 512
+///   KiB at 3 PEs and 256 KiB at 4, two-shot above (out of place it pushes from 64 MiB) except
+///   the ring above 16 MiB to 64 MiB at 4 PEs. Since waits became acquire loads the two-shot
+///   beat the one-shot at 512 KiB and recursive doubling at 1 MiB on 4 PEs (the tenth run of
+///   docs/measured.md); the ring at 64 MiB is the bench's (two bench runs on two builds had it
+///   ahead of the two-shot there, where the tuner, which times each call after a barrier, had
+///   it behind). 3 PEs: not measured since, so no ring there.
 /// - 5-8 PEs (measured at 8 before the direct two-shot's grid followed the message): one-shot
 ///   up to 128 KiB, recursive doubling to 2 MiB, two-shot above.
 /// - more: recursive doubling for small messages, the ring for large ones.
@@ -251,7 +252,7 @@ pub const SELECTION: &[SelectionRule<AllreduceAlgo>] = &[
     rule(2, usize::MAX, AllreduceAlgo::TwoShot),
     rule(3, 512 << 10, AllreduceAlgo::OneShot),
     rule(3, usize::MAX, AllreduceAlgo::TwoShot),
-    rule(4, 512 << 10, AllreduceAlgo::OneShot),
+    rule(4, 256 << 10, AllreduceAlgo::OneShot),
     rule(4, 16 << 20, AllreduceAlgo::TwoShot),
     rule(4, 64 << 20, AllreduceAlgo::Ring),
     rule(4, usize::MAX, AllreduceAlgo::TwoShot),
@@ -1237,7 +1238,8 @@ mod tests {
         assert_eq!(pick(3, 512 << 10), AllreduceAlgo::OneShot);
         assert_eq!(pick(3, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(3, 64 << 20), AllreduceAlgo::TwoShot);
-        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(4, 256 << 10), AllreduceAlgo::OneShot);
+        assert_eq!(pick(4, 512 << 10), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 1 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 2 << 20), AllreduceAlgo::TwoShot);
         assert_eq!(pick(4, 16 << 20), AllreduceAlgo::TwoShot);
