@@ -485,12 +485,13 @@ impl FamilyWorkspace<'_> {
         // SAFETY: the header points at this workspace's state, status, PE table, counters and
         // line slots, and at the caller's checked part and output; the launchers check the
         // parts against the output's length (and, for lines, the slots).
+        // The family's grids, from the largest part: the same on every member (block b waits
+        // for block b of every sender).
         let code = unsafe {
             if lines {
-                let blocks = largest.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX) as i32;
-                sys::nvshmemrs_allgatherv_lines(a, blocks, THREADS, stream)
+                let (blocks, threads) = crate::proto::family::lines_grid(largest);
+                sys::nvshmemrs_allgatherv_lines(a, blocks, threads, stream)
             } else {
-                // The same grid on every member: block b waits for block b of every sender.
                 let (blocks, threads) = crate::proto::family::handshake_grid(largest);
                 sys::nvshmemrs_allgatherv_blocks(a, blocks, threads, stream)
             }

@@ -609,9 +609,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             let args = self.args(rank, call, start, len, protocol);
             let bytes = len * call.elem_bytes;
             let (blocks, threads) = if ll {
-                // One 16-byte line per thread per pass, 4 KiB of each block per grid block.
-                let blocks = bytes.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX);
-                (blocks as i32, LL_THREADS)
+                lines_grid(bytes)
             } else {
                 handshake_grid(bytes)
             };
@@ -665,6 +663,15 @@ impl<'nv> FamilyWorkspace<'nv> {
             },
         }
     }
+}
+
+/// The grid (blocks, threads) of a launch of low-latency lines that moves `bytes` per peer:
+/// one 16-byte line per thread per pass, 4 KiB of each block per grid block.
+pub(crate) fn lines_grid(bytes: usize) -> (i32, i32) {
+    (
+        bytes.div_ceil(LL_BLOCK_BYTES).clamp(1, LL_BLOCKS_MAX) as i32,
+        LL_THREADS,
+    )
 }
 
 /// The grid (blocks, threads) of a launch under the handshake that moves `bytes` per peer:
