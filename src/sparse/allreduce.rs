@@ -1298,6 +1298,31 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     }
 }
 
+/// After an exact top k into `set`: the threshold word `t` becomes the least magnitude the set
+/// holds, and the adapting `state` restarts from it (an exact estimate's). `what` names a
+/// failed launch of the first kernel.
+///
+/// # Safety
+/// `set` is a sparse set of its capacity in device memory, `least` one u32 of workspace, `t`
+/// one f32 and `state` one f64 of device memory, all ordered on `stream`.
+unsafe fn threshold_from_least<T: SparseValue, I: SparseIndex>(
+    set: sys::nvshmemrs_sparse_set,
+    (least, t, state): (&CudaSlice<u32>, *mut f32, *mut f64),
+    what: &'static str,
+    stream: &CudaStream,
+) -> Result<()> {
+    let s = raw_stream(stream);
+    let (dtype, itype) = (value_code::<T>(), index_code::<I>());
+    // SAFETY: this function's contract.
+    let code = unsafe {
+        sys::nvshmemrs_sparse_least_threshold(set, addr(least) as *mut u32, t, dtype, itype, s)
+    };
+    cuda_check(code, what)?;
+    // SAFETY: one word each.
+    let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
+    cuda_check(code, "threshold state kernel launch")
+}
+
 /// Enqueues `out[0 .. n] = 0` on `stream`.
 ///
 /// # Safety
@@ -1919,27 +1944,21 @@ impl Reuse {
         stream: &CudaStream,
     ) -> Result<()> {
         let s = raw_stream(stream);
-        let (dtype, itype) = (value_code::<T>(), index_code::<I>());
+        let dtype = value_code::<T>();
         let t = addr(&self.threshold) as *mut f32;
         let state = addr(&self.state) as *mut f64;
         if call % self.every == 0 {
             // SAFETY: this function's contract.
             unsafe { topk.run_raw::<T, I>((src, n), k, mine, stream)? };
-            // SAFETY: the set its capacity, least one u32, t one f32, on `stream`.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_least_threshold(
+            // SAFETY: `mine` a set of its capacity; least, t and state one word each.
+            unsafe {
+                threshold_from_least::<T, I>(
                     mine,
-                    addr(&self.least) as *mut u32,
-                    t,
-                    dtype,
-                    itype,
-                    s,
-                )
+                    (&self.least, t, state),
+                    "threshold estimate kernel launch",
+                    stream,
+                )?
             };
-            cuda_check(code, "threshold estimate kernel launch")?;
-            // SAFETY: one word each.
-            let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
-            cuda_check(code, "threshold state kernel launch")?;
         } else {
             if self.adapt {
                 // SAFETY: src n elements, the state and threshold one word each, the workspace
@@ -2008,21 +2027,15 @@ impl<T: SparseValue, I: SparseIndex> OkTopk<'_, T, I> {
             let (g, _guard) = self.global.raw_mut(stream);
             // SAFETY: `out` n elements, the global set of capacity k.
             unsafe { topk.run_raw::<T, I>(out, k, g, stream)? };
-            // SAFETY: the set its capacity, least one u32, t one f32.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_least_threshold(
+            // SAFETY: `g` a set of its capacity; least, t and state one word each.
+            unsafe {
+                threshold_from_least::<T, I>(
                     g,
-                    addr(&self.least) as *mut u32,
-                    t,
-                    dtype,
-                    itype,
-                    s,
-                )
+                    (&self.least, t, state),
+                    "Ok-Topk global threshold kernel launch",
+                    stream,
+                )?
             };
-            cuda_check(code, "Ok-Topk global threshold kernel launch")?;
-            // SAFETY: one word each.
-            let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
-            cuda_check(code, "threshold state kernel launch")?;
             // SAFETY: `out` n elements.
             unsafe { zero_dense::<T>(out.0, out.1, stream)? };
             // One part, no index twice: the same bits everywhere.
