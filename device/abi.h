@@ -228,11 +228,16 @@ typedef struct nvshmemrs_allreduce_args {
 #define NVSHMEMRS_FAMILY_BLOCKS 128
 /* Counter phases: arrive (the receiver's area is free for this step) and data (landed). ADDR
  * holds words, not counters: under SPLIT the reduce root's output address, which the root
- * stores into word [its rank] on every member before its ARRIVE (never waited on). */
-#define NVSHMEMRS_FAMILY_PHASES 3
+ * stores into word [its rank] on every member before its ARRIVE (never waited on). ROUND: the
+ * SPLIT protocol's data counters, set per round of a chunk (prims/split.cuh split_round_value:
+ * values above every value of the step before, so never compared with DATA's step values). */
+#define NVSHMEMRS_FAMILY_PHASES 4
 #define NVSHMEMRS_FAMILY_ARRIVE 0
 #define NVSHMEMRS_FAMILY_DATA 1
 #define NVSHMEMRS_FAMILY_ADDR 2
+#define NVSHMEMRS_FAMILY_ROUND 3
+/* Most rounds a SPLIT block sends its chunk in (a larger chunk takes larger rounds). */
+#define NVSHMEMRS_SPLIT_ROUNDS_MAX 64
 
 /*
  * One launch of a family collective. hdr.flags: counters [phase][parity][rank][block]
@@ -252,6 +257,9 @@ typedef struct nvshmemrs_family_args {
     int root;
     /* How the data moves: NVSHMEMRS_FAMILY_HANDSHAKE, _LL or _SPLIT. */
     int protocol;
+    /* Under SPLIT where every member is mapped: bytes of a block's chunk per round (0: the
+     * whole chunk in one round). */
+    uint64_t split_round_bytes;
 } nvshmemrs_family_args;
 
 /* Allgatherv with counts on the host (coll/exchange.h nvshmemrs_allgatherv_lines and
@@ -304,6 +312,11 @@ typedef struct nvshmemrs_allgatherv_parts_args {
  *     [root] of phase ADDR (non-root outputs are not written; where the root is not mapped,
  *     member k reduces into its own slot [k] and puts from there). Parts fit a slot.
  * Data moves as in HANDSHAKE: direct stores to mapped peers, NVSHMEM puts with signal otherwise.
+ * Where every member is mapped, block b sends its chunk of a part in rounds of about
+ * split_round_bytes, each raising counter ROUND[sender] (prims/split.cuh), so that member k
+ * passes on (broadcast) or reduces into the root's output (reduce) round j while round j + 1
+ * still arrives; the second phase signals once, after its last round. Over NVSHMEM puts one
+ * round (put-with-signal operations to one PE are not ordered with each other).
  */
 #define NVSHMEMRS_FAMILY_SPLIT 2
 #define NVSHMEMRS_FAMILY_LL_MAX_PES 64

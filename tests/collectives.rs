@@ -1153,7 +1153,8 @@ fn split_reduce_type<T: RefElem>(
 /// Broadcast and reduce under the split protocol (NVSH_FAMILY_SPLIT_MIN = [`SPLIT_MIN`]):
 /// [`split_counts`] for several types (reduce: several ops), every root, in and out of place;
 /// 16M elements with 64K and 8M slots where every PE has a GPU of its own; 200 calls of each
-/// back to back; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs `Auto` never
+/// back to back; again in rounds of 16 bytes (NVSH_FAMILY_SPLIT_ROUND: the most rounds) and in
+/// one round per chunk; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs `Auto` never
 /// splits: the forced calls there take the one-part form (the root's part to the other PE,
 /// nothing passed on).
 fn split_family(pes: i32) {
@@ -1189,6 +1190,20 @@ fn split_family(pes: i32) {
         }
     }
     split_back_to_back(&nv, &mut bc, &mut r, true);
+
+    // Rounds of 16 bytes: every chunk in as many rounds as it may have (the most, then larger
+    // rounds), and none: one round per chunk.
+    for (round, salt) in [("16", 530), ("0", 565)] {
+        std::env::set_var(nvshmem::proto::family::FAMILY_SPLIT_ROUND_ENV, round);
+        let mut bc = Broadcast::world(&nv).unwrap();
+        let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+        split_broadcast_type::<u8>(&nv, &mut bc, salt, false);
+        split_broadcast_type::<bf16>(&nv, &mut bc, salt + 8, false);
+        split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, salt + 16, false);
+        split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, salt + 24, false);
+        split_back_to_back(&nv, &mut bc, &mut r, true);
+    }
+    std::env::remove_var(nvshmem::proto::family::FAMILY_SPLIT_ROUND_ENV);
 
     // NVSHMEM puts even to mapped peers, as across nodes.
     std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");

@@ -54,9 +54,10 @@ __device__ void broadcast_ll(const nvshmemrs_family_args &a, const Waiter &w,
 
 // The step under the split protocol (abi.h NVSHMEMRS_FAMILY_SPLIT). Non-roots arrive at every
 // other member (their outputs are free); the root's output is written by no one. Block b of
-// the root puts chunk b of part k into member k's output once every member has arrived; block
-// b of member k waits for that chunk, puts it into every other non-root's output, then waits
-// for chunk b of every other part.
+// the root puts chunk b of part k into member k's output once every member has arrived, round
+// by round (prims/split.cuh), raising ROUND after each; block b of member k passes each round
+// of that chunk on to every other non-root's output as it comes, signals them after the last,
+// then waits for chunk b of every other part.
 __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
@@ -66,15 +67,22 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
-    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
+    auto round = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ROUND, r); };
     auto not_root = [&](int r) { return r != root; };
-    // Chunk b of part `part` from `from` (the root's input, or this PE's output) into the
+    // This block's chunk of member r's part, and its rounds.
+    auto chunk = [&](int r) { return split_chunk<char>(bytes, parts, split_part(r, root)); };
+    auto rounds = [&](int r) {
+        const SplitChunk c = chunk(r);
+        return split_rounds(h, c.end - c.begin, a.split_round_bytes);
+    };
+    // Round j of member r's chunk from `from` (the root's input, or this PE's output) into the
     // output of the member it goes to.
-    auto chunk = [&](int part, const char *from, char **dst, const char **src, size_t *n) {
-        const SplitChunk c = split_chunk<char>(bytes, parts, part);
-        *dst = out + c.begin;
-        *src = from + c.begin;
-        *n = c.end - c.begin;
+    auto piece = [&](int r, int j, const char *from, char **dst, const char **src, size_t *n) {
+        size_t b, e;
+        split_round<char>(chunk(r), rounds(r), j, &b, &e);
+        *dst = out + b;
+        *src = from + b;
+        *n = e - b;
     };
     if (h.rank == root) {
         if (in != out) {
@@ -83,23 +91,49 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
             block_store(out + b, in + b, e - b);
         }
         if (!block_wait_others(w, h, arrive, s.value)) return;
-        block_put_signal_to(
-            h,
-            [&](int r, char **dst, const char **src, size_t *n) {
-                chunk(split_part(r, root), in, dst, src, n);
-            },
-            [](int) { return true; }, split_root_first(h.n, root), data(h.rank), s.value);
+        int most = 1;
+        for (int r = 0; r < h.n; ++r)
+            if (r != root && rounds(r) > most) most = rounds(r);
+        for (int j = 0; j < most; ++j)
+            block_put_signal_to(
+                h,
+                [&](int r, char **dst, const char **src, size_t *n) {
+                    piece(r, j, in, dst, src, n);
+                },
+                [&](int r) { return j < rounds(r); }, split_root_first(h.n, root),
+                round(h.rank), split_round_value(s.value, j));
     } else {
         block_arrive(h, L, AllOthers{}, s.value);
-        if (!block_wait_one(w, data(root), s.value, h.pes[root])) return;
         if (!block_wait_from(w, h, arrive, not_root, s.value)) return;
-        block_put_signal_to(
-            h,
-            [&](int, char **dst, const char **src, size_t *n) {
-                chunk(split_part(h.rank, root), out, dst, src, n);
-            },
-            not_root, h.rank + 1, data(h.rank), s.value);
-        if (!block_wait_others(w, h, data, s.value)) return;
+        const int mine = rounds(h.rank);
+        for (int j = 0; j < mine; ++j) {
+            if (!block_wait_one(w, round(root), split_round_value(s.value, j), h.pes[root]))
+                return;
+            if (j + 1 < mine) {
+                // Every member is mapped where there is more than one round: stores only, the
+                // signal follows the last round.
+                for (int k = 1; k < h.n; ++k) {
+                    const int r = (h.rank + k) % h.n;
+                    if (r == root) continue;
+                    char *dst;
+                    const char *src;
+                    size_t n;
+                    piece(h.rank, j, out, &dst, &src, &n);
+                    block_store(direct_ptr(h, dst, h.pes[r]), src, n);
+                }
+            } else {
+                block_put_signal_to(
+                    h,
+                    [&](int, char **dst, const char **src, size_t *n) {
+                        piece(h.rank, j, out, dst, src, n);
+                    },
+                    not_root, h.rank + 1, round(h.rank), split_round_value(s.value, j));
+            }
+        }
+        for (int r = 0; r < h.n; ++r)
+            if (r != root && r != h.rank &&
+                !block_wait_one(w, round(r), split_round_value(s.value, rounds(r) - 1), h.pes[r]))
+                return;
     }
     end_step(h);
 }

@@ -58,10 +58,11 @@ __device__ void reduce_ll(const nvshmemrs_family_args &a, const Waiter &w,
 
 // The step under the split protocol (abi.h NVSHMEMRS_FAMILY_SPLIT). Every member arrives at
 // every other (its slots, at the root its output, are free), the root with its output's
-// address. Block b of every member puts chunk b of part k of its input into slot [its rank] of
-// member k; member k's block b, once chunk b has come from every other member, reduces it in
-// rank order into the root's output (or into its own slot [k], then puts it there) and signals
-// the root, whose block b waits for chunk b of every part.
+// address. Round by round (prims/split.cuh), block b of every member puts round j of chunk b
+// of part k of its input into slot [its rank] of member k and raises ROUND there; member k's
+// block b, once round j has come from every other member, reduces it in rank order into the
+// root's output (or into its own slot [k], then puts it there). After its last round it
+// signals the root, whose block b waits for chunk b of every part.
 template <typename T, int OP>
 __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const nvshmemrs_coll_header &h = a.hdr;
@@ -70,38 +71,56 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const int root = a.root, parts = h.n - 1;
     const T *in = static_cast<const T *>(h.input);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
-    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
+    auto round = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ROUND, r); };
+    auto chunk = [&](int r) { return split_chunk<T>(h.count, parts, split_part(r, root)); };
+    auto rounds = [&](int r) {
+        const SplitChunk c = chunk(r);
+        return split_rounds(h, (c.end - c.begin) * sizeof(T), a.split_round_bytes);
+    };
     if (h.rank == root)
         block_arrive_with_word(h, L, s.value, (uint64_t)(uintptr_t)h.output);
     else
         block_arrive(h, L, AllOthers{}, s.value);
     if (!block_wait_others(w, h, arrive, s.value)) return;
-    // The reduce-scatter: chunk b of part k of the input into slot [rank] of member k, at the
-    // chunk's place in the part.
-    block_put_signal_to(
-        h,
-        [&](int r, char **dst, const char **src, size_t *bytes) {
-            const SplitChunk c = split_chunk<T>(h.count, parts, split_part(r, root));
-            *dst = L.slot(h.rank) + (c.begin - c.part_begin) * sizeof(T);
-            *src = reinterpret_cast<const char *>(in + c.begin);
-            *bytes = (c.end - c.begin) * sizeof(T);
-        },
-        [&](int r) { return r != root; },
-        h.rank == root ? split_root_first(h.n, root) : h.rank + 1, data(h.rank), s.value);
-    // Every other member's chunk here (at the root: every part's result in its output).
-    if (!block_wait_others(w, h, data, s.value)) return;
-    if (h.rank != root) {
-        const SplitChunk c = split_chunk<T>(h.count, parts, split_part(h.rank, root));
+    const int mine = h.rank == root ? 0 : rounds(h.rank);
+    int most = mine;
+    for (int r = 0; r < h.n; ++r)
+        if (r != root && rounds(r) > most) most = rounds(r);
+    // The root's output, as it said before its ARRIVE (seen by block_wait_others).
+    T *out = h.rank == root ? NULL
+                            : reinterpret_cast<T *>((uintptr_t) * (volatile uint64_t *)L.counter(
+                                                        NVSHMEMRS_FAMILY_ADDR, root));
+    const int root_pe = h.pes[root];
+    for (int j = 0; j < most; ++j) {
+        // The reduce-scatter's round j: round j of chunk b of part k of the input into slot
+        // [rank] of member k, at the chunk's place in the part.
+        block_put_signal_to(
+            h,
+            [&](int r, char **dst, const char **src, size_t *bytes) {
+                const SplitChunk c = chunk(r);
+                size_t b, e;
+                split_round<T>(c, rounds(r), j, &b, &e);
+                *dst = L.slot(h.rank) + (b - c.part_begin) * sizeof(T);
+                *src = reinterpret_cast<const char *>(in + b);
+                *bytes = (e - b) * sizeof(T);
+            },
+            [&](int r) { return r != root && j < rounds(r); },
+            h.rank == root ? split_root_first(h.n, root) : h.rank + 1, round(h.rank),
+            split_round_value(s.value, j));
+        if (j >= mine) continue;
+        // Round j of this member's chunk from every other member.
+        if (!block_wait_others(w, h, round, split_round_value(s.value, j))) return;
+        const SplitChunk c = chunk(h.rank);
         // Sources indexed from the part's start.
         auto src = [&](int r) -> const T * {
             return r == h.rank ? in + c.part_begin : reinterpret_cast<const T *>(L.slot(r));
         };
-        const size_t b = c.begin - c.part_begin, e = c.end - c.part_begin;
-        // The root's output, as it said before its ARRIVE (seen by block_wait_others).
-        T *out = reinterpret_cast<T *>(
-            (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, root));
-        const int root_pe = h.pes[root];
-        uint64_t *flag = data(h.rank);
+        size_t b, e;
+        split_round<T>(c, mine, j, &b, &e);
+        b -= c.part_begin;
+        e -= c.part_begin;
+        const bool last = j + 1 == mine;
+        uint64_t *flag = round(h.rank);
         char *mapped = direct_ptr(h, out, root_pe);
         if (mapped != NULL) {
             block_reduce<T, OP>(src, h.n, reinterpret_cast<T *>(mapped) + c.part_begin, b, e, true,
@@ -109,15 +128,24 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
             // Every thread's stores into the root's output before the signal (release_signal
             // covers the block's stores only after a barrier).
             __syncthreads();
-            if (threadIdx.x == 0) release_signal(flag, s.value, root_pe);
+            if (last && threadIdx.x == 0)
+                release_signal(flag, split_round_value(s.value, j), root_pe);
         } else {
-            T *mine = reinterpret_cast<T *>(L.slot(h.rank));
-            block_reduce<T, OP>(src, h.n, mine, b, e, true, h.n);
+            // One round here (split_rounds).
+            T *slot = reinterpret_cast<T *>(L.slot(h.rank));
+            block_reduce<T, OP>(src, h.n, slot, b, e, true, h.n);
             __syncthreads();
-            block_put_signal(h, reinterpret_cast<char *>(out + c.begin),
-                             reinterpret_cast<const char *>(mine + b), (e - b) * sizeof(T), flag,
-                             s.value, root_pe);
+            block_put_signal(h, reinterpret_cast<char *>(out + c.part_begin + b),
+                             reinterpret_cast<const char *>(slot + b), (e - b) * sizeof(T), flag,
+                             split_round_value(s.value, j), root_pe);
         }
+    }
+    // At the root: every part's result in its output.
+    if (h.rank == root) {
+        for (int r = 0; r < h.n; ++r)
+            if (r != root &&
+                !block_wait_one(w, round(r), split_round_value(s.value, rounds(r) - 1), h.pes[r]))
+                return;
     }
     end_step(h);
 }

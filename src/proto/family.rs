@@ -45,6 +45,14 @@ pub const FAMILY_SPLIT_MIN_ENV: &str = "NVSH_FAMILY_SPLIT_MIN";
 pub const FAMILY_SPLIT_MIN_DEFAULT: usize = 4 << 20;
 /// Fewest members for which `Auto` splits: at 2 the split moves what the handshake moves.
 pub const SPLIT_MIN_PES: i32 = 3;
+/// Bytes of a block's chunk the split protocol sends per round where every member is mapped
+/// (abi.h NVSHMEMRS_FAMILY_SPLIT): a member passes round j on (broadcast) or reduces it
+/// (reduce) while round j + 1 arrives. Smaller rounds start the second phase sooner and pay
+/// a fence and a signal more often; `0` sends each chunk in one round. Every PE must set the
+/// same.
+pub const FAMILY_SPLIT_ROUND_ENV: &str = "NVSH_FAMILY_SPLIT_ROUND";
+/// Default of [`FAMILY_SPLIT_ROUND_ENV`].
+pub const FAMILY_SPLIT_ROUND_DEFAULT: usize = 64 << 10;
 /// Threads per block of the low-latency launches: one 16-byte line each per pass.
 const LL_THREADS: i32 = 512;
 /// Payload bytes per block of a low-latency launch, and most blocks.
@@ -66,6 +74,15 @@ fn split_min_from_env() -> Result<usize> {
         FAMILY_SPLIT_MIN_ENV,
         FAMILY_SPLIT_MIN_DEFAULT,
         "a size in bytes such as 1048576, 1M or 1T (never)",
+    )
+}
+
+/// [`FAMILY_SPLIT_ROUND_ENV`], checked.
+fn split_round_from_env() -> Result<usize> {
+    crate::core::env_value::size_from_env(
+        FAMILY_SPLIT_ROUND_ENV,
+        FAMILY_SPLIT_ROUND_DEFAULT,
+        "a size in bytes such as 65536, 64K or 0 (one round)",
     )
 }
 
@@ -304,6 +321,8 @@ pub struct FamilyWorkspace<'nv> {
     protocols: Protocols,
     /// Smallest buffer `Auto` splits ([`FAMILY_SPLIT_MIN_ENV`]).
     split_min: usize,
+    /// The split protocol's round ([`FAMILY_SPLIT_ROUND_ENV`]; 0 where it has none).
+    split_round: usize,
     protocol: FamilyProtocol,
     /// What the last call took: `Direct`, `Put`, `LowLatency` or `Split` (`Auto` before any
     /// call).
@@ -372,14 +391,15 @@ impl<'nv> FamilyWorkspace<'nv> {
         } else {
             (None, 0)
         };
-        let split_min = if protocols.split {
-            split_min_from_env()?
+        let (split_min, split_round) = if protocols.split {
+            (split_min_from_env()?, split_round_from_env()?)
         } else {
-            usize::MAX
+            (usize::MAX, 0)
         };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
-             {ll_max} bytes, split from {split_min} bytes, all mapped: {}",
+             {ll_max} bytes, split from {split_min} bytes in rounds of {split_round}, all \
+             mapped: {}",
             text.call,
             ws.n_pes(),
             ws.all_mapped()
@@ -396,6 +416,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             ll_max,
             protocols,
             split_min,
+            split_round,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
             last_pairs: ExchangePairs::default(),
@@ -661,6 +682,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 FamilyProtocol::Split => sys::NVSHMEMRS_FAMILY_SPLIT as i32,
                 _ => sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32,
             },
+            split_round_bytes: self.split_round as u64,
         }
     }
 }
@@ -1012,6 +1034,25 @@ mod tests {
             describe_settings(Protocols::LINES, 0, env, usize::MAX, false),
             "auto takes the handshake (low-latency lines off: NVSH_EXCHANGE_LL_MAX)"
         );
+    }
+
+    #[test]
+    fn the_split_round_is_read_from_the_environment() {
+        use crate::bootstrap::tests::with_env;
+        with_env(&[], || {
+            assert_eq!(split_round_from_env().unwrap(), FAMILY_SPLIT_ROUND_DEFAULT)
+        });
+        with_env(&[(FAMILY_SPLIT_ROUND_ENV, "16K")], || {
+            assert_eq!(split_round_from_env().unwrap(), 16 << 10)
+        });
+        with_env(&[(FAMILY_SPLIT_ROUND_ENV, "0")], || {
+            assert_eq!(split_round_from_env().unwrap(), 0)
+        });
+        with_env(&[(FAMILY_SPLIT_ROUND_ENV, "often")], || {
+            let err = split_round_from_env().unwrap_err();
+            assert!(matches!(err, Error::InvalidEnv { .. }), "{err:?}");
+            assert!(err.to_string().contains(FAMILY_SPLIT_ROUND_ENV), "{err}");
+        });
     }
 
     #[test]
