@@ -226,6 +226,9 @@ typedef struct nvshmemrs_allreduce_args {
 #define NVSHMEMRS_COLL_BARRIER 21
 /* Largest grid of the family's kernels: their counters are per (source rank, block). */
 #define NVSHMEMRS_FAMILY_BLOCKS 128
+/* Threads per block of the family's launches, the most broadcast's and reduce's kernels are
+ * compiled for (__launch_bounds__: their register use must fit a block this large). */
+#define NVSHMEMRS_FAMILY_THREADS 512
 /* Counter phases: arrive (the receiver's area is free for this step) and data (landed). ADDR
  * holds words, not counters: under SPLIT the reduce root's output address, which the root
  * stores into word [its rank] on every member before its ARRIVE (never waited on). ROUND: the

@@ -62,24 +62,20 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
-    const int root = a.root, parts = h.n - 1;
+    const int root = a.root;
     const size_t bytes = h.count * (size_t)a.elem_bytes;
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     auto round = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ROUND, r); };
     auto not_root = [&](int r) { return r != root; };
-    // This block's chunk of member r's part, and its rounds.
-    auto chunk = [&](int r) { return split_chunk<char>(bytes, parts, split_part(r, root)); };
-    auto rounds = [&](int r) {
-        const SplitChunk c = chunk(r);
-        return split_rounds(h, c.end - c.begin, a.split_round_bytes);
-    };
+    const SplitPlan<char> P(h, bytes, root, a.split_round_bytes);
+    auto rounds = [&](int r) { return P.rounds(r); };
     // Round j of member r's chunk from `from` (the root's input, or this PE's output) into the
     // output of the member it goes to.
     auto piece = [&](int r, int j, const char *from, char **dst, const char **src, size_t *n) {
         size_t b, e;
-        split_round<char>(chunk(r), rounds(r), j, &b, &e);
+        P.round(r, j, &b, &e);
         *dst = out + b;
         *src = from + b;
         *n = e - b;
@@ -138,7 +134,7 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
     end_step(h);
 }
 
-__global__ void broadcast_kernel(nvshmemrs_family_args a) {
+__global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) broadcast_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     // The line region's bases before the wait (prims/ll.cuh ll_peer_bases).
     __shared__ char *ll_base[NVSHMEMRS_FAMILY_LL_MAX_PES];
@@ -184,7 +180,8 @@ __global__ void broadcast_kernel(nvshmemrs_family_args a) {
 
 extern "C" int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true))
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true) ||
+        threads > NVSHMEMRS_FAMILY_THREADS)
         return cudaErrorInvalidValue;
     return (int)launch_pdl(broadcast_kernel, blocks, threads, stream, args);
 }

@@ -68,15 +68,12 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const nvshmemrs_coll_header &h = a.hdr;
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
-    const int root = a.root, parts = h.n - 1;
+    const int root = a.root;
     const T *in = static_cast<const T *>(h.input);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     auto round = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ROUND, r); };
-    auto chunk = [&](int r) { return split_chunk<T>(h.count, parts, split_part(r, root)); };
-    auto rounds = [&](int r) {
-        const SplitChunk c = chunk(r);
-        return split_rounds(h, (c.end - c.begin) * sizeof(T), a.split_round_bytes);
-    };
+    const SplitPlan<T> P(h, h.count, root, a.split_round_bytes);
+    auto rounds = [&](int r) { return P.rounds(r); };
     if (h.rank == root)
         block_arrive_with_word(h, L, s.value, (uint64_t)(uintptr_t)h.output);
     else
@@ -97,10 +94,9 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
         block_put_signal_to(
             h,
             [&](int r, char **dst, const char **src, size_t *bytes) {
-                const SplitChunk c = chunk(r);
                 size_t b, e;
-                split_round<T>(c, rounds(r), j, &b, &e);
-                *dst = L.slot(h.rank) + (b - c.part_begin) * sizeof(T);
+                P.round(r, j, &b, &e);
+                *dst = L.slot(h.rank) + (b - P.chunk(r).part_begin) * sizeof(T);
                 *src = reinterpret_cast<const char *>(in + b);
                 *bytes = (e - b) * sizeof(T);
             },
@@ -110,13 +106,13 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
         if (j >= mine) continue;
         // Round j of this member's chunk from every other member.
         if (!block_wait_others(w, h, round, split_round_value(s.value, j))) return;
-        const SplitChunk c = chunk(h.rank);
+        const SplitChunk c = P.chunk(h.rank);
         // Sources indexed from the part's start.
         auto src = [&](int r) -> const T * {
             return r == h.rank ? in + c.part_begin : reinterpret_cast<const T *>(L.slot(r));
         };
         size_t b, e;
-        split_round<T>(c, mine, j, &b, &e);
+        P.round(h.rank, j, &b, &e);
         b -= c.part_begin;
         e -= c.part_begin;
         const bool last = j + 1 == mine;
@@ -151,7 +147,7 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
 }
 
 template <typename T, int OP>
-__global__ void reduce_kernel(nvshmemrs_family_args a) {
+__global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) reduce_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     // The line region's bases before the wait (prims/ll.cuh ll_peer_bases).
     __shared__ char *ll_base[NVSHMEMRS_FAMILY_LL_MAX_PES];
@@ -208,7 +204,8 @@ static bool split_part_fits(const nvshmemrs_family_args &a) {
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.hdr;
-    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true))
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true) ||
+        threads > NVSHMEMRS_FAMILY_THREADS)
         return cudaErrorInvalidValue;
     const bool fits = args.protocol == NVSHMEMRS_FAMILY_LL ||
                       (args.protocol == NVSHMEMRS_FAMILY_SPLIT

@@ -16,21 +16,11 @@ namespace {
 // The part of member r (r != root): the members other than the root in rank order.
 __device__ __forceinline__ int split_part(int r, int root) { return r < root ? r : r - 1; }
 
-// This block's chunk of a part, in elements of T from the buffer's start: [begin, end), in the
-// part that starts at part_begin.
+// A block's chunk of a part, in elements from the buffer's start: [begin, end), in the part
+// that starts at part_begin.
 struct SplitChunk {
     size_t part_begin, begin, end;
 };
-
-// Chunk blockIdx.x of part k of `parts` equal, 16-byte aligned parts of [0, count) (part_of:
-// trailing parts and chunks may be empty).
-template <typename T>
-__device__ __forceinline__ SplitChunk split_chunk(size_t count, int parts, int k) {
-    size_t pb, pe, b, e;
-    part_of<T>(count, parts, k, &pb, &pe);
-    part_of<T>(pe - pb, gridDim.x, blockIdx.x, &b, &e);
-    return SplitChunk{pb, pb + b, pb + e};
-}
 
 // Where the root's block starts its round of the other members (rank order, wrapping): a
 // member that moves with the block, so that at any time the root's blocks write to every
@@ -51,15 +41,69 @@ __device__ __forceinline__ int split_rounds(const nvshmemrs_coll_header &h, size
     return r < 1 ? 1 : r > NVSHMEMRS_SPLIT_ROUNDS_MAX ? NVSHMEMRS_SPLIT_ROUNDS_MAX : (int)r;
 }
 
-// Round j of `rounds` of chunk c, 16-byte aligned: [*b, *e) in elements of T from the
-// buffer's start (trailing rounds may be empty).
+// This block's chunk of a part of `len` elements of T, as offsets within the part, and its
+// rounds: `rounds` of `round` elements each (the last shorter, trailing ones empty).
 template <typename T>
-__device__ __forceinline__ void split_round(const SplitChunk &c, int rounds, int j, size_t *b,
-                                            size_t *e) {
-    part_of<T>(c.end - c.begin, rounds, j, b, e);
-    *b += c.begin;
-    *e += c.begin;
+struct SplitSide {
+    size_t b, e, round;
+    int rounds;
+};
+
+template <typename T>
+__device__ __forceinline__ SplitSide<T> split_side(const nvshmemrs_coll_header &h, size_t len,
+                                                   uint64_t round_bytes) {
+    size_t b, e;
+    part_of<T>(len, gridDim.x, blockIdx.x, &b, &e);
+    const int r = split_rounds(h, (e - b) * sizeof(T), round_bytes);
+    return SplitSide<T>{b, e, round_elems<T>((e - b + r - 1) / r), r};
 }
+
+// Chunk b (this block's) of every member's part and its rounds, from divisions done once per
+// launch: a division costs tens of instructions on the GPU, and the protocols ask for every
+// member's chunk at every round. part_of's parts of [0, count): parts of `per` elements
+// (16-byte aligned), then at most one shorter part with the rest, then empty ones.
+template <typename T>
+struct SplitPlan {
+    size_t count, per;
+    int root;
+    SplitSide<T> full, rest;
+
+    __device__ SplitPlan(const nvshmemrs_coll_header &h, size_t count, int root,
+                         uint64_t round_bytes)
+        : count(count), root(root) {
+        const int parts = h.n - 1;
+        per = round_elems<T>((count + parts - 1) / parts);
+        full = split_side<T>(h, per, round_bytes);
+        rest = split_side<T>(h, per > 0 ? count % per : 0, round_bytes);
+    }
+
+    // Member r's part's start, and its side.
+    __device__ __forceinline__ SplitSide<T> side(int r, size_t *part_begin) const {
+        const size_t start = per * (size_t)split_part(r, root);
+        *part_begin = start < count ? start : count;
+        if (start + per <= count) return full;
+        if (start < count) return rest;
+        return SplitSide<T>{0, 0, 0, 1};
+    }
+    // Chunk b of member r's part, in elements from the buffer's start.
+    __device__ __forceinline__ SplitChunk chunk(int r) const {
+        size_t pb;
+        const SplitSide<T> s = side(r, &pb);
+        return SplitChunk{pb, pb + s.b, pb + s.e};
+    }
+    __device__ __forceinline__ int rounds(int r) const {
+        size_t pb;
+        return side(r, &pb).rounds;
+    }
+    // Round j of chunk b of member r's part: [*b, *e) from the buffer's start.
+    __device__ __forceinline__ void round(int r, int j, size_t *b, size_t *e) const {
+        size_t pb;
+        const SplitSide<T> s = side(r, &pb);
+        const size_t len = s.e - s.b, lo = s.round * (size_t)j, hi = lo + s.round;
+        *b = pb + s.b + (lo < len ? lo : len);
+        *e = pb + s.b + (hi < len ? hi : len);
+    }
+};
 
 // What round j of the step whose counters take `step_value` sets counter ROUND to: the rounds
 // of step s lie in ((s - 1) x MAX, s x MAX], above every value of step s - 1, so a counter only

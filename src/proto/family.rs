@@ -19,7 +19,7 @@ pub const FAMILY_BLOCKS: usize = sys::NVSHMEMRS_FAMILY_BLOCKS as usize;
 /// Bytes of a peer's part each block moves, at least: the grid is the part over this.
 const BLOCK_BYTES: usize = 16 << 10;
 /// Threads per block of the family's kernels.
-const THREADS: i32 = 512;
+const THREADS: i32 = sys::NVSHMEMRS_FAMILY_THREADS as i32;
 /// Largest block (bytes per rank block) the low-latency protocol carries, where the collective
 /// has it (broadcast, reduce, allgather, alltoall, reduce-scatter) and every member is mapped;
 /// 0 turns it off and allocates no line region. Every PE must set the same: the region is
@@ -54,7 +54,7 @@ pub const FAMILY_SPLIT_ROUND_ENV: &str = "NVSH_FAMILY_SPLIT_ROUND";
 /// Default of [`FAMILY_SPLIT_ROUND_ENV`].
 pub const FAMILY_SPLIT_ROUND_DEFAULT: usize = 64 << 10;
 /// Threads per block of the low-latency launches: one 16-byte line each per pass.
-const LL_THREADS: i32 = 512;
+const LL_THREADS: i32 = THREADS;
 /// Payload bytes per block of a low-latency launch, and most blocks.
 const LL_BLOCK_BYTES: usize = 4 << 10;
 const LL_BLOCKS_MAX: usize = 32;
