@@ -610,8 +610,13 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     if (__syncthreads_or(!ok)) return;
 
     // 4. Part blockIdx.x of every mailbox send, where the receiver said; block 0 also adds the
-    // one per transfer that tells the receiver this PE has read its mailbox.
-    for (int i = 0; i < ns; ++i) {
+    // one per transfer that tells the receiver this PE has read its mailbox. Sends in order
+    // from the one after this PE's rank (wrapping), as the family's puts go: in list order
+    // every sender of an alltoallv wrote to member 0 first, then to member 1, so that one
+    // receiver's links took every sender's data while the others' idled.
+    const int first_send = ns > 0 ? (h.rank + 1) % ns : 0;
+    for (int k = 0; k < ns; ++k) {
+        const int i = (first_send + k) % ns;
         const Xfer x = src.send(i);
         if (x.peer == h.rank || x.ll) continue;
         size_t b, e;
