@@ -52,7 +52,7 @@ pub const SPLIT_MIN_PES: i32 = 3;
 /// same.
 pub const FAMILY_SPLIT_ROUND_ENV: &str = "NVSH_FAMILY_SPLIT_ROUND";
 /// Default of [`FAMILY_SPLIT_ROUND_ENV`].
-pub const FAMILY_SPLIT_ROUND_DEFAULT: usize = 64 << 10;
+pub const FAMILY_SPLIT_ROUND_DEFAULT: usize = 32 << 10;
 /// Threads per block of the low-latency launches: one 16-byte line each per pass.
 const LL_THREADS: i32 = THREADS;
 /// Payload bytes per block of a low-latency launch, and most blocks.
