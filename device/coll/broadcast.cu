@@ -108,14 +108,13 @@ __device__ void broadcast_split(const nvshmemrs_family_args &a, const Waiter &w)
             if (j + 1 < mine) {
                 // Every member is mapped where there is more than one round: stores only, the
                 // signal follows the last round.
+                char *dst;
+                const char *src;
+                size_t n;
+                piece(h.rank, j, out, &dst, &src, &n);
                 for (int k = 1; k < h.n; ++k) {
                     const int r = (h.rank + k) % h.n;
-                    if (r == root) continue;
-                    char *dst;
-                    const char *src;
-                    size_t n;
-                    piece(h.rank, j, out, &dst, &src, &n);
-                    block_store(direct_ptr(h, dst, h.pes[r]), src, n);
+                    if (r != root) block_store(direct_ptr(h, dst, h.pes[r]), src, n);
                 }
             } else {
                 block_put_signal_to(

@@ -41,21 +41,21 @@ __device__ __forceinline__ int split_rounds(const nvshmemrs_coll_header &h, size
     return r < 1 ? 1 : r > NVSHMEMRS_SPLIT_ROUNDS_MAX ? NVSHMEMRS_SPLIT_ROUNDS_MAX : (int)r;
 }
 
-// This block's chunk of a part of `len` elements of T, as offsets within the part, and its
-// rounds: `rounds` of `round` elements each (the last shorter, trailing ones empty).
-template <typename T>
+// This block's chunk of a part, as element offsets within the part, and its rounds: `rounds`
+// of `round` elements each (the last shorter, trailing ones empty).
 struct SplitSide {
     size_t b, e, round;
     int rounds;
 };
 
+// This block's side of a part of `len` elements of T: part_of's chunk over the grid.
 template <typename T>
-__device__ __forceinline__ SplitSide<T> split_side(const nvshmemrs_coll_header &h, size_t len,
-                                                   uint64_t round_bytes) {
+__device__ __forceinline__ SplitSide split_side(const nvshmemrs_coll_header &h, size_t len,
+                                                uint64_t round_bytes) {
     size_t b, e;
     part_of<T>(len, gridDim.x, blockIdx.x, &b, &e);
     const int r = split_rounds(h, (e - b) * sizeof(T), round_bytes);
-    return SplitSide<T>{b, e, round_elems<T>((e - b + r - 1) / r), r};
+    return SplitSide{b, e, round_elems<T>((e - b + r - 1) / r), r};
 }
 
 // Chunk b (this block's) of every member's part and its rounds, from divisions done once per
@@ -66,7 +66,7 @@ template <typename T>
 struct SplitPlan {
     size_t count, per;
     int root;
-    SplitSide<T> full, rest;
+    SplitSide full, rest;
 
     __device__ SplitPlan(const nvshmemrs_coll_header &h, size_t count, int root,
                          uint64_t round_bytes)
@@ -78,17 +78,17 @@ struct SplitPlan {
     }
 
     // Member r's part's start, and its side.
-    __device__ __forceinline__ SplitSide<T> side(int r, size_t *part_begin) const {
+    __device__ __forceinline__ SplitSide side(int r, size_t *part_begin) const {
         const size_t start = per * (size_t)split_part(r, root);
         *part_begin = start < count ? start : count;
         if (start + per <= count) return full;
         if (start < count) return rest;
-        return SplitSide<T>{0, 0, 0, 1};
+        return SplitSide{0, 0, 0, 1};
     }
     // Chunk b of member r's part, in elements from the buffer's start.
     __device__ __forceinline__ SplitChunk chunk(int r) const {
         size_t pb;
-        const SplitSide<T> s = side(r, &pb);
+        const SplitSide s = side(r, &pb);
         return SplitChunk{pb, pb + s.b, pb + s.e};
     }
     __device__ __forceinline__ int rounds(int r) const {
@@ -98,7 +98,7 @@ struct SplitPlan {
     // Round j of chunk b of member r's part: [*b, *e) from the buffer's start.
     __device__ __forceinline__ void round(int r, int j, size_t *b, size_t *e) const {
         size_t pb;
-        const SplitSide<T> s = side(r, &pb);
+        const SplitSide s = side(r, &pb);
         const size_t len = s.e - s.b, lo = s.round * (size_t)j, hi = lo + s.round;
         *b = pb + s.b + (lo < len ? lo : len);
         *e = pb + s.b + (hi < len ? hi : len);
