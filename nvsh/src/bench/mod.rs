@@ -3,7 +3,8 @@
 //! CSV in [`render`]; one module per benchmark
 //! (`family`: the collectives beside allreduce, which share candidates and options, listed in
 //! [`kind`]);
-//! the split of our small allreduce's time into rungs in [`probe`];
+//! the split of our small allreduce's time into rungs in [`probe`]; the sparse bench's
+//! selection kernels alone in [`select`];
 //! charts of the results in [`plot`].
 
 pub mod allreduce;
@@ -15,6 +16,7 @@ pub mod plot;
 pub mod probe;
 pub mod put;
 pub mod render;
+pub mod select;
 pub mod sparse;
 
 use cudarc::driver::sys::CUevent_flags;
@@ -47,4 +49,31 @@ pub fn elapsed_ms(
     stop.record(stream)?;
     stop.synchronize()?;
     Ok(start.elapsed_ms(&stop)? as f64)
+}
+
+/// Median microseconds per call over `reps` timed groups of 3 calls each, after `warmup`
+/// untimed calls. Every PE times; collective calls run on every PE together.
+pub fn time_calls(
+    nv: &Nvshmem,
+    stream: &CudaStream,
+    warmup: usize,
+    reps: usize,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    const CALLS: usize = 3;
+    for _ in 0..warmup {
+        call()?;
+    }
+    stream.synchronize()?;
+    let mut us = Vec::new();
+    for _ in 0..reps.max(1) {
+        let ms = elapsed_ms(nv, stream, || {
+            for _ in 0..CALLS {
+                call()?;
+            }
+            Ok(())
+        })?;
+        us.push(ms * 1e3 / CALLS as f64);
+    }
+    Ok(median(&us))
 }

@@ -15,11 +15,13 @@
 //! a tree round whose index another PE kept is not in its sum), not failed. `topk_aopt`'s and
 //! Ok-Topk's timed calls reuse their thresholds between re-estimates, as training does; the
 //! checked call, after the residual is cleared, re-estimates. No dense warm-up. The dense rows are checked against the host sum of the
-//! patterns.
+//! patterns. The selection kernels' rows (top-k, threshold, a copy as memory speed) are
+//! [`crate::bench::select`]'s, on their own gradient.
 
 use crate::bench::harness::{gpu_name_on_pe0, pattern_hash, quarter_value, size_steps};
 use crate::bench::render::{rounded, BENCH_SCHEMA};
-use crate::bench::{elapsed_ms, median};
+use crate::bench::select::{grid_normal, select_rows, SelectBuffers};
+use crate::bench::time_calls;
 use crate::nccl_baseline::NcclBaseline;
 use cudarc::driver::CudaStream;
 use half::bf16;
@@ -51,6 +53,10 @@ pub struct SparseBenchOptions {
     pub error_feedback: bool,
     /// Also time NCCL's dense allreduce.
     pub nccl: bool,
+    /// Time the selection kernels alone ([`crate::bench::select`]).
+    pub select: bool,
+    /// Time the dense allreduces and the methods (false: the selection rows alone).
+    pub exchange: bool,
 }
 
 impl Default for SparseBenchOptions {
@@ -66,6 +72,8 @@ impl Default for SparseBenchOptions {
             warmup: 2,
             error_feedback: true,
             nccl: true,
+            select: true,
+            exchange: true,
         }
     }
 }
@@ -143,7 +151,7 @@ fn run_typed<T: Grad>(
         .collect();
     let max_n = sizes.last().map_or(1, |b| b / elem);
     let mut ar = nv.allreduce_workspace(4 << 20)?;
-    let nccl = if opts.nccl {
+    let nccl = if opts.nccl && opts.exchange {
         NcclBaseline::for_bench(nv, &stream)
     } else {
         Err("NCCL not asked for (--no-nccl)".to_string())
@@ -154,10 +162,40 @@ fn run_typed<T: Grad>(
     let reference = nv.alloc::<f32>(max_n)?;
     let stats = nv.alloc::<f64>(2)?;
     let mut out = stream.alloc_zeros::<T>(max_n)?;
+    let mut select_bufs = if opts.select {
+        Some(SelectBuffers::<T>::new(&stream, max_n)?)
+    } else {
+        None
+    };
     let mut rows = Vec::new();
     for &bytes in &sizes {
         let n = bytes / elem;
         let salt = bytes as u64;
+        if let Some(bufs) = select_bufs.as_mut() {
+            // Their own gradient (normal values), in `out` before the methods write it.
+            let normal: Vec<T> = (0..n)
+                .map(|i| T::of_f32(grid_normal(pattern_hash(me, i, salt)) as f32))
+                .collect();
+            stream.memcpy_htod(&normal, &mut out.slice_mut(0..n))?;
+            let reps = (opts.warmup, opts.reps);
+            let g = out.slice(0..n);
+            rows.extend(select_rows(
+                nv,
+                &stream,
+                bufs,
+                &g,
+                &normal,
+                bytes,
+                &opts.densities,
+                reps,
+            )?);
+        }
+        if !opts.exchange {
+            if me == 0 {
+                partial(&report(&rows));
+            }
+            continue;
+        }
         let host: Vec<T> = (0..n)
             .map(|i| T::of_f32(quarter_value(pattern_hash(me, i, salt)) as f32))
             .collect();
@@ -172,7 +210,7 @@ fn run_typed<T: Grad>(
             })
             .collect();
         let d = dense_out.view(0..n)?;
-        let us = time_calls(nv, &stream, opts, || {
+        let us = time_calls(nv, &stream, opts.warmup, opts.reps, || {
             ar.run(g, d, ReduceOp::Sum, AllreduceAlgo::Auto, &stream)
                 .map(|_| ())
         })?;
@@ -182,7 +220,9 @@ fn run_typed<T: Grad>(
         match &nccl {
             Ok(c) => {
                 let cs = c.stream();
-                let us = time_calls(nv, &cs, opts, || c.all_reduce(g, d, ReduceOp::Sum))?;
+                let us = time_calls(nv, &cs, opts.warmup, opts.reps, || {
+                    c.all_reduce(g, d, ReduceOp::Sum)
+                })?;
                 cs.synchronize()?;
                 check_dense("dense (nccl)", &d.to_vec()?, &want)?;
                 rows.push(dense_row("dense (nccl)", bytes, n, us, dense_sent, None));
@@ -204,7 +244,7 @@ fn run_typed<T: Grad>(
                     ..SparseOptions::new(method, density)
                 };
                 let mut sp = SparseAllreduce::<T>::world(nv, n, o)?;
-                let us = time_calls(nv, &stream, opts, || {
+                let us = time_calls(nv, &stream, opts.warmup, opts.reps, || {
                     sp.run(&g, &mut out.slice_mut(0..n), &stream)
                 })?;
                 // The checked call: a zeroed residual (its selection is the gradient's own), a
@@ -279,32 +319,6 @@ fn dense_row(
         rel_error: 0.0,
         na,
     }
-}
-
-/// Median microseconds per call over `reps` timed groups of a few calls each, after warmup.
-/// Every PE times; the calls are collective, so the PEs run them together.
-fn time_calls(
-    nv: &Nvshmem,
-    stream: &Arc<CudaStream>,
-    opts: &SparseBenchOptions,
-    mut call: impl FnMut() -> Result<()>,
-) -> Result<f64> {
-    const CALLS: usize = 3;
-    for _ in 0..opts.warmup {
-        call()?;
-    }
-    stream.synchronize()?;
-    let mut us = Vec::new();
-    for _ in 0..opts.reps.max(1) {
-        let ms = elapsed_ms(nv, stream, || {
-            for _ in 0..CALLS {
-                call()?;
-            }
-            Ok(())
-        })?;
-        us.push(ms * 1e3 / CALLS as f64);
-    }
-    Ok(median(&us))
 }
 
 fn check_dense<T: SparseValue>(what: &str, got: &[T], want: &[f64]) -> Result<()> {
@@ -397,6 +411,11 @@ pub fn render_table(r: &SparseBenchReport) -> String {
         if r.error_feedback { "on" } else { "off" },
         r.date
     );
+    if r.rows.iter().any(|row| row.method.starts_with("select")) {
+        s += "# select rows: one PE's kernels on normal values on a 2^-12 grid; top-k (k = density x \
+              n) and threshold (at top-k's k-th magnitude) each checked bit for bit against the \
+              host's selection; copy = the gradient copied on the device (memory speed), checked\n";
+    }
     s += &format!(
         "{:>18} {:>9} {:>8} {:>10} {:>12} {:>14} {:>10}\n",
         "method", "size", "density", "k", "time_us", "sent_B/PE", "rel_err"

@@ -106,6 +106,12 @@ pub struct SparseArgs {
     /// Leave NCCL's dense allreduce out.
     #[arg(long)]
     no_nccl: bool,
+    /// Leave the selection kernels' rows out (top-k, threshold, and a copy as memory speed).
+    #[arg(long, conflicts_with = "select_only")]
+    no_select: bool,
+    /// Time only the selection kernels (one PE's work: no exchange, no dense allreduce).
+    #[arg(long)]
+    select_only: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -141,6 +147,8 @@ fn sparse_bench(args: SparseArgs) -> Result<()> {
         warmup: args.warmup,
         error_feedback: !args.no_error_feedback,
         nccl: !args.no_nccl,
+        select: !args.no_select,
+        exchange: !args.select_only,
     };
     let nv = Nvshmem::init()?;
     let json = args.json;
