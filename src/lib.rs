@@ -62,6 +62,9 @@ pub use crate::coll::group::{P2p, P2pGroup};
 pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;
+pub use crate::coll::table::{
+    BusFactor, Collective, CollectiveRow, ScratchKind, Shape, COLLECTIVES,
+};
 pub use crate::coll::team_barrier::TeamBarrier;
 pub use crate::coll::tuning::{Measurement, Tuner, UserCandidate};
 pub use crate::core::buffer::{SymView, SymmetricBuffer};

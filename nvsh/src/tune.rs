@@ -16,8 +16,8 @@ use nvshmem::core::env_value::size_label;
 use nvshmem::core::tuning::{dtype_class, Fingerprint, TuningTable};
 use nvshmem::proto::family::Protocols;
 use nvshmem::{
-    Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem,
-    Reduce, ReduceOp, ReduceScatter, Result, Tuner,
+    Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Collective, Error, FamilyProtocol,
+    Nvshmem, Reduce, ReduceOp, ReduceScatter, Result, Shape, Tuner,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -53,32 +53,31 @@ impl TuneCollective {
         TuneCollective::Alltoall,
     ];
 
-    /// The library's name, which is the tuning file's key.
-    pub fn name(self) -> &'static str {
+    /// The library's collective.
+    pub fn collective(self) -> Collective {
         match self {
-            TuneCollective::Allreduce => "allreduce",
-            TuneCollective::Broadcast => "broadcast",
-            TuneCollective::Reduce => "reduce",
-            TuneCollective::Allgather => "allgather",
-            TuneCollective::ReduceScatter => "reduce-scatter",
-            TuneCollective::Alltoall => "alltoall",
+            TuneCollective::Allreduce => Collective::Allreduce,
+            TuneCollective::Broadcast => Collective::Broadcast,
+            TuneCollective::Reduce => Collective::Reduce,
+            TuneCollective::Allgather => Collective::Allgather,
+            TuneCollective::ReduceScatter => Collective::ReduceScatter,
+            TuneCollective::Alltoall => Collective::Alltoall,
         }
     }
 
+    /// The library's name ([`nvshmem::COLLECTIVES`]), which is the tuning file's key.
+    pub fn name(self) -> &'static str {
+        self.collective().name()
+    }
+
     pub fn reduces(self) -> bool {
-        matches!(
-            self,
-            TuneCollective::Allreduce | TuneCollective::Reduce | TuneCollective::ReduceScatter
-        )
+        self.collective().row().reduces
     }
 
     /// Whether the count argument is one block of a buffer holding one per PE (the size asked
     /// for is then the n x count buffer, as the benches and nccl-tests count it).
     pub fn per_pe_blocks(self) -> bool {
-        matches!(
-            self,
-            TuneCollective::Allgather | TuneCollective::ReduceScatter | TuneCollective::Alltoall
-        )
+        self.collective().row().shape != Shape::Whole
     }
 
     /// One dtype per class the collective takes: the reductions have no 8-bit type.

@@ -4,6 +4,7 @@
 //! from here too.
 
 use crate::coll::op::ReduceOp;
+use crate::coll::table::Collective;
 use crate::core::buffer::SymView;
 use crate::core::element::{Dtype, Element};
 use crate::core::error::{Error, Result};
@@ -296,20 +297,10 @@ pub fn describe_family_meta(meta: u64) -> String {
     s
 }
 
-/// Name of a family kernel's code (the status record's index) in messages.
+/// Name of a family kernel's code (the status record's index) in messages: its row's name
+/// ([`crate::coll::table::COLLECTIVES`]).
 pub fn family_code_name(code: u64) -> &'static str {
-    match u32::try_from(code).unwrap_or(u32::MAX) {
-        sys::NVSHMEMRS_COLL_BROADCAST => "broadcast",
-        sys::NVSHMEMRS_COLL_ALLGATHER => "allgather",
-        sys::NVSHMEMRS_COLL_ALLTOALL => "alltoall",
-        sys::NVSHMEMRS_COLL_REDUCE_SCATTER => "reduce-scatter, receive slots",
-        sys::NVSHMEMRS_COLL_REDUCE => "reduce, receive slots",
-        sys::NVSHMEMRS_COLL_BARRIER => "team barrier",
-        sys::NVSHMEMRS_COLL_ALLGATHERV => "allgatherv",
-        sys::NVSHMEMRS_COLL_ALLTOALLV => "alltoallv",
-        sys::NVSHMEMRS_COLL_GROUP => "grouped send/recv",
-        _ => "header check",
-    }
+    Collective::from_code(code).map_or("header check", Collective::name)
 }
 
 #[cfg(test)]

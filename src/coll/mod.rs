@@ -1,5 +1,5 @@
-//! Collectives over the protocol layer ([`crate::proto`]): the reduction ops, selection tables,
-//! and one module per collective.
+//! Collectives over the protocol layer ([`crate::proto`]): the table of collectives
+//! ([`table`]), the reduction ops, selection tables, and one module per collective.
 
 pub mod allgather;
 pub mod allgatherv;
@@ -13,5 +13,6 @@ pub mod op;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod select;
+pub mod table;
 pub mod team_barrier;
 pub mod tuning;

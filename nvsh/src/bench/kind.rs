@@ -1,5 +1,8 @@
 //! The collectives the family benches time (every collective but allreduce, whose bench has
-//! its own algorithms), with nccl-tests' sizes, counts and bus factors for each.
+//! its own algorithms, and the team barrier), with nccl-tests' sizes, counts and bus factors
+//! from the library's table of collectives ([`nvshmem::COLLECTIVES`]).
+
+use nvshmem::{BusFactor, Collective, CollectiveRow, Shape};
 
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,56 +33,67 @@ impl Kind {
         Kind::SendrecvAll,
     ];
 
-    /// The name on the command line and in the report.
+    /// The library's collective it times.
+    pub fn collective(self) -> Collective {
+        match self {
+            Kind::Broadcast => Collective::Broadcast,
+            Kind::Allgather => Collective::Allgather,
+            Kind::Alltoall => Collective::Alltoall,
+            Kind::Allgatherv => Collective::Allgatherv,
+            Kind::Alltoallv => Collective::Alltoallv,
+            Kind::ReduceScatter => Collective::ReduceScatter,
+            Kind::Reduce => Collective::Reduce,
+            Kind::SendrecvRing | Kind::SendrecvAll => Collective::Group,
+        }
+    }
+
+    /// Its collective's row ([`nvshmem::COLLECTIVES`]), which says everything below but for
+    /// the ring of sends (one send per PE: the whole buffer, bus factor 1).
+    fn row(self) -> &'static CollectiveRow {
+        self.collective().row()
+    }
+
+    /// The name on the command line and in the report: the collective's, or the pattern's for
+    /// grouped send/recv.
     pub fn name(self) -> &'static str {
         match self {
-            Kind::Broadcast => "broadcast",
-            Kind::Allgather => "allgather",
-            Kind::Alltoall => "alltoall",
-            Kind::Allgatherv => "allgatherv",
-            Kind::Alltoallv => "alltoallv",
-            Kind::ReduceScatter => "reduce-scatter",
-            Kind::Reduce => "reduce",
             Kind::SendrecvRing => "sendrecv-ring",
             Kind::SendrecvAll => "sendrecv-all",
+            _ => self.row().name,
         }
     }
 
     /// Whether it takes a reduction.
     pub fn reduces(self) -> bool {
-        matches!(self, Kind::ReduceScatter | Kind::Reduce)
+        self.row().reduces
     }
 
     /// Whether it takes a root.
     pub fn rooted(self) -> bool {
-        matches!(self, Kind::Broadcast | Kind::Reduce)
+        self.row().rooted
     }
 
     /// Whether a message is one block per PE (nccl-tests divides the size by the PE count).
     fn blocked(self) -> bool {
-        !matches!(self, Kind::Broadcast | Kind::Reduce | Kind::SendrecvRing)
+        self != Kind::SendrecvRing && self.row().shape != Shape::Whole
     }
 
     /// busbw / algbw as nccl-tests defines it: 1 for broadcast and reduce (and nccl-tests'
     /// sendrecv, the ring), (n-1)/n for allgather, reduce-scatter and alltoall (and all pairs).
     pub fn busbw_factor(self, n_pes: i32) -> f64 {
-        if n_pes < 1 {
-            return 0.0;
-        }
-        let n = n_pes as f64;
-        if self.blocked() {
-            (n - 1.0) / n
-        } else {
-            1.0
-        }
+        self.bus().at(n_pes)
     }
 
     /// The bus factor in the report's words.
     pub fn busbw_text(self) -> &'static str {
-        if self.blocked() {
-            "(n-1)/n"
+        self.bus().text()
+    }
+
+    fn bus(self) -> BusFactor {
+        if self == Kind::SendrecvRing {
+            BusFactor::One
         } else {
-            "1"
+            self.row().bus
         }
     }
 
@@ -96,27 +110,19 @@ impl Kind {
 
     /// Input elements per PE for count argument `count`.
     pub fn input_len(self, count: usize, n_pes: i32) -> usize {
-        match self {
-            Kind::Alltoall | Kind::Alltoallv | Kind::ReduceScatter | Kind::SendrecvAll => {
-                count * n_pes as usize
-            }
-            Kind::Broadcast
-            | Kind::Allgather
-            | Kind::Allgatherv
-            | Kind::Reduce
-            | Kind::SendrecvRing => count,
+        if self == Kind::SendrecvRing {
+            count
+        } else {
+            self.row().input_len(count, n_pes)
         }
     }
 
     /// Output elements per PE for count argument `count`.
     pub fn output_len(self, count: usize, n_pes: i32) -> usize {
-        match self {
-            Kind::Allgather
-            | Kind::Allgatherv
-            | Kind::Alltoall
-            | Kind::Alltoallv
-            | Kind::SendrecvAll => count * n_pes as usize,
-            Kind::Broadcast | Kind::ReduceScatter | Kind::Reduce | Kind::SendrecvRing => count,
+        if self == Kind::SendrecvRing {
+            count
+        } else {
+            self.row().output_len(count, n_pes)
         }
     }
 

@@ -511,6 +511,20 @@ impl<'nv> Team<'nv> {
 }
 
 impl<'nv> Allreduce<'nv> {
+    /// Over `team` (None on PEs in no team of the split: they only take part in the
+    /// allocation), with receive slots of `slot_bytes` each (2 x world of them); larger
+    /// messages go in segments of that size. Collective over the world. The same contract as
+    /// the family's `new` ([`crate::ReduceScatter::new`]); the same as
+    /// [`Nvshmem::allreduce_workspace_for`].
+    pub fn new(nv: &'nv Nvshmem, team: Option<&Team<'_>>, slot_bytes: usize) -> Result<Self> {
+        nv.allreduce_workspace_for(team, slot_bytes)
+    }
+
+    /// Over every PE ([`Nvshmem::allreduce_workspace`]).
+    pub fn world(nv: &'nv Nvshmem, slot_bytes: usize) -> Result<Self> {
+        nv.allreduce_workspace(slot_bytes)
+    }
+
     /// Bytes of one receive slot.
     pub fn slot_bytes(&self) -> usize {
         self.slot_bytes
