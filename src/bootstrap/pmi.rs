@@ -274,12 +274,19 @@ pub fn plugin_error(flavour: PmiFlavour, plugin: &str, user_named: bool, why: &s
     if let (Some(lib), true) = (client, why.contains("undefined symbol")) {
         // The plugin and its library were found, but the library lacks a symbol the plugin was
         // linked against: Debian 12's PMIx 4.2.2 does this to NVSHMEM 3.4.5's PMIx plugin
-        // (pmix_value_load).
+        // (pmix_value_load), and Ubuntu 24.04's 5.0.1; Debian 11's 4.0.0 has it (measured).
+        let known = if why.contains("pmix_value_load") {
+            " (PMIx 4.0 has the symbol, 4.2 and 5.0 do not: with a PMIx 4.0 client library \
+             first on LD_LIBRARY_PATH, and PMIX_MCA_mca_base_component_path naming its own \
+             lib/pmix plugins, the plugin ran under Open MPI 4.1.6's mpirun)"
+        } else {
+            ""
+        };
         return Error::BootstrapUnavailable {
             reason: format!(
                 "NVSHMEM's {label} plugin {plugin} cannot use the {label} client library {lib} \
                  that the loader found ({why}): that library is not the {label} the plugin was \
-                 built for; put a compatible one first on LD_LIBRARY_PATH, or use `srun \
+                 built for{known}; put a compatible one first on LD_LIBRARY_PATH, or use `srun \
                  --mpi=pmi2` (NVSHMEM's PMI-2 plugin needs no library), rebuild with `--features \
                  mpi`, or start it with `nvsh run -n N`"
             ),
@@ -727,6 +734,7 @@ mod tests {
         for part in [
             "cannot use the PMIx client library libpmix.so.2",
             "undefined symbol: pmix_value_load",
+            "PMIx 4.0 has the symbol",
             "srun --mpi=pmi2",
         ] {
             assert!(text.contains(part), "{part:?} missing from: {text}");

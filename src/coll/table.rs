@@ -151,9 +151,7 @@ const fn row(
     type_name: &'static str,
     code: Option<u32>,
     (rooted, reduces): (bool, bool),
-    scratch: ScratchKind,
-    shape: Shape,
-    bus: BusFactor,
+    (scratch, shape, bus): (ScratchKind, Shape, BusFactor),
 ) -> CollectiveRow {
     CollectiveRow {
         collective,
@@ -172,19 +170,20 @@ use BusFactor as B;
 use Collective as C;
 use ScratchKind as K;
 
-/// Every collective, in the order reports list them. (rooted, reduces) is the fifth column.
+/// Every collective, in the order reports list them: collective, name, type, code, (rooted,
+/// reduces), (scratch, shape, bus factor).
 #[rustfmt::skip]
 pub const COLLECTIVES: [CollectiveRow; 10] = [
-    row(C::Allreduce, "allreduce", "Allreduce", None, (false, true), K::Allreduce, Shape::Whole, B::TwicePerPeer),
-    row(C::Broadcast, "broadcast", "Broadcast", Some(sys::NVSHMEMRS_COLL_BROADCAST), (true, false), K::Lines, Shape::Whole, B::One),
-    row(C::Reduce, "reduce", "Reduce", Some(sys::NVSHMEMRS_COLL_REDUCE), (true, true), K::Slots, Shape::Whole, B::One),
-    row(C::Allgather, "allgather", "Allgather", Some(sys::NVSHMEMRS_COLL_ALLGATHER), (false, false), K::Lines, Shape::Gather, B::PerPeer),
-    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(sys::NVSHMEMRS_COLL_ALLGATHERV), (false, false), K::Exchange, Shape::Gather, B::PerPeer),
-    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(sys::NVSHMEMRS_COLL_REDUCE_SCATTER), (false, true), K::Slots, Shape::Scatter, B::PerPeer),
-    row(C::Alltoall, "alltoall", "Alltoall", Some(sys::NVSHMEMRS_COLL_ALLTOALL), (false, false), K::Lines, Shape::Exchange, B::PerPeer),
-    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(sys::NVSHMEMRS_COLL_ALLTOALLV), (false, false), K::Exchange, Shape::Exchange, B::PerPeer),
-    row(C::Group, "grouped send/recv", "P2pGroup", Some(sys::NVSHMEMRS_COLL_GROUP), (false, false), K::Exchange, Shape::Exchange, B::PerPeer),
-    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(sys::NVSHMEMRS_COLL_BARRIER), (false, false), K::None, Shape::Empty, B::Zero),
+    row(C::Allreduce, "allreduce", "Allreduce", None, (false, true), (K::Allreduce, Shape::Whole, B::TwicePerPeer)),
+    row(C::Broadcast, "broadcast", "Broadcast", Some(sys::NVSHMEMRS_COLL_BROADCAST), (true, false), (K::Lines, Shape::Whole, B::One)),
+    row(C::Reduce, "reduce", "Reduce", Some(sys::NVSHMEMRS_COLL_REDUCE), (true, true), (K::Slots, Shape::Whole, B::One)),
+    row(C::Allgather, "allgather", "Allgather", Some(sys::NVSHMEMRS_COLL_ALLGATHER), (false, false), (K::Lines, Shape::Gather, B::PerPeer)),
+    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(sys::NVSHMEMRS_COLL_ALLGATHERV), (false, false), (K::Exchange, Shape::Gather, B::PerPeer)),
+    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(sys::NVSHMEMRS_COLL_REDUCE_SCATTER), (false, true), (K::Slots, Shape::Scatter, B::PerPeer)),
+    row(C::Alltoall, "alltoall", "Alltoall", Some(sys::NVSHMEMRS_COLL_ALLTOALL), (false, false), (K::Lines, Shape::Exchange, B::PerPeer)),
+    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(sys::NVSHMEMRS_COLL_ALLTOALLV), (false, false), (K::Exchange, Shape::Exchange, B::PerPeer)),
+    row(C::Group, "grouped send/recv", "P2pGroup", Some(sys::NVSHMEMRS_COLL_GROUP), (false, false), (K::Exchange, Shape::Exchange, B::PerPeer)),
+    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(sys::NVSHMEMRS_COLL_BARRIER), (false, false), (K::None, Shape::Empty, B::Zero)),
 ];
 
 impl Collective {

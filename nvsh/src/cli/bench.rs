@@ -985,6 +985,17 @@ mod tests {
     }
 
     #[test]
+    fn sparse_selection_rows_are_on_by_default_and_alone_on_request() {
+        let a = sparse_args(&[]).unwrap();
+        assert!(!a.no_select && !a.select_only);
+        assert!(sparse_args(&["--select-only"]).unwrap().select_only);
+        let err = sparse_args(&["--select-only", "--no-select"])
+            .err()
+            .unwrap();
+        assert!(err.contains("cannot be used with"), "{err}");
+    }
+
+    #[test]
     fn allreduce_defaults_cover_everything() {
         let o = allreduce_args(&[]).unwrap().options();
         assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
