@@ -33,15 +33,15 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub mod bootstrap;
-pub mod coll;
-pub mod core;
-pub mod p2p;
-pub mod pipeline;
-pub mod proto;
-pub mod sparse;
-pub mod sync;
-pub mod team;
+pub(crate) mod bootstrap;
+pub(crate) mod coll;
+pub(crate) mod core;
+pub(crate) mod p2p;
+pub(crate) mod pipeline;
+pub(crate) mod proto;
+pub(crate) mod sparse;
+pub(crate) mod sync;
+pub(crate) mod team;
 
 /// Raw bindings (re-export of the `nvshmem-sys` crate).
 pub mod sys {
@@ -114,8 +114,9 @@ pub use crate::proto::workspace::NO_DIRECT_ENV;
 
 /// Internals for nvsh, the trainer, the Python package and the tests; not covered by semver.
 ///
-/// What the crate's own tools need beyond the public API, re-exported here so that moving a
-/// file breaks none of them. Applications should not rely on it.
+/// The library's modules are private; what its own tools need beyond the public API is
+/// re-exported here, so that moving a file breaks none of them. Applications should not rely
+/// on it.
 pub mod tools {
     /// The launcher's protocol (`nvsh run` sets these variables) and what other launchers say.
     pub mod bootstrap {
