@@ -1,7 +1,10 @@
 //! Safe Rust runtime over NVIDIA NVSHMEM.
 //!
-//! Layers, as in cudarc: [`sys`] (raw bindings), [`result`] (one call each, status codes turned
-//! into [`Result`]), then RAII types such as [`Nvshmem`] and [`SymmetricBuffer`].
+//! [`sys`] holds the raw bindings and [`result`] the wrappers several types share (one call each,
+//! status codes turned into [`Result`]); the RAII types, such as [`Nvshmem`] and
+//! [`SymmetricBuffer`], also call the raw bindings directly in many places. The modules are
+//! private: the public API is what the crate root re-exports, and [`tools`] holds what the
+//! crate's own tools need, outside semver.
 //!
 //! ```no_run
 //! use nvshmem::{Cmp, LaunchShape, Nvshmem, SignalOp};
@@ -48,7 +51,7 @@ pub mod sys {
     pub use nvshmem_sys::*;
 }
 
-/// One call each, status codes turned into [`Result`] (the middle layer, as in cudarc).
+/// One call each, status codes turned into [`Result`]: the wrappers the safe types share.
 pub use crate::core::result;
 
 pub use crate::bootstrap::pmi::PmiFlavour;
