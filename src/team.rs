@@ -20,7 +20,7 @@ impl Nvshmem {
     }
 
     /// The PEs on this node; under `NVSH_PRETEND_NODE_SIZE`, on this pretend node
-    /// ([`crate::core::node`]).
+    /// (docs/nodes.md).
     pub fn team_node(&self) -> Team<'_> {
         match (self.pretend_nodes(), self.node_teams()) {
             (Some(_), Some(t)) => self.split_at_init(t.node),

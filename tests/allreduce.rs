@@ -591,10 +591,10 @@ gpu_test!(2, oneshot_without_the_low_latency_protocol);
 fn oneshot_without_the_low_latency_protocol() {
     // Small one-shot messages normally take the low-latency protocol; this covers the
     // signal-based path they take when it is off (and across nodes).
-    std::env::set_var(nvshmem::coll::allreduce::LL_MAX_ENV, "0");
+    std::env::set_var(nvshmem::ALLREDUCE_LL_MAX_ENV, "0");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
-    std::env::remove_var(nvshmem::coll::allreduce::LL_MAX_ENV);
+    std::env::remove_var(nvshmem::ALLREDUCE_LL_MAX_ENV);
     // The variable took: else this would test the low-latency protocol again.
     assert!(
         ar.settings().starts_with("low-latency one-shot off;"),
@@ -747,12 +747,12 @@ fn direct_two_shot_back_to_back_with_the_grid_changing_between_calls() {
 /// A workspace whose direct two-shot pushes every out-of-place message
 /// (`NVSH_ALLREDUCE_PUSH_MIN=0`) in `rounds` rounds; in-place calls still pull.
 fn push_everywhere_workspace<'nv>(nv: &'nv Nvshmem, rounds: usize) -> nvshmem::Allreduce<'nv> {
-    use nvshmem::coll::allreduce::{PUSH_MIN_ENV, PUSH_ROUNDS_ENV};
-    std::env::set_var(PUSH_MIN_ENV, "0");
-    std::env::set_var(PUSH_ROUNDS_ENV, rounds.to_string());
+    use nvshmem::{ALLREDUCE_PUSH_MIN_ENV, ALLREDUCE_PUSH_ROUNDS_ENV};
+    std::env::set_var(ALLREDUCE_PUSH_MIN_ENV, "0");
+    std::env::set_var(ALLREDUCE_PUSH_ROUNDS_ENV, rounds.to_string());
     let ar = nv.allreduce_workspace(64 << 10);
-    std::env::remove_var(PUSH_MIN_ENV);
-    std::env::remove_var(PUSH_ROUNDS_ENV);
+    std::env::remove_var(ALLREDUCE_PUSH_MIN_ENV);
+    std::env::remove_var(ALLREDUCE_PUSH_ROUNDS_ENV);
     let ar = ar.unwrap();
     // The variables took: else out-of-place calls would pull, and the push go untested.
     let want = format!("push from 0 out of place, {rounds} rounds)");
@@ -813,10 +813,10 @@ gpu_test!(2, two_shot_through_receive_slots);
 fn two_shot_through_receive_slots() {
     // Mapped peers take the direct protocol; this covers the slot protocol that two-shot takes
     // across nodes (segmented: 64 KiB slots carry 128 KiB per launch at 2 PEs).
-    std::env::set_var(nvshmem::coll::allreduce::DIRECT_MIN_ENV, "1T");
+    std::env::set_var(nvshmem::ALLREDUCE_DIRECT_MIN_ENV, "1T");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
-    std::env::remove_var(nvshmem::coll::allreduce::DIRECT_MIN_ENV);
+    std::env::remove_var(nvshmem::ALLREDUCE_DIRECT_MIN_ENV);
     // The variable took (1T = 1024G): else every call here would take the direct protocol.
     assert!(
         ar.settings().contains("direct two-shot from 1024G "),
@@ -838,7 +838,7 @@ gpu_test!(
     checked_mode_catches_pes_that_disagree_and_the_runtime_goes_on
 );
 fn checked_mode_catches_pes_that_disagree_and_the_runtime_goes_on() {
-    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
+    std::env::set_var(nvshmem::CHECKED_ENV, "1");
     let nv = runtime(2);
     let me = nv.my_pe();
     let stream = nv.stream().clone();

@@ -11,8 +11,8 @@ mod common;
 use common::{gpu_test, runtime};
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use half::bf16;
-use nvshmem::sync::status::{FailureKind, WaitOp};
 use nvshmem::{Channel, Element, Error, Nvshmem};
+use nvshmem::{FailureKind, WaitOp};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

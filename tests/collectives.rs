@@ -323,7 +323,7 @@ fn every_collective_between_two_pretend_nodes() {
 gpu_test!(2, every_collective_through_nvshmem_puts);
 /// NVSHMEM puts even to mapped peers: the path across nodes.
 fn every_collective_through_nvshmem_puts() {
-    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
     let nv = runtime(2);
     let f = &mut Family::world(&nv);
     for (k, &count) in COUNTS.iter().enumerate() {
@@ -516,7 +516,7 @@ gpu_test!(2, checked_mode_catches_allgatherv_parts_that_differ);
 /// but add up to the same output end in a typed error naming the parts on both PEs, before any
 /// data moves (the kernel trusts the parts; checked mode's header carries their digest).
 fn checked_mode_catches_allgatherv_parts_that_differ() {
-    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
+    std::env::set_var(nvshmem::CHECKED_ENV, "1");
     let nv = runtime(2);
     let me = nv.my_pe() as usize;
     let stream = nv.stream().clone();
@@ -575,7 +575,7 @@ gpu_test!(2, checked_mode_catches_count_root_and_type_mismatches);
 /// Members that disagree on count, root or type end in a typed error on every PE, and the
 /// runtime stays usable.
 fn checked_mode_catches_count_root_and_type_mismatches() {
-    std::env::set_var(nvshmem::proto::checked::CHECKED_ENV, "1");
+    std::env::set_var(nvshmem::CHECKED_ENV, "1");
     let nv = runtime(2);
     let me = nv.my_pe() as usize;
     let stream = nv.stream().clone();
@@ -1159,10 +1159,7 @@ fn split_reduce_type<T: RefElem>(
 /// nothing passed on).
 fn split_family(pes: i32) {
     // Before any workspace: both are read at creation.
-    std::env::set_var(
-        nvshmem::proto::family::FAMILY_SPLIT_MIN_ENV,
-        SPLIT_MIN.to_string(),
-    );
+    std::env::set_var(nvshmem::FAMILY_SPLIT_MIN_ENV, SPLIT_MIN.to_string());
     std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
     let nv = runtime(pes);
     // PEs sharing a GPU take turns in time slices: 1M elements and more would take minutes
@@ -1194,7 +1191,7 @@ fn split_family(pes: i32) {
     // Rounds of 16 bytes: every chunk in as many rounds as it may have (the most, then larger
     // rounds), and none: one round per chunk.
     for (round, salt) in [("16", 530), ("0", 565)] {
-        std::env::set_var(nvshmem::proto::family::FAMILY_SPLIT_ROUND_ENV, round);
+        std::env::set_var(nvshmem::FAMILY_SPLIT_ROUND_ENV, round);
         let mut bc = Broadcast::world(&nv).unwrap();
         let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
         split_broadcast_type::<u8>(&nv, &mut bc, salt, false);
@@ -1203,10 +1200,10 @@ fn split_family(pes: i32) {
         split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, salt + 24, false);
         split_back_to_back(&nv, &mut bc, &mut r, true);
     }
-    std::env::remove_var(nvshmem::proto::family::FAMILY_SPLIT_ROUND_ENV);
+    std::env::remove_var(nvshmem::FAMILY_SPLIT_ROUND_ENV);
 
     // NVSHMEM puts even to mapped peers, as across nodes.
-    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
     let mut bc = Broadcast::world(&nv).unwrap();
     let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
     split_broadcast_type::<u8>(&nv, &mut bc, 600, false);
@@ -1214,7 +1211,7 @@ fn split_family(pes: i32) {
     split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 640, false);
     split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 660, false);
     split_back_to_back(&nv, &mut bc, &mut r, false);
-    std::env::remove_var(nvshmem::proto::workspace::NO_DIRECT_ENV);
+    std::env::remove_var(nvshmem::NO_DIRECT_ENV);
 }
 
 /// 200 broadcasts and 200 reduces back to back, one sync at the end: the root moving every

@@ -12,7 +12,7 @@ use common::data::{expect, filled, laid_out, me_n, part_of};
 use common::reference::Tag;
 use common::{gpu_test, runtime};
 use half::{bf16, f16};
-use nvshmem::proto::exchange::ExchangePairs;
+use nvshmem::ExchangePairs;
 use nvshmem::{
     Allgatherv, Alltoallv, DeviceParts, Error, FamilyProtocol, Nvshmem, P2p, P2pGroup, Parts,
     SymmetricBuffer,
@@ -287,7 +287,7 @@ fn every_exchange_between_two_pretend_nodes() {
 gpu_test!(2, every_exchange_through_nvshmem_puts);
 /// NVSHMEM puts even to mapped peers: the path across nodes.
 fn every_exchange_through_nvshmem_puts() {
-    std::env::set_var(nvshmem::proto::workspace::NO_DIRECT_ENV, "1");
+    std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
     every_exchange(&runtime(2), &SCALES[..3]);
 }
 
@@ -715,10 +715,7 @@ fn wrong_parts_and_lists_are_refused_before_launch() {
 const LL_MAX: usize = 256 << 10;
 
 fn lines_on() {
-    std::env::set_var(
-        nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
-        LL_MAX.to_string(),
-    );
+    std::env::set_var(nvshmem::EXCHANGE_LL_MAX_ENV, LL_MAX.to_string());
 }
 
 /// The pairs a PE expects of a call in which it sends `send(r)` bytes to each other member r

@@ -7,9 +7,9 @@ mod common;
 
 use common::sm_hold::SmHold;
 use common::{gpu_test, runtime};
-use nvshmem::coll::allreduce::{DIRECT_MIN_ENV, LL_MAX_ENV};
-use nvshmem::proto::workspace::NO_DIRECT_ENV;
+use nvshmem::NO_DIRECT_ENV;
 use nvshmem::{AllreduceAlgo, Nvshmem, ReduceOp};
+use nvshmem::{ALLREDUCE_DIRECT_MIN_ENV, ALLREDUCE_LL_MAX_ENV};
 use std::time::Duration;
 
 const POISON: u32 = 0x5A5A_5A5A;
@@ -61,12 +61,12 @@ fn slot_protocols_finish_while_another_kernel_holds_most_sms() {
     // resident never finishes: the call times out (10 s) while the hold still runs (120 s at
     // most). Buffers are filled before the hold and checked after it: only the calls run under
     // it (a symmetric allocation under the hold waits for the hold to end).
-    std::env::set_var(LL_MAX_ENV, "0");
-    std::env::set_var(DIRECT_MIN_ENV, "1T");
+    std::env::set_var(ALLREDUCE_LL_MAX_ENV, "0");
+    std::env::set_var(ALLREDUCE_DIRECT_MIN_ENV, "1T");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
-    std::env::remove_var(LL_MAX_ENV);
-    std::env::remove_var(DIRECT_MIN_ENV);
+    std::env::remove_var(ALLREDUCE_LL_MAX_ENV);
+    std::env::remove_var(ALLREDUCE_DIRECT_MIN_ENV);
     ar.set_timeout(Duration::from_secs(10));
     let free: i32 = std::env::var("NVSH_TEST_FREE_SMS")
         .map(|v| v.parse().unwrap())
@@ -130,10 +130,10 @@ fn low_latency_lines_ignore_what_other_protocols_left_in_the_slots() {
     // call 2 (low-latency, parity 0 again) polls for lines whose flag is 3. Were both protocols
     // to share the slots, a PE would take the leftover 3s for its peer's data before the peer
     // (one second late) wrote anything.
-    std::env::set_var(LL_MAX_ENV, "4K");
+    std::env::set_var(ALLREDUCE_LL_MAX_ENV, "4K");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(64 << 10).unwrap();
-    std::env::remove_var(LL_MAX_ENV);
+    std::env::remove_var(ALLREDUCE_LL_MAX_ENV);
     assert!(
         ar.settings().starts_with("low-latency one-shot up to 4K"),
         "{}",
@@ -167,10 +167,10 @@ fn low_latency_lines_from_2_pow_32_steps_ago_are_not_taken_for_new_ones() {
     // Step 0 writes 4096 lines of 7s with flag 1 into the low-latency region; the step count is
     // then moved on to 2^32, whose flag is 1 again in a slot of the same parity. A line still
     // holding step 0's data would pass for the peer's (one second late) new data.
-    std::env::set_var(LL_MAX_ENV, "64K");
+    std::env::set_var(ALLREDUCE_LL_MAX_ENV, "64K");
     let nv = runtime(2);
     let mut ar = nv.allreduce_workspace(1 << 20).unwrap();
-    std::env::remove_var(LL_MAX_ENV);
+    std::env::remove_var(ALLREDUCE_LL_MAX_ENV);
     let probe = nv.alloc::<u32>(1).unwrap();
     if probe.peer_ptr(1 - nv.my_pe()).unwrap().is_none() {
         common::skip("the low-latency protocol needs every peer mapped (nvshmem_ptr)");

@@ -263,16 +263,16 @@ fn bad_lengths_pes_and_ranges_are_errors_and_the_runtime_goes_on() {
 gpu_test!(2, buffers_freed_before_finalize_and_leaks_reported);
 fn buffers_freed_before_finalize_and_leaks_reported() {
     let nv = runtime(2);
-    let base = nvshmem::core::leak::live_buffers().len();
+    let base = nvshmem::tools::live_buffers().len();
     {
         let bufs: Vec<_> = (1..=10)
             .map(|i| nv.alloc::<f64>(i * 1000).unwrap())
             .collect();
-        assert_eq!(nvshmem::core::leak::live_buffers().len(), base + 10);
+        assert_eq!(nvshmem::tools::live_buffers().len(), base + 10);
         drop(bufs);
     }
     assert_eq!(
-        nvshmem::core::leak::live_buffers().len(),
+        nvshmem::tools::live_buffers().len(),
         base,
         "dropped buffers are freed"
     );
@@ -290,7 +290,7 @@ fn buffers_freed_before_finalize_and_leaks_reported() {
         (leaked[0].len, leaked[0].bytes, leaked[0].elem),
         (1234, 4936, "u32")
     );
-    assert!(nvshmem::core::leak::live_buffers().is_empty());
+    assert!(nvshmem::tools::live_buffers().is_empty());
 }
 
 gpu_test!(2, peer_pointers_and_teams);

@@ -10,7 +10,7 @@ use common::{gpu_test, runtime};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaStream, DevicePtr};
 use half::bf16;
-use nvshmem::sparse::reference;
+use nvshmem::tools::sparse_reference as reference;
 use nvshmem::{
     scatter_add, Error, HostSparse, SparseIndex, SparseMerge, SparseSet, SparseValue, TopK,
 };

@@ -14,7 +14,7 @@ mod common;
 use common::{gpu_test, runtime, skip};
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::sparse::{reference, simulation};
+use nvshmem::tools::{sparse_reference as reference, sparse_simulation as simulation};
 use nvshmem::{
     Error, HostSparse, Nvshmem, SparseAllreduce, SparseMethod, SparseOptions, SparseValue,
 };

@@ -9,11 +9,12 @@
 mod common;
 
 use common::{gpu_test, runtime, WAIT};
-use nvshmem::coll::select::select;
-use nvshmem::core::tuning::{self, Loaded, TuneMode, TuningTable, TUNE_ENV, TUNING_FILE_ENV};
+use nvshmem::tools::select;
+use nvshmem::tools::tuning;
 use nvshmem::{
     AllreduceAlgo, Broadcast, Dtype, Error, Nvshmem, ReduceOp, SymmetricBuffer, UserCandidate,
 };
+use nvshmem::{Fingerprint, Loaded, TuneMode, TuningTable, TUNE_ENV, TUNING_FILE_ENV};
 use std::cell::Cell;
 use std::io::Write;
 use std::path::PathBuf;
@@ -63,7 +64,7 @@ fn temp_file(name: &str) -> PathBuf {
 
 /// The built-in table's choice for `bytes` of f32 on `n` PEs.
 fn builtin(n: i32, bytes: usize) -> AllreduceAlgo {
-    select(nvshmem::coll::allreduce::SELECTION, n, bytes, Dtype::F32).unwrap()
+    select(nvshmem::tools::SELECTION, n, bytes, Dtype::F32).unwrap()
 }
 
 /// The same value on every PE: its maximum equals its minimum (through our allreduce).
@@ -398,7 +399,7 @@ fn graph_capture_with_online_tuning_on_uses_the_table() {
 
 /// A tuning file whose one entry is `fp`'s, with every allreduce size on `algo` and every
 /// broadcast on puts.
-fn file_for(fp: &tuning::Fingerprint, algo: AllreduceAlgo) -> String {
+fn file_for(fp: &Fingerprint, algo: AllreduceAlgo) -> String {
     let mut table = TuningTable::default();
     for elem in [2, 4, 8] {
         table.insert("allreduce", elem, 0, u64::MAX, algo.name());
@@ -423,7 +424,7 @@ gpu_test!(
     a_tuning_file_for_another_machine_is_ignored_and_ours_is_used
 );
 fn a_tuning_file_for_another_machine_is_ignored_and_ours_is_used() {
-    let other = tuning::Fingerprint {
+    let other = Fingerprint {
         gpu: "a GPU this machine does not have".into(),
         gpus: 64,
         link: "nvlink".into(),
@@ -525,10 +526,7 @@ fn a_corrupt_tuning_file_at_init_is_survived() {
 gpu_test!(2, pes_that_disagree_on_tuning_all_use_the_built_in_tables);
 fn pes_that_disagree_on_tuning_all_use_the_built_in_tables() {
     // Rank 0 asks for online tuning, rank 1 does not: Auto must still pick alike.
-    let rank = nvshmem::bootstrap::launcher_env()
-        .ok()
-        .flatten()
-        .map_or(0, |l| l.rank);
+    let rank = nvshmem::launcher_env().ok().flatten().map_or(0, |l| l.rank);
     tuning_env(if rank == 0 { Some("online") } else { None }, None);
     let nv = runtime(2);
     assert_eq!(nv.tune_mode(), TuneMode::Off, "PE {}", nv.my_pe());

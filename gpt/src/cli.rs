@@ -277,7 +277,7 @@ impl TrainArgs {
                 return Err(GptError::Config("--timeout-ms must be at least 1".into()));
             }
             Some(ms) => Duration::from_millis(ms),
-            None => nvshmem::sync::deadline::default_timeout()?,
+            None => nvshmem::tools::default_timeout()?,
         };
         if let Some(s) = self.max_seconds {
             if s.is_nan() || s <= 0.0 {

@@ -1,5 +1,5 @@
 //! A GPT-2-style decoder trained with pipeline parallelism over the nvshmem runtime: stages hand
-//! activations forward and gradients backward through `nvshmem::pipeline::channel`, data-parallel
+//! activations forward and gradients backward through `nvshmem::Channel`, data-parallel
 //! replicas average gradients with `nvshmem::Allreduce`. Model kernels live in `kernels/`
 //! (plain CUDA, no NVSHMEM calls) and are launched through cudarc; matmuls use cuBLAS.
 

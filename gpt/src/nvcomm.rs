@@ -19,7 +19,7 @@ use crate::ops::{F32Ptr, I32Ptr};
 use crate::residual::ResidualSpec;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaStream};
-use nvshmem::pipeline::channel::Channel;
+use nvshmem::Channel;
 use nvshmem::{
     Allreduce, AllreduceAlgo, Nvshmem, ReduceOp, SparseAllreduce, SparseOptions, SymmetricBuffer,
     Team,
@@ -50,7 +50,7 @@ pub fn symmetric_bytes(
     // Sparse sets of up to 2k (index, value) pairs: this PE's, n_pes gathered (buffers are
     // sized for the world), gTop-k's three more; plus the collectives' workspaces.
     let sparse = compress.map_or(0, |d| {
-        let k = nvshmem::sparse::sparse_k(grad_elems.max(1), d);
+        let k = nvshmem::sparse_k(grad_elems.max(1), d);
         (n_pes + 4) * 2 * k * 8 + (8 << 20)
     });
     let channels = if pp > 1 {

@@ -65,7 +65,7 @@ fn progress(done: usize, total: usize, elapsed: f64, max_seconds: Option<f64>) -
         fraction = fraction.max(elapsed / limit);
         left = Some(left.map_or(limit - elapsed, |l| l.min(limit - elapsed)));
     }
-    nvshmem::core::env_value::progress_label(fraction, left)
+    nvshmem::tools::progress_label(fraction, left)
 }
 
 /// Checks that `path` can be written where the run will write it, by creating (and, on drop,

@@ -1,4 +1,4 @@
-//! `nvsh run`: starts N local processes with the launcher environment (see [`nvshmem::bootstrap`]).
+//! `nvsh run`: starts N local processes with the launcher environment (see [`nvshmem::tools::bootstrap`]).
 //!
 //! A job of PEs only makes progress while every PE is alive: NVSHMEM's collectives wait for all
 //! of them. So the launcher treats the N processes as one unit. The first failure stops the
@@ -22,8 +22,8 @@
 //! Output is forwarded line by line with the rank in front (`[R] line`). Each line is written
 //! whole under the stream's lock, so lines of different ranks never mix.
 
-use nvshmem::bootstrap;
-use nvshmem::core::error::Error;
+use nvshmem::tools::bootstrap;
+use nvshmem::Error;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -418,7 +418,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
     let path_var = inherited("PATH");
     let executable = resolve_program(&spec.program, path_var.as_deref())?;
     let unique_id = bootstrap::encode_hex(&bootstrap::unique_id_bytes(
-        &nvshmem::core::result::get_unique_id()?,
+        &nvshmem::result::get_unique_id()?,
     ));
 
     let (tx, rx) = mpsc::channel();
@@ -452,7 +452,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<LaunchOutcome, LaunchError> {
             .env(bootstrap::ENV_UNIQUE_ID, &unique_id)
             // Explicit, so that a leftover NVSH_BOOTSTRAP=single cannot make every rank a
             // separate 1-PE job.
-            .env(bootstrap::ENV_BOOTSTRAP, "launcher")
+            .env(nvshmem::BOOTSTRAP_ENV, "launcher")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -14,11 +14,11 @@
 
 use cudarc::driver::CudaStream;
 use cudarc::nccl::{result as nccl_result, safe as nccl, sys as nccl_sys, NcclType};
-use nvshmem::coll::op::{ReduceOp, Reducible};
-use nvshmem::core::buffer::{SymView, SymmetricBuffer};
-use nvshmem::core::element::Element;
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::runtime::Nvshmem;
+use nvshmem::Element;
+use nvshmem::Nvshmem;
+use nvshmem::{Error, Result};
+use nvshmem::{ReduceOp, Reducible};
+use nvshmem::{SymView, SymmetricBuffer};
 use std::ffi::{c_int, c_void, CStr};
 use std::marker::PhantomData;
 use std::ops::Range;

@@ -13,16 +13,16 @@
 
 use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
-use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
-use nvshmem::coll::op::{ReduceOp, Reducible};
-use nvshmem::core::buffer::SymmetricBuffer;
-use nvshmem::core::element::HostValue;
-use nvshmem::core::env_value::progress_label;
-use nvshmem::core::error::Result;
-use nvshmem::core::runtime::Nvshmem;
-use nvshmem::pipeline::channel::Channel;
+use nvshmem::tools::progress_label;
+use nvshmem::tools::HostValue;
+use nvshmem::Channel;
+use nvshmem::Nvshmem;
+use nvshmem::Result;
+use nvshmem::SymmetricBuffer;
 use nvshmem::{Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Reduce, ReduceScatter};
+use nvshmem::{Allreduce, AllreduceAlgo};
 use nvshmem::{P2p, P2pGroup, Parts};
+use nvshmem::{ReduceOp, Reducible};
 use std::time::{Duration, Instant};
 
 /// What the soak exercises.
@@ -412,7 +412,7 @@ impl Soak<'_> {
         let (rss0, dev0) = baseline.unwrap_or((rss_kib(), device_used()?));
         self.report.rss_kib = (rss0, rss_kib());
         self.report.device_used = (dev0, device_used()?);
-        self.report.live_buffers = nvshmem::core::leak::live_buffers().len();
+        self.report.live_buffers = nvshmem::tools::live_buffers().len();
         self.report.elapsed = start.elapsed();
         Ok(self.report.clone())
     }

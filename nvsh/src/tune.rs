@@ -8,17 +8,18 @@
 use crate::bench::harness::{size_steps, BenchDtype};
 use crate::bench::median;
 use cudarc::driver::CudaStream;
-use nvshmem::coll::op::Reducible;
-use nvshmem::coll::tuning::Measurement;
-use nvshmem::core::buffer::SymmetricBuffer;
-use nvshmem::core::element::Element;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::tuning::{dtype_class, Fingerprint, TuningTable};
-use nvshmem::proto::family::Protocols;
+use nvshmem::tools::size_label;
+use nvshmem::tools::tuning::dtype_class;
+use nvshmem::Element;
+use nvshmem::Measurement;
+use nvshmem::Protocols;
+use nvshmem::Reducible;
+use nvshmem::SymmetricBuffer;
 use nvshmem::{
     Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Collective, Error, FamilyProtocol,
     Nvshmem, Reduce, ReduceOp, ReduceScatter, Result, Shape, Tuner,
 };
+use nvshmem::{Fingerprint, TuningTable};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -193,8 +193,8 @@ fn each_rank_gets_the_contract_environment_and_one_shared_unique_id() {
         ids.iter().all(|id| *id == ids[0]),
         "one ID for the job: {ids:?}"
     );
-    let bytes = nvshmem::bootstrap::decode_hex(&ids[0]).expect("hex");
-    assert_eq!(bytes.len(), nvshmem::bootstrap::UNIQUE_ID_BYTES);
+    let bytes = nvshmem::tools::bootstrap::decode_hex(&ids[0]).expect("hex");
+    assert_eq!(bytes.len(), nvshmem::tools::bootstrap::UNIQUE_ID_BYTES);
     assert!(bytes.iter().any(|&b| b != 0), "a real ID is not all zeros");
 
     let again = run_ok(&["-n", "1", "--", "sh", "-c", "echo $NVSH_UNIQUE_ID"]);

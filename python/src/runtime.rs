@@ -4,8 +4,9 @@
 use crate::error::{raise, runtime_error};
 use crate::release::{self, CollectError};
 use crate::state::{State, Workspaces};
-use nvshmem::bootstrap::{self, Bootstrap};
+use nvshmem::tools::bootstrap;
 use nvshmem::Nvshmem;
+use nvshmem::{launcher_env, Bootstrap};
 use pyo3::exceptions::{PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use std::cell::RefCell;
@@ -208,7 +209,7 @@ fn parse_bootstrap(name: &str) -> PyResult<Bootstrap> {
 /// them. The library probes CUDA first, so without this a machine with no GPU would report the
 /// missing driver instead of the launcher it cannot work under (torchrun).
 fn refusals_before_cuda(choice: Bootstrap) -> nvshmem::Result<()> {
-    if choice != Bootstrap::Auto || bootstrap::launcher_env()?.is_some() {
+    if choice != Bootstrap::Auto || launcher_env()?.is_some() {
         return Ok(());
     }
     match bootstrap::step_env() {

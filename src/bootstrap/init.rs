@@ -9,7 +9,7 @@ use crate::core::runtime::{Nvshmem, Placement, Rendezvous, Seat};
 impl Nvshmem {
     /// Initialises NVSHMEM with the bootstrap chosen by `NVSH_BOOTSTRAP` (default: automatic:
     /// launcher environment, then MPI or the launcher's PMI, else a single PE; see
-    /// [`bootstrap::auto_choice`]).
+    /// [`Bootstrap::Auto`]).
     pub fn init() -> Result<Nvshmem> {
         Self::init_with(Bootstrap::from_env()?)
     }

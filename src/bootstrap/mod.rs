@@ -45,14 +45,14 @@ pub const UNIQUE_ID_BYTES: usize = std::mem::size_of::<sys::nvshmemx_uniqueid_t>
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bootstrap {
     /// Launcher environment if present; else, when a launcher started several processes, MPI
-    /// (with the `mpi` feature) or the launcher's PMI; else a single PE ([`auto_choice`]).
+    /// (with the `mpi` feature) or the launcher's PMI; else a single PE.
     Auto,
     /// `nvsh run`'s environment (see the module docs).
     Launcher,
     /// MPI: rank 0 takes a unique ID and broadcasts it over MPI_COMM_WORLD (feature `mpi`).
     Mpi,
     /// NVSHMEM's PMI bootstrap through the launcher's PMI server (`srun --mpi=pmix` or
-    /// `--mpi=pmi2`, Hydra, Open MPI's mpirun), without MPI ([`pmi`]).
+    /// `--mpi=pmi2`, Hydra, Open MPI's mpirun), without MPI ([`PmiFlavour`](pmi::PmiFlavour)).
     Pmi,
     /// This process alone, as PE 0 of 1.
     Single,

@@ -30,7 +30,7 @@ impl<'nv> Allgather<'nv> {
     /// member, in stream order. In place when `input` is this member's own block of `output`.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]).
+    /// the latter staged through the workspace's symmetric area (docs/staging.md).
     pub fn run<'a, 'b, T: Element>(
         &mut self,
         input: impl Into<InBuf<'a, T>>,

@@ -47,7 +47,7 @@ impl<'nv> Allgatherv<'nv> {
     /// `output`.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]):
+    /// the latter staged through the workspace's symmetric area (docs/staging.md):
     /// the input copied in, the output copied out (and first in, where the parts leave gaps).
     /// The sizes differ between members, so the area never grows at a call: reserve it first
     /// ([`Allgatherv::reserve_staging`], else [`Error::StagingTooSmall`] names the size).

@@ -30,7 +30,7 @@ impl<'nv> Alltoall<'nv> {
     /// NCCL, no in-place form).
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]).
+    /// the latter staged through the workspace's symmetric area (docs/staging.md).
     pub fn run<'a, 'b, T: Element>(
         &mut self,
         input: impl Into<InBuf<'a, T>>,

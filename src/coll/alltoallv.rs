@@ -38,10 +38,10 @@ impl<'nv> Alltoallv<'nv> {
     /// stream order. Parts lie in their buffers; receive parts apart from each other; input and
     /// output apart. Member r's `recv.counts[s]` must equal member s's `send.counts[r]`, else
     /// both fail with [`crate::Error::TransferMismatch`] (member s, where its part went as
-    /// low-latency lines, at its next call: [`crate::proto::exchange`]).
+    /// low-latency lines, at its next call).
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]):
+    /// the latter staged through the workspace's symmetric area (docs/staging.md):
     /// the input copied in, the output copied out (and first in, where the receive parts leave
     /// gaps). The sizes differ between members, so the area never grows at a call: reserve it
     /// first ([`Alltoallv::reserve_staging`], else [`crate::Error::StagingTooSmall`] names the

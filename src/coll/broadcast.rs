@@ -39,7 +39,7 @@ impl<'nv> Broadcast<'nv> {
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]:
     /// a cudarc slice or view, or a raw pointer), the latter staged through the workspace's
-    /// symmetric area ([`crate::proto::staging`]): a copy in at the root, a copy out on every
+    /// symmetric area (docs/staging.md): a copy in at the root, a copy out on every
     /// member.
     pub fn run<'a, 'b, T: Element>(
         &mut self,

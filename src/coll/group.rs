@@ -154,7 +154,7 @@ impl<'nv> P2pGroup<'nv> {
     /// finds the line slot still unread. Nothing to do for an empty list.
     ///
     /// Buffers of this PE's own memory are staged through the workspace's symmetric area
-    /// ([`crate::proto::staging`]): sends copied in before the launch, receives copied out
+    /// (docs/staging.md): sends copied in before the launch, receives copied out
     /// after it, all on `stream`; symmetric buffers of the same call are used as they are. Only
     /// the PEs with transfers take part in a call, so the area cannot grow at one: reserve it
     /// first ([`P2pGroup::reserve_staging`], collective; the call's own buffers, each rounded

@@ -36,7 +36,7 @@ impl<'nv> Reduce<'nv> {
     /// the same range for in place. `root` is a team rank.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]): a
+    /// the latter staged through the workspace's symmetric area (docs/staging.md): a
     /// copy in on every member, a copy out at the root.
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,

@@ -32,7 +32,7 @@ impl<'nv> ReduceScatter<'nv> {
     /// member's own block of `input`.
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]),
-    /// the latter staged through the workspace's symmetric area ([`crate::proto::staging`]).
+    /// the latter staged through the workspace's symmetric area (docs/staging.md).
     pub fn run<'a, 'b, T: Reducible>(
         &mut self,
         input: impl Into<InBuf<'a, T>>,

@@ -208,7 +208,7 @@ impl<'nv, T: Element> SymmetricBuffer<'nv, T> {
 
     /// A pointer through which this GPU can load and store `pe`'s copy directly (NVLink or PCIe
     /// peer mapping), or None when `pe` is reachable only through NVSHMEM calls (other nodes,
-    /// pretend ones included: [`crate::core::node`]).
+    /// pretend ones included: docs/nodes.md).
     pub fn peer_ptr(&self, pe: i32) -> Result<Option<NonNull<T>>> {
         self.nv.check_pe(pe)?;
         if !self.nv.may_map(pe) {

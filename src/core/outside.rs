@@ -102,7 +102,7 @@ impl<'a, T: Element> InBuf<'a, T> {
     /// The address and length of the memory, with cudarc's ordering for a read on `stream`,
     /// and for memory outside the symmetric heap the check that it is device memory of the
     /// GPU `device` holding `len` elements (`what` names the call in errors).
-    pub fn locate<'s>(
+    pub(crate) fn locate<'s>(
         &'s self,
         what: &'static str,
         device: i32,
@@ -162,7 +162,7 @@ impl<'a, T: Element> OutBuf<'a, T> {
     }
 
     /// [`InBuf::locate`] for a write: cudarc's stream waits for earlier reads and writes too.
-    pub fn locate<'s>(
+    pub(crate) fn locate<'s>(
         &'s mut self,
         what: &'static str,
         device: i32,

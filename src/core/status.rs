@@ -77,7 +77,7 @@ pub enum FailureKind {
     Mismatch,
 }
 
-/// The first failure a kernel recorded in a [`StatusRecord`].
+/// The first failure a kernel recorded in its status record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitFailure {
     /// How it failed.

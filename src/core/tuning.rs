@@ -7,7 +7,6 @@
 //! a file that cannot be read or parsed gives a warning and the built-in tables. This module is
 //! data only: what a choice name means is up to each collective (`crate::coll::tuning`).
 
-use crate::core::element::Dtype;
 use crate::core::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,7 +19,7 @@ pub const TUNE_ENV: &str = "NVSH_TUNE";
 /// The tuning file to load at init (and that [`crate::Nvshmem::save_tuning`] writes by default);
 /// unset: [`default_path`]; `none` (or empty): no file.
 pub const TUNING_FILE_ENV: &str = "NVSH_TUNING_FILE";
-/// Wall-clock budget of one online tuning, milliseconds (default [`ONLINE_BUDGET_MS_DEFAULT`]).
+/// Wall-clock budget of one online tuning, milliseconds (default 5: `ONLINE_BUDGET_MS_DEFAULT`).
 /// The runs per candidate come from this and the message size alone, so all PEs agree on them.
 pub const TUNE_BUDGET_ENV: &str = "NVSH_TUNE_BUDGET_MS";
 /// Default online tuning budget, milliseconds, when [`TUNE_BUDGET_ENV`] is unset.
@@ -130,18 +129,13 @@ pub fn dtype_class(elem_bytes: usize) -> &'static str {
     }
 }
 
-/// [`dtype_class`] of a dtype.
-pub fn class_of(dtype: Dtype) -> &'static str {
-    dtype_class(dtype.size())
-}
-
 /// The power-of-two bucket online tuning records `bytes` under: (half the bucket, bucket].
 pub fn size_bucket(bytes: usize) -> (u64, u64) {
     let hi = (bytes.max(1) as u64).next_power_of_two();
     (hi / 2 + 1, hi)
 }
 
-/// Per collective key ("allreduce", "broadcast", ...; [`collective_key`]) and dtype class, the
+/// Per collective key ("allreduce", "broadcast", ...; `collective_key`) and dtype class, the
 /// rows of choices.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -82,7 +82,7 @@ const FLAG_NO_DIRECT: i32 = 1;
 /// Distinguishes channels, so that a message is released on the channel it came from.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A pipeline channel carrying `T` elements; see the [module documentation](self).
+/// A pipeline channel carrying `T` elements; see docs/channels.md.
 pub struct Channel<'nv, T: Element> {
     nv: &'nv Nvshmem,
     id: u64,

@@ -31,10 +31,7 @@ use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::stream::raw_stream;
 use crate::proto::family::META_LL;
-pub use crate::proto::lines::{
-    line_slot_bytes, pair_lines, ExchangePairs, LineLimits, EXCHANGE_LL_MAX_DEFAULT,
-    EXCHANGE_LL_MAX_ENV,
-};
+pub use crate::proto::lines::{pair_lines, ExchangePairs, LineLimits};
 use crate::proto::FamilyWorkspace;
 use crate::sys;
 use cudarc::driver::CudaStream;

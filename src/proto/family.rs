@@ -36,7 +36,7 @@ pub const META_LL: u64 = 1 << 24;
 /// Checked mode's meta bit for a call under the split protocol ([`FamilyProtocol::Split`]).
 pub const META_SPLIT: u64 = 1 << 25;
 /// Smallest buffer (bytes) that `Auto` moves by the split protocol, where the collective has it
-/// (broadcast, reduce) and the team has at least [`SPLIT_MIN_PES`] members: there the root's
+/// (broadcast, reduce) and the team has at least 3 members (`SPLIT_MIN_PES`): there the root's
 /// links carry one buffer's worth instead of n - 1. A huge value (`1T`) turns the choice off.
 /// Every PE must set the same (members that disagree fail checked mode, or time out).
 pub const FAMILY_SPLIT_MIN_ENV: &str = "NVSH_FAMILY_SPLIT_MIN";
@@ -141,8 +141,8 @@ pub enum FamilyProtocol {
     /// gather into the root's output), so that no member's links carry much more than one
     /// buffer's worth; where the collective has it (broadcast, reduce) and the team has at
     /// least 2 members, else direct stores. Mapped peers get direct stores, others NVSHMEM
-    /// puts. `Auto` takes it from [`FAMILY_SPLIT_MIN_ENV`] bytes on at [`SPLIT_MIN_PES`]
-    /// members or more.
+    /// puts. `Auto` takes it from [`FAMILY_SPLIT_MIN_ENV`] bytes on at 3 members or more
+    /// (`SPLIT_MIN_PES`).
     Split,
 }
 
@@ -742,7 +742,7 @@ macro_rules! family_methods {
         $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, LINES);
         impl<'nv> $ty<'nv> {
             /// How the last call's pairs (a peer other than this PE, a direction) went: as
-            /// low-latency lines or through the mailbox ([`crate::proto::exchange`]).
+            /// low-latency lines or through the mailbox.
             pub fn last_pairs(&self) -> $crate::proto::lines::ExchangePairs {
                 self.fam.last_pairs()
             }

@@ -147,11 +147,6 @@ pub fn staging_layout(sizes: impl IntoIterator<Item = usize>) -> Option<(Vec<usi
     Some((offsets, end))
 }
 
-/// Bytes a call of `input` and `output` bytes needs (the output after the input, aligned).
-pub fn staging_need(input: usize, output: usize) -> Option<usize> {
-    staging_layout([input, output]).map(|(_, need)| need)
-}
-
 /// What a call that needs `need` bytes grows the area to.
 pub fn grown_capacity(need: usize) -> usize {
     need.checked_next_power_of_two()
@@ -371,6 +366,11 @@ fn copy_dtod(dst: usize, src: usize, bytes: usize, stream: &CudaStream) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes a call of `input` and `output` bytes needs (the output after the input, aligned).
+    fn staging_need(input: usize, output: usize) -> Option<usize> {
+        staging_layout([input, output]).map(|(_, need)| need)
+    }
 
     #[test]
     fn the_output_follows_the_input_aligned() {

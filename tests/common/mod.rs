@@ -65,7 +65,7 @@ pub fn runtime(pes: i32) -> Nvshmem {
 /// process), or None after a skip line where the PEs share GPUs (init refuses pretend nodes
 /// there).
 pub fn pretend_runtime(pes: i32, g: i32) -> Option<Nvshmem> {
-    use nvshmem::core::node::PRETEND_NODE_SIZE_ENV;
+    use nvshmem::PRETEND_NODE_SIZE_ENV;
     std::env::set_var(PRETEND_NODE_SIZE_ENV, g.to_string());
     match Nvshmem::init() {
         Ok(nv) => {

@@ -19,14 +19,14 @@ use crate::bench::nvshmem_coll::{
 use crate::bench::render::NCCL_SYM_WORDING;
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
-use nvshmem::coll::allreduce::{Allreduce, AllreduceAlgo};
-use nvshmem::coll::op::{ReduceOp, Reducible};
-use nvshmem::core::buffer::SymView;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::runtime::Nvshmem;
-use nvshmem::core::stream::raw_stream;
 use nvshmem::sys;
+use nvshmem::tools::raw_stream;
+use nvshmem::tools::size_label;
+use nvshmem::Nvshmem;
+use nvshmem::SymView;
+use nvshmem::{Allreduce, AllreduceAlgo};
+use nvshmem::{Error, Result};
+use nvshmem::{ReduceOp, Reducible};
 
 pub use crate::bench::harness::BenchDtype;
 

@@ -29,16 +29,16 @@ use crate::bench::nvshmem_coll::{
 use crate::bench::render::NCCL_SYM_WORDING;
 use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
-use nvshmem::coll::op::{ReduceOp, Reducible};
-use nvshmem::core::buffer::SymView;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::runtime::Nvshmem;
-use nvshmem::proto::family::check_root;
+use nvshmem::tools::check_root;
+use nvshmem::tools::size_label;
+use nvshmem::Nvshmem;
+use nvshmem::SymView;
 use nvshmem::{
     Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, P2p, P2pGroup, Parts, Reduce,
     ReduceScatter,
 };
+use nvshmem::{Error, Result};
+use nvshmem::{ReduceOp, Reducible};
 
 /// What is timed. The names are the command line's (clap lists them in `--help`, each with
 /// the `help` given here rather than the doc comment, which is written for rustdoc).
@@ -786,22 +786,18 @@ fn lines_text(kind: Kind, lines_max: usize) -> String {
     let (env, what, otherwise) = if kind == Kind::Allgatherv {
         // Host counts: one launch of every part (src/coll/allgatherv.rs), no pairs.
         (
-            nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
+            nvshmem::EXCHANGE_LL_MAX_ENV,
             "every part",
             "allgather's blocks (the mailbox past 16 PEs)",
         )
     } else if exchange {
         (
-            nvshmem::proto::exchange::EXCHANGE_LL_MAX_ENV,
+            nvshmem::EXCHANGE_LL_MAX_ENV,
             "pairs (two PEs, one direction)",
             "the mailbox",
         )
     } else {
-        (
-            nvshmem::proto::family::FAMILY_LL_MAX_ENV,
-            "blocks",
-            "the handshake",
-        )
+        (nvshmem::FAMILY_LL_MAX_ENV, "blocks", "the handshake")
     };
     match lines_max {
         0 => format!(

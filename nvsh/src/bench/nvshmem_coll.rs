@@ -8,12 +8,12 @@
 use crate::bench::harness::{BenchDtype, BenchElement, Report};
 use crate::bench::kind::Kind;
 use cudarc::driver::CudaStream;
-use nvshmem::coll::op::ReduceOp;
-use nvshmem::core::buffer::SymView;
-use nvshmem::core::env_value::{parse_bool, parse_size, size_label};
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::stream::raw_stream;
 use nvshmem::sys;
+use nvshmem::tools::raw_stream;
+use nvshmem::tools::{parse_bool, parse_size, size_label};
+use nvshmem::ReduceOp;
+use nvshmem::SymView;
+use nvshmem::{Error, Result};
 use std::ffi::c_void;
 
 /// Which of NVSHMEM's reductions.

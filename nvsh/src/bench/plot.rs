@@ -10,7 +10,7 @@
 
 use crate::bench::render::BENCH_SCHEMA;
 use nvsh_plot::{Axis, Corner, Figure, Panel, Scale, Series, Stroke};
-use nvshmem::core::env_value::size_label;
+use nvshmem::tools::size_label;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -29,16 +29,16 @@ use crate::bench::harness::{
 use crate::bench::median;
 use crate::bench::render::{rounded, BENCH_SCHEMA};
 use crate::error::{ToolError, ToolResult};
-use nvshmem::coll::allreduce::low_latency_shape;
-use nvshmem::core::buffer::SymmetricBuffer;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::result::cuda_check;
-use nvshmem::core::runtime::Nvshmem;
-use nvshmem::core::stream::raw_stream;
-use nvshmem::p2p::device_put::LaunchShape;
+use nvshmem::result::cuda_check;
 use nvshmem::sys;
+use nvshmem::tools::low_latency_shape;
+use nvshmem::tools::raw_stream;
+use nvshmem::tools::size_label;
+use nvshmem::LaunchShape;
+use nvshmem::Nvshmem;
 use nvshmem::ReduceOp;
+use nvshmem::SymmetricBuffer;
+use nvshmem::{Error, Result};
 use serde_json::{json, Value};
 use std::mem::{offset_of, size_of};
 

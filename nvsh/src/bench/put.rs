@@ -13,13 +13,13 @@ use crate::bench::render::{rounded, BENCH_SCHEMA};
 use crate::bench::{elapsed_ms, median};
 use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaStream;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::Result;
-use nvshmem::core::result::cuda_check;
-use nvshmem::core::runtime::Nvshmem;
-use nvshmem::core::stream::raw_stream;
-use nvshmem::p2p::device_put::{Completion, LaunchShape};
+use nvshmem::result::cuda_check;
 use nvshmem::sys;
+use nvshmem::tools::raw_stream;
+use nvshmem::tools::size_label;
+use nvshmem::Nvshmem;
+use nvshmem::Result;
+use nvshmem::{Completion, LaunchShape};
 use serde_json::json;
 
 /// What to measure.

@@ -5,8 +5,8 @@
 use crate::bench::harness::{
     baseline_cell, BenchDtype, Outcome, RatioOn, Report, Row, COMPUTE_BYTES,
 };
-use nvshmem::coll::op::ReduceOp;
-use nvshmem::core::env_value::size_label;
+use nvshmem::tools::size_label;
+use nvshmem::ReduceOp;
 use serde_json::{json, Map, Value};
 
 /// What the table and README say is checked; `checked_by` names who compares outputs where

@@ -25,13 +25,13 @@ use crate::bench::time_calls;
 use crate::nccl_baseline::NcclBaseline;
 use cudarc::driver::CudaStream;
 use half::bf16;
-use nvshmem::core::env_value::size_label;
-use nvshmem::core::error::{Error, Result};
-use nvshmem::core::runtime::Nvshmem;
+use nvshmem::tools::size_label;
+use nvshmem::Nvshmem;
 use nvshmem::{
     scatter_add, Allreduce, AllreduceAlgo, HostSparse, ReduceOp, SparseAllreduce, SparseMethod,
     SparseOptions, SparseSet, SparseValue,
 };
+use nvshmem::{Error, Result};
 use serde_json::json;
 use std::sync::Arc;
 

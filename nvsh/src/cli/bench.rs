@@ -10,7 +10,7 @@ use nvsh::bench::put::{self, PutBenchOptions};
 use nvsh::bench::render;
 use nvsh::bench::sparse::{self, SparseBenchOptions};
 use nvsh::error::ToolResult;
-use nvshmem::core::env_value::size_label;
+use nvshmem::tools::size_label;
 use nvshmem::{Error, Nvshmem, ReduceOp, Result, SparseMethod};
 use std::path::Path;
 
@@ -233,7 +233,7 @@ impl ProbeArgs {
 /// than the size up to which the one-shot takes its low-latency path by default.
 fn parse_probe_bytes(s: &str) -> std::result::Result<usize, String> {
     let bytes = parse_size(s)?;
-    let max = nvshmem::coll::allreduce::LL_MAX_DEFAULT_WIDE;
+    let max = nvshmem::tools::LL_MAX_DEFAULT_WIDE;
     if bytes % 8 != 0 {
         return Err(format!("{bytes} bytes is not a multiple of 8"));
     }
@@ -654,9 +654,9 @@ pub(crate) fn emit(text: &str, out: Option<&Path>) -> Result<()> {
 /// Whether this process will be PE 0, the one that writes --out and --plot: rank 0 of `nvsh
 /// run` or of an MPI-style launcher, or a process started alone. Read before NVSHMEM starts.
 pub(crate) fn writes_results() -> bool {
-    match nvshmem::bootstrap::launcher_env() {
+    match nvshmem::launcher_env() {
         Ok(Some(l)) => l.rank == 0,
-        _ => nvshmem::bootstrap::step_env().is_none_or(|s| s.rank == 0),
+        _ => nvshmem::tools::bootstrap::step_env().is_none_or(|s| s.rank == 0),
     }
 }
 

@@ -5,7 +5,7 @@ use clap::Args;
 use nvsh::model::sparse::{Grad, Method};
 use nvsh::model::step::{estimate, Step};
 use nvsh::model::{Params, Pick, Topology};
-use nvshmem::core::env_value::size_label;
+use nvshmem::tools::size_label;
 use nvshmem::Result;
 use serde::Serialize;
 

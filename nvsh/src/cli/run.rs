@@ -65,8 +65,7 @@ fn launch(args: RunArgs) -> Result<ExitCode, LaunchError> {
         let wait = match args.wait_secs {
             Some(w) => w,
             None => {
-                nvshmem::sync::deadline::default_timeout()
-                    .unwrap_or(nvshmem::sync::deadline::DEFAULT_TIMEOUT)
+                nvshmem::tools::default_timeout().unwrap_or(nvshmem::DEFAULT_TIMEOUT)
                     + Duration::from_secs(30)
             }
         };

@@ -4,7 +4,8 @@
 use super::bench::{check_outputs, emit, parse_size, writes_results};
 use clap::Args;
 use nvsh::tune::{self, TuneCollective, TuneOptions};
-use nvshmem::core::tuning::{self as tuning_file, TUNING_FILE_ENV};
+use nvshmem::tools::tuning as tuning_file;
+use nvshmem::TUNING_FILE_ENV;
 use nvshmem::{Error, Nvshmem, Result};
 use std::path::PathBuf;
 

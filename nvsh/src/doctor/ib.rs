@@ -7,7 +7,7 @@
 //! doctor's exit code says whether a 2-PE run works on this node, and that needs no NIC.
 
 use super::check::{Check, Status};
-use nvshmem::core::env_value::parse_bool;
+use nvshmem::tools::parse_bool;
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 

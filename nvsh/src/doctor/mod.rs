@@ -14,8 +14,8 @@ mod check;
 pub mod ib;
 
 pub use check::{Check, Status};
-use nvshmem::bootstrap;
-use nvshmem::core::result;
+use nvshmem::result;
+use nvshmem::tools::bootstrap;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::fmt::{self, Write as _};
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use nvshmem::core::MIN_COMPUTE_CAPABILITY;
+pub use nvshmem::MIN_COMPUTE_CAPABILITY;
 
 /// Open MPI's library soname: the MPI this project builds and launches with (INSTALL.md).
 pub const LIBMPI_SONAME: &str = "libmpi.so.40";
@@ -41,7 +41,7 @@ pub const LISTED_ENV: &[&str] = &[
     "NVSHMEM_REMOTE_TRANSPORT",
 ];
 
-/// The launcher's per-process variables (see [`nvshmem::bootstrap`]).
+/// The launcher's per-process variables (see [`nvshmem::tools::bootstrap`]).
 const LAUNCHER_ENV: &[&str] = &[
     bootstrap::ENV_RANK,
     bootstrap::ENV_LOCAL_RANK,
@@ -545,11 +545,11 @@ fn check_nvlink_multicast(report: &Report) -> Check {
                sets both)";
     let nvshmem_off = report
         .env("NVSHMEM_DISABLE_NVLS")
-        .and_then(nvshmem::core::env_value::parse_bool)
+        .and_then(nvshmem::tools::parse_bool)
         == Some(true);
     let nccl_on = report
         .env("NCCL_NVLS_ENABLE")
-        .and_then(nvshmem::core::env_value::parse_bool)
+        .and_then(nvshmem::tools::parse_bool)
         == Some(true);
     match report.env("NVSHMEM_DISABLE_NVLS") {
         None => Check::new(
@@ -603,9 +603,9 @@ fn check_nvsh_env(report: &Report, checks: &mut Vec<Check>) {
         checks.push(Check::new(
             "nvsh bootstrap",
             Status::Fail,
-            format!("{e}; fix or unset {}", bootstrap::ENV_BOOTSTRAP),
+            format!("{e}; fix or unset {}", nvshmem::BOOTSTRAP_ENV),
         ));
-    } else if let Some(v) = report.env(bootstrap::ENV_BOOTSTRAP) {
+    } else if let Some(v) = report.env(nvshmem::BOOTSTRAP_ENV) {
         if v == "single" {
             checks.push(Check::new(
                 "nvsh bootstrap",
@@ -613,7 +613,7 @@ fn check_nvsh_env(report: &Report, checks: &mut Vec<Check>) {
                 format!(
                     "{}=single: every process initialises alone as PE 0 of 1; unset it for \
                      multi-PE runs",
-                    bootstrap::ENV_BOOTSTRAP
+                    nvshmem::BOOTSTRAP_ENV
                 ),
             ));
         }
@@ -795,9 +795,7 @@ pub fn gather() -> Report {
         nvshmem: gather_nvshmem(),
         mpi: gather_mpi(),
         env: gather_env(),
-        bootstrap_error: bootstrap::Bootstrap::from_env()
-            .err()
-            .map(|e| e.to_string()),
+        bootstrap_error: nvshmem::Bootstrap::from_env().err().map(|e| e.to_string()),
         fabric: ib::Fabric::default(),
     };
     match result::cuda_probe() {

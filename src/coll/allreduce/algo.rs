@@ -23,7 +23,7 @@ pub enum AllreduceAlgo {
     RecursiveDoubling,
     /// Node-aware, for a workspace over the world where it spans nodes (pretend ones too):
     /// reduce-scatter inside each node, an allreduce of each shard across nodes on its rail,
-    /// an allgather inside each node ([`super::hier`]). `Auto` takes it on such a workspace;
+    /// an allgather inside each node (docs/nodes.md). `Auto` takes it on such a workspace;
     /// elsewhere asking for it is an error.
     Hierarchical,
 }

@@ -25,7 +25,7 @@ use cudarc::driver::CudaStream;
 use std::time::Duration;
 
 /// The environment variable: `Auto` on a workspace over several nodes takes the hierarchical
-/// algorithm from this many bytes on (default [`HIER_MIN_DEFAULT`]); below it, the flat table.
+/// algorithm from this many bytes on (default 0: `HIER_MIN_DEFAULT`); below it, the flat table.
 /// `1T` leaves it to explicit requests.
 pub const HIER_MIN_ENV: &str = "NVSH_ALLREDUCE_HIER_MIN";
 /// Not measured across real nodes yet: every size, as the issue asks of a team over nodes.

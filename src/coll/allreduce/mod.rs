@@ -41,7 +41,8 @@ pub const ALGO_ENV: &str = "NVSH_ALLREDUCE_ALGO";
 
 /// Largest one-shot payload (bytes) sent with the low-latency protocol (data and flag in the same
 /// line: no fence and no separate signal) when every member is mapped by NVLink/PCIe. `0` turns
-/// it off. Default [`LL_MAX_DEFAULT`] for 2 PEs, [`LL_MAX_DEFAULT_WIDE`] for more.
+/// it off. Default 512 KiB for 2 PEs, 256 KiB for more (`LL_MAX_DEFAULT`,
+/// `LL_MAX_DEFAULT_WIDE`).
 pub const LL_MAX_ENV: &str = "NVSH_ALLREDUCE_LL_MAX";
 /// Measured on two NVLinked H200: the protocol beats NCCL up to 512 KiB (9.8 vs 10.1 us) and
 /// the signal-based one-shot there (10.6 us); it loses to recursive doubling from 1 MiB.
@@ -84,7 +85,7 @@ fn ll_max_from_env(n: i32) -> Result<usize> {
 
 /// Two-shot messages from this many bytes on take the direct protocol (loads and stores over
 /// the peer mappings, no receive slots) where every member is mapped; below, the slot protocol
-/// that also runs across nodes. Default [`DIRECT_MIN_DEFAULT`]; a huge value (`1T`) turns the
+/// that also runs across nodes. Default 0 (`DIRECT_MIN_DEFAULT`); a huge value (`1T`) turns the
 /// direct protocol off.
 pub const DIRECT_MIN_ENV: &str = "NVSH_ALLREDUCE_DIRECT_MIN";
 /// The direct protocol's grid scales with the message, so it wins at every size where it runs.
@@ -102,8 +103,8 @@ pub const DIRECT_BLOCK_BYTES_ENV: &str = "NVSH_ALLREDUCE_DIRECT_BLOCK_BYTES";
 /// the push protocol: only stores cross the links (each PE's chunks go into the peers' outputs,
 /// which hold them until the reduced chunks overwrite them), at the cost of two more handshakes
 /// per block. In place, or below, the pull protocol (loads of the peers' inputs). Default
-/// [`PUSH_MIN_DEFAULT`] for 3 and 4 PEs, [`PUSH_MIN_DEFAULT_TWO_PES`] for 2, off from 5 (not
-/// measured there yet); `1T` turns it off.
+/// 64 MiB for 3 and 4 PEs, 256 MiB for 2 (`PUSH_MIN_DEFAULT`, `PUSH_MIN_DEFAULT_TWO_PES`), off
+/// from 5 (not measured there yet); `1T` turns it off.
 pub const PUSH_MIN_ENV: &str = "NVSH_ALLREDUCE_PUSH_MIN";
 /// Measured on 4 H200 (f32; NCCL 2.28.9 in the same runs at 312 / 329 / 339 GB/s): push at 64,
 /// 128 and 256 MiB reached 304 / 321 / 333 GB/s busbw against pull's 299 / 307 / 312; at 32 MiB
@@ -115,7 +116,7 @@ pub const PUSH_MIN_DEFAULT: usize = 64 << 20;
 pub const PUSH_MIN_DEFAULT_TWO_PES: usize = 256 << 20;
 /// Rounds the push protocol pipelines each block's part in: the next round's stores are issued
 /// before this round's reduce, so the links stay busy meanwhile. `0` (default): one round per
-/// [`PUSH_ROUND_BYTES`] of a block's part, 1 to 16; else that many.
+/// 64 KiB (`PUSH_ROUND_BYTES`) of a block's part, 1 to 16; else that many.
 pub const PUSH_ROUNDS_ENV: &str = "NVSH_ALLREDUCE_PUSH_ROUNDS";
 /// Measured on 4 H200 with parts of 128, 256 and 512 KiB per block (64 / 128 / 256 MiB): 2, 4
 /// and 8 rounds were the best of 1, 2, 4 and 8 (smaller rounds spend more on handshakes).
@@ -787,7 +788,7 @@ impl<'nv> Allreduce<'nv> {
     ///
     /// Each buffer is a symmetric view or this PE's own device memory ([`InBuf`], [`OutBuf`]:
     /// a cudarc slice or view, or a raw pointer), the latter staged through the workspace's
-    /// symmetric area ([`crate::proto::staging`]): a device-to-device copy in before the
+    /// symmetric area (docs/staging.md): a device-to-device copy in before the
     /// reduction and one out after it, on `stream`. The area grows at the first call of a
     /// larger size (collectively: every member passes its own memory at the same calls) unless
     /// [`Allreduce::reserve_staging`] made it large enough.
