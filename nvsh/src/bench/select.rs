@@ -10,12 +10,21 @@
 //! element at or above the k-th largest magnitude, in index order. The copy is compared with
 //! the gradient.
 
-use crate::bench::sparse::SparseRow;
 use crate::bench::time_calls;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use nvshmem::core::env_value::size_label;
+use nvshmem::tools::size_label;
 use nvshmem::{Error, HostSparse, Nvshmem, Result, SparseSet, SparseValue, TopK};
 use std::sync::Arc;
+
+/// One timed row: the method's name, the density, the pairs selected (the copy: elements),
+/// microseconds per call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timed {
+    pub method: &'static str,
+    pub density: f64,
+    pub k: usize,
+    pub us: f64,
+}
 
 /// Method names of the rows.
 pub const TOPK_ROW: &str = "select: top-k";
@@ -104,17 +113,13 @@ pub fn select_rows<T: SparseValue, G: DevicePtr<T>>(
     bytes: usize,
     densities: &[f64],
     (warmup, reps): (usize, usize),
-) -> Result<Vec<SparseRow>> {
+) -> Result<Vec<Timed>> {
     let n = host.len();
-    let row = |method: &str, density: f64, k: usize, us: f64| SparseRow {
-        method: method.into(),
-        bytes,
+    let row = |method, density, k, us| Timed {
+        method,
         density,
         k,
         us,
-        sent_bytes_per_pe: 0.0,
-        rel_error: 0.0,
-        na: None,
     };
     let mut rows = Vec::new();
     for &density in densities {

@@ -179,16 +179,17 @@ fn run_typed<T: Grad>(
             stream.memcpy_htod(&normal, &mut out.slice_mut(0..n))?;
             let reps = (opts.warmup, opts.reps);
             let g = out.slice(0..n);
-            rows.extend(select_rows(
-                nv,
-                &stream,
-                bufs,
-                &g,
-                &normal,
+            let timed = select_rows(nv, &stream, bufs, &g, &normal, bytes, &opts.densities, reps)?;
+            rows.extend(timed.into_iter().map(|t| SparseRow {
+                method: t.method.into(),
                 bytes,
-                &opts.densities,
-                reps,
-            )?);
+                density: t.density,
+                k: t.k,
+                us: t.us,
+                sent_bytes_per_pe: 0.0,
+                rel_error: 0.0,
+                na: None,
+            }));
         }
         if !opts.exchange {
             if me == 0 {
