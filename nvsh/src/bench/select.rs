@@ -46,14 +46,18 @@ fn key<T: SparseValue>(v: T) -> u32 {
     (v.to_f64() as f32).abs().to_bits()
 }
 
+/// Every element's key, computed once per gradient for all its selections.
+pub fn keys_of<T: SparseValue>(host: &[T]) -> Vec<u32> {
+    host.iter().map(|&v| key(v)).collect()
+}
+
 /// The host's top-k of `host`: the `k` largest magnitudes, ties to the lower index, in index
-/// order; and the k-th largest key (0 when k = 0).
-pub fn host_topk<T: SparseValue>(host: &[T], k: usize) -> (HostSparse<T, i32>, u32) {
+/// order; and the k-th largest key (0 when k = 0). `keys`: [`keys_of`] `host`.
+pub fn host_topk<T: SparseValue>(host: &[T], keys: &[u32], k: usize) -> (HostSparse<T, i32>, u32) {
     let k = k.min(host.len());
     if k == 0 {
         return (HostSparse::empty(), 0);
     }
-    let keys: Vec<u32> = host.iter().map(|&v| key(v)).collect();
     let mut order: Vec<u32> = (0..host.len() as u32).collect();
     let by = |a: &u32, b: &u32| keys[*b as usize].cmp(&keys[*a as usize]).then(a.cmp(b));
     order.select_nth_unstable_by(k - 1, by);
@@ -69,10 +73,14 @@ pub fn host_topk<T: SparseValue>(host: &[T], k: usize) -> (HostSparse<T, i32>, u
 }
 
 /// The host's threshold selection: every element whose key is at least `min_key`, in index
-/// order.
-pub fn host_threshold<T: SparseValue>(host: &[T], min_key: u32) -> HostSparse<T, i32> {
+/// order. `keys`: [`keys_of`] `host`.
+pub fn host_threshold<T: SparseValue>(
+    host: &[T],
+    keys: &[u32],
+    min_key: u32,
+) -> HostSparse<T, i32> {
     let idx: Vec<i32> = (0..host.len())
-        .filter(|&i| key(host[i]) >= min_key)
+        .filter(|&i| keys[i] >= min_key)
         .map(|i| i as i32)
         .collect();
     HostSparse {
@@ -122,9 +130,10 @@ pub fn select_rows<T: SparseValue, G: DevicePtr<T>>(
         us,
     };
     let mut rows = Vec::new();
+    let keys = keys_of(host);
     for &density in densities {
         let k = ((density * n as f64).ceil() as usize).clamp(1, n.max(1));
-        let (want_topk, kth) = host_topk(host, k);
+        let (want_topk, kth) = host_topk(host, &keys, k);
         let SelectBuffers { topk, set, .. } = bufs;
         let us = time_calls(nv, stream, warmup, reps, || {
             topk.run(g, k, set, stream).map(|_| ())
@@ -135,7 +144,7 @@ pub fn select_rows<T: SparseValue, G: DevicePtr<T>>(
         rows.push(row(TOPK_ROW, density, k, us));
 
         let t = f32::from_bits(kth);
-        let want = host_threshold(host, kth);
+        let want = host_threshold(host, &keys, kth);
         let us = time_calls(nv, stream, warmup, reps, || {
             topk.threshold(g, t, set, stream)
         })?;
@@ -206,16 +215,17 @@ mod tests {
     #[test]
     fn host_selections_take_ties_to_the_lower_index_in_index_order() {
         let v: Vec<f32> = vec![1.0, -3.0, 2.0, 3.0, -2.0, 0.5];
-        let (t, kth) = host_topk(&v, 3);
+        let keys = keys_of(&v);
+        let (t, kth) = host_topk(&v, &keys, 3);
         // |3| at 1 and 3, then the first |2| (index 2) of the tie with index 4.
         assert_eq!(t.idx, vec![1, 2, 3]);
         assert_eq!(t.val, vec![-3.0, 2.0, 3.0]);
         assert_eq!(kth, 2.0f32.to_bits());
-        let th = host_threshold(&v, kth);
+        let th = host_threshold(&v, &keys, kth);
         assert_eq!(th.idx, vec![1, 2, 3, 4]);
         assert_eq!(th.count, 4);
-        assert_eq!(host_topk(&v, 0).0.count, 0);
-        assert_eq!(host_topk(&v, 99).0.idx.len(), 6);
+        assert_eq!(host_topk(&v, &keys, 0).0.count, 0);
+        assert_eq!(host_topk(&v, &keys, 99).0.idx.len(), 6);
     }
 
     #[test]
