@@ -178,9 +178,10 @@ pub type Create = for<'nv> fn(
     usize,
 ) -> Result<Box<dyn TableCollective<'nv> + 'nv>>;
 
-/// `$body` with `$i` and `$o` bound to the buffers of `$bufs`, whatever their element type.
-macro_rules! each_element {
-    ($bufs:expr, |$i:ident, $o:ident| $body:expr) => {{
+/// `$body` with `$i` and `$o` bound to the buffers of `$bufs` of each reducible type, `$u8`
+/// with `$ui` and `$uo` bound to u8 buffers.
+macro_rules! by_type {
+    ($bufs:expr, |$i:ident, $o:ident| $body:expr, |$ui:pat_param, $uo:pat_param| $u8:expr) => {{
         use $crate::coll::dispatch::AnyBufs as B;
         match $bufs {
             B::F32($i, $o) => $body,
@@ -191,29 +192,28 @@ macro_rules! each_element {
             B::I64($i, $o) => $body,
             B::U32($i, $o) => $body,
             B::U64($i, $o) => $body,
-            B::U8($i, $o) => $body,
+            B::U8($ui, $uo) => $u8,
         }
     }};
+}
+pub(crate) use by_type;
+
+/// `$body` with `$i` and `$o` bound to the buffers of `$bufs`, whatever their element type.
+macro_rules! each_element {
+    ($bufs:expr, |$i:ident, $o:ident| $body:expr) => {
+        $crate::coll::dispatch::by_type!($bufs, |$i, $o| $body, |$i, $o| $body)
+    };
 }
 pub(crate) use each_element;
 
 /// [`each_element!`] for a reduction (`$what`, its name): u8, which no reduction takes, is
 /// refused.
 macro_rules! each_reducible {
-    ($what:expr, $bufs:expr, |$i:ident, $o:ident| $body:expr) => {{
-        use $crate::coll::dispatch::AnyBufs as B;
-        match $bufs {
-            B::F32($i, $o) => $body,
-            B::F64($i, $o) => $body,
-            B::F16($i, $o) => $body,
-            B::Bf16($i, $o) => $body,
-            B::I32($i, $o) => $body,
-            B::I64($i, $o) => $body,
-            B::U32($i, $o) => $body,
-            B::U64($i, $o) => $body,
-            B::U8(..) => Err($crate::coll::dispatch::no_u8($what)),
-        }
-    }};
+    ($what:expr, $bufs:expr, |$i:ident, $o:ident| $body:expr) => {
+        $crate::coll::dispatch::by_type!($bufs, |$i, $o| $body, |_, _| Err(
+            $crate::coll::dispatch::no_u8($what)
+        ))
+    };
 }
 pub(crate) use each_reducible;
 
