@@ -167,6 +167,10 @@ pub mod tools {
     /// CPU model of the sparse allreduce's methods, which the GPU tests compare with.
     pub use crate::sparse::simulation as sparse_simulation;
 
+    /// Any collective of the table created and called through one signature
+    /// ([`crate::Collective::create`]): what the tools and tests loop over.
+    pub use crate::coll::dispatch::{AnyBufs, AnyCall, Create, Peers, TableCollective};
+
     /// The low-latency allreduce's launch shape for a size.
     pub use crate::coll::allreduce::low_latency_shape;
     /// The low-latency allreduce's default bound on wide types.

@@ -14,8 +14,9 @@
 
 use cudarc::driver::CudaStream;
 use cudarc::nccl::{result as nccl_result, safe as nccl, sys as nccl_sys, NcclType};
-use nvshmem::Element;
+use nvshmem::tools::Peers;
 use nvshmem::Nvshmem;
+use nvshmem::{Collective, Element};
 use nvshmem::{Error, Result};
 use nvshmem::{ReduceOp, Reducible};
 use nvshmem::{SymView, SymmetricBuffer};
@@ -101,6 +102,26 @@ pub enum NcclCall {
     /// `ncclSend` of the input to the next rank and `ncclRecv` of the output from the previous
     /// in a group: a ring of grouped send/recv.
     SendRecvRing,
+}
+
+impl NcclCall {
+    /// NCCL's call for a collective of the table with these pairs, op and root, or None where
+    /// NCCL has none. NCCL's API differs per collective, so this is the one match over the
+    /// table's collectives in the tools: the v forms as their equal-count counterparts, grouped
+    /// send/recv as grouped `ncclSend`/`ncclRecv`.
+    pub fn of(c: Collective, peers: Peers, op: ReduceOp, root: i32) -> Option<NcclCall> {
+        Some(match c {
+            Collective::Allreduce => NcclCall::AllReduce(op),
+            Collective::Broadcast => NcclCall::Broadcast { root },
+            Collective::Reduce => NcclCall::Reduce { op, root },
+            Collective::Allgather | Collective::Allgatherv => NcclCall::AllGather,
+            Collective::ReduceScatter => NcclCall::ReduceScatter(op),
+            Collective::Alltoall | Collective::Alltoallv => NcclCall::AllToAll,
+            Collective::Group if peers == Peers::Ring => NcclCall::SendRecvRing,
+            Collective::Group => NcclCall::AllToAll,
+            _ => return None,
+        })
+    }
 }
 
 /// A send of the first buffer to the rank after it and a receive into the third from the rank

@@ -14,6 +14,7 @@ use nvsh::bench::harness::{BenchDtype, Outcome, RatioOn, Report};
 use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::bench::render::render_table;
 use nvsh::nccl_baseline;
+use nvshmem::Collective as C;
 use nvshmem::{Nvshmem, ReduceOp};
 
 /// Whether NCCL can be a candidate here (decided alike on every PE: one machine).
@@ -103,7 +104,7 @@ gpu_test!(2, family_benches_check_every_type_they_take);
 fn family_benches_check_every_type_they_take() {
     let nv = runtime(2);
     let nccl = nccl_usable(&nv);
-    for kind in Kind::ALL {
+    for kind in Kind::all() {
         let dtypes = BenchDtype::taken_by(kind.reduces());
         let mut opts = FamilyBenchOptions::new(kind);
         opts.min_bytes = 4 << 10;
@@ -125,7 +126,7 @@ fn family_benches_check_every_type_they_take() {
     }
     // NVSHMEM's reduce-scatter over every reducible type, with an op it has.
     if !nv.shares_gpus() {
-        let mut opts = FamilyBenchOptions::new(Kind::ReduceScatter);
+        let mut opts = FamilyBenchOptions::new(Kind::of(C::ReduceScatter));
         (opts.min_bytes, opts.max_bytes, opts.reps, opts.warmup) = (4 << 10, 8 << 10, 2, 1);
         opts.op = ReduceOp::Prod;
         opts.dtypes = BenchDtype::REDUCIBLE.to_vec();
@@ -133,7 +134,7 @@ fn family_benches_check_every_type_they_take() {
         let report = family::run(&nv, &opts).expect("bench ran");
         check_report(report, &nv, &BenchDtype::REDUCIBLE, 2);
     }
-    let mut opts = FamilyBenchOptions::new(Kind::ReduceScatter);
+    let mut opts = FamilyBenchOptions::new(Kind::of(C::ReduceScatter));
     opts.dtypes = vec![BenchDtype::U8];
     let err = family::run(&nv, &opts).unwrap_err().to_string();
     assert!(err.contains("reduce-scatter reduces f32"), "{err}");

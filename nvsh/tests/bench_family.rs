@@ -13,6 +13,7 @@ use nvsh::bench::harness::{BenchDtype, Outcome, RatioOn, NCCL_BASELINES};
 use nvsh::bench::nvshmem_coll::family_refusal;
 use nvsh::bench::render::render_table;
 use nvsh::nccl_baseline;
+use nvshmem::Collective as C;
 use nvshmem::ReduceOp;
 
 gpu_test!(2, family_benches_check_every_timed_call);
@@ -31,7 +32,7 @@ fn family_benches_check_every_timed_call() {
         }
     };
     let mut sym_skipped = false;
-    for kind in Kind::ALL {
+    for kind in Kind::all() {
         let mut opts = FamilyBenchOptions::new(kind);
         opts.min_bytes = 4 << 10;
         opts.max_bytes = 64 << 10;
@@ -59,7 +60,7 @@ fn family_benches_check_every_timed_call() {
         report.verify().unwrap_or_else(|e| panic!("{e}\n{table}"));
         // 4K to 64K in f32 and bf16.
         assert_eq!(report.rows.len(), 10, "{table}");
-        let pes = if kind == Kind::Reduce { 1 } else { 2 };
+        let pes = if kind == Kind::of(C::Reduce) { 1 } else { 2 };
         for row in &report.rows {
             for (c, o) in &row.results {
                 match o {
@@ -88,14 +89,14 @@ fn family_benches_check_every_timed_call() {
     }
     // Where NVSHMEM has no such collective, or PEs share a GPU (where NVSHMEM would end the
     // process), the candidate is n/a with the reason, and nothing of NVSHMEM's is called.
-    for kind in [Kind::Broadcast, Kind::Reduce] {
+    for kind in [Kind::of(C::Broadcast), Kind::of(C::Reduce)] {
         let mut opts = FamilyBenchOptions::new(kind);
         (opts.min_bytes, opts.max_bytes, opts.reps, opts.warmup) = (4 << 10, 4 << 10, 1, 1);
         opts.candidates = vec![Candidate::Ours, Candidate::Nvshmem];
         let report = family::run(&nv, &opts).expect("bench ran");
         let Some(report) = report else { continue };
         // A collective NVSHMEM lacks is named first, whatever the GPUs.
-        let want = if kind == Kind::Reduce {
+        let want = if kind == Kind::of(C::Reduce) {
             "no rooted reduce"
         } else if nv.shares_gpus() {
             "a GPU per PE"
@@ -116,7 +117,7 @@ fn family_benches_check_every_timed_call() {
         assert!(report.verify().is_err());
     }
     // A root outside the job: the same error on both PEs, before anything runs.
-    let mut opts = FamilyBenchOptions::new(Kind::Broadcast);
+    let mut opts = FamilyBenchOptions::new(Kind::of(C::Broadcast));
     opts.root = 2;
     let err = family::run(&nv, &opts).unwrap_err().to_string();
     assert!(err.contains("--root") && err.contains("0..2"), "{err}");

@@ -2,6 +2,7 @@
 //! (device/coll/allgather.cu). Each member puts into the others' outputs once they have arrived
 //! (their outputs are free), so calls go back to back with no barrier.
 
+use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::core::element::Element;
@@ -75,3 +76,9 @@ impl<'nv> Allgather<'nv> {
 }
 
 family_methods!(Allgather, &TEXT, lines);
+
+table_collective!(
+    Allgather, Allgather, choice: true,
+    new: |nv, team, _slot_bytes| Allgather::new(nv, team),
+    run: |c, call, stream| each_element!(call.bufs, |i, o| c.run(i, o, stream))
+);

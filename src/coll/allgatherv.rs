@@ -12,6 +12,7 @@
 //! each sender where its part goes, through the mailbox. Calls go back to back with no barrier
 //! either way. With device counts the mailbox only: the host cannot size the parts.
 
+use crate::coll::dispatch::{each_element, equal_parts, table_collective};
 use crate::coll::family::staged;
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, parts_meta};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
@@ -199,3 +200,20 @@ impl<'nv> Allgatherv<'nv> {
 }
 
 family_methods!(Allgatherv, &TEXT, exchange);
+
+table_collective!(
+    Allgatherv, Allgatherv, choice: false,
+    new: |nv, team, _slot_bytes| Allgatherv::new(nv, team),
+    run: |c, call, stream| {
+        let n = c.n_pes();
+        each_element!(call.bufs, |i, o| {
+            // Equal parts: every member's input is as long as this one's.
+            let (counts, displs) = equal_parts(i.len(), n);
+            let parts = Parts {
+                counts: &counts,
+                displs: &displs,
+            };
+            c.run(i, o, parts, stream)
+        })
+    }
+);

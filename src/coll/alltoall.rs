@@ -1,6 +1,7 @@
 //! Alltoall: block \[r\] of every member's input into block \[its rank\] of member r's output
 //! (device/coll/alltoall.cu). Each member puts into the others' outputs once they have arrived.
 
+use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::core::element::Element;
@@ -75,3 +76,9 @@ impl<'nv> Alltoall<'nv> {
 }
 
 family_methods!(Alltoall, &TEXT, lines);
+
+table_collective!(
+    Alltoall, Alltoall, choice: true,
+    new: |nv, team, _slot_bytes| Alltoall::new(nv, team),
+    run: |c, call, stream| each_element!(call.bufs, |i, o| c.run(i, o, stream))
+);

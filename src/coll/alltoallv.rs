@@ -7,6 +7,7 @@
 //! (`NVSH_EXCHANGE_LL_MAX`), so calls go back to back with no barrier; a count the two ends
 //! disagree on is an error on both.
 
+use crate::coll::dispatch::{each_element, equal_parts, table_collective};
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
 use crate::core::element::Element;
@@ -158,3 +159,19 @@ impl<'nv> Alltoallv<'nv> {
 }
 
 family_methods!(Alltoallv, &TEXT, exchange);
+
+table_collective!(
+    Alltoallv, Alltoallv, choice: false,
+    new: |nv, team, _slot_bytes| Alltoallv::new(nv, team),
+    run: |c, call, stream| {
+        let n = c.n_pes();
+        each_element!(call.bufs, |i, o| {
+            let (counts, displs) = equal_parts(i.len() / n.max(1) as usize, n);
+            let parts = Parts {
+                counts: &counts,
+                displs: &displs,
+            };
+            c.run(i, parts, o, parts, stream)
+        })
+    }
+);

@@ -6,6 +6,7 @@
 //! member, which passes it on to the rest, so that the root's links carry one buffer's worth
 //! instead of n - 1.
 
+use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
 use crate::core::element::Element;
@@ -75,3 +76,12 @@ impl<'nv> Broadcast<'nv> {
 }
 
 family_methods!(Broadcast, &TEXT, lines, split);
+
+table_collective!(
+    Broadcast, Broadcast, choice: true,
+    new: |nv, team, _slot_bytes| Broadcast::new(nv, team),
+    run: |c, call, stream| {
+        let root = call.root;
+        each_element!(call.bufs, |i, o| c.run(i, o, root, stream))
+    }
+);

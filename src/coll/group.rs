@@ -12,9 +12,10 @@
 //! through the workspace's symmetric area ([`crate::proto::staging`]); the area is reserved
 //! beforehand, since a call in which only some PEs take part cannot allocate collectively.
 
+use crate::coll::dispatch::{each_element, table_collective, Peers};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::core::element::{Dtype, Element};
-use crate::core::error::Result;
+use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, Located, LocatedBytes, OutBuf};
 use crate::proto::exchange::{check_list, Direction, ExchangeCall, Transfer, Transfers};
 use crate::proto::family::family_methods;
@@ -236,3 +237,30 @@ impl<'nv> P2pGroup<'nv> {
 }
 
 family_methods!(P2pGroup, &TEXT, exchange);
+
+table_collective!(
+    P2pGroup, Group, choice: false,
+    new: |nv, team, _slot_bytes| P2pGroup::new(nv, team),
+    run: |c, call, stream| {
+        let (n, me, peers) = (c.n_pes(), c.fam.ws().rank()?, call.peers);
+        each_element!(call.bufs, |i, o| {
+            let ops = match peers {
+                Peers::Ring => vec![P2p::send(i, (me + 1) % n), P2p::recv(o, (me + n - 1) % n)],
+                Peers::All => {
+                    let blocks = i.blocks(n as usize).zip(o.blocks(n as usize));
+                    let (sends, recvs) = blocks.ok_or_else(|| Error::CollectiveShape {
+                        what: TEXT.call,
+                        detail: "a call through the table splits symmetric views and raw \
+                                 pointers into blocks, not cudarc buffers; pass one of those"
+                            .into(),
+                    })?;
+                    let pairs = sends.into_iter().zip(recvs).zip(0..n);
+                    pairs
+                        .flat_map(|((s, r), peer)| [P2p::send(s, peer), P2p::recv(r, peer)])
+                        .collect()
+                }
+            };
+            c.run(&ops, stream)
+        })
+    }
+);

@@ -6,6 +6,7 @@
 //! output (at the address the root gives it in the step), n - 1 slots' worth per launch, so
 //! that the root neither receives n - 1 buffers nor reduces alone.
 
+use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
 use crate::coll::op::{ReduceOp, Reducible};
@@ -73,3 +74,12 @@ impl<'nv> Reduce<'nv> {
 }
 
 family_methods!(Reduce, &TEXT, slots, lines, split);
+
+table_collective!(
+    Reduce, Reduce, choice: true,
+    new: |nv, team, slot_bytes| Reduce::new(nv, team, slot_bytes),
+    run: |c, call, stream| {
+        let (op, root) = (call.op, call.root);
+        each_reducible!(TEXT.call, call.bufs, |i, o| c.run(i, o, op, root, stream))
+    }
+);

@@ -3,6 +3,7 @@
 //! is all-to-all, so slots of the same parity are free again two steps later without a
 //! handshake.
 
+use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::coll::op::{ReduceOp, Reducible};
@@ -76,3 +77,12 @@ impl<'nv> ReduceScatter<'nv> {
 }
 
 family_methods!(ReduceScatter, &TEXT, slots, lines);
+
+table_collective!(
+    ReduceScatter, ReduceScatter, choice: true,
+    new: |nv, team, slot_bytes| ReduceScatter::new(nv, team, slot_bytes),
+    run: |c, call, stream| {
+        let op = call.op;
+        each_reducible!(TEXT.call, call.bufs, |i, o| c.run(i, o, op, stream))
+    }
+);

@@ -4,6 +4,7 @@
 //! [`crate::Nvshmem::barrier_all_on_stream`] it covers a team, and checked mode compares it
 //! like the other collectives (a member calling another collective instead is a typed error).
 
+use crate::coll::dispatch::table_collective;
 use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
 use crate::core::element::Dtype;
 use crate::core::error::Result;
@@ -55,3 +56,10 @@ impl<'nv> TeamBarrier<'nv> {
 }
 
 family_methods!(TeamBarrier, &TEXT);
+
+table_collective!(
+    TeamBarrier, TeamBarrier, choice: false,
+    new: |nv, team, _slot_bytes| TeamBarrier::new(nv, team),
+    // No data: the buffers are not touched.
+    run: |c, _call, stream| c.run(stream)
+);

@@ -55,7 +55,38 @@ enum Out<'a, T: Element> {
     Raw(RawSpan<'a, T>),
 }
 
+/// `n` blocks of `len / n` elements of a span, in order.
+fn raw_blocks<'a, T: Element>(r: RawSpan<'a, T>, n: usize) -> impl Iterator<Item = RawSpan<'a, T>> {
+    let b = r.len / n.max(1);
+    (0..n).map(move |k| RawSpan {
+        addr: r.addr + k * b * std::mem::size_of::<T>(),
+        len: b,
+        _memory: PhantomData,
+    })
+}
+
+/// `n` blocks of `len / n` elements of a view, in order.
+fn sym_blocks<T: Element>(v: SymView<'_, T>, n: usize) -> Option<Vec<SymView<'_, T>>> {
+    let b = v.len() / n.max(1);
+    (0..n).map(|k| v.view(k * b..(k + 1) * b).ok()).collect()
+}
+
 impl<'a, T: Element> InBuf<'a, T> {
+    /// `n` blocks of `len / n` elements, in order (a table call's grouped send/recv); None for
+    /// cudarc's buffers, which are not split here.
+    pub(crate) fn blocks(self, n: usize) -> Option<Vec<InBuf<'a, T>>> {
+        match self.0 {
+            In::Sym(v) => Some(
+                sym_blocks(v, n)?
+                    .into_iter()
+                    .map(|v| InBuf(In::Sym(v)))
+                    .collect(),
+            ),
+            In::Raw(r) => Some(raw_blocks(r, n).map(|r| InBuf(In::Raw(r))).collect()),
+            In::Slice(_) | In::View(_) => None,
+        }
+    }
+
     /// `len` elements of this PE's device memory from `ptr`, read by the call.
     ///
     /// # Safety
@@ -119,6 +150,20 @@ impl<'a, T: Element> InBuf<'a, T> {
 }
 
 impl<'a, T: Element> OutBuf<'a, T> {
+    /// [`InBuf::blocks`] of an output.
+    pub(crate) fn blocks(self, n: usize) -> Option<Vec<OutBuf<'a, T>>> {
+        match self.0 {
+            Out::Sym(v) => Some(
+                sym_blocks(v, n)?
+                    .into_iter()
+                    .map(|v| OutBuf(Out::Sym(v)))
+                    .collect(),
+            ),
+            Out::Raw(r) => Some(raw_blocks(r, n).map(|r| OutBuf(Out::Raw(r))).collect()),
+            Out::Slice(_) | Out::View(_) => None,
+        }
+    }
+
     /// `len` elements of this PE's device memory from `ptr`, written by the call.
     ///
     /// # Safety

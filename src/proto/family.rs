@@ -570,6 +570,12 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.slot_bytes
     }
 
+    /// The concrete protocols this collective's kernel runs as themselves
+    /// ([`FamilyProtocol::offered`]).
+    pub fn offered(&self) -> Vec<FamilyProtocol> {
+        FamilyProtocol::offered(self.protocols)
+    }
+
     /// Elements of `elem` bytes one launch through the slots carries: a slot's worth, rounded
     /// down to 16 bytes so that segments stay vector-aligned.
     fn segment_elems(&self, elem: usize) -> usize {

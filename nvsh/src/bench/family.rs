@@ -19,7 +19,7 @@
 use crate::bench::allreduce;
 use crate::bench::harness::{
     self, check_dtypes, dtype_refusal, movement_value, pattern_hash, size_steps, window_only,
-    BenchDtype, BenchElement, Collective, Harness, Reduction, Report, SlotValues, NCCL_BASELINES,
+    BenchDtype, Collective, Harness, Report, SlotValues, NCCL_BASELINES,
 };
 pub use crate::bench::kind::Kind;
 use crate::bench::nvshmem_coll::{
@@ -31,20 +31,18 @@ use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::tools::check_root;
 use nvshmem::tools::size_label;
+use nvshmem::tools::{AnyCall, TableCollective};
 use nvshmem::Nvshmem;
+use nvshmem::ReduceOp;
 use nvshmem::SymView;
-use nvshmem::{
-    Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, P2p, P2pGroup, Parts, Reduce,
-    ReduceScatter,
-};
 use nvshmem::{Error, Result};
-use nvshmem::{ReduceOp, Reducible};
+use nvshmem::{ScratchKind, Shape};
 
 /// What is timed. The names are the command line's (clap lists them in `--help`, each with
 /// the `help` given here rather than the doc comment, which is written for rustdoc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Candidate {
-    /// Ours: [`Broadcast`], [`Allgather`], [`Alltoall`], [`ReduceScatter`] or [`Reduce`].
+    /// Ours: the library's collective, through the table ([`nvshmem::COLLECTIVES`]).
     #[value(name = "ours", help = "our collective")]
     Ours,
     /// NCCL's call through [`NcclBaseline`].
@@ -204,17 +202,20 @@ pub fn expected_value(
     let count = count.max(1);
     let (block, j) = (i / count, i % count);
     let input = |src: i32, at: usize| input_value(kind, op, dtype, src, at, salt);
-    match kind {
-        Kind::Broadcast => input(root, i),
-        Kind::Allgather | Kind::Allgatherv => input(block as i32, j),
-        Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
-            input(block as i32, pe as usize * count + j)
-        }
-        Kind::SendrecvRing => input((pe + n_pes - 1) % n_pes.max(1), i),
-        Kind::ReduceScatter => {
+    if kind.is_ring() {
+        // What the previous PE sent.
+        return input((pe + n_pes - 1) % n_pes.max(1), i);
+    }
+    // By the row's shape: where each output element comes from.
+    match (kind.row().shape, kind.reduces()) {
+        (Shape::Whole, false) => input(root, i),
+        (Shape::Gather, _) => input(block as i32, j),
+        (Shape::Exchange, _) => input(block as i32, pe as usize * count + j),
+        (Shape::Scatter, _) => {
             allreduce::expected_value(op, dtype, pe as usize * count + i, salt, n_pes)
         }
-        Kind::Reduce => allreduce::expected_value(op, dtype, i, salt, n_pes),
+        (Shape::Whole, true) => allreduce::expected_value(op, dtype, i, salt, n_pes),
+        (Shape::Empty, _) => 0.0,
     }
 }
 
@@ -228,141 +229,28 @@ pub fn tolerance(kind: Kind, op: ReduceOp, dtype: BenchDtype, n_pes: i32) -> f64
     }
 }
 
-/// Whether PE `pe`'s output is defined: everywhere but for reduce, where only the root's is.
+/// Whether PE `pe`'s output is defined: everywhere but for a rooted reduction (reduce), where
+/// only the root's is.
 pub fn checks_output(kind: Kind, root: i32, pe: i32) -> bool {
-    kind != Kind::Reduce || pe == root
+    kind.checks_output(root, pe)
 }
 
-/// Our collective of a [`Kind`].
-enum Ours<'nv> {
-    Broadcast(Broadcast<'nv>),
-    Allgather(Allgather<'nv>),
-    Alltoall(Alltoall<'nv>),
-    Allgatherv(Allgatherv<'nv>),
-    Alltoallv(Alltoallv<'nv>),
-    ReduceScatter(ReduceScatter<'nv>),
-    Reduce(Reduce<'nv>),
-    /// Both grouped send/recv patterns.
-    Group(P2pGroup<'nv>),
+/// Our collective of a [`Kind`], through the library's table.
+type Ours<'nv> = Box<dyn TableCollective<'nv> + 'nv>;
+
+/// Our collective of `kind` over the world.
+fn new_ours(nv: &Nvshmem, kind: Kind, slot_bytes: usize) -> Result<Ours<'_>> {
+    kind.collective.world(nv, slot_bytes)
 }
 
-impl<'nv> Ours<'nv> {
-    /// Collective over the world.
-    fn new(nv: &'nv Nvshmem, kind: Kind, slot_bytes: usize) -> Result<Self> {
-        Ok(match kind {
-            Kind::Broadcast => Ours::Broadcast(Broadcast::world(nv)?),
-            Kind::Allgather => Ours::Allgather(Allgather::world(nv)?),
-            Kind::Alltoall => Ours::Alltoall(Alltoall::world(nv)?),
-            Kind::Allgatherv => Ours::Allgatherv(Allgatherv::world(nv)?),
-            Kind::Alltoallv => Ours::Alltoallv(Alltoallv::world(nv)?),
-            Kind::ReduceScatter => Ours::ReduceScatter(ReduceScatter::world(nv, slot_bytes)?),
-            Kind::Reduce => Ours::Reduce(Reduce::world(nv, slot_bytes)?),
-            Kind::SendrecvRing | Kind::SendrecvAll => Ours::Group(P2pGroup::world(nv)?),
-        })
+/// Reserves the staging area for calls up to `max_bytes` where calls cannot grow it (the
+/// exchanges, whose sizes differ between PEs or whose calls not every PE takes part in; the
+/// others grow it at their first call of a size). Collective.
+fn reserve_staging(ours: &mut Ours<'_>, kind: Kind, max_bytes: usize) -> Result<()> {
+    if kind.row().scratch != ScratchKind::Exchange {
+        return Ok(());
     }
-
-    /// Reserves the staging area for calls up to `max_bytes` (the v forms and grouped
-    /// send/recv, whose calls cannot grow it; the others grow it at their first call of a
-    /// size). Collective.
-    fn reserve_staging(&mut self, max_bytes: usize) -> Result<()> {
-        let bytes = 2 * max_bytes + (64 << 10);
-        match self {
-            Ours::Allgatherv(a) => a.reserve_staging(bytes),
-            Ours::Alltoallv(a) => a.reserve_staging(bytes),
-            Ours::Group(g) => g.reserve_staging(bytes),
-            _ => Ok(()),
-        }
-    }
-
-    /// What ours' `Auto` chooses from (the collectives with protocols to choose from).
-    fn settings(&self) -> Option<String> {
-        match self {
-            Ours::Broadcast(b) => Some(b.settings()),
-            Ours::Allgather(a) => Some(a.settings()),
-            Ours::Alltoall(a) => Some(a.settings()),
-            Ours::ReduceScatter(rs) => Some(rs.settings()),
-            Ours::Reduce(r) => Some(r.settings()),
-            Ours::Allgatherv(_) | Ours::Alltoallv(_) | Ours::Group(_) => None,
-        }
-    }
-
-    /// The protocol the last call took, by name (the collectives with protocols).
-    fn last_protocol(&self) -> Option<&'static str> {
-        let p = match self {
-            Ours::Broadcast(b) => b.last_protocol(),
-            Ours::Allgather(a) => a.last_protocol(),
-            Ours::Alltoall(a) => a.last_protocol(),
-            Ours::ReduceScatter(rs) => rs.last_protocol(),
-            Ours::Reduce(r) => r.last_protocol(),
-            Ours::Allgatherv(_) | Ours::Alltoallv(_) | Ours::Group(_) => return None,
-        };
-        Some(p.name())
-    }
-
-    /// The largest block (the exchanges: pair) its calls may move as low-latency lines; 0
-    /// where it has none.
-    fn lines_max(&self) -> usize {
-        match self {
-            Ours::Broadcast(c) => c.lines_max(),
-            Ours::Allgather(c) => c.lines_max(),
-            Ours::Alltoall(c) => c.lines_max(),
-            Ours::Allgatherv(c) => c.lines_max(),
-            Ours::Alltoallv(c) => c.lines_max(),
-            Ours::ReduceScatter(c) => c.lines_max(),
-            Ours::Reduce(c) => c.lines_max(),
-            Ours::Group(c) => c.lines_max(),
-        }
-    }
-
-    /// The receive slot size the workspace rounded to (reductions only).
-    fn slot_bytes(&self) -> Option<usize> {
-        match self {
-            Ours::ReduceScatter(rs) => Some(rs.slot_bytes()),
-            Ours::Reduce(r) => Some(r.slot_bytes()),
-            _ => None,
-        }
-    }
-}
-
-/// Our reduce-scatter or reduce, or NCCL's, as a [`Reduction`] (the harness is generic over
-/// every element type; these calls take reducible ones).
-enum FamilyReduction<'r, 'nv, 's> {
-    // `bool`: staged (the buffers passed as the caller's own memory).
-    OursReduceScatter(&'r mut ReduceScatter<'nv>, &'s CudaStream, bool),
-    OursReduce(&'r mut Reduce<'nv>, &'s CudaStream, bool),
-    NcclReduceScatter(&'r NcclBaseline<'nv>),
-    NcclReduce(&'r NcclBaseline<'nv>),
-}
-
-/// A [`FamilyReduction`] with its op and root.
-struct FamilyReductionCall<'r, 'nv, 's> {
-    which: FamilyReduction<'r, 'nv, 's>,
-    op: ReduceOp,
-    root: i32,
-}
-
-impl Reduction for FamilyReductionCall<'_, '_, '_> {
-    type Output = ();
-
-    fn run<T: BenchElement + Reducible>(
-        self,
-        input: SymView<'_, T>,
-        output: SymView<'_, T>,
-    ) -> Result<()> {
-        let (op, root) = (self.op, self.root);
-        match self.which {
-            FamilyReduction::OursReduceScatter(rs, stream, staged) => {
-                let (input, output) = harness::as_own(input, output, staged);
-                rs.run(input, output, op, stream)
-            }
-            FamilyReduction::OursReduce(r, stream, staged) => {
-                let (input, output) = harness::as_own(input, output, staged);
-                r.run(input, output, op, root, stream)
-            }
-            FamilyReduction::NcclReduceScatter(nccl) => nccl.reduce_scatter(input, output, op),
-            FamilyReduction::NcclReduce(nccl) => nccl.reduce(input, output, op, root),
-        }
-    }
+    ours.reserve_staging(2 * max_bytes + (64 << 10))
 }
 
 /// A collective's inputs and expected outputs ([`input_value`], [`expected_value`]) for the
@@ -394,11 +282,9 @@ impl SlotValues for FamilyValues {
     }
 }
 
-/// One of the five collectives as the harness sees it.
+/// One of the collectives as the harness sees it.
 struct FamilyBench<'nv> {
     kind: Kind,
-    /// This PE in the world (the grouped send/recv patterns name peers).
-    my_pe: i32,
     op: ReduceOp,
     root: i32,
     ours: std::result::Result<Ours<'nv>, String>,
@@ -414,16 +300,8 @@ struct FamilyBench<'nv> {
 
 impl FamilyBench<'_> {
     /// NCCL's call for this collective (the v forms as their equal-count NCCL counterparts).
-    fn nccl_call(&self) -> NcclCall {
-        let (op, root) = (self.op, self.root);
-        match self.kind {
-            Kind::Broadcast => NcclCall::Broadcast { root },
-            Kind::Allgather | Kind::Allgatherv => NcclCall::AllGather,
-            Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => NcclCall::AllToAll,
-            Kind::ReduceScatter => NcclCall::ReduceScatter(op),
-            Kind::Reduce => NcclCall::Reduce { op, root },
-            Kind::SendrecvRing => NcclCall::SendRecvRing,
-        }
+    fn nccl_call(&self) -> Option<NcclCall> {
+        NcclCall::of(self.kind.collective, self.kind.peers, self.op, self.root)
     }
 }
 
@@ -451,6 +329,9 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
             Candidate::Ours => self.ours.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::OursStaged => self.staged.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::OursRegistered => self.registered.as_ref().map(|_| ()).map_err(Clone::clone),
+            Candidate::Nccl | Candidate::NcclSym if self.nccl_call().is_none() => {
+                Err(no_nccl(self.kind).to_string())
+            }
             Candidate::Nccl => self.nccl.as_ref().map(|_| ()).map_err(Clone::clone),
             Candidate::Nvshmem => {
                 let refusal = family_refusal(self.kind, self.op, T::BENCH_DTYPE);
@@ -463,7 +344,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
 
     fn nccl_window(&self, c: Candidate) -> Option<(&NcclBaseline<'_>, NcclCall)> {
         match (c, &self.nccl) {
-            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, self.nccl_call())),
+            (Candidate::NcclSym, Ok(nccl)) => Some((nccl, self.nccl_call()?)),
             _ => None,
         }
     }
@@ -479,10 +360,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         output: SymView<'_, T>,
         stream: &CudaStream,
     ) -> Result<Option<&'static str>> {
-        let (op, root, my_pe) = (self.op, self.root, self.my_pe);
-        let reduction = |which| FamilyReductionCall { which, op, root };
-        let staged = c == Candidate::OursStaged;
-        let own = |i, o| harness::as_own(i, o, staged);
+        let (op, root, peers) = (self.op, self.root, self.kind.peers);
         // ours-registered: the harness passes views of the registered memory, which go to the
         // call as symmetric views (nothing staged).
         let ws = match c {
@@ -491,69 +369,15 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
             _ => &mut self.ours,
         };
         let done = match c {
-            Candidate::Ours | Candidate::OursStaged | Candidate::OursRegistered => match ready(ws)?
-            {
-                Ours::Broadcast(b) => {
-                    let (input, output) = own(input, output);
-                    b.run(input, output, root, stream)
-                }
-                Ours::Allgather(a) => {
-                    let (input, output) = own(input, output);
-                    a.run(input, output, stream)
-                }
-                Ours::Alltoall(a) => {
-                    let (input, output) = own(input, output);
-                    a.run(input, output, stream)
-                }
-                Ours::Allgatherv(a) => {
-                    let (counts, displs) = equal_parts(input.len(), a.n_pes());
-                    let parts = Parts {
-                        counts: &counts,
-                        displs: &displs,
-                    };
-                    let (input, output) = own(input, output);
-                    a.run(input, output, parts, stream)
-                }
-                Ours::Alltoallv(a) => {
-                    let n = a.n_pes();
-                    let (counts, displs) = equal_parts(input.len() / n.max(1) as usize, n);
-                    let parts = Parts {
-                        counts: &counts,
-                        displs: &displs,
-                    };
-                    let (input, output) = own(input, output);
-                    a.run(input, parts, output, parts, stream)
-                }
-                Ours::ReduceScatter(rs) => T::reduction(
-                    reduction(FamilyReduction::OursReduceScatter(rs, stream, staged)),
-                    input,
-                    output,
-                ),
-                Ours::Reduce(r) => T::reduction(
-                    reduction(FamilyReduction::OursReduce(r, stream, staged)),
-                    input,
-                    output,
-                ),
-                Ours::Group(g) => group_call(g, self.kind, my_pe, input, output, staged, stream),
-            },
+            Candidate::Ours | Candidate::OursStaged | Candidate::OursRegistered => {
+                let ours = ready(ws)?;
+                let (input, output) = harness::as_own(input, output, c == Candidate::OursStaged);
+                let call = AnyCall::new(input, output).op(op).root(root).peers(peers);
+                ours.run_any(call, stream)
+            }
             Candidate::Nccl => {
-                let nccl = ready(&mut self.nccl)?;
-                match self.kind {
-                    Kind::Broadcast => nccl.broadcast(input, output, root),
-                    Kind::Allgather | Kind::Allgatherv => nccl.all_gather(input, output),
-                    Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
-                        nccl.all_to_all(input, output)
-                    }
-                    Kind::SendrecvRing => nccl.run(NcclCall::SendRecvRing, input, output),
-                    Kind::ReduceScatter => T::reduction(
-                        reduction(FamilyReduction::NcclReduceScatter(nccl)),
-                        input,
-                        output,
-                    ),
-                    Kind::Reduce => {
-                        T::reduction(reduction(FamilyReduction::NcclReduce(nccl)), input, output)
-                    }
-                }
+                let call = self.nccl_call().ok_or_else(|| no_nccl(self.kind))?;
+                ready(&mut self.nccl)?.run(call, input, output)
             }
             Candidate::Nvshmem => {
                 let shmem = ready(&mut self.nvshmem)?;
@@ -564,7 +388,7 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
         done?;
         // What ours ran, for the report's ours= column.
         Ok(match (c, &self.ours) {
-            (Candidate::Ours, Ok(ours)) => ours.last_protocol(),
+            (Candidate::Ours, Ok(ours)) => ours.last_protocol().map(|p| p.name()),
             _ => None,
         })
     }
@@ -604,43 +428,12 @@ impl<T: NvshmemElement> Collective<T> for FamilyBench<'_> {
     }
 }
 
-/// One grouped send/recv call of pattern `kind` (a ring, or all pairs in blocks of
-/// `input.len() / n`), on symmetric views or, `staged`, the same memory passed as own.
-fn group_call<T: NvshmemElement>(
-    g: &mut P2pGroup<'_>,
-    kind: Kind,
-    me: i32,
-    input: SymView<'_, T>,
-    output: SymView<'_, T>,
-    staged: bool,
-    stream: &CudaStream,
-) -> Result<()> {
-    let n = g.n_pes();
-    let pairs: Vec<(i32, SymView<'_, T>, i32, SymView<'_, T>)> = match kind {
-        Kind::SendrecvRing => vec![((me + 1) % n, input, (me + n - 1) % n, output)],
-        _ => {
-            let count = input.len() / n.max(1) as usize;
-            (0..n)
-                .map(|peer| {
-                    let at = peer as usize * count..(peer as usize + 1) * count;
-                    Ok((peer, input.view(at.clone())?, peer, output.view(at)?))
-                })
-                .collect::<Result<_>>()?
-        }
-    };
-    let mut ops = Vec::with_capacity(2 * pairs.len());
-    for (to, send, from, recv) in pairs {
-        let (send, recv) = harness::as_own(send, recv, staged);
-        ops.push(P2p::send(send, to));
-        ops.push(P2p::recv(recv, from));
+/// The error of a collective NCCL has no call for.
+fn no_nccl(kind: Kind) -> Error {
+    Error::Io {
+        what: "nccl".into(),
+        message: format!("NCCL has no call for {}", kind.name()),
     }
-    g.run(&ops, stream)
-}
-
-/// `n` parts of `count` elements back to back (the v forms' equal counts).
-fn equal_parts(count: usize, n: i32) -> (Vec<usize>, Vec<usize>) {
-    let n = n.max(1) as usize;
-    (vec![count; n], (0..n).map(|r| r * count).collect())
 }
 
 /// Runs the benchmark on every PE (collective; any PE count). Returns the report on PE 0, None
@@ -670,15 +463,15 @@ pub fn run_reporting(
     }
     let h = Harness::new(nv, opts.reps, opts.warmup)?;
     let ours = if opts.candidates.contains(&Candidate::Ours) {
-        h.agree("our workspace", Ours::new(nv, kind, opts.slot_bytes))?
+        h.agree("our workspace", new_ours(nv, kind, opts.slot_bytes))?
     } else {
         Err("not requested".into())
     };
     let staged = if opts.candidates.contains(&Candidate::OursStaged) {
         h.agree(
             "our workspace for ours-staged",
-            Ours::new(nv, kind, opts.slot_bytes).and_then(|mut o| {
-                o.reserve_staging(opts.max_bytes)?;
+            new_ours(nv, kind, opts.slot_bytes).and_then(|mut o| {
+                reserve_staging(&mut o, kind, opts.max_bytes)?;
                 Ok(o)
             }),
         )?
@@ -688,7 +481,7 @@ pub fn run_reporting(
     let registered = if opts.candidates.contains(&Candidate::OursRegistered) {
         h.agree(
             "our workspace for ours-registered",
-            Ours::new(nv, kind, opts.slot_bytes),
+            new_ours(nv, kind, opts.slot_bytes),
         )?
     } else {
         Err("not requested".into())
@@ -713,21 +506,20 @@ pub fn run_reporting(
             ),
         })
     };
-    let settings = ours.as_ref().ok().and_then(Ours::settings);
+    let settings = ours.as_ref().ok().and_then(|o| o.settings());
     // The workspace rounds the slot size; report what ran.
     let shape = OursShape {
         slot_bytes: kind.reduces().then(|| {
             ours.as_ref()
                 .ok()
-                .and_then(Ours::slot_bytes)
+                .and_then(|o| o.slot_bytes())
                 .unwrap_or(opts.slot_bytes)
         }),
-        lines_max: ours.as_ref().ok().map(Ours::lines_max),
+        lines_max: ours.as_ref().ok().map(|o| o.lines_max()),
         settings,
     };
     let mut bench = FamilyBench {
         kind,
-        my_pe: nv.my_pe(),
         op: opts.op,
         root: opts.root,
         ours,
@@ -779,11 +571,8 @@ struct OursShape {
 /// none), and up to what size: `ours` is timed as the library chooses, and the lines are what
 /// it chooses for small calls.
 fn lines_text(kind: Kind, lines_max: usize) -> String {
-    let exchange = matches!(
-        kind,
-        Kind::Allgatherv | Kind::Alltoallv | Kind::SendrecvRing | Kind::SendrecvAll
-    );
-    let (env, what, otherwise) = if kind == Kind::Allgatherv {
+    let exchange = kind.row().scratch == ScratchKind::Exchange;
+    let (env, what, otherwise) = if exchange && kind.row().shape == Shape::Gather {
         // Host counts: one launch of every part (src/coll/allgatherv.rs), no pairs.
         (
             nvshmem::EXCHANGE_LL_MAX_ENV,
@@ -879,7 +668,7 @@ fn report(
             .settings
             .is_some()
             .then_some(("ours=", "ours_protocol")),
-        checked_by: (kind == Kind::Reduce).then(|| {
+        checked_by: kind.root_only().then(|| {
             format!(
                 "the root (PE {}), the only PE whose output is defined,",
                 opts.root
@@ -903,12 +692,13 @@ mod tests {
     use super::*;
     use crate::bench::harness::{algbw_gbps, salt, size_plan, Outcome, RatioOn, Row, Timing};
     use crate::bench::render::{render_json, render_table};
+    use nvshmem::tools::Peers;
+    use nvshmem::Collective as C;
 
     /// The bench as the harness sees it, with neither candidate usable (no GPU here).
     fn bench(kind: Kind, op: ReduceOp, root: i32) -> FamilyBench<'static> {
         FamilyBench {
             kind,
-            my_pe: 0,
             op,
             root,
             ours: Err("no GPU".into()),
@@ -923,19 +713,23 @@ mod tests {
     #[test]
     fn bus_factors_are_nccl_tests() {
         for n in [2, 4, 8] {
-            assert_eq!(Kind::Broadcast.busbw_factor(n), 1.0);
-            assert_eq!(Kind::Reduce.busbw_factor(n), 1.0);
+            assert_eq!(Kind::of(C::Broadcast).busbw_factor(n), 1.0);
+            assert_eq!(Kind::of(C::Reduce).busbw_factor(n), 1.0);
             let blocked = (n as f64 - 1.0) / n as f64;
-            for k in [Kind::Allgather, Kind::ReduceScatter, Kind::Alltoall] {
+            for k in [
+                Kind::of(C::Allgather),
+                Kind::of(C::ReduceScatter),
+                Kind::of(C::Alltoall),
+            ] {
                 assert_eq!(k.busbw_factor(n), blocked, "{k:?} {n}");
             }
         }
-        assert_eq!(Kind::Allgather.busbw_factor(2), 0.5);
-        assert_eq!(Kind::Alltoall.busbw_factor(8), 0.875);
-        assert_eq!(Kind::ReduceScatter.busbw_factor(1), 0.0);
-        assert_eq!(Kind::Broadcast.busbw_factor(0), 0.0);
+        assert_eq!(Kind::of(C::Allgather).busbw_factor(2), 0.5);
+        assert_eq!(Kind::of(C::Alltoall).busbw_factor(8), 0.875);
+        assert_eq!(Kind::of(C::ReduceScatter).busbw_factor(1), 0.0);
+        assert_eq!(Kind::of(C::Broadcast).busbw_factor(0), 0.0);
         // The harness's busbw is algbw times the factor: 1 MiB in 10 us on 8 PEs.
-        let b = bench(Kind::Allgather, ReduceOp::Sum, 0);
+        let b = bench(Kind::of(C::Allgather), ReduceOp::Sum, 0);
         let f = <FamilyBench<'_> as Collective<f32>>::busbw_factor(&b, 8);
         assert!((algbw_gbps(1 << 20, 10.0) * f - 91.7504).abs() < 1e-9);
     }
@@ -951,7 +745,11 @@ mod tests {
             }
         };
         // Broadcast, reduce and the send/recv ring: the size asked for is each PE's buffer.
-        for k in [Kind::Broadcast, Kind::Reduce, Kind::SendrecvRing] {
+        for k in [
+            Kind::of(C::Broadcast),
+            Kind::of(C::Reduce),
+            Kind::of(C::Group).with(Peers::Ring),
+        ] {
             assert_eq!(
                 plan(k, &[4096, 1 << 20], 4, 3),
                 vec![(1024, 4096), (1 << 18, 1 << 20)]
@@ -960,10 +758,10 @@ mod tests {
         }
         // The others: a block per PE, and the size is the n x count buffer.
         for k in [
-            Kind::Allgather,
-            Kind::Alltoall,
-            Kind::ReduceScatter,
-            Kind::SendrecvAll,
+            Kind::of(C::Allgather),
+            Kind::of(C::Alltoall),
+            Kind::of(C::ReduceScatter),
+            Kind::of(C::Group),
         ] {
             assert_eq!(plan(k, &[4096], 4, 2), vec![(512, 4096)], "{k:?}");
             assert_eq!(plan(k, &[1 << 20], 2, 8), vec![(1 << 16, 1 << 20)], "{k:?}");
@@ -976,36 +774,39 @@ mod tests {
         }
         assert_eq!(
             (
-                Kind::Allgather.input_len(5, 4),
-                Kind::Allgather.output_len(5, 4)
+                Kind::of(C::Allgather).input_len(5, 4),
+                Kind::of(C::Allgather).output_len(5, 4)
             ),
             (5, 20)
         );
         assert_eq!(
             (
-                Kind::Alltoall.input_len(5, 4),
-                Kind::Alltoall.output_len(5, 4)
+                Kind::of(C::Alltoall).input_len(5, 4),
+                Kind::of(C::Alltoall).output_len(5, 4)
             ),
             (20, 20)
         );
         assert_eq!(
             (
-                Kind::SendrecvAll.input_len(5, 4),
-                Kind::SendrecvAll.output_len(5, 4)
+                Kind::of(C::Group).input_len(5, 4),
+                Kind::of(C::Group).output_len(5, 4)
             ),
             (20, 20)
         );
-        assert_eq!(Kind::SendrecvRing.busbw_factor(4), 1.0);
-        assert_eq!(Kind::SendrecvAll.busbw_factor(4), 0.75);
+        assert_eq!(Kind::of(C::Group).with(Peers::Ring).busbw_factor(4), 1.0);
+        assert_eq!(Kind::of(C::Group).busbw_factor(4), 0.75);
         assert_eq!(
             (
-                Kind::ReduceScatter.input_len(5, 4),
-                Kind::ReduceScatter.output_len(5, 4)
+                Kind::of(C::ReduceScatter).input_len(5, 4),
+                Kind::of(C::ReduceScatter).output_len(5, 4)
             ),
             (20, 5)
         );
         // A size that is no whole element, or whose count repeats, is left out.
-        assert_eq!(plan(Kind::Broadcast, &[3, 4096, 4096], 2, 2).len(), 1);
+        assert_eq!(
+            plan(Kind::of(C::Broadcast), &[3, 4096, 4096], 2, 2).len(),
+            1
+        );
     }
 
     /// `x` as `dtype` holds it: rounded for floats (as the device stores each partial result),
@@ -1055,20 +856,23 @@ mod tests {
         };
         let block = |pe: i32, b: usize| inputs[pe as usize][b * count..(b + 1) * count].to_vec();
         (0..n)
-            .map(|pe| match kind {
-                Kind::Broadcast => inputs[root as usize].clone(),
-                Kind::Allgather | Kind::Allgatherv => inputs.concat(),
-                Kind::Alltoall | Kind::Alltoallv | Kind::SendrecvAll => {
-                    (0..n).flat_map(|s| block(s, pe as usize)).collect()
+            .map(|pe| {
+                if kind.is_ring() {
+                    // What the previous PE sent.
+                    return inputs[((pe + n - 1) % n) as usize].clone();
                 }
-                // What the previous PE sent.
-                Kind::SendrecvRing => inputs[((pe + n - 1) % n) as usize].clone(),
-                Kind::ReduceScatter => (0..count)
-                    .map(|j| fold((0..n).map(|s| block(s, pe as usize)[j]).collect()))
-                    .collect(),
-                Kind::Reduce => (0..count)
-                    .map(|i| fold((0..n).map(|s| inputs[s as usize][i]).collect()))
-                    .collect(),
+                match (kind.row().shape, kind.reduces()) {
+                    (Shape::Whole, false) => inputs[root as usize].clone(),
+                    (Shape::Gather, _) => inputs.concat(),
+                    (Shape::Exchange, _) => (0..n).flat_map(|s| block(s, pe as usize)).collect(),
+                    (Shape::Scatter, _) => (0..count)
+                        .map(|j| fold((0..n).map(|s| block(s, pe as usize)[j]).collect()))
+                        .collect(),
+                    (Shape::Whole, true) => (0..count)
+                        .map(|i| fold((0..n).map(|s| inputs[s as usize][i]).collect()))
+                        .collect(),
+                    (Shape::Empty, _) => Vec::new(),
+                }
             })
             .collect()
     }
@@ -1078,7 +882,7 @@ mod tests {
     /// tolerance tests), integers for every op, avg truncated toward zero.
     #[test]
     fn expected_values_are_the_collectives_definitions_exactly_in_every_type() {
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             for &dtype in BenchDtype::taken_by(kind.reduces()) {
                 let ops: &[ReduceOp] = if !kind.reduces() {
                     &[ReduceOp::Sum]
@@ -1123,7 +927,7 @@ mod tests {
     fn integer_data_movement_spreads_over_the_bytes_and_avoids_the_poison() {
         let values = |dtype: BenchDtype| -> Vec<f64> {
             (0..4096)
-                .map(|i| input_value(Kind::Alltoall, ReduceOp::Sum, dtype, 1, i, 7))
+                .map(|i| input_value(Kind::of(C::Alltoall), ReduceOp::Sum, dtype, 1, i, 7))
                 .collect()
         };
         for (dtype, lo, hi) in [
@@ -1144,7 +948,16 @@ mod tests {
         }
         // Reductions still take allreduce's small integers.
         let v: Vec<f64> = (0..64)
-            .map(|i| input_value(Kind::ReduceScatter, ReduceOp::Sum, BenchDtype::I64, 1, i, 7))
+            .map(|i| {
+                input_value(
+                    Kind::of(C::ReduceScatter),
+                    ReduceOp::Sum,
+                    BenchDtype::I64,
+                    1,
+                    i,
+                    7,
+                )
+            })
             .collect();
         assert!(v.iter().all(|x| x.abs() <= 32.0));
     }
@@ -1153,7 +966,7 @@ mod tests {
     /// ones, data movement u8 too; the refusal says so in the command line's terms.
     #[test]
     fn reductions_refuse_u8_and_data_movement_takes_every_type() {
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             let taken = BenchDtype::taken_by(kind.reduces());
             assert_eq!(taken.len(), if kind.reduces() { 8 } else { 9 }, "{kind:?}");
             assert_eq!(check_dtypes(kind.name(), kind.reduces(), taken), Ok(()));
@@ -1172,10 +985,10 @@ mod tests {
         );
         assert_eq!(dtype_refusal("broadcast", false, BenchDtype::U8), None);
         // The bench as the harness sees it gives the same reason as its n/a.
-        let b = bench(Kind::Reduce, ReduceOp::Sum, 0);
+        let b = bench(Kind::of(C::Reduce), ReduceOp::Sum, 0);
         let why = <FamilyBench<'_> as Collective<u8>>::available(&b, Candidate::Ours);
         assert!(why.unwrap_err().starts_with("reduce reduces f32"));
-        let b = bench(Kind::Allgather, ReduceOp::Sum, 0);
+        let b = bench(Kind::of(C::Allgather), ReduceOp::Sum, 0);
         let why = <FamilyBench<'_> as Collective<u8>>::available(&b, Candidate::Ours);
         assert_eq!(why.unwrap_err(), "no GPU");
     }
@@ -1202,8 +1015,11 @@ mod tests {
         };
         let len = n as usize * count;
         // Another PE's output (where PEs' outputs differ), another call's salt, another root.
-        for kind in Kind::ALL {
-            if matches!(kind, Kind::Alltoall | Kind::ReduceScatter) {
+        for kind in Kind::all() {
+            if [C::Alltoall, C::ReduceScatter]
+                .map(Kind::of)
+                .contains(&kind)
+            {
                 assert!(differ(
                     &|i| e(kind, 0, 1, i, s),
                     &|i| e(kind, 0, 2, i, s),
@@ -1217,24 +1033,31 @@ mod tests {
             ));
         }
         assert!(differ(
-            &|i| e(Kind::Broadcast, 0, 1, i, s),
-            &|i| e(Kind::Broadcast, 1, 1, i, s),
+            &|i| e(Kind::of(C::Broadcast), 0, 1, i, s),
+            &|i| e(Kind::of(C::Broadcast), 1, 1, i, s),
             count
         ));
         // Alltoall: block s of PE r's output is block r of PE s's input, not block s.
         assert!(differ(
-            &|i| e(Kind::Alltoall, 0, 1, i, s),
+            &|i| e(Kind::of(C::Alltoall), 0, 1, i, s),
             &|i| {
                 let pe = (i / count) as i32;
-                input_value(Kind::Alltoall, ReduceOp::Sum, BenchDtype::F32, pe, i, s)
+                input_value(
+                    Kind::of(C::Alltoall),
+                    ReduceOp::Sum,
+                    BenchDtype::F32,
+                    pe,
+                    i,
+                    s,
+                )
             },
             len
         ));
         // Allgather: block r is PE r's input, not the receiving PE's.
         assert!(differ(
-            &|i| e(Kind::Allgather, 0, 2, i, s),
+            &|i| e(Kind::of(C::Allgather), 0, 2, i, s),
             &|i| input_value(
-                Kind::Allgather,
+                Kind::of(C::Allgather),
                 ReduceOp::Sum,
                 BenchDtype::F32,
                 2,
@@ -1247,16 +1070,16 @@ mod tests {
 
     #[test]
     fn only_reduce_leaves_outputs_unchecked_and_only_off_the_root() {
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             for pe in 0..4 {
                 assert_eq!(
                     checks_output(kind, 2, pe),
-                    kind != Kind::Reduce || pe == 2,
+                    kind != Kind::of(C::Reduce) || pe == 2,
                     "{kind:?} {pe}"
                 );
             }
         }
-        let b = bench(Kind::Reduce, ReduceOp::Sum, 1);
+        let b = bench(Kind::of(C::Reduce), ReduceOp::Sum, 1);
         assert!(!<FamilyBench<'_> as Collective<f32>>::checks_output(
             &b, 0, 2
         ));
@@ -1265,8 +1088,8 @@ mod tests {
         ));
         // Reductions share allreduce's tolerance; data movement is bit for bit.
         for (kind, op) in [
-            (Kind::Reduce, ReduceOp::Avg),
-            (Kind::ReduceScatter, ReduceOp::Avg),
+            (Kind::of(C::Reduce), ReduceOp::Avg),
+            (Kind::of(C::ReduceScatter), ReduceOp::Avg),
         ] {
             assert_eq!(
                 tolerance(kind, op, BenchDtype::F32, 4),
@@ -1274,7 +1097,7 @@ mod tests {
             );
         }
         assert_eq!(
-            tolerance(Kind::Alltoall, ReduceOp::Avg, BenchDtype::Bf16, 16),
+            tolerance(Kind::of(C::Alltoall), ReduceOp::Avg, BenchDtype::Bf16, 16),
             0.0
         );
     }
@@ -1287,23 +1110,23 @@ mod tests {
         }
         assert_eq!(Candidate::from_str("NCCL", true), Ok(Candidate::Nccl));
         assert!(Candidate::from_str("auto", true).is_err());
-        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        let names: Vec<&str> = Kind::all().iter().map(|k| k.name()).collect();
         assert_eq!(
             names,
             [
                 "broadcast",
-                "allgather",
-                "alltoall",
-                "allgatherv",
-                "alltoallv",
-                "reduce-scatter",
                 "reduce",
+                "allgather",
+                "allgatherv",
+                "reduce-scatter",
+                "alltoall",
+                "alltoallv",
                 "sendrecv-ring",
                 "sendrecv-all"
             ]
         );
-        assert!(Kind::Reduce.reduces() && Kind::Reduce.rooted());
-        assert!(!Kind::Alltoall.reduces() && !Kind::Alltoall.rooted());
+        assert!(Kind::of(C::Reduce).reduces() && Kind::of(C::Reduce).rooted());
+        assert!(!Kind::of(C::Alltoall).reduces() && !Kind::of(C::Alltoall).rooted());
     }
 
     fn timing(us: f64, bytes: usize, kind: Kind, n: i32, checked_pes: i32) -> Outcome {
@@ -1331,7 +1154,7 @@ mod tests {
     fn sample_with(kind: Kind, n: i32, root: i32, settings: Option<&str>) -> Report {
         let mut opts = FamilyBenchOptions::new(kind);
         opts.root = root;
-        let pes = if kind == Kind::Reduce { 1 } else { n };
+        let pes = if kind == Kind::of(C::Reduce) { 1 } else { n };
         let row = |bytes: usize, count: usize, wrong: u64| {
             let mut ours = timing(8.0, bytes, kind, n, pes);
             if let Outcome::Timed(t) = &mut ours {
@@ -1352,7 +1175,7 @@ mod tests {
             &opts,
             OursShape {
                 slot_bytes: kind.reduces().then_some(8 << 20),
-                lines_max: Some(if kind == Kind::Alltoallv {
+                lines_max: Some(if kind == Kind::of(C::Alltoallv) {
                     0
                 } else {
                     256 << 10
@@ -1368,7 +1191,7 @@ mod tests {
     #[test]
     fn reports_say_what_ours_ran_where_it_chooses() {
         let settings = "auto takes split from 1M at 3 or more PEs, else the handshake";
-        let r = sample_with(Kind::Broadcast, 4, 0, Some(settings));
+        let r = sample_with(Kind::of(C::Broadcast), 4, 0, Some(settings));
         let t = render_table(&r, RatioOn::BackToBack);
         assert!(
             t.contains(&format!("# ours: {settings}; ours= what ours ran\n")),
@@ -1392,7 +1215,7 @@ mod tests {
 
     #[test]
     fn reports_say_what_was_measured_and_checked() {
-        let t = render_table(&sample(Kind::Allgather, 3, 0), RatioOn::BackToBack);
+        let t = render_table(&sample(Kind::of(C::Allgather), 3, 0), RatioOn::BackToBack);
         assert!(
             t.starts_with("# allgather on 3 PE(s), NVIDIA H200\n"),
             "{t}"
@@ -1419,7 +1242,7 @@ mod tests {
         assert!(row.ends_with(" 0.80      0.83"), "{row}");
         assert_eq!(header.len(), row.len(), "{header}\n{row}");
 
-        let r = sample(Kind::Reduce, 4, 2);
+        let r = sample(Kind::of(C::Reduce), 4, 2);
         let t = render_table(&r, RatioOn::BackToBack);
         assert!(t.starts_with("# reduce (sum) on 4 PE(s)"), "{t}");
         assert!(t.contains("our receive slots 8M; root PE 2\n"), "{t}");
@@ -1448,10 +1271,13 @@ mod tests {
         assert!(j.contains("\"ratio_ours_over_nccl\":0.8,"), "{j}");
         assert!(j.contains("\"ratio_ours_over_nccl\":null"), "{j}");
 
-        let j = render_json(&sample(Kind::Broadcast, 2, 1), RatioOn::BackToBack);
+        let j = render_json(&sample(Kind::of(C::Broadcast), 2, 1), RatioOn::BackToBack);
         assert!(j.contains("\"op\":null") && j.contains("\"root\":1"), "{j}");
         assert!(!j.contains("slot_bytes"), "{j}");
-        let j = render_json(&sample(Kind::ReduceScatter, 2, 0), RatioOn::BackToBack);
+        let j = render_json(
+            &sample(Kind::of(C::ReduceScatter), 2, 0),
+            RatioOn::BackToBack,
+        );
         assert!(
             j.contains("\"slot_bytes\"") && !j.contains("\"root\""),
             "{j}"
@@ -1460,7 +1286,10 @@ mod tests {
 
     #[test]
     fn reports_say_whether_ours_had_lines() {
-        let t = render_table(&sample(Kind::Allgatherv, 4, 0), RatioOn::AfterCompute);
+        let t = render_table(
+            &sample(Kind::of(C::Allgatherv), 4, 0),
+            RatioOn::AfterCompute,
+        );
         assert!(
             t.contains(
                 "ours: low-latency lines for every part up to 256K (NVSH_EXCHANGE_LL_MAX), \
@@ -1468,7 +1297,7 @@ mod tests {
             ),
             "{t}"
         );
-        let t = render_table(&sample(Kind::Alltoallv, 4, 0), RatioOn::AfterCompute);
+        let t = render_table(&sample(Kind::of(C::Alltoallv), 4, 0), RatioOn::AfterCompute);
         assert!(
             t.contains(
                 "ours: no low-latency lines (NVSH_EXCHANGE_LL_MAX=0, or a PE not mapped): the \
@@ -1476,12 +1305,15 @@ mod tests {
             ),
             "{t}"
         );
-        let t = render_table(&sample(Kind::Broadcast, 2, 0), RatioOn::BackToBack);
+        let t = render_table(&sample(Kind::of(C::Broadcast), 2, 0), RatioOn::BackToBack);
         assert!(
             t.contains("lines for blocks up to 256K (NVSH_FAMILY_LL_MAX), the handshake above"),
             "{t}"
         );
-        let j = render_json(&sample(Kind::SendrecvRing, 2, 0), RatioOn::BackToBack);
+        let j = render_json(
+            &sample(Kind::of(C::Group).with(Peers::Ring), 2, 0),
+            RatioOn::BackToBack,
+        );
         assert!(j.contains("\"lines_max\":262144"), "{j}");
     }
 }

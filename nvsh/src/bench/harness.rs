@@ -2450,7 +2450,7 @@ pub(crate) mod tests {
                 check_threaded_fill::<half::bf16, _>(v, 0, 3, count, (count, count));
                 check_threaded_fill::<i64, _>(v, 2, 3, count, (count, count));
             }
-            for kind in Kind::ALL {
+            for kind in Kind::all() {
                 let n = 3;
                 let v = FamilyValues {
                     kind,

@@ -11,6 +11,7 @@ use cudarc::driver::CudaStream;
 use nvshmem::sys;
 use nvshmem::tools::raw_stream;
 use nvshmem::tools::{parse_bool, parse_size, size_label};
+use nvshmem::Collective;
 use nvshmem::ReduceOp;
 use nvshmem::SymView;
 use nvshmem::{Error, Result};
@@ -167,20 +168,48 @@ pub fn nvshmem_status(called: Option<(&'static str, i32)>, op: ReduceOp) -> Resu
     }
 }
 
+/// NVSHMEM's on-stream calls the benches time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NvshmemCall {
+    Broadcast,
+    Fcollect,
+    Alltoall,
+    ReduceScatter,
+}
+
+/// NVSHMEM's call for collective `kind`, or why it has none. NVSHMEM's API differs per
+/// collective, so this is the one match over the table's collectives for it.
+fn nvshmem_call(kind: Kind) -> std::result::Result<NvshmemCall, &'static str> {
+    match kind.collective {
+        Collective::Broadcast => Ok(NvshmemCall::Broadcast),
+        Collective::Allgather => Ok(NvshmemCall::Fcollect),
+        Collective::Alltoall => Ok(NvshmemCall::Alltoall),
+        Collective::ReduceScatter => Ok(NvshmemCall::ReduceScatter),
+        Collective::Reduce => {
+            Err("NVSHMEM has no rooted reduce (its reduce leaves the result on every PE)")
+        }
+        Collective::Allgatherv => {
+            Err("NVSHMEM has no allgatherv on a stream (fcollect takes equal counts)")
+        }
+        Collective::Alltoallv => {
+            Err("NVSHMEM has no alltoallv on a stream (alltoall takes equal counts)")
+        }
+        Collective::Group => {
+            Err("NVSHMEM has no grouped send/recv on a stream (its puts are one-sided)")
+        }
+        _ => Err("NVSHMEM has no such collective on a stream"),
+    }
+}
+
 /// Why NVSHMEM has no on-stream call for collective `kind` with `op` on `dtype`, or None when
 /// it has one. The same on every PE.
 pub fn family_refusal(kind: Kind, op: ReduceOp, dtype: BenchDtype) -> Option<String> {
-    let why = match kind {
-        Kind::Broadcast | Kind::Allgather | Kind::Alltoall => return None,
-        Kind::Reduce => "NVSHMEM has no rooted reduce (its reduce leaves the result on every PE)",
-        Kind::Allgatherv => "NVSHMEM has no allgatherv on a stream (fcollect takes equal counts)",
-        Kind::Alltoallv => "NVSHMEM has no alltoallv on a stream (alltoall takes equal counts)",
-        Kind::SendrecvRing | Kind::SendrecvAll => {
-            "NVSHMEM has no grouped send/recv on a stream (its puts are one-sided)"
-        }
-        Kind::ReduceScatter if op == ReduceOp::Avg => "NVSHMEM has no avg reduction",
-        Kind::ReduceScatter if !dtype.reducible() => "NVSHMEM's reductions take no u8 here",
-        Kind::ReduceScatter => return None,
+    let why = match nvshmem_call(kind) {
+        Err(why) => why,
+        Ok(_) if !kind.reduces() => return None,
+        Ok(_) if op == ReduceOp::Avg => "NVSHMEM has no avg reduction",
+        Ok(_) if !dtype.reducible() => "NVSHMEM's reductions take no u8 here",
+        Ok(_) => return None,
     };
     Some(why.to_string())
 }
@@ -240,9 +269,13 @@ impl NvshmemFamily {
         let stream = raw_stream(stream);
         // SAFETY (every call below): symmetric views of the lengths each call reads and writes
         // (the bench sizes them by `Kind`), the world team, the bench's live stream.
-        let called = match kind {
+        let refused = |why: String| Error::Io {
+            what: "nvshmem".into(),
+            message: why,
+        };
+        let called = match nvshmem_call(kind) {
             // nelem: bytes of the root's buffer.
-            Kind::Broadcast => unsafe {
+            Ok(NvshmemCall::Broadcast) => unsafe {
                 let bytes = input.len() * elem;
                 let status = sys::nvshmemx_broadcastmem_on_stream(
                     team, dest_raw, src_raw, bytes, root, stream,
@@ -250,41 +283,28 @@ impl NvshmemFamily {
                 Some(("nvshmemx_broadcastmem_on_stream", status))
             },
             // nelem: bytes of each PE's block; dest holds the blocks in PE order.
-            Kind::Allgather => unsafe {
+            Ok(NvshmemCall::Fcollect) => unsafe {
                 let bytes = input.len() * elem;
                 let status =
                     sys::nvshmemx_fcollectmem_on_stream(team, dest_raw, src_raw, bytes, stream);
                 Some(("nvshmemx_fcollectmem_on_stream", status))
             },
             // nelem: bytes of each block; block s of PE r's dest is block r of PE s's source.
-            Kind::Alltoall => unsafe {
+            Ok(NvshmemCall::Alltoall) => unsafe {
                 let bytes = input.len() / n * elem;
                 let status =
                     sys::nvshmemx_alltoallmem_on_stream(team, dest_raw, src_raw, bytes, stream);
                 Some(("nvshmemx_alltoallmem_on_stream", status))
             },
             // nreduce: elements of each PE's output; the source holds n blocks of it.
-            Kind::ReduceScatter => {
+            Ok(NvshmemCall::ReduceScatter) => {
                 if let Some(why) = reduce_scatter_refusal(input.len() * elem, self.reduce_scratch) {
-                    return Err(Error::Io {
-                        what: "nvshmem".into(),
-                        message: why,
-                    });
+                    return Err(refused(why));
                 }
                 let which = NvshmemReduction::ReduceScatter;
                 unsafe { T::nvshmem_reduction(which, op, team, dest, src, output.len(), stream) }
             }
-            Kind::Reduce
-            | Kind::Allgatherv
-            | Kind::Alltoallv
-            | Kind::SendrecvRing
-            | Kind::SendrecvAll => {
-                let why = family_refusal(kind, op, T::BENCH_DTYPE).unwrap_or_default();
-                return Err(Error::Io {
-                    what: "nvshmem".into(),
-                    message: why,
-                });
-            }
+            Err(why) => return Err(refused(why.to_string())),
         };
         nvshmem_status(called, op)
     }
@@ -296,25 +316,28 @@ mod tests {
 
     #[test]
     fn nvshmem_has_the_dense_collectives_and_says_why_not_the_others() {
-        for kind in [Kind::Broadcast, Kind::Allgather, Kind::Alltoall] {
+        use Collective as C;
+        for kind in [C::Broadcast, C::Allgather, C::Alltoall].map(Kind::of) {
             for &dtype in BenchDtype::taken_by(false) {
                 assert_eq!(family_refusal(kind, ReduceOp::Avg, dtype), None, "{kind:?}");
             }
         }
         for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
             for &dtype in BenchDtype::taken_by(true) {
-                assert_eq!(family_refusal(Kind::ReduceScatter, op, dtype), None);
+                assert_eq!(family_refusal(Kind::of(C::ReduceScatter), op, dtype), None);
             }
         }
-        let why = |kind, op| family_refusal(kind, op, BenchDtype::F32).unwrap();
+        let why = |c, op| family_refusal(Kind::of(c), op, BenchDtype::F32).unwrap();
         assert_eq!(
-            why(Kind::ReduceScatter, ReduceOp::Avg),
+            why(C::ReduceScatter, ReduceOp::Avg),
             "NVSHMEM has no avg reduction"
         );
-        assert!(why(Kind::Reduce, ReduceOp::Sum).contains("no rooted reduce"));
-        assert!(why(Kind::Allgatherv, ReduceOp::Sum).contains("no allgatherv"));
-        assert!(why(Kind::Alltoallv, ReduceOp::Sum).contains("no alltoallv"));
-        assert!(family_refusal(Kind::ReduceScatter, ReduceOp::Sum, BenchDtype::U8).is_some());
+        assert!(why(C::Reduce, ReduceOp::Sum).contains("no rooted reduce"));
+        assert!(why(C::Allgatherv, ReduceOp::Sum).contains("no allgatherv"));
+        assert!(why(C::Alltoallv, ReduceOp::Sum).contains("no alltoallv"));
+        let rs = Kind::of(C::ReduceScatter);
+        assert!(family_refusal(rs, ReduceOp::Sum, BenchDtype::U8).is_some());
+        assert!(why(C::Group, ReduceOp::Sum).contains("no grouped send/recv"));
         assert!(shared_gpu_refusal(true).unwrap().contains("a GPU per PE"));
         assert!(nvshmem_label(Some("1")).contains("own kernels (NVSHMEM_DISABLE_NCCL=1)"));
         for unset in [None, Some("0"), Some("junk")] {

@@ -25,36 +25,10 @@ pub enum BenchCommand {
     /// Allreduce: our algorithms, the automatic choice, NCCL and NVSHMEM's reduce, per size and
     /// dtype, with the time ratio ours (auto) / NCCL.
     Allreduce(AllreduceArgs),
-    /// Broadcast from --root: ours and NCCL per size and dtype, with the time ratio ours / NCCL
-    /// (size = each PE's buffer, bus factor 1, as nccl-tests).
-    Broadcast(BroadcastArgs),
-    /// Allgather: ours and NCCL per size and dtype, with the time ratio ours / NCCL (size = the
-    /// n x count output, bus factor (n-1)/n, as nccl-tests).
-    Allgather(FamilyArgs),
-    /// Alltoall: ours and NCCL (grouped sends and receives) per size and dtype, with the time
-    /// ratio ours / NCCL (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
-    Alltoall(FamilyArgs),
-    /// Allgatherv with equal counts on the host (the exchange path; NCCL has no allgatherv, so
-    /// it is timed against ncclAllGather on the same sizes): ours / NCCL as allgather.
-    Allgatherv(FamilyArgs),
-    /// Alltoallv with equal counts on the host (the exchange path) against NCCL's grouped
-    /// sends and receives: ours / NCCL as alltoall.
-    Alltoallv(FamilyArgs),
-    /// Reduce-scatter: ours and NCCL per size and dtype, with the time ratio ours / NCCL
-    /// (size = the n x count input, bus factor (n-1)/n, as nccl-tests).
-    ReduceScatter(ReduceScatterArgs),
-    /// Reduce to --root: ours and NCCL per size and dtype, with the time ratio ours / NCCL
-    /// (size = each PE's buffer, bus factor 1, as nccl-tests); only the root's output is
-    /// checked.
-    Reduce(ReduceArgs),
-    /// Grouped send/recv as a ring (each PE sends to the next, receives from the previous):
-    /// ours and NCCL's grouped ncclSend/ncclRecv per size and dtype (size = what each PE sends,
-    /// bus factor 1, as nccl-tests' sendrecv).
-    SendrecvRing(FamilyArgs),
-    /// Grouped send/recv between all pairs (one send and one receive per PE, itself included):
-    /// ours and NCCL's grouped sends and receives (size = the n x count input, bus factor
-    /// (n-1)/n, as nccl-tests' alltoall).
-    SendrecvAll(FamilyArgs),
+    /// The collectives beside allreduce, one subcommand per kind of the library's table
+    /// ([`Kind::all`]): broadcast, reduce, allgather, ..., sendrecv-ring, sendrecv-all.
+    #[command(flatten)]
+    Family(FamilyCommand),
     /// Sparse gradient allreduce: per method, density and gradient size, the time of the whole
     /// call (selection included), the bytes each PE sends and the relative error against the
     /// exact sum of the selected elements; dense allreduce (ours and NCCL) alongside.
@@ -519,30 +493,82 @@ pub struct RootArg {
     root: i32,
 }
 
-#[derive(Args)]
-pub struct BroadcastArgs {
-    #[command(flatten)]
+/// `nvsh bench <collective>` for a kind of the family bench: its options, with the op and
+/// slot size where it reduces and the root where it takes one. Its subcommands come from the
+/// table of collectives, so a new row brings its own.
+pub struct FamilyCommand {
+    kind: Kind,
     family: FamilyArgs,
-    #[command(flatten)]
-    root: RootArg,
+    reduction: Option<ReductionArgs>,
+    root: Option<RootArg>,
 }
 
-#[derive(Args)]
-pub struct ReduceScatterArgs {
-    #[command(flatten)]
-    family: FamilyArgs,
-    #[command(flatten)]
-    reduction: ReductionArgs,
+impl clap::FromArgMatches for FamilyCommand {
+    fn from_arg_matches(m: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        Self::from_arg_matches_mut(&mut m.clone())
+    }
+
+    fn from_arg_matches_mut(m: &mut clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
+        let missing = || clap::Error::new(clap::error::ErrorKind::MissingSubcommand);
+        let (name, mut sub) = m.remove_subcommand().ok_or_else(missing)?;
+        let kind = Kind::from_name(&name).ok_or_else(missing)?;
+        Ok(FamilyCommand {
+            kind,
+            family: FamilyArgs::from_arg_matches_mut(&mut sub)?,
+            reduction: kind
+                .reduces()
+                .then(|| ReductionArgs::from_arg_matches_mut(&mut sub))
+                .transpose()?,
+            root: kind
+                .rooted()
+                .then(|| RootArg::from_arg_matches_mut(&mut sub))
+                .transpose()?,
+        })
+    }
+
+    fn update_from_arg_matches(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
 }
 
-#[derive(Args)]
-pub struct ReduceArgs {
-    #[command(flatten)]
-    family: FamilyArgs,
-    #[command(flatten)]
-    reduction: ReductionArgs,
-    #[command(flatten)]
-    root: RootArg,
+impl Subcommand for FamilyCommand {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        Kind::all().into_iter().fold(cmd, |cmd, kind| {
+            let mut sub =
+                FamilyArgs::augment_args(clap::Command::new(kind.name()).about(kind.about()));
+            if kind.reduces() {
+                sub = ReductionArgs::augment_args(sub);
+            }
+            if kind.rooted() {
+                sub = RootArg::augment_args(sub);
+            }
+            cmd.subcommand(sub)
+        })
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        Kind::from_name(name).is_some()
+    }
+}
+
+impl FamilyCommand {
+    /// The options it runs with.
+    fn options(&self) -> FamilyBenchOptions {
+        family_options(
+            self.kind,
+            &self.family,
+            self.reduction.as_ref(),
+            self.root.as_ref(),
+        )
+    }
 }
 
 /// "4K", "16M", "1G" or plain bytes.
@@ -601,19 +627,7 @@ pub fn run(cmd: BenchCommand) -> ToolResult<()> {
         BenchCommand::Put(args) => put(args),
         BenchCommand::Probe(args) => probe_bench(args),
         BenchCommand::Allreduce(args) => allreduce(args),
-        BenchCommand::Broadcast(a) => family(Kind::Broadcast, &a.family, None, Some(&a.root)),
-        BenchCommand::Allgather(a) => family(Kind::Allgather, &a, None, None),
-        BenchCommand::Alltoall(a) => family(Kind::Alltoall, &a, None, None),
-        BenchCommand::Allgatherv(a) => family(Kind::Allgatherv, &a, None, None),
-        BenchCommand::Alltoallv(a) => family(Kind::Alltoallv, &a, None, None),
-        BenchCommand::ReduceScatter(a) => {
-            family(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
-        }
-        BenchCommand::Reduce(a) => {
-            family(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
-        }
-        BenchCommand::SendrecvRing(a) => family(Kind::SendrecvRing, &a, None, None),
-        BenchCommand::SendrecvAll(a) => family(Kind::SendrecvAll, &a, None, None),
+        BenchCommand::Family(f) => family(f),
         BenchCommand::Sparse(a) => Ok(sparse_bench(a)?),
     }
 }
@@ -867,15 +881,10 @@ fn allreduce(args: AllreduceArgs) -> ToolResult<()> {
     })
 }
 
-fn family(
-    kind: Kind,
-    args: &FamilyArgs,
-    reduction: Option<&ReductionArgs>,
-    root: Option<&RootArg>,
-) -> ToolResult<()> {
-    let opts = family_options(kind, args, reduction, root);
+fn family(f: FamilyCommand) -> ToolResult<()> {
+    let (kind, opts) = (f.kind, f.options());
     check_dtype_flag(kind.name(), kind.reduces(), &opts.dtypes).unwrap_or_else(|e| e.exit());
-    collective(&args.common, |nv, partial| {
+    collective(&f.family.common, |nv, partial| {
         family::run_reporting(nv, &opts, partial)
     })
 }
@@ -917,6 +926,7 @@ fn put(args: PutArgs) -> ToolResult<()> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use nvshmem::Collective as C;
 
     #[derive(Parser)]
     struct Cli {
@@ -937,21 +947,7 @@ mod tests {
         let argv = ["bench", name].into_iter().chain(args.iter().copied());
         Ok(
             match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.bench {
-                BenchCommand::Broadcast(a) => {
-                    family_options(Kind::Broadcast, &a.family, None, Some(&a.root))
-                }
-                BenchCommand::Allgather(a) => family_options(Kind::Allgather, &a, None, None),
-                BenchCommand::Alltoall(a) => family_options(Kind::Alltoall, &a, None, None),
-                BenchCommand::Allgatherv(a) => family_options(Kind::Allgatherv, &a, None, None),
-                BenchCommand::Alltoallv(a) => family_options(Kind::Alltoallv, &a, None, None),
-                BenchCommand::ReduceScatter(a) => {
-                    family_options(Kind::ReduceScatter, &a.family, Some(&a.reduction), None)
-                }
-                BenchCommand::Reduce(a) => {
-                    family_options(Kind::Reduce, &a.family, Some(&a.reduction), Some(&a.root))
-                }
-                BenchCommand::SendrecvRing(a) => family_options(Kind::SendrecvRing, &a, None, None),
-                BenchCommand::SendrecvAll(a) => family_options(Kind::SendrecvAll, &a, None, None),
+                BenchCommand::Family(f) => f.options(),
                 _ => return Err("parsed as another bench".into()),
             },
         )
@@ -1167,7 +1163,7 @@ mod tests {
         let family = |args: &[&str]| {
             let argv = ["bench", "reduce-scatter"].iter().chain(args);
             match Cli::try_parse_from(argv).unwrap().bench {
-                BenchCommand::ReduceScatter(a) => a.family.common.ratio_on,
+                BenchCommand::Family(f) => f.family.common.ratio_on,
                 _ => panic!("parsed as another bench"),
             }
         };
@@ -1199,7 +1195,7 @@ mod tests {
 
     #[test]
     fn family_benches_default_as_allreduce_with_ours_and_nccl() {
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             let o = family_opts(kind.name(), &[]).unwrap();
             assert_eq!(o.kind, kind);
             assert_eq!((o.min_bytes, o.max_bytes), (4 << 10, 256 << 20));
@@ -1235,7 +1231,10 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!((o.kind, o.root, o.op), (Kind::Reduce, 1, ReduceOp::Max));
+        assert_eq!(
+            (o.kind, o.root, o.op),
+            (Kind::of(C::Reduce), 1, ReduceOp::Max)
+        );
         assert_eq!(o.slot_bytes, 1 << 20);
         assert_eq!(
             o.candidates,
@@ -1245,9 +1244,9 @@ mod tests {
         assert_eq!(o.dtypes, vec![BenchDtype::Bf16]);
         assert_eq!((o.min_bytes, o.max_bytes, o.reps), (64 << 10, 1 << 20, 5));
         let o = family_opts("reduce-scatter", &["--op", "avg"]).unwrap();
-        assert_eq!((o.kind, o.op), (Kind::ReduceScatter, ReduceOp::Avg));
+        assert_eq!((o.kind, o.op), (Kind::of(C::ReduceScatter), ReduceOp::Avg));
         let o = family_opts("broadcast", &["--root", "3", "--json"]).unwrap();
-        assert_eq!((o.kind, o.root), (Kind::Broadcast, 3));
+        assert_eq!((o.kind, o.root), (Kind::of(C::Broadcast), 3));
         // Each takes only the options that mean something for it.
         for (name, bad) in [
             ("allgather", &["--op", "sum"][..]),
@@ -1616,7 +1615,7 @@ mod tests {
         let err = check_dtype_flag("allreduce", true, &o.dtypes).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
         assert!(err.to_string().contains(&want("allreduce")), "{err}");
-        for kind in [Kind::ReduceScatter, Kind::Reduce] {
+        for kind in [Kind::of(C::ReduceScatter), Kind::of(C::Reduce)] {
             let o = family_opts(kind.name(), &["-d", "u8"]).unwrap();
             let err = check_dtype_flag(kind.name(), kind.reduces(), &o.dtypes).unwrap_err();
             assert!(err.to_string().contains(&want(kind.name())), "{err}");
@@ -1624,7 +1623,11 @@ mod tests {
             let o = family_opts(kind.name(), &["-d", "all"]).unwrap();
             assert!(check_dtype_flag(kind.name(), true, &o.dtypes).is_ok());
         }
-        for kind in [Kind::Broadcast, Kind::Allgather, Kind::Alltoall] {
+        for kind in [
+            Kind::of(C::Broadcast),
+            Kind::of(C::Allgather),
+            Kind::of(C::Alltoall),
+        ] {
             let o = family_opts(kind.name(), &["-d", "u8"]).unwrap();
             assert!(check_dtype_flag(kind.name(), kind.reduces(), &o.dtypes).is_ok());
         }
