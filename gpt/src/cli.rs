@@ -135,6 +135,13 @@ pub struct TrainArgs {
     /// steps). Sparse averaging from step 1 slows AdamW training (see gpt/README.md).
     #[arg(long, requires = "grad_compress", value_name = "N")]
     pub dense_steps: Option<usize>,
+    /// With --grad-compress: DGC's density ramp (Deep Gradient Compression, Lin et al., ICLR
+    /// 2018), FROM:STEPS (e.g. 0.25:300): the first STEPS sparse steps (counted after
+    /// --dense-steps) send a density falling from FROM to the --grad-compress density in four
+    /// equal stages, geometrically (DGC's 25%, 6.25%, 1.5625%, 0.4%, then 0.1%). FROM must be
+    /// above that density and at most 1. Default: no ramp.
+    #[arg(long, requires = "grad_compress", value_name = "FROM:STEPS")]
+    pub density_ramp: Option<String>,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -243,6 +250,36 @@ impl ExportArgs {
     }
 }
 
+/// `--density-ramp FROM:STEPS` against the --grad-compress `density`: (FROM, STEPS).
+fn parse_ramp(spec: &str, density: f64) -> Result<(f64, usize)> {
+    let bad = |why: String| {
+        GptError::Config(format!(
+            "--density-ramp {spec}: {why}; pass FROM:STEPS, e.g. 0.25:300 (DGC's ramp to the \
+             --grad-compress density {density})"
+        ))
+    };
+    let (from, steps) = spec
+        .split_once(':')
+        .ok_or_else(|| bad("not FROM:STEPS".into()))?;
+    let from: f64 = from
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("FROM {from:?} is not a number")))?;
+    let steps: usize = steps
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("STEPS {steps:?} is not a whole number")))?;
+    if !(from > density && from <= 1.0) {
+        return Err(bad(format!(
+            "FROM {from} must lie above the density {density} and be at most 1"
+        )));
+    }
+    if steps == 0 {
+        return Err(bad("STEPS must be at least 1".into()));
+    }
+    Ok((from, steps))
+}
+
 impl TrainArgs {
     /// The sparse gradient averaging of --grad-compress (None: dense), averaging over the
     /// replicas, with error feedback unless --no-error-feedback.
@@ -254,6 +291,9 @@ impl TrainArgs {
             .map_err(|e| GptError::Config(format!("--grad-compress: {e}")))?;
         o.error_feedback = !self.no_error_feedback;
         o.average = true;
+        if let Some(ramp) = &self.density_ramp {
+            (o.ramp_from, o.ramp_calls) = parse_ramp(ramp, o.density)?;
+        }
         Ok(Some(o))
     }
 
@@ -381,6 +421,45 @@ mod tests {
             .grad_compress()
             .unwrap_err();
         assert!(err.to_string().contains("--grad-compress"), "{err}");
+    }
+
+    #[test]
+    fn density_ramp_parses_and_is_checked_against_the_density() {
+        let c = ["train", "--dp", "2", "--grad-compress", "gtopk:0.001"];
+        let o = train(&[&c[..], &["--density-ramp", "0.25:300"]].concat())
+            .grad_compress()
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.ramp_from, o.ramp_calls, o.density), (0.25, 300, 0.001));
+        assert_eq!(o.max_density(), 0.25);
+        assert!(o.density_at(0) == 0.25 && o.density_at(300) == 0.001);
+        let o = train(&c).grad_compress().unwrap().unwrap();
+        assert_eq!((o.ramp_from, o.ramp_calls), (0.0, 0));
+        assert_eq!(parse_ramp("1:1", 0.5).unwrap(), (1.0, 1));
+        let err = |ramp: &str| {
+            train(&[&c[..], &["--density-ramp", ramp]].concat())
+                .grad_compress()
+                .unwrap_err()
+                .to_string()
+        };
+        for (ramp, why) in [
+            ("0.25", "not FROM:STEPS"),
+            ("x:300", "FROM \"x\" is not a number"),
+            ("0.25:-1", "STEPS \"-1\" is not a whole number"),
+            ("0.25:0", "STEPS must be at least 1"),
+            ("0.001:300", "must lie above the density 0.001"),
+            ("0.0005:300", "must lie above"),
+            ("1.5:300", "at most 1"),
+            ("NaN:300", "must lie above"),
+        ] {
+            let e = err(ramp);
+            assert!(
+                e.contains("--density-ramp") && e.contains(why),
+                "{ramp}: {e}"
+            );
+        }
+        // Only with sparse averaging.
+        assert!(parse(&["train", "--density-ramp", "0.25:300"]).is_err());
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         tr.restore(&ck)?;
         agree_on_resume(tr, &ck)?;
         let residual = resume_residual(tr, prefix)?;
+        // The sparse steps the saved run made (its steps past --dense-steps): a density ramp
+        // goes on from there.
+        let sparse_steps = tr.step.saturating_sub(tr.run.dense_steps);
+        tr.comm.continue_ramp(sparse_steps as u64);
         if leader {
             writeln!(out, "resumed from {} at step {}", path.display(), tr.step)
                 .map_err(stdout_err)?;

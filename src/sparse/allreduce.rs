@@ -534,6 +534,9 @@ pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     reuse: Option<Reuse>,
     /// Calls so far (warm-up included) since creation or the last clear: the schedule.
     calls: u64,
+    /// Sparse calls of the density ramp made before the schedule's first (a resumed run's):
+    /// added to the schedule's sparse call for [`SparseOptions::density_at`].
+    ramp_offset: u64,
     /// The dense warm-up's allreduce and its symmetric buffer (n elements).
     warmup: Option<(Allreduce<'nv>, SymmetricBuffer<'nv, T>)>,
     ex: Exchange<'nv, T, I>,
@@ -720,6 +723,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             gauss,
             reuse,
             calls: 0,
+            ramp_offset: 0,
             warmup,
             ex,
         })
@@ -805,6 +809,15 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     fn restart_schedule(&mut self) {
         let warmup = self.opts.dense_warmup as u64;
         self.calls = if self.calls >= warmup { warmup } else { 0 };
+    }
+
+    /// The density ramp ([`SparseOptions::ramp_from`]) continues from sparse call `done` of an
+    /// earlier run (a resume: the sparse calls that run made) instead of starting over: the
+    /// next sparse call takes `density_at(done)`, the one after `density_at(done + 1)`. Clears
+    /// and loads restart the other intervals but keep this offset. Call it on every member
+    /// alike, after [`SparseAllreduce::load_residual`].
+    pub fn set_ramp_offset(&mut self, done: u64) {
+        self.ramp_offset = done;
     }
 
     /// How long a collective may wait for a peer before failing ([`Error::Timeout`]).
@@ -1092,7 +1105,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             None => grad,
         };
         let mine = self.mine.raw();
-        let density = self.opts.density_at(sparse_call);
+        let density = self.opts.density_at(sparse_call + self.ramp_offset);
         let k = sparse_k(n, density);
         if let Exchange::Tree(t) = &mut self.ex {
             if k != self.k {

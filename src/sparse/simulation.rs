@@ -57,6 +57,7 @@ pub struct Simulation<T> {
     k: usize,
     cap: usize,
     calls: u64,
+    ramp_offset: u64,
     bounds: Vec<u64>,
     global: f64,
     /// The members.
@@ -84,6 +85,7 @@ impl<T: SparseValue> Simulation<T> {
             k,
             cap,
             calls: 0,
+            ramp_offset: 0,
             bounds,
             global: 0.0,
             members: (0..p)
@@ -108,6 +110,11 @@ impl<T: SparseValue> Simulation<T> {
     pub fn restart(&mut self) {
         let warmup = self.opts.dense_warmup as u64;
         self.calls = if self.calls >= warmup { warmup } else { 0 };
+    }
+
+    /// `set_ramp_offset`: the density ramp continues from sparse call `done`.
+    pub fn set_ramp_offset(&mut self, done: u64) {
+        self.ramp_offset = done;
     }
 
     /// `clear_residual` on every member: residuals, and what was sent and given, zero; the
@@ -155,7 +162,7 @@ impl<T: SparseValue> Simulation<T> {
             };
         }
         let c = call - o.dense_warmup as u64;
-        let density = o.density_at(c);
+        let density = o.density_at(c + self.ramp_offset);
         let k = crate::sparse::sparse_k(n, density);
         let mut selected = Vec::new();
         let mut thresholds = Vec::new();
@@ -445,6 +452,13 @@ mod tests {
             s.step(&grads);
         }
         assert_eq!(s.step(&grads).selected[0].count, 4);
+        // A resume 6 sparse calls into the ramp continues it (stage 3: 0.25 x 0.004^(3/4) of
+        // 4000, 16 pairs), through a load that restarts the other intervals, then ends.
+        let mut r = Simulation::<f32>::new(o, 4000, 2);
+        r.set_ramp_offset(6);
+        r.restart();
+        let counts: Vec<u64> = (0..3).map(|_| r.step(&grads).selected[0].count).collect();
+        assert_eq!(counts, [16, 16, 4]);
     }
 
     #[test]
