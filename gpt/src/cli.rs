@@ -142,6 +142,12 @@ pub struct TrainArgs {
     /// above that density and at most 1. Default: no ramp.
     #[arg(long, requires = "grad_compress", value_name = "FROM:STEPS")]
     pub density_ramp: Option<String>,
+    /// With --grad-compress: DGC's local gradient clipping (Deep Gradient Compression, Lin et
+    /// al., ICLR 2018): on sparse steps each replica scales its own gradient, before error
+    /// feedback adds it to the residual, to an L2 norm of at most C x sqrt(1/dp). 0 (the
+    /// default): off. --clip still clips the averaged gradient.
+    #[arg(long, requires = "grad_compress", value_name = "C")]
+    pub sparse_clip: Option<f32>,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -293,6 +299,14 @@ impl TrainArgs {
         o.average = true;
         if let Some(ramp) = &self.density_ramp {
             (o.ramp_from, o.ramp_calls) = parse_ramp(ramp, o.density)?;
+        }
+        if let Some(c) = self.sparse_clip {
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(GptError::Config(format!(
+                    "--sparse-clip {c} must be a norm >= 0 (0: no local clipping), e.g. 1.0"
+                )));
+            }
+            o.local_clip = c;
         }
         Ok(Some(o))
     }
@@ -460,6 +474,27 @@ mod tests {
         }
         // Only with sparse averaging.
         assert!(parse(&["train", "--density-ramp", "0.25:300"]).is_err());
+    }
+
+    #[test]
+    fn sparse_clip_sets_the_local_clip() {
+        let c = ["train", "--dp", "4", "--grad-compress", "topk:0.01"];
+        let opts = |extra: &[&str]| train(&[&c[..], extra].concat()).grad_compress();
+        assert_eq!(opts(&[]).unwrap().unwrap().local_clip, 0.0);
+        let o = opts(&["--sparse-clip", "2.5"]).unwrap().unwrap();
+        assert_eq!((o.local_clip, o.local_clip_norm(4)), (2.5, 1.25));
+        assert_eq!(
+            opts(&["--sparse-clip", "0"]).unwrap().unwrap().local_clip,
+            0.0
+        );
+        for bad in ["-1", "inf", "NaN"] {
+            // `=`: clap would take a separate -1 for a flag.
+            let e = opts(&[&format!("--sparse-clip={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--sparse-clip"), "{bad}: {e}");
+        }
+        assert!(parse(&["train", "--sparse-clip", "1"]).is_err());
     }
 
     #[test]

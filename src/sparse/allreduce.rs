@@ -209,6 +209,14 @@ pub struct SparseOptions {
     pub ramp_from: f64,
     /// Sparse calls the ramp lasts (0: none).
     pub ramp_calls: usize,
+    /// DGC's local gradient clipping (Deep Gradient Compression, Lin et al., ICLR 2018): where
+    /// above 0, each member scales the gradient it is given, before error feedback adds it to
+    /// the residual, by min(1, local_clip x sqrt(1/P) / its L2 norm), P the team size
+    /// ([`SparseOptions::local_clip_norm`]), so that P clipped gradients together have a norm
+    /// of about local_clip at most. Sparse calls only (the dense warm-up averages what it is
+    /// given); a norm that is not finite leaves the gradient alone; the factor of the last call:
+    /// [`SparseAllreduce::clip_factor`]. 0 (the default): off.
+    pub local_clip: f32,
 }
 
 impl SparseOptions {
@@ -235,7 +243,14 @@ impl SparseOptions {
             dense_warmup: 0,
             ramp_from: 0.0,
             ramp_calls: 0,
+            local_clip: 0.0,
         }
+    }
+
+    /// The norm each of `p` members clips its gradient to: `local_clip x sqrt(1/p)` (in f64,
+    /// as the GPU path and the simulation take it).
+    pub fn local_clip_norm(&self, p: usize) -> f64 {
+        self.local_clip as f64 * (1.0 / p.max(1) as f64).sqrt()
     }
 
     /// The density of sparse call `call` (counted from the first after the warm-up): during
@@ -532,6 +547,8 @@ pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     gauss: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
     /// `topk_aopt`, Ok-Topk: the reused local threshold.
     reuse: Option<Reuse>,
+    /// Local clipping: workspace of the sum of squares and the factor word.
+    clip: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
     /// Calls so far (warm-up included) since creation or the last clear: the schedule.
     calls: u64,
     /// Sparse calls of the density ramp made before the schedule's first (a resumed run's):
@@ -594,6 +611,15 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 ),
             });
         }
+        if !(opts.local_clip.is_finite() && opts.local_clip >= 0.0) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "local_clip {} is not a norm; pass 0 for no local clipping, e.g. 1.0",
+                    opts.local_clip
+                ),
+            });
+        }
         let stream = nv.stream();
         // Buffers for the largest density of any call.
         let k = sparse_k(len, opts.max_density());
@@ -617,6 +643,13 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             // SAFETY: a host function without arguments.
             let words = unsafe { sys::nvshmemrs_sparse_gaussian_scratch_words() } as usize;
             Some((stream.alloc_zeros(words)?, stream.alloc_zeros(1)?))
+        } else {
+            None
+        };
+        let clip = if opts.local_clip > 0.0 {
+            // SAFETY: a host function without arguments.
+            let words = unsafe { sys::nvshmemrs_sparse_clip_scratch_words() } as usize;
+            Some((stream.alloc_zeros(words)?, stream.clone_htod(&[1.0f32])?))
         } else {
             None
         };
@@ -722,6 +755,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             residual,
             gauss,
             reuse,
+            clip,
             calls: 0,
             ramp_offset: 0,
             warmup,
@@ -898,6 +932,16 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
         match &self.reuse {
             Some(r) => Ok(Some(stream.clone_dtoh(&r.threshold)?[0])),
+            None => Ok(None),
+        }
+    }
+
+    /// Local clipping ([`SparseOptions::local_clip`]): the factor the last sparse call scaled
+    /// this member's gradient by (1 where it was within the norm, and before any call); None
+    /// without local clipping. Waits for the work queued on `stream`.
+    pub fn clip_factor(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
+        match &self.clip {
+            Some((_, f)) => Ok(Some(stream.clone_dtoh(f)?[0])),
             None => Ok(None),
         }
     }
@@ -1085,9 +1129,61 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
         // Sparse calls counted from the first after the warm-up: the intervals' schedule.
         let sparse_call = call - (self.opts.dense_warmup as u64).min(call);
-        // The selection's source: residual + g with error feedback, else g.
-        let src = match &self.residual {
-            Some(r) => {
+        // DGC's local clipping: the factor of this member's gradient, on the device.
+        let clip = match &self.clip {
+            Some((scratch, factor)) => {
+                let f = addr(factor);
+                // SAFETY: grad n elements (this function's contract), the workspace its words,
+                // the factor one f32.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_clip_factor(
+                        grad as *const c_void,
+                        n as u64,
+                        self.opts.local_clip_norm(p as usize),
+                        dtype,
+                        addr(scratch) as *mut f64,
+                        scratch.len() as u64,
+                        f as *mut f32,
+                        s,
+                    )
+                };
+                cuda_check(code, "local clipping norm kernel launch")?;
+                Some(f)
+            }
+            None => None,
+        };
+        let clip_into = |d: u64, f: u64, accumulate: i32| -> Result<()> {
+            // SAFETY: d and grad n elements (this function's contract; the residual's and
+            // `out`'s length), f one f32, on `stream`.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_clip_apply(
+                    d as *mut c_void,
+                    grad as *const c_void,
+                    n as u64,
+                    f as *const f32,
+                    accumulate,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "local clipping kernel launch")
+        };
+        // The selection's source: residual + g with error feedback, else g (clipped: scaled
+        // by the factor first).
+        let src = match (&self.residual, clip) {
+            (Some(r), Some(f)) => {
+                let r = addr(r);
+                clip_into(r, f, 1)?;
+                r
+            }
+            (None, Some(f)) => {
+                // Into `out`: only the selection below reads the source, and every exchange
+                // writes `out` whole after it.
+                clip_into(out, f, 0)?;
+                out
+            }
+            (None, None) => grad,
+            (Some(r), None) => {
                 let r = addr(r);
                 // SAFETY: both n elements (this function's contract; the residual's own length).
                 let code = unsafe {
@@ -1102,7 +1198,6 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 cuda_check(code, "error-feedback accumulation kernel launch")?;
                 r
             }
-            None => grad,
         };
         let mine = self.mine.raw();
         let density = self.opts.density_at(sparse_call + self.ramp_offset);

@@ -16,7 +16,7 @@ pub struct SimMember<T> {
     pub residual: Vec<T>,
     /// Everything it sent, summed (dense warm-up calls: their whole gradient).
     pub sent: Vec<T>,
-    /// Every gradient it was given, summed.
+    /// Every gradient it was given (after local clipping), summed.
     pub grads: Vec<T>,
     local: f64,
 }
@@ -30,6 +30,8 @@ pub struct SimStep<T> {
     pub selected: Vec<HostSparse<T, i32>>,
     /// Each member's local threshold of the call (Gaussian methods, `topk_aopt`, Ok-Topk).
     pub thresholds: Vec<f32>,
+    /// Local clipping: each member's factor of the call (empty without).
+    pub clip_factors: Vec<f32>,
     /// Each member's pairs that count as sent (gTop-k: the included ones; Ok-Topk: those in
     /// the global set; the others: the selection).
     pub sent: Vec<HostSparse<T, i32>>,
@@ -139,6 +141,7 @@ impl<T: SparseValue> Simulation<T> {
             dense: false,
             selected: Vec::new(),
             thresholds: Vec::new(),
+            clip_factors: Vec::new(),
             sent: Vec::new(),
             bounds: Vec::new(),
             regions: Vec::new(),
@@ -166,8 +169,19 @@ impl<T: SparseValue> Simulation<T> {
         let k = crate::sparse::sparse_k(n, density);
         let mut selected = Vec::new();
         let mut thresholds = Vec::new();
+        let mut clip_factors = Vec::new();
         let mut accs = Vec::new();
         for (m, g) in self.members.iter_mut().zip(grads) {
+            // DGC's local clipping: the member's gradient scaled before anything else.
+            let clipped;
+            let g = if o.local_clip > 0.0 {
+                let f = clip_factor(g, o.local_clip_norm(p));
+                clip_factors.push(f);
+                clipped = clip_scaled(g, f);
+                &clipped
+            } else {
+                g
+            };
             let acc: Vec<T> = if o.error_feedback {
                 m.residual
                     .iter()
@@ -214,6 +228,7 @@ impl<T: SparseValue> Simulation<T> {
         }
         let mut step = SimStep {
             thresholds,
+            clip_factors,
             ..empty
         };
         let (out, sent) = match o.method {
@@ -459,6 +474,62 @@ mod tests {
         r.restart();
         let counts: Vec<u64> = (0..3).map(|_| r.step(&grads).selected[0].count).collect();
         assert_eq!(counts, [16, 16, 4]);
+    }
+
+    #[test]
+    fn local_clipping_scales_each_gradient_before_error_feedback() {
+        let (n, p) = (400, 4);
+        // Every element ±3: norm 3 x 20 = 60. A clip of 60 (30 per member at P = 4) halves
+        // each gradient exactly; 240 (120 each) leaves it alone.
+        let equal: Vec<f32> = (0..n)
+            .map(|i| if i % 3 == 0 { -3.0 } else { 3.0 })
+            .collect();
+        for (clip, factor) in [(60.0f32, 0.5f32), (240.0, 1.0)] {
+            let opts = crate::SparseOptions {
+                local_clip: clip,
+                ..crate::SparseOptions::new(crate::SparseMethod::TopK, 0.05)
+            };
+            assert_eq!(opts.local_clip_norm(p), clip as f64 / 2.0);
+            let mut s = Simulation::<f32>::new(opts, n, p);
+            let grads = vec![equal.clone(); p];
+            for step in 0..3 {
+                let got = s.step(&grads);
+                assert_eq!(got.clip_factors, vec![factor; p], "clip {clip} step {step}");
+                for m in &s.members {
+                    // What went in is the clipped gradient, conserved by error feedback.
+                    let given = 3.0 * factor * (step + 1) as f32;
+                    assert!(m.grads.iter().all(|x| x.abs() == given));
+                    for i in 0..n {
+                        assert_eq!(m.residual[i] + m.sent[i], m.grads[i]);
+                    }
+                }
+                // The output sums what was sent, clipped values included.
+                assert_eq!(got.out, sparse_sum(n, &got.sent));
+            }
+        }
+        // Arbitrary data: each member's clipped gradient is within the norm (to rounding).
+        let opts = crate::SparseOptions {
+            local_clip: 10.0,
+            error_feedback: false,
+            ..crate::SparseOptions::new(crate::SparseMethod::GaussianK, 0.05)
+        };
+        let mut s = Simulation::<f32>::new(opts, n, p);
+        let grads: Vec<_> = (0..p).map(|r| ints(n, 1, r)).collect();
+        let got = s.step(&grads);
+        for (g, &f) in grads.iter().zip(&got.clip_factors) {
+            assert!(f < 1.0);
+            let norm: f64 = clip_scaled(g, f)
+                .iter()
+                .map(|&x| (x as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!((norm - 5.0).abs() < 1e-4, "{norm}");
+            assert_eq!(f, clip_factor(g, 5.0));
+        }
+        // Zeros and non-finite norms are left alone.
+        assert_eq!(clip_factor(&[0.0f32; 8], 1.0), 1.0);
+        assert_eq!(clip_factor(&[f32::NAN, 1e3], 1.0), 1.0);
+        assert_eq!(clip_factor(&[f32::INFINITY], 1.0), 1.0);
     }
 
     #[test]
