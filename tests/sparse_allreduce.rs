@@ -262,6 +262,13 @@ fn check_kinds<T: Value>(
                 same_set(&format!("{what}: included"), &inc, &want.sent[me]);
             }
             let m = &sim.members[me];
+            match ar.velocity() {
+                Some(u) => {
+                    let u = s.clone_dtoh(u).unwrap();
+                    same_values(&format!("{what}: velocity"), &u, &m.velocity);
+                }
+                None => assert!(opts.momentum == 0.0, "{what}: no velocity"),
+            }
             if let Some(r) = ar.residual() {
                 let res = s.clone_dtoh(r).unwrap();
                 same_values(&format!("{what}: residual"), &res, &m.residual);
@@ -329,6 +336,18 @@ fn method_case(pes: i32, method: SparseMethod) {
         ..SparseOptions::new(method, 0.01)
     };
     check_config::<f32>(&nv, &s, ramp, 5000, 11);
+    // DGC's momentum correction with factor masking: a momentum of 0.5 keeps the integer data
+    // exact over these few calls (each call halves the velocity once), so every comparison,
+    // the velocity's included, stays bit for bit.
+    let momentum = SparseOptions {
+        momentum: 0.5,
+        reestimate_every: 2,
+        global_every: 2,
+        repartition_every: 3,
+        ..SparseOptions::new(method, 0.1)
+    };
+    check_config::<f32>(&nv, &s, momentum, 1000, 4);
+    check_config::<bf16>(&nv, &s, momentum, 1000, 4);
     // DGC's local clipping: every Kind::Equal gradient (±3, norm 192 at n = 4096) halved
     // exactly, so that the values stay exact and the comparisons bit for bit; the other kinds
     // here are within the norm (factor 1) or zero.

@@ -148,6 +148,19 @@ pub struct TrainArgs {
     /// default): off. --clip still clips the averaged gradient.
     #[arg(long, requires = "grad_compress", value_name = "C")]
     pub sparse_clip: Option<f32>,
+    /// With --grad-compress: DGC's momentum correction (Deep Gradient Compression, Lin et al.,
+    /// ICLR 2018) with momentum factor masking, M in [0, 1) (e.g. 0.9): on sparse steps each
+    /// replica keeps a velocity u = M x u + g, error feedback accumulates u instead of g, and
+    /// u is zeroed where the residual is sent. AdamW then takes the averaged sparse velocity
+    /// as its gradient (its own --beta1 momentum on top; see gpt/README.md). Needs error
+    /// feedback. 0 (the default): off.
+    #[arg(
+        long,
+        requires = "grad_compress",
+        conflicts_with = "no_error_feedback",
+        value_name = "M"
+    )]
+    pub momentum_correction: Option<f32>,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -307,6 +320,14 @@ impl TrainArgs {
                 )));
             }
             o.local_clip = c;
+        }
+        if let Some(m) = self.momentum_correction {
+            if !(0.0..1.0).contains(&m) {
+                return Err(GptError::Config(format!(
+                    "--momentum-correction {m} must lie in [0, 1) (0: off), e.g. 0.9"
+                )));
+            }
+            o.momentum = m;
         }
         Ok(Some(o))
     }
@@ -474,6 +495,34 @@ mod tests {
         }
         // Only with sparse averaging.
         assert!(parse(&["train", "--density-ramp", "0.25:300"]).is_err());
+    }
+
+    #[test]
+    fn momentum_correction_sets_the_momentum() {
+        let c = ["train", "--dp", "2", "--grad-compress", "gtopk:0.01"];
+        let opts = |extra: &[&str]| train(&[&c[..], extra].concat()).grad_compress();
+        assert_eq!(opts(&[]).unwrap().unwrap().momentum, 0.0);
+        let o = opts(&["--momentum-correction", "0.9"]).unwrap().unwrap();
+        assert!(o.momentum == 0.9 && o.error_feedback);
+        for bad in ["1", "1.5", "-0.1", "NaN"] {
+            let e = opts(&[&format!("--momentum-correction={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--momentum-correction") && e.contains("[0, 1)"),
+                "{bad}: {e}"
+            );
+        }
+        // Error feedback is what it corrects; only with sparse averaging.
+        assert!(parse(
+            &[
+                &c[..],
+                &["--momentum-correction", "0.9", "--no-error-feedback"]
+            ]
+            .concat()
+        )
+        .is_err());
+        assert!(parse(&["train", "--momentum-correction", "0.9"]).is_err());
     }
 
     #[test]

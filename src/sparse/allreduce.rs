@@ -217,6 +217,15 @@ pub struct SparseOptions {
     /// given); a norm that is not finite leaves the gradient alone; the factor of the last call:
     /// [`SparseAllreduce::clip_factor`]. 0 (the default): off.
     pub local_clip: f32,
+    /// DGC's momentum correction (Deep Gradient Compression, Lin et al., ICLR 2018), in [0, 1):
+    /// where above 0, each member keeps a velocity u = momentum x u + g (g after local
+    /// clipping) and error feedback accumulates u instead of g, so what is selected and sent
+    /// is accumulated velocity; with DGC's momentum factor masking, u is zeroed wherever the
+    /// residual is (the pairs that count as sent), so a sent coordinate's stale momentum does
+    /// not go on pushing it. Needs error feedback. Sparse calls only; clears and loads zero
+    /// the velocity ([`SparseAllreduce::velocity`]), which is not part of the residual. 0 (the
+    /// default): off.
+    pub momentum: f32,
 }
 
 impl SparseOptions {
@@ -244,6 +253,7 @@ impl SparseOptions {
             ramp_from: 0.0,
             ramp_calls: 0,
             local_clip: 0.0,
+            momentum: 0.0,
         }
     }
 
@@ -543,6 +553,8 @@ pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     topk: TopK,
     mine: SymSet<'nv, T, I>,
     residual: Option<CudaSlice<T>>,
+    /// Momentum correction: the velocity.
+    velocity: Option<CudaSlice<T>>,
     /// Gaussian: workspace of the sums and the threshold word.
     gauss: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
     /// `topk_aopt`, Ok-Topk: the reused local threshold.
@@ -620,6 +632,16 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 ),
             });
         }
+        if !(0.0..1.0).contains(&opts.momentum) || (opts.momentum > 0.0 && !opts.error_feedback) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "momentum {} (with error feedback {}): momentum correction takes a momentum \
+                     in [0, 1) with error feedback on; pass 0 for none, e.g. 0.9 for DGC's",
+                    opts.momentum, opts.error_feedback
+                ),
+            });
+        }
         let stream = nv.stream();
         // Buffers for the largest density of any call.
         let k = sparse_k(len, opts.max_density());
@@ -635,6 +657,11 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         let topk = TopK::new(stream, len.max(2 * k))?;
         let mine = SymSet::new(nv, capacity)?;
         let residual = if opts.error_feedback {
+            Some(stream.alloc_zeros::<T>(len)?)
+        } else {
+            None
+        };
+        let velocity = if opts.momentum > 0.0 {
             Some(stream.alloc_zeros::<T>(len)?)
         } else {
             None
@@ -753,6 +780,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             topk,
             mine,
             residual,
+            velocity,
             gauss,
             reuse,
             clip,
@@ -797,6 +825,12 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.residual.as_ref()
     }
 
+    /// Momentum correction ([`SparseOptions::momentum`]): this member's velocity (None
+    /// without): what it accumulates into the residual on the next call, times the momentum.
+    pub fn velocity(&self) -> Option<&CudaSlice<T>> {
+        self.velocity.as_ref()
+    }
+
     /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore that has no
     /// residual). The schedule starts again: the next sparse call re-estimates every threshold
     /// (`topk_aopt`, Ok-Topk) and the regions (a dense warm-up that has ended is not
@@ -804,6 +838,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         if let Some(r) = &mut self.residual {
             stream.memset_zeros(r)?;
+        }
+        if let Some(u) = &mut self.velocity {
+            stream.memset_zeros(u)?;
         }
         self.restart_schedule();
         Ok(())
@@ -833,6 +870,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             });
         }
         stream.memcpy_htod(host, r)?;
+        if let Some(u) = &mut self.velocity {
+            stream.memset_zeros(u)?;
+        }
         self.restart_schedule();
         Ok(())
     }
@@ -1168,9 +1208,52 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             };
             cuda_check(code, "local clipping kernel launch")
         };
+        if let (Some(u), Some(r)) = (&self.velocity, &self.residual) {
+            // Momentum correction: u = momentum x u + g (clipped first), then residual += u.
+            let (u, r) = (addr(u), addr(r));
+            // SAFETY: u, r and grad n elements (this function's contract; their lengths).
+            let code = unsafe {
+                sys::nvshmemrs_sparse_scale(
+                    u as *mut c_void,
+                    n as u64,
+                    self.opts.momentum,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "momentum kernel launch")?;
+            match clip {
+                Some(f) => clip_into(u, f, 1)?,
+                None => {
+                    // SAFETY: as above.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_accumulate(
+                            u as *mut c_void,
+                            grad as *const c_void,
+                            n as u64,
+                            dtype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum accumulation kernel launch")?;
+                }
+            }
+            // SAFETY: as above.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_accumulate(
+                    r as *mut c_void,
+                    u as *const c_void,
+                    n as u64,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "error-feedback accumulation kernel launch")?;
+        }
         // The selection's source: residual + g with error feedback, else g (clipped: scaled
-        // by the factor first).
+        // by the factor first; with momentum correction the residual holds it already).
         let src = match (&self.residual, clip) {
+            (Some(r), _) if self.velocity.is_some() => addr(r),
             (Some(r), Some(f)) => {
                 let r = addr(r);
                 clip_into(r, f, 1)?;
@@ -1274,6 +1357,21 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 )
             };
             cuda_check(code, "residual update kernel launch")?;
+            if let Some(u) = &self.velocity {
+                // DGC's momentum factor masking: where the residual was cleared.
+                // SAFETY: the set's capacity and n elements of velocity.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_zero_at(
+                        mine,
+                        addr(u) as *mut c_void,
+                        n as u64,
+                        dtype,
+                        itype,
+                        s,
+                    )
+                };
+                cuda_check(code, "momentum masking kernel launch")?;
+            }
         }
         let cap = self.capacity;
         let pu = p as usize;
@@ -1377,6 +1475,22 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 let residual = self.residual.as_ref().map_or(0, addr);
                 // SAFETY: the sets their capacities, mark k f32, the residual n elements.
                 unsafe { t.include(&mut self.topk, &self.mine, residual, n, stream)? };
+                if let Some(u) = &self.velocity {
+                    // Momentum factor masking where the included pairs left the residual.
+                    let (inc, _guards) = t.included.raw(stream);
+                    // SAFETY: the included set its capacity, n elements of velocity.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_zero_at(
+                            inc,
+                            addr(u) as *mut c_void,
+                            n as u64,
+                            dtype,
+                            itype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum masking kernel launch")?;
+                }
             }
             Exchange::Regions(r) => {
                 let residual = self.residual.as_ref().map_or(0, addr);
@@ -1393,6 +1507,24 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                         stream,
                     )?
                 };
+                if let (Some(u), SparseMethod::OkTopK) = (&self.velocity, self.opts.method) {
+                    // Momentum factor masking where r.run cleared the residual: the pairs whose
+                    // index has a result (`out`, not yet averaged). The other region methods'
+                    // were masked with their residual above.
+                    // SAFETY: the selection its capacity, `out` and the velocity n elements.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_zero_sent(
+                            mine,
+                            out as *const c_void,
+                            addr(u) as *mut c_void,
+                            n as u64,
+                            dtype,
+                            itype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum masking kernel launch")?;
+                }
             }
         }
         if self.opts.average && p > 1 {

@@ -16,8 +16,11 @@ pub struct SimMember<T> {
     pub residual: Vec<T>,
     /// Everything it sent, summed (dense warm-up calls: their whole gradient).
     pub sent: Vec<T>,
-    /// Every gradient it was given (after local clipping), summed.
+    /// Every gradient it was given (after local clipping; with momentum correction the
+    /// velocity each call accumulated instead), summed.
     pub grads: Vec<T>,
+    /// Momentum correction: the velocity (zeros without).
+    pub velocity: Vec<T>,
     local: f64,
 }
 
@@ -95,6 +98,7 @@ impl<T: SparseValue> Simulation<T> {
                     residual: zero.clone(),
                     sent: zero.clone(),
                     grads: zero.clone(),
+                    velocity: zero.clone(),
                     local: 0.0,
                 })
                 .collect(),
@@ -108,7 +112,8 @@ impl<T: SparseValue> Simulation<T> {
     }
 
     /// The schedule starts again as `clear_residual` and `load_residual` restart it (a dense
-    /// warm-up that has ended is not repeated); the residuals are left to the caller.
+    /// warm-up that has ended is not repeated); the residuals and velocities are left to the
+    /// caller.
     pub fn restart(&mut self) {
         let warmup = self.opts.dense_warmup as u64;
         self.calls = if self.calls >= warmup { warmup } else { 0 };
@@ -123,7 +128,7 @@ impl<T: SparseValue> Simulation<T> {
     /// schedule restarted.
     pub fn clear(&mut self) {
         for m in &mut self.members {
-            for v in [&mut m.residual, &mut m.sent, &mut m.grads] {
+            for v in [&mut m.residual, &mut m.sent, &mut m.grads, &mut m.velocity] {
                 v.iter_mut().for_each(|x| *x = T::of_f32(0.0));
             }
         }
@@ -179,6 +184,18 @@ impl<T: SparseValue> Simulation<T> {
                 clip_factors.push(f);
                 clipped = clip_scaled(g, f);
                 &clipped
+            } else {
+                g
+            };
+            // DGC's momentum correction: u = momentum x u + g (each product rounded to T, as
+            // the scale kernel), accumulated instead of g.
+            let corrected;
+            let g = if o.momentum > 0.0 {
+                for (u, &x) in m.velocity.iter_mut().zip(g) {
+                    *u = T::of_f32(u.to_f64() as f32 * o.momentum).sparse_add(x);
+                }
+                corrected = m.velocity.clone();
+                &corrected
             } else {
                 g
             };
@@ -304,6 +321,12 @@ impl<T: SparseValue> Simulation<T> {
                 m.residual = acc;
                 for &i in &s.idx {
                     m.residual[i as usize] = T::of_f32(0.0);
+                }
+            }
+            if o.momentum > 0.0 {
+                // Momentum factor masking: where the residual was cleared.
+                for &i in &s.idx {
+                    m.velocity[i as usize] = T::of_f32(0.0);
                 }
             }
             scatter_add(&mut m.sent, s);
@@ -530,6 +553,49 @@ mod tests {
         assert_eq!(clip_factor(&[0.0f32; 8], 1.0), 1.0);
         assert_eq!(clip_factor(&[f32::NAN, 1e3], 1.0), 1.0);
         assert_eq!(clip_factor(&[f32::INFINITY], 1.0), 1.0);
+    }
+
+    #[test]
+    fn momentum_correction_accumulates_a_masked_velocity() {
+        let (n, p) = (400, 3);
+        for method in crate::SparseMethod::ALL {
+            let opts = crate::SparseOptions {
+                momentum: 0.5,
+                reestimate_every: 3,
+                global_every: 2,
+                repartition_every: 4,
+                ..crate::SparseOptions::new(method, 0.05)
+            };
+            let mut s = Simulation::<f32>::new(opts, n, p);
+            let mut before: Vec<Vec<f32>> = vec![vec![0.0; n]; p];
+            for step in 0..6 {
+                let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+                let got = s.step(&grads);
+                for (r, m) in s.members.iter().enumerate() {
+                    let sent = &got.sent[r];
+                    for i in 0..n {
+                        // u = 0.5 u + g (exact for these data), zeroed where sent.
+                        let u = 0.5 * before[r][i] + grads[r][i];
+                        let masked = sent.idx.binary_search(&(i as i32)).is_ok();
+                        let want = if masked { 0.0 } else { u };
+                        assert_eq!(m.velocity[i], want, "{} step {step}", method.name());
+                        if masked {
+                            assert_eq!(m.residual[i], 0.0);
+                        }
+                        // Conservation holds for what was accumulated: the velocities.
+                        assert_eq!(m.residual[i] + m.sent[i], m.grads[i]);
+                    }
+                    before[r] = m.velocity.clone();
+                }
+            }
+        }
+        // Without momentum the velocity stays zero; clears zero it.
+        let mut s = sim(crate::SparseMethod::TopK, 100, 2);
+        s.step(&[ints(100, 0, 0), ints(100, 0, 1)]);
+        assert!(s
+            .members
+            .iter()
+            .all(|m| m.velocity.iter().all(|&u| u == 0.0)));
     }
 
     #[test]
