@@ -201,11 +201,13 @@ pub struct SparseOptions {
     /// above, count from the first call after them. Default 0
     /// ([`SparseOptions::SEED_DENSE_WARMUP`] is the seed's).
     pub dense_warmup: usize,
-    /// DGC's density ramp: where above `density`, the density of the first
+    /// DGC's density ramp (Deep Gradient Compression, Lin et al., ICLR 2018, its warm-up
+    /// training): where above `density`, the density of the first
     /// [`SparseOptions::ramp_calls`] sparse calls falls from this to `density` in four equal
     /// stages, geometrically (DGC's 25%, 6.25%, 1.5625%, 0.4% before 0.1%:
     /// [`SparseOptions::density_at`]); buffers are sized for it (the threshold methods' cap
-    /// stays 2k of this density). 0 (the default): no ramp.
+    /// stays 2k of this density). A resumed run continues it with
+    /// [`SparseAllreduce::set_ramp_offset`]. 0 (the default): no ramp.
     pub ramp_from: f64,
     /// Sparse calls the ramp lasts (0: none).
     pub ramp_calls: usize,
