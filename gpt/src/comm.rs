@@ -152,6 +152,8 @@ pub struct SparseStats {
     pub threshold: Option<f32>,
     /// gTop-k: its pairs that made the global set.
     pub included: Option<u64>,
+    /// With `--sparse-clip`: the factor local clipping scaled its gradient by.
+    pub clip_factor: Option<f32>,
 }
 
 fn no_residual() -> GptError {

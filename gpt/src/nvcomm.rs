@@ -500,6 +500,7 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
             k: sp.k() as u64,
             threshold: sp.threshold(s).map_err(nv_err)?,
             included: sp.included_count(s).map_err(nv_err)?,
+            clip_factor: sp.clip_factor(s).map_err(nv_err)?,
         }))
     }
 

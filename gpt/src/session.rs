@@ -224,6 +224,7 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             sparse_k: rep.sparse.map(|s| s.k),
             sparse_threshold: rep.sparse.and_then(|s| s.threshold).map(f64::from),
             sparse_included: rep.sparse.and_then(|s| s.included),
+            sparse_clip_factor: rep.sparse.and_then(|s| s.clip_factor).map(f64::from),
         };
         if let Some((path, f)) = &mut log {
             io(path, writeln!(f, "{}", rec.to_json()))?;
@@ -253,9 +254,12 @@ pub fn run_session<B: Backend, C: Comm<B>>(
                 let inc = sp
                     .included
                     .map_or(String::new(), |c| format!(" | included {c}"));
+                let clip = sp
+                    .clip_factor
+                    .map_or(String::new(), |f| format!(" | local clip x{f:.3}"));
                 writeln!(
                     out,
-                    "      sparse: selected {} of k {}{t}{inc}",
+                    "      sparse: selected {} of k {}{t}{inc}{clip}",
                     sp.selected, sp.k
                 )
                 .map_err(stdout_err)?;
