@@ -152,6 +152,18 @@ fn check_config<T: Value>(
     n: usize,
     steps: usize,
 ) {
+    check_kinds::<T>(nv, s, opts, n, steps, &KINDS);
+}
+
+/// [`check_config`] on the gradient kinds `kinds`.
+fn check_kinds<T: Value>(
+    nv: &Nvshmem,
+    s: &Arc<CudaStream>,
+    opts: SparseOptions,
+    n: usize,
+    steps: usize,
+    kinds: &[Kind],
+) {
     let (me, p) = (nv.my_pe() as usize, nv.n_pes() as usize);
     let mut ar = SparseAllreduce::<T>::world(nv, n, opts).unwrap();
     let (k, cap) = (ar.k(), ar.capacity());
@@ -159,9 +171,9 @@ fn check_config<T: Value>(
     let mut out = s.alloc_zeros::<T>(n).unwrap();
     let mut sim = simulation::Simulation::<T>::new(opts, n, p);
     assert_eq!(sim.k_cap(), (k, cap), "k and capacity");
-    for kind in KINDS {
+    for &kind in kinds {
         let what = format!(
-            "{} {} n {n} density {} ef {} avg {} every {}/{}/{} warm-up {} {kind:?}",
+            "{} {} n {n} density {} ef {} avg {} every {}/{}/{} warm-up {} clip {} {kind:?}",
             opts.method.name(),
             T::NAME,
             opts.density,
@@ -171,6 +183,7 @@ fn check_config<T: Value>(
             opts.global_every,
             opts.repartition_every,
             opts.dense_warmup,
+            opts.local_clip,
         );
         // The first kind runs the dense warm-up; the others, after the clear, do not.
         ar.clear_residual(s).unwrap();
@@ -188,6 +201,17 @@ fn check_config<T: Value>(
                 continue;
             }
             let sparse_call = sim_sparse_calls(&ar, opts) - 1;
+            match ar.clip_factor(s).unwrap() {
+                Some(f) => {
+                    let w = want.clip_factors[me];
+                    assert_eq!(
+                        f.to_bits(),
+                        w.to_bits(),
+                        "{what}: clip factor {f} against {w}"
+                    );
+                }
+                None => assert!(opts.local_clip == 0.0, "{what}: no clip factor"),
+            }
             let sel = ar.selected(s).unwrap();
             same_set(&format!("{what}: selection"), &sel, &want.selected[me]);
             if gaussian(opts.method) || reuses(opts.method) {
@@ -238,6 +262,13 @@ fn check_config<T: Value>(
                 same_set(&format!("{what}: included"), &inc, &want.sent[me]);
             }
             let m = &sim.members[me];
+            match ar.velocity() {
+                Some(u) => {
+                    let u = s.clone_dtoh(u).unwrap();
+                    same_values(&format!("{what}: velocity"), &u, &m.velocity);
+                }
+                None => assert!(opts.momentum == 0.0, "{what}: no velocity"),
+            }
             if let Some(r) = ar.residual() {
                 let res = s.clone_dtoh(r).unwrap();
                 same_values(&format!("{what}: residual"), &res, &m.residual);
@@ -305,6 +336,70 @@ fn method_case(pes: i32, method: SparseMethod) {
         ..SparseOptions::new(method, 0.01)
     };
     check_config::<f32>(&nv, &s, ramp, 5000, 11);
+    // DGC's momentum correction with factor masking: a momentum of 0.5 keeps the integer data
+    // exact over these few calls (each call halves the velocity once), so every comparison,
+    // the velocity's included, stays bit for bit.
+    let momentum = SparseOptions {
+        momentum: 0.5,
+        reestimate_every: 2,
+        global_every: 2,
+        repartition_every: 3,
+        ..SparseOptions::new(method, 0.1)
+    };
+    check_config::<f32>(&nv, &s, momentum, 1000, 4);
+    check_config::<bf16>(&nv, &s, momentum, 1000, 4);
+    // DGC's local clipping: every Kind::Equal gradient (±3, norm 192 at n = 4096) halved
+    // exactly, so that the values stay exact and the comparisons bit for bit; the other kinds
+    // here are within the norm (factor 1) or zero.
+    let (n, p) = (4096, nv.n_pes() as usize);
+    let clip = SparseOptions {
+        local_clip: clip_halving(n, p),
+        reestimate_every: 2,
+        global_every: 2,
+        repartition_every: 3,
+        ..SparseOptions::new(method, 0.01)
+    };
+    let kinds = [Kind::Equal, Kind::Signs, Kind::Zeros, Kind::Rare];
+    for kind in kinds {
+        for step in 0..4 {
+            for r in 0..p {
+                let g = gradient::<f32>(kind, n, step, r);
+                let f = reference::clip_factor(&g, clip.local_clip_norm(p));
+                let want = if matches!(kind, Kind::Equal) {
+                    0.5
+                } else {
+                    1.0
+                };
+                assert_eq!(f, want, "{kind:?} step {step} member {r}: exact factors");
+            }
+        }
+    }
+    for ef in [true, false] {
+        let o = SparseOptions {
+            error_feedback: ef,
+            ..clip
+        };
+        check_kinds::<f32>(&nv, &s, o, n, 4, &kinds);
+        check_kinds::<bf16>(&nv, &s, o, n, 4, &kinds);
+    }
+}
+
+/// A local clip whose P-scaled norm halves Kind::Equal's gradients of `n` elements (every
+/// element ±3) exactly: the f32 nearest 1.5 sqrt(n) sqrt(P), or a neighbour of it.
+fn clip_halving(n: usize, p: usize) -> f32 {
+    let g = vec![3.0f32; n];
+    let c = (1.5 * (n as f64).sqrt() * (p as f64).sqrt()) as f32;
+    [0, 1, -1, 2, -2, 3, -3]
+        .into_iter()
+        .map(|d: i32| f32::from_bits((c.to_bits() as i32 + d) as u32))
+        .find(|&c| {
+            let o = SparseOptions {
+                local_clip: c,
+                ..SparseOptions::new(SparseMethod::TopK, 0.01)
+            };
+            reference::clip_factor(&g, o.local_clip_norm(p)) == 0.5
+        })
+        .expect("a clip that halves the norm exactly")
 }
 
 macro_rules! method_tests {

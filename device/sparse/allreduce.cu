@@ -94,6 +94,30 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
+// DGC's local clipping factor from stats_kernel's partials (their sums of squares, in block
+// order): max_norm / norm where the norm is finite and above max_norm, else 1.
+__global__ void clip_finish_kernel(const double *partials, double max_norm, float *factor) {
+    wait_for_previous_kernel();
+    if (threadIdx.x != 0) return;
+    double q = 0.0;
+    for (int b = 0; b < STAT_BLOCKS; ++b) q += partials[2 * b + 1];
+    const double norm = __dsqrt_rn(q);
+    *factor = isfinite(norm) && norm > max_norm ? (float)__ddiv_rn(max_norm, norm) : 1.0f;
+}
+
+// The clipped gradient: rounded to T before any add (the CPU reference's order; __fmul_rn
+// keeps the product out of a fused multiply-add).
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    clip_kernel(T *d, const T *g, uint64_t n, const float *factor, int accumulate) {
+    wait_for_previous_kernel();
+    const float f = *factor;
+    GRID_STRIDE(i, n) {
+        const T c = of_f32<T>(__fmul_rn(as_f32(g[i]), f));
+        d[i] = accumulate ? add_values(d[i], c) : c;
+    }
+}
+
 // A threshold as the selection takes it: t rounded to f32, +infinity where t is not finite, at
 // least the smallest positive float (zeros are never worth sending).
 __device__ __forceinline__ float as_threshold(double t) {
@@ -630,6 +654,39 @@ template <typename Op> struct Dense {
     }
 };
 
+struct ClipFactor {
+    const void *g;
+    uint64_t n;
+    double max_norm;
+    double *scratch;
+    float *factor;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        cudaError_t err = launch_pdl(stats_kernel<T>, STAT_BLOCKS, SPARSE_THREADS, stream,
+                                     static_cast<const T *>(g), n, scratch);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(clip_finish_kernel, 1, 32, stream, (const double *)scratch, max_norm,
+                          factor);
+    }
+};
+
+struct ClipApply {
+    void *d;
+    const void *g;
+    uint64_t n;
+    const float *factor;
+    int accumulate;
+    cudaStream_t stream;
+    template <typename T> cudaError_t run() const {
+        if (n == 0) return cudaSuccess;
+        int blocks = 0;
+        cudaError_t err = sparse_grid(n, 8, &blocks);
+        if (err != cudaSuccess) return err;
+        return launch_pdl(clip_kernel<T>, blocks, SPARSE_THREADS, stream, static_cast<T *>(d),
+                          static_cast<const T *>(g), n, factor, accumulate);
+    }
+};
+
 struct Stats {
     const void *g;
     uint64_t n;
@@ -786,6 +843,24 @@ struct ScatterParts {
 extern "C" int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
                                            cudaStream_t stream) {
     Dense<AccumulateOp> f{acc, g, n, 0.0f, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" uint64_t nvshmemrs_sparse_clip_scratch_words(void) { return 2 * STAT_BLOCKS; }
+
+extern "C" int nvshmemrs_sparse_clip_factor(const void *g, uint64_t n, double max_norm,
+                                            int32_t dtype, double *scratch,
+                                            uint64_t scratch_words, float *factor,
+                                            cudaStream_t stream) {
+    if (scratch_words < 2 * STAT_BLOCKS) return cudaErrorInvalidValue;
+    ClipFactor f{g, n, max_norm, scratch, factor, stream};
+    return by_value(dtype, f);
+}
+
+extern "C" int nvshmemrs_sparse_clip_apply(void *d, const void *g, uint64_t n,
+                                           const float *factor, int32_t accumulate,
+                                           int32_t dtype, cudaStream_t stream) {
+    ClipApply f{d, g, n, factor, accumulate, stream};
     return by_value(dtype, f);
 }
 

@@ -23,6 +23,26 @@ extern "C" {
 int nvshmemrs_sparse_accumulate(void *acc, const void *g, uint64_t n, int32_t dtype,
                                 cudaStream_t stream);
 
+/* Words (f64) of workspace of nvshmemrs_sparse_clip_factor. */
+uint64_t nvshmemrs_sparse_clip_scratch_words(void);
+
+/*
+ * DGC's local gradient clipping (Lin et al., ICLR 2018): *factor = max_norm / ||g||_2 of g[0 ..
+ * n), rounded to f32, where that norm is finite and above max_norm, else 1 (a NaN or infinity in
+ * g leaves it alone). The sum of squares in f64, as nvshmemrs_sparse_gaussian_threshold's (a
+ * fixed order; exact for integer data), the square root and the quotient rounded op by op.
+ */
+int nvshmemrs_sparse_clip_factor(const void *g, uint64_t n, double max_norm, int32_t dtype,
+                                 double *scratch, uint64_t scratch_words, float *factor,
+                                 cudaStream_t stream);
+
+/*
+ * c = g[i] x *factor in f32, rounded once to the value type; then d[i] = c (accumulate 0; d may
+ * be g) or d[i] += c as nvshmemrs_sparse_accumulate adds (accumulate 1), for i < n.
+ */
+int nvshmemrs_sparse_clip_apply(void *d, const void *g, uint64_t n, const float *factor,
+                                int32_t accumulate, int32_t dtype, cudaStream_t stream);
+
 /* dense[i] *= s for i < n (bf16: in f32, rounded once). */
 int nvshmemrs_sparse_scale(void *dense, uint64_t n, float s, int32_t dtype, cudaStream_t stream);
 

@@ -135,6 +135,32 @@ pub struct TrainArgs {
     /// steps). Sparse averaging from step 1 slows AdamW training (see gpt/README.md).
     #[arg(long, requires = "grad_compress", value_name = "N")]
     pub dense_steps: Option<usize>,
+    /// With --grad-compress: DGC's density ramp (Deep Gradient Compression, Lin et al., ICLR
+    /// 2018), FROM:STEPS (e.g. 0.25:300): the first STEPS sparse steps (counted after
+    /// --dense-steps) send a density falling from FROM to the --grad-compress density in four
+    /// equal stages, geometrically (DGC's 25%, 6.25%, 1.5625%, 0.4%, then 0.1%). FROM must be
+    /// above that density and at most 1. Default: no ramp.
+    #[arg(long, requires = "grad_compress", value_name = "FROM:STEPS")]
+    pub density_ramp: Option<String>,
+    /// With --grad-compress: DGC's local gradient clipping (Deep Gradient Compression, Lin et
+    /// al., ICLR 2018): on sparse steps each replica scales its own gradient, before error
+    /// feedback adds it to the residual, to an L2 norm of at most C x sqrt(1/dp). 0 (the
+    /// default): off. --clip still clips the averaged gradient.
+    #[arg(long, requires = "grad_compress", value_name = "C")]
+    pub sparse_clip: Option<f32>,
+    /// With --grad-compress: DGC's momentum correction (Deep Gradient Compression, Lin et al.,
+    /// ICLR 2018) with momentum factor masking, M in [0, 1) (e.g. 0.9): on sparse steps each
+    /// replica keeps a velocity u = M x u + g, error feedback accumulates u instead of g, and
+    /// u is zeroed where the residual is sent. AdamW then takes the averaged sparse velocity
+    /// as its gradient (its own --beta1 momentum on top; see gpt/README.md). Needs error
+    /// feedback. 0 (the default): off.
+    #[arg(
+        long,
+        requires = "grad_compress",
+        conflicts_with = "no_error_feedback",
+        value_name = "M"
+    )]
+    pub momentum_correction: Option<f32>,
 
     /// Validate every N steps (and after the last).
     #[arg(long, default_value_t = 100)]
@@ -243,6 +269,36 @@ impl ExportArgs {
     }
 }
 
+/// `--density-ramp FROM:STEPS` against the --grad-compress `density`: (FROM, STEPS).
+fn parse_ramp(spec: &str, density: f64) -> Result<(f64, usize)> {
+    let bad = |why: String| {
+        GptError::Config(format!(
+            "--density-ramp {spec}: {why}; pass FROM:STEPS, e.g. 0.25:300 (DGC's ramp to the \
+             --grad-compress density {density})"
+        ))
+    };
+    let (from, steps) = spec
+        .split_once(':')
+        .ok_or_else(|| bad("not FROM:STEPS".into()))?;
+    let from: f64 = from
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("FROM {from:?} is not a number")))?;
+    let steps: usize = steps
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("STEPS {steps:?} is not a whole number")))?;
+    if !(from > density && from <= 1.0) {
+        return Err(bad(format!(
+            "FROM {from} must lie above the density {density} and be at most 1"
+        )));
+    }
+    if steps == 0 {
+        return Err(bad("STEPS must be at least 1".into()));
+    }
+    Ok((from, steps))
+}
+
 impl TrainArgs {
     /// The sparse gradient averaging of --grad-compress (None: dense), averaging over the
     /// replicas, with error feedback unless --no-error-feedback.
@@ -254,6 +310,25 @@ impl TrainArgs {
             .map_err(|e| GptError::Config(format!("--grad-compress: {e}")))?;
         o.error_feedback = !self.no_error_feedback;
         o.average = true;
+        if let Some(ramp) = &self.density_ramp {
+            (o.ramp_from, o.ramp_calls) = parse_ramp(ramp, o.density)?;
+        }
+        if let Some(c) = self.sparse_clip {
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(GptError::Config(format!(
+                    "--sparse-clip {c} must be a norm >= 0 (0: no local clipping), e.g. 1.0"
+                )));
+            }
+            o.local_clip = c;
+        }
+        if let Some(m) = self.momentum_correction {
+            if !(0.0..1.0).contains(&m) {
+                return Err(GptError::Config(format!(
+                    "--momentum-correction {m} must lie in [0, 1) (0: off), e.g. 0.9"
+                )));
+            }
+            o.momentum = m;
+        }
         Ok(Some(o))
     }
 
@@ -381,6 +456,94 @@ mod tests {
             .grad_compress()
             .unwrap_err();
         assert!(err.to_string().contains("--grad-compress"), "{err}");
+    }
+
+    #[test]
+    fn density_ramp_parses_and_is_checked_against_the_density() {
+        let c = ["train", "--dp", "2", "--grad-compress", "gtopk:0.001"];
+        let o = train(&[&c[..], &["--density-ramp", "0.25:300"]].concat())
+            .grad_compress()
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.ramp_from, o.ramp_calls, o.density), (0.25, 300, 0.001));
+        assert_eq!(o.max_density(), 0.25);
+        assert!(o.density_at(0) == 0.25 && o.density_at(300) == 0.001);
+        let o = train(&c).grad_compress().unwrap().unwrap();
+        assert_eq!((o.ramp_from, o.ramp_calls), (0.0, 0));
+        assert_eq!(parse_ramp("1:1", 0.5).unwrap(), (1.0, 1));
+        let err = |ramp: &str| {
+            train(&[&c[..], &["--density-ramp", ramp]].concat())
+                .grad_compress()
+                .unwrap_err()
+                .to_string()
+        };
+        for (ramp, why) in [
+            ("0.25", "not FROM:STEPS"),
+            ("x:300", "FROM \"x\" is not a number"),
+            ("0.25:-1", "STEPS \"-1\" is not a whole number"),
+            ("0.25:0", "STEPS must be at least 1"),
+            ("0.001:300", "must lie above the density 0.001"),
+            ("0.0005:300", "must lie above"),
+            ("1.5:300", "at most 1"),
+            ("NaN:300", "must lie above"),
+        ] {
+            let e = err(ramp);
+            assert!(
+                e.contains("--density-ramp") && e.contains(why),
+                "{ramp}: {e}"
+            );
+        }
+        // Only with sparse averaging.
+        assert!(parse(&["train", "--density-ramp", "0.25:300"]).is_err());
+    }
+
+    #[test]
+    fn momentum_correction_sets_the_momentum() {
+        let c = ["train", "--dp", "2", "--grad-compress", "gtopk:0.01"];
+        let opts = |extra: &[&str]| train(&[&c[..], extra].concat()).grad_compress();
+        assert_eq!(opts(&[]).unwrap().unwrap().momentum, 0.0);
+        let o = opts(&["--momentum-correction", "0.9"]).unwrap().unwrap();
+        assert!(o.momentum == 0.9 && o.error_feedback);
+        for bad in ["1", "1.5", "-0.1", "NaN"] {
+            let e = opts(&[&format!("--momentum-correction={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--momentum-correction") && e.contains("[0, 1)"),
+                "{bad}: {e}"
+            );
+        }
+        // Error feedback is what it corrects; only with sparse averaging.
+        assert!(parse(
+            &[
+                &c[..],
+                &["--momentum-correction", "0.9", "--no-error-feedback"]
+            ]
+            .concat()
+        )
+        .is_err());
+        assert!(parse(&["train", "--momentum-correction", "0.9"]).is_err());
+    }
+
+    #[test]
+    fn sparse_clip_sets_the_local_clip() {
+        let c = ["train", "--dp", "4", "--grad-compress", "topk:0.01"];
+        let opts = |extra: &[&str]| train(&[&c[..], extra].concat()).grad_compress();
+        assert_eq!(opts(&[]).unwrap().unwrap().local_clip, 0.0);
+        let o = opts(&["--sparse-clip", "2.5"]).unwrap().unwrap();
+        assert_eq!((o.local_clip, o.local_clip_norm(4)), (2.5, 1.25));
+        assert_eq!(
+            opts(&["--sparse-clip", "0"]).unwrap().unwrap().local_clip,
+            0.0
+        );
+        for bad in ["-1", "inf", "NaN"] {
+            // `=`: clap would take a separate -1 for a flag.
+            let e = opts(&[&format!("--sparse-clip={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--sparse-clip"), "{bad}: {e}");
+        }
+        assert!(parse(&["train", "--sparse-clip", "1"]).is_err());
     }
 
     #[test]

@@ -100,6 +100,9 @@ pub trait Comm<B: Backend> {
     /// Whether the replicas' averaging that follows is sparse (when `--grad-compress` set it
     /// up) or dense. A no-op where averaging is always dense.
     fn sparse_averaging(&mut self, _on: bool) {}
+    /// A resume: the density ramp (`--density-ramp`) continues after the `sparse_steps` sparse
+    /// steps the saved run made instead of starting over. A no-op without sparse averaging.
+    fn continue_ramp(&mut self, _sparse_steps: u64) {}
     /// The run's limit on every wait (`--timeout-ms`).
     fn timeout(&self) -> Duration;
     /// Sums `values` over all PEs (host values; every PE calls it with the same length).
@@ -149,6 +152,8 @@ pub struct SparseStats {
     pub threshold: Option<f32>,
     /// gTop-k: its pairs that made the global set.
     pub included: Option<u64>,
+    /// With `--sparse-clip`: the factor local clipping scaled its gradient by.
+    pub clip_factor: Option<f32>,
 }
 
 fn no_residual() -> GptError {

@@ -61,6 +61,10 @@ pub struct StepRecord {
     /// Sparse averaging, gTop-k: the logging PE's pairs that made the global set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sparse_included: Option<u64>,
+    /// Sparse averaging with --sparse-clip: the factor the logging PE's local clipping scaled
+    /// its gradient by (1: within the norm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sparse_clip_factor: Option<f64>,
 }
 
 fn current_schema() -> u32 {
@@ -268,6 +272,7 @@ mod tests {
             sparse_k: Some(1000),
             sparse_threshold: Some(0.001953125),
             sparse_included: Some(777),
+            sparse_clip_factor: Some(0.25),
         };
         let line = r.to_json();
         assert!(
@@ -285,6 +290,7 @@ mod tests {
             sparse_k: None,
             sparse_threshold: None,
             sparse_included: None,
+            sparse_clip_factor: None,
             ..r
         };
         assert!(!dense.to_json().contains("sparse"), "{}", dense.to_json());

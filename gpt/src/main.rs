@@ -89,7 +89,7 @@ fn train(args: &TrainArgs) -> Result<bool> {
             slots,
             act,
             run.micro_batches,
-            compress.map(|c| c.density),
+            compress.map(|c| c.max_density()),
         );
         let mib = (need + need / 4).div_ceil(1 << 20) + 256;
         std::env::set_var("NVSHMEM_SYMMETRIC_SIZE", format!("{mib}M"));

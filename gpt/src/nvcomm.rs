@@ -34,8 +34,8 @@ const GRAD_SLOT_BYTES: usize = 4 << 20;
 const STATS_SLOT_BYTES: usize = 64 << 10;
 
 /// Sizes the symmetric heap must hold for a job (to set NVSHMEM_SYMMETRIC_SIZE before init) of
-/// `micro_batches` micro-batches per step; `compress`: the density of sparse gradient
-/// averaging, if any.
+/// `micro_batches` micro-batches per step; `compress`: the largest density of sparse gradient
+/// averaging, if any (a density ramp's start: the buffers hold its k).
 #[allow(clippy::too_many_arguments)]
 pub fn symmetric_bytes(
     n_pes: usize,
@@ -417,6 +417,12 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
         self.sparse_on = on;
     }
 
+    fn continue_ramp(&mut self, sparse_steps: u64) {
+        if let Some(sp) = &mut self.sparse {
+            sp.set_ramp_offset(sparse_steps);
+        }
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -494,6 +500,7 @@ impl<'nv, B: Backend> Comm<B> for NvComm<'nv> {
             k: sp.k() as u64,
             threshold: sp.threshold(s).map_err(nv_err)?,
             included: sp.included_count(s).map_err(nv_err)?,
+            clip_factor: sp.clip_factor(s).map_err(nv_err)?,
         }))
     }
 

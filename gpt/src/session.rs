@@ -109,6 +109,10 @@ pub fn run_session<B: Backend, C: Comm<B>>(
         tr.restore(&ck)?;
         agree_on_resume(tr, &ck)?;
         let residual = resume_residual(tr, prefix)?;
+        // The sparse steps the saved run made (its steps past --dense-steps): a density ramp
+        // goes on from there.
+        let sparse_steps = tr.step.saturating_sub(tr.run.dense_steps);
+        tr.comm.continue_ramp(sparse_steps as u64);
         if leader {
             writeln!(out, "resumed from {} at step {}", path.display(), tr.step)
                 .map_err(stdout_err)?;
@@ -220,6 +224,7 @@ pub fn run_session<B: Backend, C: Comm<B>>(
             sparse_k: rep.sparse.map(|s| s.k),
             sparse_threshold: rep.sparse.and_then(|s| s.threshold).map(f64::from),
             sparse_included: rep.sparse.and_then(|s| s.included),
+            sparse_clip_factor: rep.sparse.and_then(|s| s.clip_factor).map(f64::from),
         };
         if let Some((path, f)) = &mut log {
             io(path, writeln!(f, "{}", rec.to_json()))?;
@@ -249,9 +254,12 @@ pub fn run_session<B: Backend, C: Comm<B>>(
                 let inc = sp
                     .included
                     .map_or(String::new(), |c| format!(" | included {c}"));
+                let clip = sp
+                    .clip_factor
+                    .map_or(String::new(), |f| format!(" | local clip x{f:.3}"));
                 writeln!(
                     out,
-                    "      sparse: selected {} of k {}{t}{inc}",
+                    "      sparse: selected {} of k {}{t}{inc}{clip}",
                     sp.selected, sp.k
                 )
                 .map_err(stdout_err)?;

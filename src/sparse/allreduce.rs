@@ -201,14 +201,33 @@ pub struct SparseOptions {
     /// above, count from the first call after them. Default 0
     /// ([`SparseOptions::SEED_DENSE_WARMUP`] is the seed's).
     pub dense_warmup: usize,
-    /// DGC's density ramp: where above `density`, the density of the first
+    /// DGC's density ramp (Deep Gradient Compression, Lin et al., ICLR 2018, its warm-up
+    /// training): where above `density`, the density of the first
     /// [`SparseOptions::ramp_calls`] sparse calls falls from this to `density` in four equal
     /// stages, geometrically (DGC's 25%, 6.25%, 1.5625%, 0.4% before 0.1%:
     /// [`SparseOptions::density_at`]); buffers are sized for it (the threshold methods' cap
-    /// stays 2k of this density). 0 (the default): no ramp.
+    /// stays 2k of this density). A resumed run continues it with
+    /// [`SparseAllreduce::set_ramp_offset`]. 0 (the default): no ramp.
     pub ramp_from: f64,
     /// Sparse calls the ramp lasts (0: none).
     pub ramp_calls: usize,
+    /// DGC's local gradient clipping (Deep Gradient Compression, Lin et al., ICLR 2018): where
+    /// above 0, each member scales the gradient it is given, before error feedback adds it to
+    /// the residual, by min(1, local_clip x sqrt(1/P) / its L2 norm), P the team size
+    /// ([`SparseOptions::local_clip_norm`]), so that P clipped gradients together have a norm
+    /// of about local_clip at most. Sparse calls only (the dense warm-up averages what it is
+    /// given); a norm that is not finite leaves the gradient alone; the factor of the last call:
+    /// [`SparseAllreduce::clip_factor`]. 0 (the default): off.
+    pub local_clip: f32,
+    /// DGC's momentum correction (Deep Gradient Compression, Lin et al., ICLR 2018), in [0, 1):
+    /// where above 0, each member keeps a velocity u = momentum x u + g (g after local
+    /// clipping) and error feedback accumulates u instead of g, so what is selected and sent
+    /// is accumulated velocity; with DGC's momentum factor masking, u is zeroed wherever the
+    /// residual is (the pairs that count as sent), so a sent coordinate's stale momentum does
+    /// not go on pushing it. Needs error feedback. Sparse calls only; clears and loads zero
+    /// the velocity ([`SparseAllreduce::velocity`]), which is not part of the residual. 0 (the
+    /// default): off.
+    pub momentum: f32,
 }
 
 impl SparseOptions {
@@ -235,7 +254,15 @@ impl SparseOptions {
             dense_warmup: 0,
             ramp_from: 0.0,
             ramp_calls: 0,
+            local_clip: 0.0,
+            momentum: 0.0,
         }
+    }
+
+    /// The norm each of `p` members clips its gradient to: `local_clip x sqrt(1/p)` (in f64,
+    /// as the GPU path and the simulation take it).
+    pub fn local_clip_norm(&self, p: usize) -> f64 {
+        self.local_clip as f64 * (1.0 / p.max(1) as f64).sqrt()
     }
 
     /// The density of sparse call `call` (counted from the first after the warm-up): during
@@ -528,12 +555,19 @@ pub struct SparseAllreduce<'nv, T: SparseValue, I: SparseIndex = i32> {
     topk: TopK,
     mine: SymSet<'nv, T, I>,
     residual: Option<CudaSlice<T>>,
+    /// Momentum correction: the velocity.
+    velocity: Option<CudaSlice<T>>,
     /// Gaussian: workspace of the sums and the threshold word.
     gauss: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
     /// `topk_aopt`, Ok-Topk: the reused local threshold.
     reuse: Option<Reuse>,
+    /// Local clipping: workspace of the sum of squares and the factor word.
+    clip: Option<(CudaSlice<f64>, CudaSlice<f32>)>,
     /// Calls so far (warm-up included) since creation or the last clear: the schedule.
     calls: u64,
+    /// Sparse calls of the density ramp made before the schedule's first (a resumed run's):
+    /// added to the schedule's sparse call for [`SparseOptions::density_at`].
+    ramp_offset: u64,
     /// The dense warm-up's allreduce and its symmetric buffer (n elements).
     warmup: Option<(Allreduce<'nv>, SymmetricBuffer<'nv, T>)>,
     ex: Exchange<'nv, T, I>,
@@ -591,6 +625,25 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 ),
             });
         }
+        if !(opts.local_clip.is_finite() && opts.local_clip >= 0.0) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "local_clip {} is not a norm; pass 0 for no local clipping, e.g. 1.0",
+                    opts.local_clip
+                ),
+            });
+        }
+        if !(0.0..1.0).contains(&opts.momentum) || (opts.momentum > 0.0 && !opts.error_feedback) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "momentum {} (with error feedback {}): momentum correction takes a momentum \
+                     in [0, 1) with error feedback on; pass 0 for none, e.g. 0.9 for DGC's",
+                    opts.momentum, opts.error_feedback
+                ),
+            });
+        }
         let stream = nv.stream();
         // Buffers for the largest density of any call.
         let k = sparse_k(len, opts.max_density());
@@ -610,10 +663,22 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         } else {
             None
         };
+        let velocity = if opts.momentum > 0.0 {
+            Some(stream.alloc_zeros::<T>(len)?)
+        } else {
+            None
+        };
         let gauss = if opts.method.gaussian() {
             // SAFETY: a host function without arguments.
             let words = unsafe { sys::nvshmemrs_sparse_gaussian_scratch_words() } as usize;
             Some((stream.alloc_zeros(words)?, stream.alloc_zeros(1)?))
+        } else {
+            None
+        };
+        let clip = if opts.local_clip > 0.0 {
+            // SAFETY: a host function without arguments.
+            let words = unsafe { sys::nvshmemrs_sparse_clip_scratch_words() } as usize;
+            Some((stream.alloc_zeros(words)?, stream.clone_htod(&[1.0f32])?))
         } else {
             None
         };
@@ -717,9 +782,12 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             topk,
             mine,
             residual,
+            velocity,
             gauss,
             reuse,
+            clip,
             calls: 0,
+            ramp_offset: 0,
             warmup,
             ex,
         })
@@ -759,6 +827,12 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         self.residual.as_ref()
     }
 
+    /// Momentum correction ([`SparseOptions::momentum`]): this member's velocity (None
+    /// without): what it accumulates into the residual on the next call, times the momentum.
+    pub fn velocity(&self) -> Option<&CudaSlice<T>> {
+        self.velocity.as_ref()
+    }
+
     /// Sets the residual to zero, on `stream` (e.g. after a checkpoint restore that has no
     /// residual). The schedule starts again: the next sparse call re-estimates every threshold
     /// (`topk_aopt`, Ok-Topk) and the regions (a dense warm-up that has ended is not
@@ -766,6 +840,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     pub fn clear_residual(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         if let Some(r) = &mut self.residual {
             stream.memset_zeros(r)?;
+        }
+        if let Some(u) = &mut self.velocity {
+            stream.memset_zeros(u)?;
         }
         self.restart_schedule();
         Ok(())
@@ -795,6 +872,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             });
         }
         stream.memcpy_htod(host, r)?;
+        if let Some(u) = &mut self.velocity {
+            stream.memset_zeros(u)?;
+        }
         self.restart_schedule();
         Ok(())
     }
@@ -805,6 +885,15 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
     fn restart_schedule(&mut self) {
         let warmup = self.opts.dense_warmup as u64;
         self.calls = if self.calls >= warmup { warmup } else { 0 };
+    }
+
+    /// The density ramp ([`SparseOptions::ramp_from`]) continues from sparse call `done` of an
+    /// earlier run (a resume: the sparse calls that run made) instead of starting over: the
+    /// next sparse call takes `density_at(done)`, the one after `density_at(done + 1)`. Clears
+    /// and loads restart the other intervals but keep this offset. Call it on every member
+    /// alike, after [`SparseAllreduce::load_residual`].
+    pub fn set_ramp_offset(&mut self, done: u64) {
+        self.ramp_offset = done;
     }
 
     /// How long a collective may wait for a peer before failing ([`Error::Timeout`]).
@@ -885,6 +974,16 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
         match &self.reuse {
             Some(r) => Ok(Some(stream.clone_dtoh(&r.threshold)?[0])),
+            None => Ok(None),
+        }
+    }
+
+    /// Local clipping ([`SparseOptions::local_clip`]): the factor the last sparse call scaled
+    /// this member's gradient by (1 where it was within the norm, and before any call); None
+    /// without local clipping. Waits for the work queued on `stream`.
+    pub fn clip_factor(&self, stream: &Arc<CudaStream>) -> Result<Option<f32>> {
+        match &self.clip {
+            Some((_, f)) => Ok(Some(stream.clone_dtoh(f)?[0])),
             None => Ok(None),
         }
     }
@@ -1072,9 +1171,104 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         }
         // Sparse calls counted from the first after the warm-up: the intervals' schedule.
         let sparse_call = call - (self.opts.dense_warmup as u64).min(call);
-        // The selection's source: residual + g with error feedback, else g.
-        let src = match &self.residual {
-            Some(r) => {
+        // DGC's local clipping: the factor of this member's gradient, on the device.
+        let clip = match &self.clip {
+            Some((scratch, factor)) => {
+                let f = addr(factor);
+                // SAFETY: grad n elements (this function's contract), the workspace its words,
+                // the factor one f32.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_clip_factor(
+                        grad as *const c_void,
+                        n as u64,
+                        self.opts.local_clip_norm(p as usize),
+                        dtype,
+                        addr(scratch) as *mut f64,
+                        scratch.len() as u64,
+                        f as *mut f32,
+                        s,
+                    )
+                };
+                cuda_check(code, "local clipping norm kernel launch")?;
+                Some(f)
+            }
+            None => None,
+        };
+        let clip_into = |d: u64, f: u64, accumulate: i32| -> Result<()> {
+            // SAFETY: d and grad n elements (this function's contract; the residual's and
+            // `out`'s length), f one f32, on `stream`.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_clip_apply(
+                    d as *mut c_void,
+                    grad as *const c_void,
+                    n as u64,
+                    f as *const f32,
+                    accumulate,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "local clipping kernel launch")
+        };
+        if let (Some(u), Some(r)) = (&self.velocity, &self.residual) {
+            // Momentum correction: u = momentum x u + g (clipped first), then residual += u.
+            let (u, r) = (addr(u), addr(r));
+            // SAFETY: u, r and grad n elements (this function's contract; their lengths).
+            let code = unsafe {
+                sys::nvshmemrs_sparse_scale(
+                    u as *mut c_void,
+                    n as u64,
+                    self.opts.momentum,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "momentum kernel launch")?;
+            match clip {
+                Some(f) => clip_into(u, f, 1)?,
+                None => {
+                    // SAFETY: as above.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_accumulate(
+                            u as *mut c_void,
+                            grad as *const c_void,
+                            n as u64,
+                            dtype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum accumulation kernel launch")?;
+                }
+            }
+            // SAFETY: as above.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_accumulate(
+                    r as *mut c_void,
+                    u as *const c_void,
+                    n as u64,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, "error-feedback accumulation kernel launch")?;
+        }
+        // The selection's source: residual + g with error feedback, else g (clipped: scaled
+        // by the factor first; with momentum correction the residual holds it already).
+        let src = match (&self.residual, clip) {
+            (Some(r), _) if self.velocity.is_some() => addr(r),
+            (Some(r), Some(f)) => {
+                let r = addr(r);
+                clip_into(r, f, 1)?;
+                r
+            }
+            (None, Some(f)) => {
+                // Into `out`: only the selection below reads the source, and every exchange
+                // writes `out` whole after it.
+                clip_into(out, f, 0)?;
+                out
+            }
+            (None, None) => grad,
+            (Some(r), None) => {
                 let r = addr(r);
                 // SAFETY: both n elements (this function's contract; the residual's own length).
                 let code = unsafe {
@@ -1089,10 +1283,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 cuda_check(code, "error-feedback accumulation kernel launch")?;
                 r
             }
-            None => grad,
         };
         let mine = self.mine.raw();
-        let density = self.opts.density_at(sparse_call);
+        let density = self.opts.density_at(sparse_call + self.ramp_offset);
         let k = sparse_k(n, density);
         if let Exchange::Tree(t) = &mut self.ex {
             if k != self.k {
@@ -1166,6 +1359,21 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 )
             };
             cuda_check(code, "residual update kernel launch")?;
+            if let Some(u) = &self.velocity {
+                // DGC's momentum factor masking: where the residual was cleared.
+                // SAFETY: the set's capacity and n elements of velocity.
+                let code = unsafe {
+                    sys::nvshmemrs_sparse_zero_at(
+                        mine,
+                        addr(u) as *mut c_void,
+                        n as u64,
+                        dtype,
+                        itype,
+                        s,
+                    )
+                };
+                cuda_check(code, "momentum masking kernel launch")?;
+            }
         }
         let cap = self.capacity;
         let pu = p as usize;
@@ -1269,6 +1477,22 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 let residual = self.residual.as_ref().map_or(0, addr);
                 // SAFETY: the sets their capacities, mark k f32, the residual n elements.
                 unsafe { t.include(&mut self.topk, &self.mine, residual, n, stream)? };
+                if let Some(u) = &self.velocity {
+                    // Momentum factor masking where the included pairs left the residual.
+                    let (inc, _guards) = t.included.raw(stream);
+                    // SAFETY: the included set its capacity, n elements of velocity.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_zero_at(
+                            inc,
+                            addr(u) as *mut c_void,
+                            n as u64,
+                            dtype,
+                            itype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum masking kernel launch")?;
+                }
             }
             Exchange::Regions(r) => {
                 let residual = self.residual.as_ref().map_or(0, addr);
@@ -1285,6 +1509,24 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                         stream,
                     )?
                 };
+                if let (Some(u), SparseMethod::OkTopK) = (&self.velocity, self.opts.method) {
+                    // Momentum factor masking where r.run cleared the residual: the pairs whose
+                    // index has a result (`out`, not yet averaged). The other region methods'
+                    // were masked with their residual above.
+                    // SAFETY: the selection its capacity, `out` and the velocity n elements.
+                    let code = unsafe {
+                        sys::nvshmemrs_sparse_zero_sent(
+                            mine,
+                            out as *const c_void,
+                            addr(u) as *mut c_void,
+                            n as u64,
+                            dtype,
+                            itype,
+                            s,
+                        )
+                    };
+                    cuda_check(code, "momentum masking kernel launch")?;
+                }
             }
         }
         if self.opts.average && p > 1 {

@@ -209,6 +209,31 @@ fn gaussian_fit<T: SparseValue>(g: &[T], density: f64) -> f64 {
     mean.abs() + gaussian_z(density) * var.sqrt()
 }
 
+/// DGC's local gradient clipping (Lin et al., ICLR 2018), as `nvshmemrs_sparse_clip_factor`:
+/// `max_norm / ||g||_2` rounded to f32 where the norm is finite and above `max_norm`, else 1.
+/// The sum of squares in f64 (the device adds in another order: equal where the sum is exact,
+/// as for integer data), the square root and the quotient correctly rounded.
+pub fn clip_factor<T: SparseValue>(g: &[T], max_norm: f64) -> f32 {
+    let q = g.iter().fold(0.0f64, |q, v| {
+        let x = v.to_f64();
+        q + x * x
+    });
+    let norm = q.sqrt();
+    if norm.is_finite() && norm > max_norm {
+        (max_norm / norm) as f32
+    } else {
+        1.0
+    }
+}
+
+/// `g` clipped by `factor` as `nvshmemrs_sparse_clip_apply` writes it: each value times the
+/// factor in f32, rounded once to T.
+pub fn clip_scaled<T: SparseValue>(g: &[T], factor: f32) -> Vec<T> {
+    g.iter()
+        .map(|&v| T::of_f32(v.to_f64() as f32 * factor))
+        .collect()
+}
+
 /// A threshold as the selections take it: rounded to f32, +infinity where not finite, at least
 /// the smallest positive f32.
 pub fn as_threshold(t: f64) -> f32 {

@@ -16,8 +16,11 @@ pub struct SimMember<T> {
     pub residual: Vec<T>,
     /// Everything it sent, summed (dense warm-up calls: their whole gradient).
     pub sent: Vec<T>,
-    /// Every gradient it was given, summed.
+    /// Every gradient it was given (after local clipping; with momentum correction the
+    /// velocity each call accumulated instead), summed.
     pub grads: Vec<T>,
+    /// Momentum correction: the velocity (zeros without).
+    pub velocity: Vec<T>,
     local: f64,
 }
 
@@ -30,6 +33,8 @@ pub struct SimStep<T> {
     pub selected: Vec<HostSparse<T, i32>>,
     /// Each member's local threshold of the call (Gaussian methods, `topk_aopt`, Ok-Topk).
     pub thresholds: Vec<f32>,
+    /// Local clipping: each member's factor of the call (empty without).
+    pub clip_factors: Vec<f32>,
     /// Each member's pairs that count as sent (gTop-k: the included ones; Ok-Topk: those in
     /// the global set; the others: the selection).
     pub sent: Vec<HostSparse<T, i32>>,
@@ -57,6 +62,7 @@ pub struct Simulation<T> {
     k: usize,
     cap: usize,
     calls: u64,
+    ramp_offset: u64,
     bounds: Vec<u64>,
     global: f64,
     /// The members.
@@ -84,6 +90,7 @@ impl<T: SparseValue> Simulation<T> {
             k,
             cap,
             calls: 0,
+            ramp_offset: 0,
             bounds,
             global: 0.0,
             members: (0..p)
@@ -91,6 +98,7 @@ impl<T: SparseValue> Simulation<T> {
                     residual: zero.clone(),
                     sent: zero.clone(),
                     grads: zero.clone(),
+                    velocity: zero.clone(),
                     local: 0.0,
                 })
                 .collect(),
@@ -104,17 +112,23 @@ impl<T: SparseValue> Simulation<T> {
     }
 
     /// The schedule starts again as `clear_residual` and `load_residual` restart it (a dense
-    /// warm-up that has ended is not repeated); the residuals are left to the caller.
+    /// warm-up that has ended is not repeated); the residuals and velocities are left to the
+    /// caller.
     pub fn restart(&mut self) {
         let warmup = self.opts.dense_warmup as u64;
         self.calls = if self.calls >= warmup { warmup } else { 0 };
+    }
+
+    /// `set_ramp_offset`: the density ramp continues from sparse call `done`.
+    pub fn set_ramp_offset(&mut self, done: u64) {
+        self.ramp_offset = done;
     }
 
     /// `clear_residual` on every member: residuals, and what was sent and given, zero; the
     /// schedule restarted.
     pub fn clear(&mut self) {
         for m in &mut self.members {
-            for v in [&mut m.residual, &mut m.sent, &mut m.grads] {
+            for v in [&mut m.residual, &mut m.sent, &mut m.grads, &mut m.velocity] {
                 v.iter_mut().for_each(|x| *x = T::of_f32(0.0));
             }
         }
@@ -132,6 +146,7 @@ impl<T: SparseValue> Simulation<T> {
             dense: false,
             selected: Vec::new(),
             thresholds: Vec::new(),
+            clip_factors: Vec::new(),
             sent: Vec::new(),
             bounds: Vec::new(),
             regions: Vec::new(),
@@ -155,12 +170,35 @@ impl<T: SparseValue> Simulation<T> {
             };
         }
         let c = call - o.dense_warmup as u64;
-        let density = o.density_at(c);
+        let density = o.density_at(c + self.ramp_offset);
         let k = crate::sparse::sparse_k(n, density);
         let mut selected = Vec::new();
         let mut thresholds = Vec::new();
+        let mut clip_factors = Vec::new();
         let mut accs = Vec::new();
         for (m, g) in self.members.iter_mut().zip(grads) {
+            // DGC's local clipping: the member's gradient scaled before anything else.
+            let clipped;
+            let g = if o.local_clip > 0.0 {
+                let f = clip_factor(g, o.local_clip_norm(p));
+                clip_factors.push(f);
+                clipped = clip_scaled(g, f);
+                &clipped
+            } else {
+                g
+            };
+            // DGC's momentum correction: u = momentum x u + g (each product rounded to T, as
+            // the scale kernel), accumulated instead of g.
+            let corrected;
+            let g = if o.momentum > 0.0 {
+                for (u, &x) in m.velocity.iter_mut().zip(g) {
+                    *u = T::of_f32(u.to_f64() as f32 * o.momentum).sparse_add(x);
+                }
+                corrected = m.velocity.clone();
+                &corrected
+            } else {
+                g
+            };
             let acc: Vec<T> = if o.error_feedback {
                 m.residual
                     .iter()
@@ -207,6 +245,7 @@ impl<T: SparseValue> Simulation<T> {
         }
         let mut step = SimStep {
             thresholds,
+            clip_factors,
             ..empty
         };
         let (out, sent) = match o.method {
@@ -282,6 +321,12 @@ impl<T: SparseValue> Simulation<T> {
                 m.residual = acc;
                 for &i in &s.idx {
                     m.residual[i as usize] = T::of_f32(0.0);
+                }
+            }
+            if o.momentum > 0.0 {
+                // Momentum factor masking: where the residual was cleared.
+                for &i in &s.idx {
+                    m.velocity[i as usize] = T::of_f32(0.0);
                 }
             }
             scatter_add(&mut m.sent, s);
@@ -445,6 +490,112 @@ mod tests {
             s.step(&grads);
         }
         assert_eq!(s.step(&grads).selected[0].count, 4);
+        // A resume 6 sparse calls into the ramp continues it (stage 3: 0.25 x 0.004^(3/4) of
+        // 4000, 16 pairs), through a load that restarts the other intervals, then ends.
+        let mut r = Simulation::<f32>::new(o, 4000, 2);
+        r.set_ramp_offset(6);
+        r.restart();
+        let counts: Vec<u64> = (0..3).map(|_| r.step(&grads).selected[0].count).collect();
+        assert_eq!(counts, [16, 16, 4]);
+    }
+
+    #[test]
+    fn local_clipping_scales_each_gradient_before_error_feedback() {
+        let (n, p) = (400, 4);
+        // Every element ±3: norm 3 x 20 = 60. A clip of 60 (30 per member at P = 4) halves
+        // each gradient exactly; 240 (120 each) leaves it alone.
+        let equal: Vec<f32> = (0..n)
+            .map(|i| if i % 3 == 0 { -3.0 } else { 3.0 })
+            .collect();
+        for (clip, factor) in [(60.0f32, 0.5f32), (240.0, 1.0)] {
+            let opts = crate::SparseOptions {
+                local_clip: clip,
+                ..crate::SparseOptions::new(crate::SparseMethod::TopK, 0.05)
+            };
+            assert_eq!(opts.local_clip_norm(p), clip as f64 / 2.0);
+            let mut s = Simulation::<f32>::new(opts, n, p);
+            let grads = vec![equal.clone(); p];
+            for step in 0..3 {
+                let got = s.step(&grads);
+                assert_eq!(got.clip_factors, vec![factor; p], "clip {clip} step {step}");
+                for m in &s.members {
+                    // What went in is the clipped gradient, conserved by error feedback.
+                    let given = 3.0 * factor * (step + 1) as f32;
+                    assert!(m.grads.iter().all(|x| x.abs() == given));
+                    for i in 0..n {
+                        assert_eq!(m.residual[i] + m.sent[i], m.grads[i]);
+                    }
+                }
+                // The output sums what was sent, clipped values included.
+                assert_eq!(got.out, sparse_sum(n, &got.sent));
+            }
+        }
+        // Arbitrary data: each member's clipped gradient is within the norm (to rounding).
+        let opts = crate::SparseOptions {
+            local_clip: 10.0,
+            error_feedback: false,
+            ..crate::SparseOptions::new(crate::SparseMethod::GaussianK, 0.05)
+        };
+        let mut s = Simulation::<f32>::new(opts, n, p);
+        let grads: Vec<_> = (0..p).map(|r| ints(n, 1, r)).collect();
+        let got = s.step(&grads);
+        for (g, &f) in grads.iter().zip(&got.clip_factors) {
+            assert!(f < 1.0);
+            let norm: f64 = clip_scaled(g, f)
+                .iter()
+                .map(|&x| (x as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!((norm - 5.0).abs() < 1e-4, "{norm}");
+            assert_eq!(f, clip_factor(g, 5.0));
+        }
+        // Zeros and non-finite norms are left alone.
+        assert_eq!(clip_factor(&[0.0f32; 8], 1.0), 1.0);
+        assert_eq!(clip_factor(&[f32::NAN, 1e3], 1.0), 1.0);
+        assert_eq!(clip_factor(&[f32::INFINITY], 1.0), 1.0);
+    }
+
+    #[test]
+    fn momentum_correction_accumulates_a_masked_velocity() {
+        let (n, p) = (400, 3);
+        for method in crate::SparseMethod::ALL {
+            let opts = crate::SparseOptions {
+                momentum: 0.5,
+                reestimate_every: 3,
+                global_every: 2,
+                repartition_every: 4,
+                ..crate::SparseOptions::new(method, 0.05)
+            };
+            let mut s = Simulation::<f32>::new(opts, n, p);
+            let mut before: Vec<Vec<f32>> = vec![vec![0.0; n]; p];
+            for step in 0..6 {
+                let grads: Vec<_> = (0..p).map(|r| ints(n, step, r)).collect();
+                let got = s.step(&grads);
+                for (r, m) in s.members.iter().enumerate() {
+                    let sent = &got.sent[r];
+                    for i in 0..n {
+                        // u = 0.5 u + g (exact for these data), zeroed where sent.
+                        let u = 0.5 * before[r][i] + grads[r][i];
+                        let masked = sent.idx.binary_search(&(i as i32)).is_ok();
+                        let want = if masked { 0.0 } else { u };
+                        assert_eq!(m.velocity[i], want, "{} step {step}", method.name());
+                        if masked {
+                            assert_eq!(m.residual[i], 0.0);
+                        }
+                        // Conservation holds for what was accumulated: the velocities.
+                        assert_eq!(m.residual[i] + m.sent[i], m.grads[i]);
+                    }
+                    before[r] = m.velocity.clone();
+                }
+            }
+        }
+        // Without momentum the velocity stays zero; clears zero it.
+        let mut s = sim(crate::SparseMethod::TopK, 100, 2);
+        s.step(&[ints(100, 0, 0), ints(100, 0, 1)]);
+        assert!(s
+            .members
+            .iter()
+            .all(|m| m.velocity.iter().all(|&u| u == 0.0)));
     }
 
     #[test]
