@@ -1348,31 +1348,13 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             && self.opts.method != SparseMethod::OkTopK;
         if let (true, Some(r)) = (zero_sent, &self.residual) {
             // SAFETY: the set's capacity and n elements of residual.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_zero_at(
-                    mine,
-                    addr(r) as *mut c_void,
-                    n as u64,
-                    dtype,
-                    itype,
-                    s,
-                )
-            };
-            cuda_check(code, "residual update kernel launch")?;
+            unsafe { zero_at::<T, I>(mine, addr(r), n, stream, "residual update kernel launch")? };
             if let Some(u) = &self.velocity {
                 // DGC's momentum factor masking: where the residual was cleared.
                 // SAFETY: the set's capacity and n elements of velocity.
-                let code = unsafe {
-                    sys::nvshmemrs_sparse_zero_at(
-                        mine,
-                        addr(u) as *mut c_void,
-                        n as u64,
-                        dtype,
-                        itype,
-                        s,
-                    )
+                unsafe {
+                    zero_at::<T, I>(mine, addr(u), n, stream, "momentum masking kernel launch")?
                 };
-                cuda_check(code, "momentum masking kernel launch")?;
             }
         }
         let cap = self.capacity;
@@ -1481,17 +1463,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                     // Momentum factor masking where the included pairs left the residual.
                     let (inc, _guards) = t.included.raw(stream);
                     // SAFETY: the included set its capacity, n elements of velocity.
-                    let code = unsafe {
-                        sys::nvshmemrs_sparse_zero_at(
-                            inc,
-                            addr(u) as *mut c_void,
-                            n as u64,
-                            dtype,
-                            itype,
-                            s,
-                        )
+                    unsafe {
+                        zero_at::<T, I>(inc, addr(u), n, stream, "momentum masking kernel launch")?
                     };
-                    cuda_check(code, "momentum masking kernel launch")?;
                 }
             }
             Exchange::Regions(r) => {
@@ -1563,6 +1537,33 @@ unsafe fn threshold_from_least<T: SparseValue, I: SparseIndex>(
     // SAFETY: one word each.
     let code = unsafe { sys::nvshmemrs_sparse_threshold_state(t, state, s) };
     cuda_check(code, "threshold state kernel launch")
+}
+
+/// Enqueues the zeroing of `dense[i]` at every index i of `set` on `stream`: what was sent
+/// leaves the residual, and DGC's momentum factor masking clears the velocity there.
+///
+/// # Safety
+/// `set` is device memory of its capacity (and a count word), `dense` n elements of T, both
+/// ordered on `stream`.
+unsafe fn zero_at<T: SparseValue, I: SparseIndex>(
+    set: sys::nvshmemrs_sparse_set,
+    dense: u64,
+    n: usize,
+    stream: &CudaStream,
+    what: &'static str,
+) -> Result<()> {
+    // SAFETY: this function's contract.
+    let code = unsafe {
+        sys::nvshmemrs_sparse_zero_at(
+            set,
+            dense as *mut c_void,
+            n as u64,
+            value_code::<T>(),
+            index_code::<I>(),
+            raw_stream(stream),
+        )
+    };
+    cuda_check(code, what)
 }
 
 /// Enqueues `out[0 .. n] = 0` on `stream`.
