@@ -1210,6 +1210,20 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             };
             cuda_check(code, "local clipping kernel launch")
         };
+        let accumulate = |d: u64, src: u64, what: &'static str| -> Result<()> {
+            // SAFETY: d and src n elements (this function's contract; the residual's, the
+            // velocity's and the gradient's length), on `stream`.
+            let code = unsafe {
+                sys::nvshmemrs_sparse_accumulate(
+                    d as *mut c_void,
+                    src as *const c_void,
+                    n as u64,
+                    dtype,
+                    s,
+                )
+            };
+            cuda_check(code, what)
+        };
         if let (Some(u), Some(r)) = (&self.velocity, &self.residual) {
             // Momentum correction: u = momentum x u + g (clipped first), then residual += u.
             let (u, r) = (addr(u), addr(r));
@@ -1226,31 +1240,9 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             cuda_check(code, "momentum kernel launch")?;
             match clip {
                 Some(f) => clip_into(u, f, 1)?,
-                None => {
-                    // SAFETY: as above.
-                    let code = unsafe {
-                        sys::nvshmemrs_sparse_accumulate(
-                            u as *mut c_void,
-                            grad as *const c_void,
-                            n as u64,
-                            dtype,
-                            s,
-                        )
-                    };
-                    cuda_check(code, "momentum accumulation kernel launch")?;
-                }
+                None => accumulate(u, grad, "momentum accumulation kernel launch")?,
             }
-            // SAFETY: as above.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_accumulate(
-                    r as *mut c_void,
-                    u as *const c_void,
-                    n as u64,
-                    dtype,
-                    s,
-                )
-            };
-            cuda_check(code, "error-feedback accumulation kernel launch")?;
+            accumulate(r, u, "error-feedback accumulation kernel launch")?;
         }
         // The selection's source: residual + g with error feedback, else g (clipped: scaled
         // by the factor first; with momentum correction the residual holds it already).
@@ -1270,17 +1262,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
             (None, None) => grad,
             (Some(r), None) => {
                 let r = addr(r);
-                // SAFETY: both n elements (this function's contract; the residual's own length).
-                let code = unsafe {
-                    sys::nvshmemrs_sparse_accumulate(
-                        r as *mut c_void,
-                        grad as *const c_void,
-                        n as u64,
-                        dtype,
-                        s,
-                    )
-                };
-                cuda_check(code, "error-feedback accumulation kernel launch")?;
+                accumulate(r, grad, "error-feedback accumulation kernel launch")?;
                 r
             }
         };
