@@ -169,7 +169,7 @@ pub mod tools {
 
     /// Any collective of the table created and called through one signature
     /// ([`crate::Collective::create`]): what the tools and tests loop over.
-    pub use crate::coll::dispatch::{AnyBufs, AnyCall, Create, Peers, TableCollective};
+    pub use crate::coll::dispatch::{AnyBufs, AnyCall, AnyParts, Create, Peers, TableCollective};
 
     /// The low-latency allreduce's launch shape for a size.
     pub use crate::coll::allreduce::low_latency_shape;

@@ -15,13 +15,13 @@ use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
 use nvshmem::tools::progress_label;
 use nvshmem::tools::HostValue;
+use nvshmem::tools::{AnyCall, AnyParts, Peers, TableCollective};
 use nvshmem::Channel;
 use nvshmem::Nvshmem;
 use nvshmem::Result;
 use nvshmem::SymmetricBuffer;
-use nvshmem::{Allgather, Allgatherv, Alltoall, Alltoallv, Broadcast, Reduce, ReduceScatter};
 use nvshmem::{Allreduce, AllreduceAlgo};
-use nvshmem::{P2p, P2pGroup, Parts};
+use nvshmem::{Collective, CollectiveRow, Error, ScratchKind, Shape, COLLECTIVES};
 use nvshmem::{ReduceOp, Reducible};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub enum Workload {
     Allreduce,
     Channel,
-    /// Broadcast, allgather, alltoall, reduce-scatter and reduce.
+    /// The table's other collectives that move data (`in_family`).
     Family,
     Mixed,
 }
@@ -84,7 +84,7 @@ impl Default for SoakOptions {
 pub struct SoakReport {
     pub iterations: u64,
     pub allreduces: u64,
-    /// Calls of broadcast, allgather, alltoall, reduce-scatter and reduce.
+    /// Calls of the family round's collectives (`in_family`).
     pub family_calls: u64,
     pub messages: u64,
     pub bytes_reduced: u64,
@@ -272,16 +272,28 @@ const OFFSET_ROOM: usize = 16;
 /// What a family call's receiving PE must hold at an index (None: the call defines nothing).
 type Expected<'a> = Box<dyn Fn(usize) -> Option<u32> + 'a>;
 
-/// The family's workspaces (one each: their step protocols are their own).
+/// Whether the family round calls the row: every row of the table that moves data but
+/// allreduce, which has its own round.
+fn in_family(row: &CollectiveRow) -> bool {
+    row.scratch != ScratchKind::Allreduce && row.shape != Shape::Empty
+}
+
+/// The family's workspaces, one per row of [`in_family`] in the table's order (one each: their
+/// step protocols are their own), called through the table.
 struct Family<'nv> {
-    bc: Broadcast<'nv>,
-    ag: Allgather<'nv>,
-    a2a: Alltoall<'nv>,
-    rs: ReduceScatter<'nv>,
-    reduce: Reduce<'nv>,
-    a2av: Alltoallv<'nv>,
-    agv: Allgatherv<'nv>,
-    group: P2pGroup<'nv>,
+    rows: Vec<Box<dyn TableCollective<'nv> + 'nv>>,
+}
+
+impl<'nv> Family<'nv> {
+    /// Collective over the world.
+    fn new(nv: &'nv Nvshmem) -> Result<Self> {
+        let rows = COLLECTIVES
+            .iter()
+            .filter(|r| in_family(r))
+            .map(|r| r.collective.world(nv, 1 << 20))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Family { rows })
+    }
 }
 
 struct Soak<'nv> {
@@ -324,16 +336,7 @@ pub fn run(nv: &Nvshmem, opts: &SoakOptions) -> Result<SoakReport> {
         u32s: Buffers::new(nv, max_bytes)?,
         u64s: Buffers::new(nv, max_bytes)?,
         flag: nv.alloc::<u32>(1)?,
-        family: Family {
-            bc: Broadcast::world(nv)?,
-            ag: Allgather::world(nv)?,
-            a2a: Alltoall::world(nv)?,
-            rs: ReduceScatter::world(nv, 1 << 20)?,
-            reduce: Reduce::world(nv, 1 << 20)?,
-            a2av: Alltoallv::world(nv)?,
-            agv: Allgatherv::world(nv)?,
-            group: P2pGroup::world(nv)?,
-        },
+        family: Family::new(nv)?,
         channel: Channel::new(nv, 4, opts.max_message.max(1))?,
         send_buf: stream.alloc_zeros::<u32>(opts.max_message.max(1) * 4)?,
         recv_buf: stream.alloc_zeros::<u32>(opts.max_message.max(1) * 4)?,
@@ -447,7 +450,9 @@ impl Soak<'_> {
     fn family_round(&mut self, rng: &mut Rng, iter: u64) -> Result<()> {
         let (me, n) = (self.nv.my_pe() as usize, self.nv.n_pes() as usize);
         let stream = self.nv.stream().clone();
-        let kind = rng.below(8);
+        let k = rng.below(self.family.rows.len() as u64) as usize;
+        let w = &mut self.family.rows[k];
+        let coll = w.collective();
         let root = rng.below(n as u64) as usize;
         let room = self.u32s.input.len() - OFFSET_ROOM;
         let count = rng.log_uniform((room / n).max(1));
@@ -460,46 +465,33 @@ impl Soak<'_> {
             .view(..n * count)?
             .copy_from_host(&vec![u32::MAX; n * count])?;
         let (input, output) = (&bufs.input, &bufs.output);
-        let (in_one, in_all) = (input.view(..count)?, input.view(..n * count)?);
-        let (out_one, out_all) = (output.view(..count)?, output.view(..n * count)?);
-        let f = &mut self.family;
         let sum = move |i: usize| (0..n).fold(0u32, |a, p| a.wrapping_add(value(p, i)));
-        // The receiving PE's expected output, or None where the call defines none.
-        let (name, len, want): (&str, usize, Expected) = match kind {
-            0 => {
-                f.bc.run(in_one, out_one, root as i32, &stream)?;
-                f.bc.sync(&stream)?;
-                ("broadcast", count, Box::new(move |i| Some(value(root, i))))
-            }
-            1 => {
-                f.ag.run(in_one, out_all, &stream)?;
-                f.ag.sync(&stream)?;
+        let name = coll.name();
+        // The host reference of each row: the call's input and output lengths, its v parts or
+        // pairs where it takes them, and the receiving PE's expected output (None where the
+        // call defines none).
+        let mut parts = None;
+        let mut peers = Peers::All;
+        let (in_len, len, want): (usize, usize, Expected) = match coll {
+            Collective::Broadcast => (count, count, Box::new(move |i| Some(value(root, i)))),
+            Collective::Allgather => {
                 let want = move |i: usize| Some(value(i / count, i % count));
-                ("allgather", n * count, Box::new(want))
+                (count, n * count, Box::new(want))
             }
-            2 => {
-                f.a2a.run(in_all, out_all, &stream)?;
-                f.a2a.sync(&stream)?;
+            Collective::Alltoall => {
                 let want = move |i: usize| Some(value(i / count, me * count + i % count));
-                ("alltoall", n * count, Box::new(want))
+                (n * count, n * count, Box::new(want))
             }
-            3 => {
-                f.rs.run(in_all, out_one, ReduceOp::Sum, &stream)?;
-                f.rs.sync(&stream)?;
-                (
-                    "reduce-scatter",
-                    count,
-                    Box::new(move |i| Some(sum(me * count + i))),
-                )
-            }
-            4 => {
-                f.reduce
-                    .run(in_one, out_one, ReduceOp::Sum, root as i32, &stream)?;
-                f.reduce.sync(&stream)?;
+            Collective::ReduceScatter => (
+                n * count,
+                count,
+                Box::new(move |i| Some(sum(me * count + i))),
+            ),
+            Collective::Reduce => {
                 let want = move |i: usize| (me == root).then(|| sum(i));
-                ("reduce", count, Box::new(want))
+                (count, count, Box::new(want))
             }
-            5 => {
+            Collective::Alltoallv => {
                 // Skewed counts every PE draws alike: c(s, r) elements from s to r.
                 let c = move |s: usize, r: usize| {
                     mix(iter ^ (s as u64) << 40 ^ (r as u64) << 48) as usize % (count + 1)
@@ -508,59 +500,59 @@ impl Soak<'_> {
                     let displs = back_to_back(&counts);
                     (counts, displs)
                 };
-                let (sc, sd) = at((0..n).map(|r| c(me, r)).collect());
+                let send = at((0..n).map(|r| c(me, r)).collect());
                 let (rc, rd) = at((0..n).map(|p| c(p, me)).collect());
-                let send = Parts {
-                    counts: &sc,
-                    displs: &sd,
-                };
-                let recv = Parts {
-                    counts: &rc,
-                    displs: &rd,
-                };
-                f.a2av.run(in_all, send, out_all, recv, &stream)?;
-                f.a2av.sync(&stream)?;
+                parts = Some(AnyParts {
+                    send,
+                    recv: (rc.clone(), rd.clone()),
+                });
                 // Element k from PE p sat at p's displacement for me, + k.
                 let want = move |i: usize| {
                     let p = (0..n).find(|&p| rd[p] <= i && i < rd[p] + rc[p])?;
                     let from = back_to_back(&(0..n).map(|r| c(p, r)).collect::<Vec<_>>());
                     Some(value(p, from[me] + i - rd[p]))
                 };
-                ("alltoallv", n * count, Box::new(want))
+                (n * count, n * count, Box::new(want))
             }
-            6 => {
+            Collective::Allgatherv => {
                 let counts: Vec<usize> = (0..n)
                     .map(|r| mix(iter ^ (r as u64) << 40) as usize % (count + 1))
                     .collect();
                 let displs = back_to_back(&counts);
-                let parts = Parts {
-                    counts: &counts,
-                    displs: &displs,
-                };
-                f.agv
-                    .run(input.view(..counts[me])?, out_all, parts, &stream)?;
-                f.agv.sync(&stream)?;
+                let mine = counts[me];
+                parts = Some(AnyParts {
+                    send: Default::default(),
+                    recv: (counts.clone(), displs.clone()),
+                });
                 let want = move |i: usize| {
                     let r = (0..n).find(|&r| displs[r] <= i && i < displs[r] + counts[r])?;
                     Some(value(r, i - displs[r]))
                 };
-                ("allgatherv", n * count, Box::new(want))
+                (mine, n * count, Box::new(want))
+            }
+            Collective::Group => {
+                // A ring: the whole input to the next PE, the output from the previous.
+                peers = Peers::Ring;
+                let prev = (me + n - 1) % n;
+                (count, count, Box::new(move |i| Some(value(prev, i))))
             }
             _ => {
-                let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
-                let ops = [
-                    P2p::send(in_one, next as i32),
-                    P2p::recv(out_one, prev as i32),
-                ];
-                f.group.run(&ops, &stream)?;
-                f.group.sync(&stream)?;
-                (
-                    "grouped send/recv",
-                    count,
-                    Box::new(move |i| Some(value(prev, i))),
-                )
+                return Err(Error::CollectiveShape {
+                    what: "nvsh soak",
+                    detail: format!("no host reference for {name}"),
+                })
             }
         };
+        let call = AnyCall::new(input.view(..in_len)?, output.view(..len)?)
+            .root(root as i32)
+            .peers(peers);
+        let call = match parts {
+            Some(p) => call.parts(p),
+            None => call,
+        };
+        w.run_any(call, &stream)?;
+        stream.synchronize()?;
+        w.check()?;
         let got = output.view(..len)?.to_vec()?;
         self.report.family_calls += 1;
         let bad = (0..len).find(|&i| want(i).is_some_and(|w| got[i] != w));

@@ -4,126 +4,91 @@
 //! every point again (the re-bench) to show how the tuned choice compares with the best
 //! candidate of that second run. With `--online` it also measures online tuning: the wall time
 //! of the first `Auto` allreduce at each size bucket, which tunes that bucket.
+//!
+//! The collectives come from the library's table ([`nvshmem::COLLECTIVES`]): allreduce, whose
+//! candidates are its algorithms, and every row whose `Auto` chooses between protocols, called
+//! through [`TableCollective`].
 
 use crate::bench::harness::{size_steps, BenchDtype};
 use crate::bench::median;
 use cudarc::driver::CudaStream;
 use nvshmem::tools::size_label;
 use nvshmem::tools::tuning::dtype_class;
+use nvshmem::tools::{AnyCall, TableCollective};
 use nvshmem::Element;
 use nvshmem::Measurement;
-use nvshmem::Protocols;
 use nvshmem::Reducible;
 use nvshmem::SymmetricBuffer;
 use nvshmem::{
-    Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Collective, Error, FamilyProtocol,
-    Nvshmem, Reduce, ReduceOp, ReduceScatter, Result, Shape, Tuner,
+    Allreduce, AllreduceAlgo, Collective, CollectiveRow, Error, FamilyProtocol, Nvshmem, ReduceOp,
+    Result, ScratchKind, Shape, Tuner, COLLECTIVES,
 };
 use nvshmem::{Fingerprint, TuningTable};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// The collectives `nvsh tune` sweeps (clap lists the names in `--help`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum TuneCollective {
-    /// Our four algorithms.
-    #[value(name = "allreduce")]
-    Allreduce,
-    /// Our protocols against each other (direct stores, NVSHMEM puts, low-latency lines, and
-    /// for broadcast and reduce split parts), and likewise below.
-    #[value(name = "broadcast")]
-    Broadcast,
-    #[value(name = "reduce")]
-    Reduce,
-    #[value(name = "allgather")]
-    Allgather,
-    #[value(name = "reduce-scatter")]
-    ReduceScatter,
-    #[value(name = "alltoall")]
-    Alltoall,
+/// Whether `nvsh tune` sweeps the row: allreduce (its algorithms), and the collectives whose
+/// workspace holds slots or lines only, whose `Auto` chooses one protocol per call. The
+/// exchanges choose per pair and the barrier moves nothing, so neither has a choice to tune
+/// (their [`TableCollective::protocols`] is empty). The sweep refuses a swept row whose
+/// workspace offers no protocol, so this cannot drift from the library unnoticed.
+pub fn tunes(row: &CollectiveRow) -> bool {
+    matches!(
+        row.scratch,
+        ScratchKind::Allreduce | ScratchKind::Slots | ScratchKind::Lines
+    )
 }
 
-impl TuneCollective {
-    pub const ALL: [TuneCollective; 6] = [
-        TuneCollective::Allreduce,
-        TuneCollective::Broadcast,
-        TuneCollective::Reduce,
-        TuneCollective::Allgather,
-        TuneCollective::ReduceScatter,
-        TuneCollective::Alltoall,
-    ];
+/// The collectives `nvsh tune` sweeps, in the table's order (the default of `--collectives`).
+pub fn tuned() -> Vec<Collective> {
+    COLLECTIVES
+        .iter()
+        .filter(|r| tunes(r))
+        .map(|r| r.collective)
+        .collect()
+}
 
-    /// The library's collective.
-    pub fn collective(self) -> Collective {
-        match self {
-            TuneCollective::Allreduce => Collective::Allreduce,
-            TuneCollective::Broadcast => Collective::Broadcast,
-            TuneCollective::Reduce => Collective::Reduce,
-            TuneCollective::Allgather => Collective::Allgather,
-            TuneCollective::ReduceScatter => Collective::ReduceScatter,
-            TuneCollective::Alltoall => Collective::Alltoall,
-        }
-    }
+/// Whether the collective's candidates are allreduce's algorithms (not family protocols).
+fn is_allreduce(coll: Collective) -> bool {
+    coll.row().scratch == ScratchKind::Allreduce
+}
 
-    /// The library's name ([`nvshmem::COLLECTIVES`]), which is the tuning file's key.
-    pub fn name(self) -> &'static str {
-        self.collective().name()
-    }
+/// Whether the count argument is one block of a buffer holding one per PE (the size asked for
+/// is then the n x count buffer, as the benches and nccl-tests count it).
+fn per_pe_blocks(coll: Collective) -> bool {
+    coll.row().shape != Shape::Whole
+}
 
-    pub fn reduces(self) -> bool {
-        self.collective().row().reduces
+/// One dtype per class the collective takes: the reductions have no 8-bit type.
+pub fn dtypes(coll: Collective) -> &'static [BenchDtype] {
+    if coll.row().reduces {
+        &[BenchDtype::Bf16, BenchDtype::F32, BenchDtype::F64]
+    } else {
+        &[
+            BenchDtype::U8,
+            BenchDtype::Bf16,
+            BenchDtype::F32,
+            BenchDtype::F64,
+        ]
     }
+}
 
-    /// Whether the count argument is one block of a buffer holding one per PE (the size asked
-    /// for is then the n x count buffer, as the benches and nccl-tests count it).
-    pub fn per_pe_blocks(self) -> bool {
-        self.collective().row().shape != Shape::Whole
-    }
-
-    /// One dtype per class the collective takes: the reductions have no 8-bit type.
-    pub fn dtypes(self) -> &'static [BenchDtype] {
-        if self.reduces() {
-            &[BenchDtype::Bf16, BenchDtype::F32, BenchDtype::F64]
-        } else {
-            &[
-                BenchDtype::U8,
-                BenchDtype::Bf16,
-                BenchDtype::F32,
-                BenchDtype::F64,
-            ]
-        }
-    }
-
-    /// The candidates' names.
-    pub fn candidates(self) -> Vec<&'static str> {
-        match self {
-            TuneCollective::Allreduce => AllreduceAlgo::ALL.iter().map(|a| a.name()).collect(),
-            _ => protocol_names(&self.protocols()),
-        }
-    }
-
-    /// A family collective's candidates: the protocols it has (the split one only broadcast
-    /// and reduce; none for allreduce).
-    pub fn protocols(self) -> Vec<FamilyProtocol> {
-        let protocols = match self {
-            TuneCollective::Allreduce => return Vec::new(),
-            TuneCollective::Broadcast | TuneCollective::Reduce => Protocols::LINES_SPLIT,
-            _ => Protocols::LINES,
-        };
-        FamilyProtocol::offered(protocols)
-    }
-
-    /// [`TuneCollective::protocols`] at a point whose rank block is `block_bytes`, on a
-    /// workspace whose lines take blocks up to `lines_max` bytes: the lines only where the block
-    /// fits them. Above, a call asked for lines takes direct stores, so timing "ll" there would
-    /// only pick between two runs of one protocol and write that noise into the tuning file.
-    pub fn protocols_at(self, block_bytes: usize, lines_max: usize) -> Vec<FamilyProtocol> {
-        self.protocols()
-            .into_iter()
-            .filter(|&p| p != FamilyProtocol::LowLatency || block_bytes <= lines_max)
-            .collect()
-    }
+/// `protocols` (a workspace's [`TableCollective::protocols`]) at a point whose rank block is
+/// `block_bytes`, on a workspace whose lines take blocks up to `lines_max` bytes: the lines only
+/// where the block fits them. Above, a call asked for lines takes direct stores, so timing "ll"
+/// there would only pick between two runs of one protocol and write that noise into the tuning
+/// file.
+pub fn protocols_at(
+    protocols: &[FamilyProtocol],
+    block_bytes: usize,
+    lines_max: usize,
+) -> Vec<FamilyProtocol> {
+    protocols
+        .iter()
+        .copied()
+        .filter(|&p| p != FamilyProtocol::LowLatency || block_bytes <= lines_max)
+        .collect()
 }
 
 /// The names of `protocols`, as the tuner's candidates.
@@ -134,7 +99,8 @@ fn protocol_names(protocols: &[FamilyProtocol]) -> Vec<&'static str> {
 /// What to sweep.
 #[derive(Debug, Clone)]
 pub struct TuneOptions {
-    pub collectives: Vec<TuneCollective>,
+    /// Rows of [`tuned`], in the order to sweep them.
+    pub collectives: Vec<Collective>,
     pub min_bytes: usize,
     pub max_bytes: usize,
     pub warmup: usize,
@@ -146,7 +112,7 @@ pub struct TuneOptions {
 impl Default for TuneOptions {
     fn default() -> Self {
         TuneOptions {
-            collectives: TuneCollective::ALL.to_vec(),
+            collectives: tuned(),
             min_bytes: 4 << 10,
             max_bytes: 256 << 20,
             warmup: 2,
@@ -249,36 +215,63 @@ fn times(m: &Measurement) -> Vec<CandidateUs> {
         .collect()
 }
 
-/// Every collective's workspace, created once (collective over the world).
+/// The swept collectives' workspaces, created once (collective over the world): allreduce's
+/// own (its candidates are algorithms, timed by [`Tuner::tune_allreduce`]), and one per other
+/// row, called through the table.
 struct Workspaces<'nv> {
-    allreduce: Allreduce<'nv>,
-    broadcast: Broadcast<'nv>,
-    reduce: Reduce<'nv>,
-    allgather: Allgather<'nv>,
-    reduce_scatter: ReduceScatter<'nv>,
-    alltoall: Alltoall<'nv>,
+    allreduce: Option<Allreduce<'nv>>,
+    rows: Vec<Box<dyn TableCollective<'nv> + 'nv>>,
 }
 
 /// Receive slots of the workspaces, as the benches use.
 const SLOT_BYTES: usize = 8 << 20;
 
 impl<'nv> Workspaces<'nv> {
-    fn new(nv: &'nv Nvshmem) -> Result<Self> {
-        Ok(Workspaces {
-            allreduce: nv.allreduce_workspace(SLOT_BYTES)?,
-            broadcast: Broadcast::world(nv)?,
-            reduce: Reduce::world(nv, SLOT_BYTES)?,
-            allgather: Allgather::world(nv)?,
-            reduce_scatter: ReduceScatter::world(nv, SLOT_BYTES)?,
-            alltoall: Alltoall::world(nv)?,
-        })
+    /// Those of `colls`, in the table's order (every PE creates the same ones).
+    fn new(nv: &'nv Nvshmem, colls: &[Collective]) -> Result<Self> {
+        let mut ws = Workspaces {
+            allreduce: None,
+            rows: Vec::new(),
+        };
+        for row in COLLECTIVES.iter().filter(|r| colls.contains(&r.collective)) {
+            if !tunes(row) {
+                return Err(not_tuned(row.name));
+            }
+            if is_allreduce(row.collective) {
+                ws.allreduce = Some(nv.allreduce_workspace(SLOT_BYTES)?);
+                continue;
+            }
+            let w = row.collective.world(nv, SLOT_BYTES)?;
+            if w.protocols().is_empty() {
+                // `tunes` took a row that has no choice: nothing to time.
+                return Err(not_tuned(row.name));
+            }
+            ws.rows.push(w);
+        }
+        Ok(ws)
+    }
+
+    /// The workspace of a family row.
+    fn row(&mut self, coll: Collective) -> Result<&mut Box<dyn TableCollective<'nv> + 'nv>> {
+        self.rows
+            .iter_mut()
+            .find(|w| w.collective() == coll)
+            .ok_or_else(|| not_tuned(coll.name()))
+    }
+}
+
+/// The error of a collective `nvsh tune` has no candidates for.
+fn not_tuned(name: &str) -> Error {
+    Error::CollectiveShape {
+        what: "nvsh tune",
+        detail: format!("{name} has no candidates to tune"),
     }
 }
 
 /// A point to time: the collective, the count argument and the nccl-tests size.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
-    coll: TuneCollective,
+    coll: Collective,
     count: usize,
     bytes: usize,
 }
@@ -286,10 +279,10 @@ struct Plan {
 /// The points of `coll` for `elem`-byte elements on `n` PEs: per size asked for, the count
 /// (for per-PE blocks the size over n, rounded down to 16 bytes), sizes with no element or a
 /// repeated count left out.
-fn plans(coll: TuneCollective, sizes: &[usize], elem: usize, n: usize) -> Vec<Plan> {
+fn plans(coll: Collective, sizes: &[usize], elem: usize, n: usize) -> Vec<Plan> {
     let mut out: Vec<Plan> = Vec::new();
     for &s in sizes {
-        let count = if coll.per_pe_blocks() {
+        let count = if per_pe_blocks(coll) {
             let per16 = (16 / elem).max(1);
             s / n / elem / per16 * per16
         } else {
@@ -298,7 +291,7 @@ fn plans(coll: TuneCollective, sizes: &[usize], elem: usize, n: usize) -> Vec<Pl
         if count == 0 || out.last().is_some_and(|p| p.count == count) {
             continue;
         }
-        let bytes = if coll.per_pe_blocks() {
+        let bytes = if per_pe_blocks(coll) {
             count * n * elem
         } else {
             count * elem
@@ -308,12 +301,12 @@ fn plans(coll: TuneCollective, sizes: &[usize], elem: usize, n: usize) -> Vec<Pl
     out
 }
 
-/// The element types `nvsh tune` runs: the reductions' points need [`Reducible`], which u8 is
-/// not (its plans hold no reduction).
+/// The element types `nvsh tune` runs: allreduce's points need [`Reducible`], which u8 is not
+/// (its plans hold no reduction).
 trait TuneElement: Element {
-    fn reduction(
+    fn allreduce(
         tuner: &mut Tuner<'_>,
-        ws: &mut Workspaces<'_>,
+        ar: &mut Allreduce<'_>,
         plan: Plan,
         input: &SymmetricBuffer<'_, Self>,
         output: &SymmetricBuffer<'_, Self>,
@@ -324,15 +317,15 @@ trait TuneElement: Element {
 macro_rules! reducible {
     ($($t:ty),*) => {$(
         impl TuneElement for $t {
-            fn reduction(
+            fn allreduce(
                 tuner: &mut Tuner<'_>,
-                ws: &mut Workspaces<'_>,
+                ar: &mut Allreduce<'_>,
                 plan: Plan,
                 input: &SymmetricBuffer<'_, Self>,
                 output: &SymmetricBuffer<'_, Self>,
                 stream: &CudaStream,
             ) -> Result<Measurement> {
-                reduction_point(tuner, ws, plan, input, output, stream)
+                allreduce_point(tuner, ar, plan, input, output, stream)
             }
         }
     )*};
@@ -340,9 +333,9 @@ macro_rules! reducible {
 reducible!(half::bf16, f32, f64);
 
 impl TuneElement for u8 {
-    fn reduction(
+    fn allreduce(
         _: &mut Tuner<'_>,
-        _: &mut Workspaces<'_>,
+        _: &mut Allreduce<'_>,
         plan: Plan,
         _: &SymmetricBuffer<'_, Self>,
         _: &SymmetricBuffer<'_, Self>,
@@ -355,69 +348,30 @@ impl TuneElement for u8 {
     }
 }
 
-/// Times a reduction's candidates at one point.
-fn reduction_point<T: Reducible>(
+/// Times allreduce's algorithms at one point.
+fn allreduce_point<T: Reducible>(
     tuner: &mut Tuner<'_>,
-    ws: &mut Workspaces<'_>,
+    ar: &mut Allreduce<'_>,
     plan: Plan,
     input: &SymmetricBuffer<'_, T>,
     output: &SymmetricBuffer<'_, T>,
     stream: &CudaStream,
 ) -> Result<Measurement> {
-    let n = ws.allreduce.n_pes() as usize;
     let c = plan.count;
-    let block = c * std::mem::size_of::<T>();
-    match plan.coll {
-        TuneCollective::Allreduce => {
-            let (i, o) = (input.view(0..c)?, output.view(0..c)?);
-            tuner.tune_allreduce(
-                &mut ws.allreduce,
-                i,
-                o,
-                ReduceOp::Sum,
-                &AllreduceAlgo::ALL,
-                &mut [],
-                stream,
-            )
-        }
-        TuneCollective::Reduce => {
-            let (i, o) = (input.view(0..c)?, output.view(0..c)?);
-            let r = &mut ws.reduce;
-            let protocols = plan.coll.protocols_at(block, r.lines_max());
-            let names = protocol_names(&protocols);
-            let m = tuner.measure(
-                &names,
-                |k, s| {
-                    r.set_protocol(protocols[k]);
-                    r.run(i, o, ReduceOp::Sum, 0, s)
-                },
-                stream,
-            )?;
-            r.set_protocol(FamilyProtocol::Auto);
-            r.check()?;
-            Ok(m)
-        }
-        _ => {
-            let (i, o) = (input.view(0..n * c)?, output.view(0..c)?);
-            let r = &mut ws.reduce_scatter;
-            let protocols = plan.coll.protocols_at(block, r.lines_max());
-            let names = protocol_names(&protocols);
-            let m = tuner.measure(
-                &names,
-                |k, s| {
-                    r.set_protocol(protocols[k]);
-                    r.run(i, o, ReduceOp::Sum, s)
-                },
-                stream,
-            )?;
-            r.set_protocol(FamilyProtocol::Auto);
-            r.check()?;
-            Ok(m)
-        }
-    }
+    let (i, o) = (input.view(0..c)?, output.view(0..c)?);
+    tuner.tune_allreduce(
+        ar,
+        i,
+        o,
+        ReduceOp::Sum,
+        &AllreduceAlgo::ALL,
+        &mut [],
+        stream,
+    )
 }
 
-/// Times the candidates of one point on `input` / `output` (each at least the point's size).
+/// Times the candidates of one point on `input` / `output` (each at least the point's size):
+/// allreduce's algorithms, or the row's protocols through the table (sum, root 0).
 fn measure_point<T: TuneElement>(
     tuner: &mut Tuner<'_>,
     ws: &mut Workspaces<'_>,
@@ -426,52 +380,31 @@ fn measure_point<T: TuneElement>(
     output: &SymmetricBuffer<'_, T>,
     stream: &CudaStream,
 ) -> Result<Measurement> {
-    if plan.coll.reduces() {
-        return T::reduction(tuner, ws, plan, input, output, stream);
+    if is_allreduce(plan.coll) {
+        let ar = ws
+            .allreduce
+            .as_mut()
+            .ok_or_else(|| not_tuned(plan.coll.name()))?;
+        return T::allreduce(tuner, ar, plan, input, output, stream);
     }
-    let n = ws.allgather.n_pes() as usize;
-    let c = plan.count;
+    let w = ws.row(plan.coll)?;
+    let (row, n, c) = (plan.coll.row(), w.n_pes(), plan.count);
+    let i = input.view(0..row.input_len(c, n))?;
+    let o = output.view(0..row.output_len(c, n))?;
     let block = c * std::mem::size_of::<T>();
-    macro_rules! family {
-        ($ws:expr, $i:expr, $o:expr, |$w:ident, $in:ident, $out:ident, $s:ident| $call:expr) => {{
-            let ($in, $out) = ($i, $o);
-            let $w = $ws;
-            let protocols = plan.coll.protocols_at(block, $w.lines_max());
-            let names = protocol_names(&protocols);
-            let protocol = |k: usize| protocols[k];
-            let m = tuner.measure(
-                &names,
-                |k, $s| {
-                    $w.set_protocol(protocol(k));
-                    $call
-                },
-                stream,
-            )?;
-            $w.set_protocol(FamilyProtocol::Auto);
-            $w.check()?;
-            m
-        }};
-    }
-    Ok(match plan.coll {
-        TuneCollective::Broadcast => family!(
-            &mut ws.broadcast,
-            input.view(0..c)?,
-            output.view(0..c)?,
-            |w, i, o, s| w.run(i, o, 0, s)
-        ),
-        TuneCollective::Allgather => family!(
-            &mut ws.allgather,
-            input.view(0..c)?,
-            output.view(0..n * c)?,
-            |w, i, o, s| w.run(i, o, s)
-        ),
-        _ => family!(
-            &mut ws.alltoall,
-            input.view(0..n * c)?,
-            output.view(0..n * c)?,
-            |w, i, o, s| w.run(i, o, s)
-        ),
-    })
+    let protocols = protocols_at(&w.protocols(), block, w.lines_max());
+    let names = protocol_names(&protocols);
+    let m = tuner.measure(
+        &names,
+        |k, s| {
+            w.set_protocol(protocols[k]);
+            w.run_any(AnyCall::new(i, o), s)
+        },
+        stream,
+    )?;
+    w.set_protocol(FamilyProtocol::Auto);
+    w.check()?;
+    Ok(m)
 }
 
 /// Both passes over one dtype's points: the tuning, then the re-bench.
@@ -503,7 +436,7 @@ pub fn sweep(nv: &Nvshmem, opts: &TuneOptions) -> Result<TuneReport> {
     let sizes = size_steps(opts.min_bytes, opts.max_bytes, 2);
     let mut tuner = nv.tuner()?;
     tuner.set_runs(opts.warmup, opts.runs);
-    let mut ws = Workspaces::new(nv)?;
+    let mut ws = Workspaces::new(nv, &opts.collectives)?;
     let mut points = Vec::new();
     let (mut sweep_s, mut rebench_s) = (0.0, 0.0);
     for dtype in [
@@ -512,11 +445,11 @@ pub fn sweep(nv: &Nvshmem, opts: &TuneOptions) -> Result<TuneReport> {
         BenchDtype::F32,
         BenchDtype::F64,
     ] {
-        let colls: Vec<TuneCollective> = opts
+        let colls: Vec<Collective> = opts
             .collectives
             .iter()
             .copied()
-            .filter(|c| c.dtypes().contains(&dtype))
+            .filter(|&c| dtypes(c).contains(&dtype))
             .collect();
         if colls.is_empty() {
             continue;
@@ -829,25 +762,25 @@ mod tests {
     }
 
     #[test]
-    fn only_broadcast_and_reduce_time_the_split_protocol() {
+    fn the_swept_rows_are_allreduce_and_those_that_choose_a_protocol() {
+        // `--collectives` takes these names, and the tuning file keys them.
+        let names: Vec<&str> = tuned().iter().map(|c| c.name()).collect();
         assert_eq!(
-            TuneCollective::Broadcast.candidates(),
-            ["direct", "put", "ll", "split"]
+            names,
+            [
+                "allreduce",
+                "broadcast",
+                "reduce",
+                "allgather",
+                "reduce-scatter",
+                "alltoall"
+            ]
         );
-        assert_eq!(TuneCollective::Reduce.candidates().last(), Some(&"split"));
-        for c in [
-            TuneCollective::Allgather,
-            TuneCollective::ReduceScatter,
-            TuneCollective::Alltoall,
-        ] {
-            assert_eq!(c.candidates(), ["direct", "put", "ll"], "{c:?}");
-        }
-        assert!(TuneCollective::Allreduce.protocols().is_empty());
+        assert_eq!(TuneOptions::default().collectives, tuned());
+        assert!(is_allreduce(Collective::Allreduce) && !is_allreduce(Collective::Reduce));
         // Every family candidate's name reads back as the protocol it sets.
-        for c in TuneCollective::ALL {
-            for (name, p) in c.candidates().into_iter().zip(c.protocols()) {
-                assert_eq!(FamilyProtocol::parse(name).unwrap(), p);
-            }
+        for p in FamilyProtocol::ALL {
+            assert_eq!(FamilyProtocol::parse(protocol_names(&[p])[0]).unwrap(), p);
         }
     }
 
@@ -855,41 +788,33 @@ mod tests {
     fn the_lines_are_timed_only_where_the_block_fits_them() {
         use FamilyProtocol::{Direct, LowLatency, Put, Split};
         let max = 256 << 10;
+        let split = FamilyProtocol::offered(nvshmem::Protocols::LINES_SPLIT);
         assert_eq!(
-            TuneCollective::Broadcast.protocols_at(max, max),
+            protocols_at(&split, max, max),
             [Direct, Put, LowLatency, Split]
         );
-        assert_eq!(
-            TuneCollective::Broadcast.protocols_at(max + 1, max),
-            [Direct, Put, Split]
-        );
-        assert_eq!(
-            TuneCollective::Allgather.protocols_at(4096, 0),
-            [Direct, Put],
-            "lines off"
-        );
-        assert!(TuneCollective::Allreduce.protocols_at(4096, max).is_empty());
+        assert_eq!(protocols_at(&split, max + 1, max), [Direct, Put, Split]);
+        let lines = FamilyProtocol::offered(nvshmem::Protocols::LINES);
+        assert_eq!(protocols_at(&lines, 4096, 0), [Direct, Put], "lines off");
+        assert!(protocols_at(&[], 4096, max).is_empty());
     }
 
     #[test]
     fn per_pe_blocks_round_down_and_repeats_are_left_out() {
         let sizes = size_steps(4 << 10, 64 << 10, 2);
-        let p = plans(TuneCollective::Allgather, &sizes, 4, 3);
+        let p = plans(Collective::Allgather, &sizes, 4, 3);
         // 4K over 3 PEs: 1365 bytes, 341 f32, rounded down to 340 (16-byte blocks).
         assert_eq!(p[0].count, 340);
         assert_eq!(p[0].bytes, 340 * 3 * 4);
-        let p = plans(TuneCollective::Allreduce, &sizes, 4, 3);
+        let p = plans(Collective::Allreduce, &sizes, 4, 3);
         assert_eq!(
             p.iter().map(|p| p.count).collect::<Vec<_>>(),
             [1024, 2048, 4096, 8192, 16384]
         );
-        let tiny = plans(TuneCollective::Alltoall, &[16, 32, 48], 8, 4);
+        let tiny = plans(Collective::Alltoall, &[16, 32, 48], 8, 4);
         assert!(tiny.is_empty(), "{tiny:?}");
-        assert!(TuneCollective::Reduce
-            .dtypes()
-            .iter()
-            .all(|d| d.reducible()));
-        assert!(TuneCollective::Broadcast.dtypes().contains(&BenchDtype::U8));
+        assert!(dtypes(Collective::Reduce).iter().all(|d| d.reducible()));
+        assert!(dtypes(Collective::Broadcast).contains(&BenchDtype::U8));
     }
 
     #[test]

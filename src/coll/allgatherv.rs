@@ -205,10 +205,13 @@ table_collective!(
     Allgatherv, Allgatherv, choice: false,
     new: |nv, team, _slot_bytes| Allgatherv::new(nv, team),
     run: |c, call, stream| {
-        let n = c.n_pes();
+        let (n, given) = (c.n_pes(), call.parts);
         each_element!(call.bufs, |i, o| {
-            // Equal parts: every member's input is as long as this one's.
-            let (counts, displs) = equal_parts(i.len(), n);
+            // Equal parts unless given: every member's input is as long as this one's.
+            let (counts, displs) = match &given {
+                Some(p) => p.recv.clone(),
+                None => equal_parts(i.len(), n),
+            };
             let parts = Parts {
                 counts: &counts,
                 displs: &displs,

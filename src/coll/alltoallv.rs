@@ -164,14 +164,22 @@ table_collective!(
     Alltoallv, Alltoallv, choice: false,
     new: |nv, team, _slot_bytes| Alltoallv::new(nv, team),
     run: |c, call, stream| {
-        let n = c.n_pes();
+        let (n, given) = (c.n_pes(), call.parts);
         each_element!(call.bufs, |i, o| {
-            let (counts, displs) = equal_parts(i.len() / n.max(1) as usize, n);
-            let parts = Parts {
-                counts: &counts,
-                displs: &displs,
+            let equal = || equal_parts(i.len() / n.max(1) as usize, n);
+            let (send, recv) = match &given {
+                Some(p) => (p.send.clone(), p.recv.clone()),
+                None => (equal(), equal()),
             };
-            c.run(i, parts, o, parts, stream)
+            let send_parts = Parts {
+                counts: &send.0,
+                displs: &send.1,
+            };
+            let recv_parts = Parts {
+                counts: &recv.0,
+                displs: &recv.1,
+            };
+            c.run(i, send_parts, o, recv_parts, stream)
         })
     }
 );

@@ -95,10 +95,21 @@ impl<'a, 'b> AnyBufs<'a, 'b> {
     }
 }
 
+/// The v forms' parts where a call gives them: per member, in member order, counts and
+/// displacements in elements.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AnyParts {
+    /// The input's: what this member sends to each (alltoallv; allgatherv takes its input
+    /// whole).
+    pub send: (Vec<usize>, Vec<usize>),
+    /// The output's: what it receives from each.
+    pub recv: (Vec<usize>, Vec<usize>),
+}
+
 /// One call of any collective: its input and output, laid out as its row's
-/// [`crate::Shape`] says (the v forms with equal parts, one per member, in member order), and
-/// the op and root of those that take them (ignored by the others). The team barrier moves no
-/// data and ignores the buffers.
+/// [`crate::Shape`] says (the v forms with equal parts, one per member, in member order, unless
+/// the call gives its parts), and the op and root of those that take them (ignored by the
+/// others). The team barrier moves no data and ignores the buffers.
 pub struct AnyCall<'a, 'b> {
     /// The input and output, of one element type.
     pub bufs: AnyBufs<'a, 'b>,
@@ -108,6 +119,8 @@ pub struct AnyCall<'a, 'b> {
     pub root: i32,
     /// Who exchanges with whom (grouped send/recv only).
     pub peers: Peers,
+    /// The v forms' parts (None: equal ones); the others ignore them.
+    pub parts: Option<AnyParts>,
 }
 
 impl<'a, 'b> AnyCall<'a, 'b> {
@@ -122,6 +135,7 @@ impl<'a, 'b> AnyCall<'a, 'b> {
             op: ReduceOp::Sum,
             root: 0,
             peers: Peers::All,
+            parts: None,
         }
     }
 
@@ -138,6 +152,14 @@ impl<'a, 'b> AnyCall<'a, 'b> {
     /// With pairs `peers`.
     pub fn peers(self, peers: Peers) -> Self {
         AnyCall { peers, ..self }
+    }
+
+    /// With the v forms' parts `parts` (uneven counts, which equal parts would not exercise).
+    pub fn parts(self, parts: AnyParts) -> Self {
+        AnyCall {
+            parts: Some(parts),
+            ..self
+        }
     }
 }
 
@@ -321,11 +343,17 @@ mod tests {
                 OutBuf::<half::bf16>::from_raw(std::ptr::null_mut(), 0),
             )
         };
+        let parts = AnyParts {
+            send: (vec![1, 2], vec![0, 1]),
+            recv: (vec![2, 1], vec![0, 2]),
+        };
         let call = AnyCall::new(i, o)
             .op(ReduceOp::Max)
             .root(2)
-            .peers(Peers::Ring);
+            .peers(Peers::Ring)
+            .parts(parts.clone());
         assert_eq!(call.bufs.dtype(), crate::Dtype::Bf16);
+        assert_eq!(call.parts, Some(parts));
         assert_eq!(
             (call.op, call.root, call.peers),
             (ReduceOp::Max, 2, Peers::Ring)

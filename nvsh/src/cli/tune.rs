@@ -2,18 +2,21 @@
 //! (from local rank 0 of each node) and, on PE 0, prints the chosen table with its re-bench.
 
 use super::bench::{check_outputs, emit, parse_size, writes_results};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use nvsh::tune::{self, TuneCollective, TuneOptions};
+use nvsh::tune::{self, TuneOptions};
 use nvshmem::tools::tuning as tuning_file;
 use nvshmem::TUNING_FILE_ENV;
-use nvshmem::{Error, Nvshmem, Result};
+use nvshmem::{Collective, Error, Nvshmem, Result};
 use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct TuneArgs {
-    /// Collectives to sweep, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    collectives: Vec<TuneCollective>,
+    /// Collectives to sweep, comma-separated (default: all): allreduce times its algorithms,
+    /// the others their protocols (direct stores, NVSHMEM puts, low-latency lines, and split
+    /// parts where they have them).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = collective_parser())]
+    collectives: Vec<Collective>,
     /// Smallest message (bytes; K, M, G suffixes), nccl-tests' size as the benches take it.
     #[arg(short = 'b', long = "min", default_value = "4K", value_parser = parse_size)]
     min: usize,
@@ -49,6 +52,14 @@ pub struct TuneArgs {
     online: bool,
 }
 
+/// `--collectives`' values: the swept rows of the library's table, by name.
+fn collective_parser() -> impl TypedValueParser<Value = Collective> {
+    let names = tune::tuned().into_iter().map(|c| c.name());
+    // The parser accepts only these names, so each is a row of the table.
+    PossibleValuesParser::new(names)
+        .map(|name| Collective::from_name(&name).expect("a possible value is a collective's name"))
+}
+
 pub fn run(args: TuneArgs) -> Result<()> {
     if args.min > args.max {
         return Err(Error::Io {
@@ -65,7 +76,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
     check_outputs(args.report.as_deref(), args.plot.as_deref())?;
     let opts = TuneOptions {
         collectives: if args.collectives.is_empty() {
-            TuneCollective::ALL.to_vec()
+            tune::tuned()
         } else {
             args.collectives.clone()
         },
