@@ -348,12 +348,13 @@ fn method_case(pes: i32, method: SparseMethod) {
     };
     check_config::<f32>(&nv, &s, momentum, 1000, 4);
     check_config::<bf16>(&nv, &s, momentum, 1000, 4);
-    // DGC's local clipping: every Kind::Equal gradient (±3, norm 192 at n = 4096) halved
-    // exactly, so that the values stay exact and the comparisons bit for bit; the other kinds
-    // here are within the norm (factor 1) or zero.
-    let (n, p) = (4096, nv.n_pes() as usize);
+    // DGC's local clipping: every Kind::Equal gradient (±3, norm 3 sqrt(n)) halved exactly,
+    // so that the values stay exact and the comparisons bit for bit; the other kinds here are
+    // within the norm (factor 1) or zero.
+    let p = nv.n_pes() as usize;
+    let (n, local_clip) = clip_halving(p);
     let clip = SparseOptions {
-        local_clip: clip_halving(n, p),
+        local_clip,
         reestimate_every: 2,
         global_every: 2,
         repartition_every: 3,
@@ -384,22 +385,42 @@ fn method_case(pes: i32, method: SparseMethod) {
     }
 }
 
-/// A local clip whose P-scaled norm halves Kind::Equal's gradients of `n` elements (every
-/// element ±3) exactly: the f32 nearest 1.5 sqrt(n) sqrt(P), or a neighbour of it.
-fn clip_halving(n: usize, p: usize) -> f32 {
-    let g = vec![3.0f32; n];
-    let c = (1.5 * (n as f64).sqrt() * (p as f64).sqrt()) as f32;
-    [0, 1, -1, 2, -2, 3, -3]
-        .into_iter()
-        .map(|d: i32| f32::from_bits((c.to_bits() as i32 + d) as u32))
-        .find(|&c| {
-            let o = SparseOptions {
-                local_clip: c,
-                ..SparseOptions::new(SparseMethod::TopK, 0.01)
-            };
-            reference::clip_factor(&g, o.local_clip_norm(p)) == 0.5
+/// A gradient length n and a local clip whose P-scaled norm halves Kind::Equal's gradients of
+/// n elements (every element ±3) exactly: the f32 nearest 1.5 sqrt(n) sqrt(P), or a neighbour
+/// of it. Not every n has one (f32's steps of the clip can step over the ratios that round to
+/// 0.5: at P = 2 and 8, n = 4096 has none), so n steps down from 4096 by 64 until one does.
+fn clip_halving(p: usize) -> (usize, f32) {
+    (0..32)
+        .map(|j| 4096 - 64 * j)
+        .find_map(|n| {
+            let g = vec![3.0f32; n];
+            let c = (1.5 * (n as f64).sqrt() * (p as f64).sqrt()) as f32;
+            [0, 1, -1, 2, -2, 3, -3]
+                .into_iter()
+                .map(|d: i32| f32::from_bits((c.to_bits() as i32 + d) as u32))
+                .find(|&c| {
+                    let o = SparseOptions {
+                        local_clip: c,
+                        ..SparseOptions::new(SparseMethod::TopK, 0.01)
+                    };
+                    reference::clip_factor(&g, o.local_clip_norm(p)) == 0.5
+                })
+                .map(|c| (n, c))
         })
-        .expect("a clip that halves the norm exactly")
+        .expect("a length and a clip that halve the norm exactly")
+}
+
+/// The GPU cases' clip exists at every PE count they run at (CPU only).
+#[test]
+fn clip_halving_exists_for_1_to_8_pes() {
+    for p in 1..=8 {
+        let (n, c) = clip_halving(p);
+        let o = SparseOptions {
+            local_clip: c,
+            ..SparseOptions::new(SparseMethod::TopK, 0.01)
+        };
+        assert_eq!(reference::clip_factor(&vec![-3.0f32; n], o.local_clip_norm(p)), 0.5);
+    }
 }
 
 macro_rules! method_tests {
