@@ -1,32 +1,40 @@
-// Exact top-k by magnitude and threshold compaction (sparse/sparse.h), all in stream order:
+// Exact top-k by magnitude and threshold compaction (sparse/sparse.h), all in stream order.
+// Only two kernels read the whole gradient; the rest work on the few elements they keep:
 //
 //   init       state and histograms reset (one block)
-//   radix      top-k only, one launch per 8-bit digit of the key (4 for f32, 2 for bf16): a
-//              histogram of the digit over the keys that start with the digits found so far;
-//              the last block to finish picks the digit holding the k-th largest key
-//   count      per tile of TILE elements: keys above the threshold key, keys equal to it
-//   scan       one block: exclusive sums of both counts over the tiles, and the output count
-//   write      per tile: every key above, and equal keys while fewer than `take` came before
-//              (the lowest indexes), at their place in index order
+//   bucket     top-k only: a histogram of each key's top 12 bits (2048 buckets: the sign bit
+//              is clear); the last block to finish picks the bucket holding the k-th largest
+//   filter     per segment of SEG elements (one warp each): the in-segment offsets (16 bits)
+//              of every key at or above the bucket's lowest key (or the threshold's key), in
+//              index order, into the segment's slots of the staging area
+//   radix      over the staged keys only, one launch per 8 remaining bits (3 for f32, 1 for
+//              bf16): the histogram of the next digit among keys that match the bits found so
+//              far; the last block picks the digit holding the k-th largest
+//   count      per segment: staged keys above the threshold key, staged keys equal to it
+//   scan       one block: exclusive sums of both counts over the segments, and the output count
+//   write      per segment: every staged key above, and equal keys while fewer than `take`
+//              came before (the lowest indexes), at their place in index order
+//
+// Staging costs 2 bytes per element of workspace, so no data can overflow it (every element
+// may be staged) and no path falls back to full passes.
 //
 // A threshold whose selection overflows the output's capacity keeps the `capacity` largest
 // magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
 // `capacity`, marks the state overflowed with the top-`capacity` search ahead (prefix 0, take
-// capacity), and the radix passes, a second count and a second scan, which return at once
-// unless the state overflowed, find the capacity-th largest key before the write. Those keys
-// are all at or above the threshold (at least `capacity` are), and the count stays the
-// threshold's.
+// capacity), and four radix passes over the staged keys, a second count and a second scan,
+// which return at once unless the state overflowed, find the capacity-th largest key before
+// the write. Those keys are all at or above the threshold (at least `capacity` are), and the
+// count stays the threshold's.
 //
 // After the radix passes the state holds the k-th largest key itself (prefix) and how many keys
 // equal to it the top k holds (remaining): the k - remaining larger keys all belong to it. The
-// threshold reuses count/scan/write with the threshold's key and take = all. No kernel needs a
-// count from the host, so nothing is read back until the caller wants the result.
+// threshold reuses filter/count/scan/write with the threshold's key and take = all. No kernel
+// needs a count from the host, so nothing is read back until the caller wants the result.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "abi.h"
@@ -36,11 +44,15 @@
 
 namespace {
 
-// Elements per compaction tile: 256 threads x 16 bytes x (4 rounds of f32, 2 of bf16).
-constexpr uint64_t TILE = 4096;
+// Elements per segment: one warp's share of the filter, 32 lanes x 16 bytes x (4 rounds of
+// f32, 2 of bf16). Offsets inside a segment fit the staging area's 16 bits.
+constexpr uint64_t SEG = 512;
+constexpr int WARPS = SPARSE_THREADS / 32;
 // Threads of the scan block.
 constexpr int SCAN_THREADS = 512;
 constexpr int RADIX_PASSES_MAX = 4;
+// The first digit: a key's top 12 bits, of which the sign's is always clear.
+constexpr int BUCKETS = 2048;
 constexpr uint64_t TAKE_ALL = ~(uint64_t)0;
 
 // The workspace's first words.
@@ -53,18 +65,33 @@ struct SelectState {
     // Keys still to take among those that start with `prefix`; after the last pass, how many
     // keys equal to the k-th largest the top k holds (the lowest indexes among them).
     uint64_t remaining;
-    // Blocks finished, per radix pass (the last one picks the digit).
-    unsigned done[RADIX_PASSES_MAX];
+    // Blocks finished, per radix pass, then the bucket pass's (the last one picks the digit).
+    unsigned done[RADIX_PASSES_MAX + 1];
 };
 constexpr uint64_t STATE_WORDS = 8;
-constexpr uint64_t HIST_WORDS = 256 * RADIX_PASSES_MAX;
+// The bucket pass's histogram, then one of 256 per radix pass.
+constexpr uint64_t HIST_WORDS = BUCKETS + 256 * RADIX_PASSES_MAX;
 static_assert(sizeof(SelectState) <= STATE_WORDS * 8, "state fits its words");
 
-uint64_t tiles_of(uint64_t n) { return n == 0 ? 1 : (n + TILE - 1) / TILE; }
+uint64_t segs_of(uint64_t n) { return n == 0 ? 1 : (n + SEG - 1) / SEG; }
 
-// Words: state, histograms, then per tile one count word (above << 32 | equal) and two
-// exclusive sums (above, equal).
-uint64_t scratch_words(uint64_t n) { return STATE_WORDS + HIST_WORDS + 3 * tiles_of(n); }
+// Words: state, histograms, then per segment one count word (above << 32 | equal), two
+// exclusive sums (above, equal) and the staged count, then SEG 16-bit staging slots per
+// segment.
+uint64_t scratch_words(uint64_t n) {
+    return STATE_WORDS + HIST_WORDS + 4 * segs_of(n) + segs_of(n) * (SEG / 4);
+}
+
+// The workspace's per-segment parts.
+struct Segments {
+    uint64_t *counts;
+    uint64_t *sums;
+    uint64_t *staged;
+    uint16_t *slots;
+    __device__ Segments(uint64_t *scratch, uint64_t segs)
+        : counts(scratch + STATE_WORDS + HIST_WORDS), sums(counts + segs),
+          staged(sums + 2 * segs), slots(reinterpret_cast<uint16_t *>(staged + segs)) {}
+};
 
 // The first key at or above threshold t (t <= 0: every key). A bf16 key is the top half of the
 // f32 key of the same value, so the first bf16 key at or above t's f32 key is that key rounded
@@ -91,8 +118,33 @@ __global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t 
         st->prefix = prefix;
         st->remaining = remaining;
         st->overflow = 0;
-        for (int p = 0; p < RADIX_PASSES_MAX; ++p) st->done[p] = 0;
+        for (int p = 0; p <= RADIX_PASSES_MAX; ++p) st->done[p] = 0;
     }
+}
+
+// Adds a block's shared histogram into the global one; true in the last block to do so, which
+// then sees every block's counts (threadFenceReduction pattern).
+__device__ bool flush_histogram(const uint32_t *h, unsigned long long *hist, int bins,
+                                unsigned *done) {
+    __shared__ bool last;
+    __syncthreads();
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+        if (h[b] != 0) atomicAdd(&hist[b], (unsigned long long)h[b]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// Adds one digit per lane (`bins`: none) to the shared histogram: lanes with the same digit
+// add once, together, since gradients crowd into few exponents and same-address shared
+// atomics would serialise. The whole warp calls it.
+__device__ __forceinline__ void count_digit(uint32_t *h, uint32_t d, uint32_t none) {
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, d);
+    if (d != none && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&h[d], __popc(peers));
 }
 
 // Warp 0 of the last block of a radix pass: walks the 256 digit counts from the top and picks
@@ -131,129 +183,202 @@ __device__ void pick_digit(const unsigned long long *hist, SelectState *st, int 
     }
 }
 
-// One radix pass: the histogram of key digit (key >> shift) & 255 over the keys whose bits
-// above the digit equal the prefix found so far.
+// The bucket pass (top-k): the histogram of every key's top 12 bits; the last block picks the
+// bucket holding the k-th largest key, whose lowest key becomes the filter's bound.
 template <typename T>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_radix_kernel(const T *g, uint64_t n, uint64_t *scratch, int pass, int shift,
-                        bool on_overflow) {
+    select_bucket_kernel(const T *g, uint64_t n, uint64_t *scratch) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
+    constexpr int SHIFT = Key<T>::BITS - 12;
+    using Scan = cub::BlockScan<unsigned long long, SPARSE_THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    __shared__ uint32_t h[BUCKETS];
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
-    if (on_overflow && st->overflow == 0) return;
-    unsigned long long *hist =
-        reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS) + 256 * pass;
-    __shared__ uint32_t h[256];
-    __shared__ bool last;
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
+    unsigned long long *hist = reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS);
+    for (int b = threadIdx.x; b < BUCKETS; b += blockDim.x) h[b] = 0;
     __syncthreads();
-    const uint32_t prefix = st->prefix;
-    // The first pass has no digits above it (and a shift by 32 would be undefined).
-    const uint32_t hi = shift + 8 >= Key<T>::BITS ? 0u : (0xFFFFFFFFu << (shift + 8));
     const bool aligned = aligned16(g);
     const int lane = threadIdx.x & 31;
     const uint64_t runs = (n + N - 1) / N;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    // The loop bound is the warp's first run, so all 32 lanes take the same turns and the
-    // match below sees the whole warp. Lanes with the same digit add once, together: gradients
-    // crowd into few exponents, and same-address shared atomics would serialise.
+    // The loop bound is the warp's first run, so all 32 lanes take the same turns.
     for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w < runs;
          w += stride) {
         T x[N];
         const int c = load_run(g, n, (w + lane) * N, aligned, x);
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-            uint32_t d = 256;  // no bucket
-            if (j < c) {
-                const uint32_t key = Key<T>::of(x[j]);
-                if ((key & hi) == (prefix & hi)) d = (key >> shift) & 255;
-            }
-            const unsigned peers = __match_any_sync(0xFFFFFFFFu, d);
-            if (d != 256 && lane == __ffs(peers) - 1) atomicAdd(&h[d], (uint32_t)__popc(peers));
+            count_digit(h, j < c ? Key<T>::of(x[j]) >> SHIFT : BUCKETS, BUCKETS);
         }
     }
-    __syncthreads();
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-        if (h[b] != 0) atomicAdd(&hist[b], (unsigned long long)h[b]);
+    if (!flush_histogram(h, hist, BUCKETS, &st->done[RADIX_PASSES_MAX])) return;
+    // Each thread 8 buckets from the top; a block scan finds the thread holding the k-th.
+    constexpr int PER = BUCKETS / SPARSE_THREADS;
+    unsigned long long c[PER], sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        c[j] = __ldcg(hist + BUCKETS - 1 - (threadIdx.x * PER + j));
+        sum += c[j];
     }
-    // The last block to arrive sees every block's counts (threadFenceReduction pattern).
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&st->done[pass], 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    pick_digit(hist, st, shift);
+    const unsigned long long want = st->remaining;
+    unsigned long long before;
+    Scan(tmp).ExclusiveSum(sum, before);
+    if (before < want && want <= before + sum) {
+        unsigned long long acc = before;
+        for (int j = 0; j < PER; ++j) {
+            if (acc + c[j] >= want) {
+                st->prefix = (uint32_t)(BUCKETS - 1 - (threadIdx.x * PER + j)) << SHIFT;
+                st->remaining = want - acc;
+                break;
+            }
+            acc += c[j];
+        }
+    }
 }
 
-// Per tile: keys above the threshold key, keys equal to it.
+// Per segment (one warp): the offsets of the keys at or above `prefix`, in index order, into
+// the segment's staging slots, and their number.
 template <typename T>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_count_kernel(const T *g, uint64_t n, uint64_t *scratch, bool on_overflow) {
+    select_filter_kernel(const T *g, uint64_t n, uint64_t *scratch, uint64_t segs) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
-    constexpr int ROUNDS = TILE / (SPARSE_THREADS * N);
-    using Reduce = cub::BlockReduce<uint32_t, SPARSE_THREADS>;
-    __shared__ typename Reduce::TempStorage tmp;
-    const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
-    if (on_overflow && st->overflow == 0) return;
-    uint64_t *counts = scratch + STATE_WORDS + HIST_WORDS;
-    const uint32_t thr = st->prefix;
+    constexpr int ROUNDS = SEG / (32 * N);
+    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (seg >= segs) return;
+    const uint32_t lo = reinterpret_cast<const SelectState *>(scratch)->prefix;
+    Segments s(scratch, segs);
+    const int lane = threadIdx.x & 31;
+    const uint64_t base = seg * SEG;
     const bool aligned = aligned16(g);
-    const uint64_t base = (uint64_t)blockIdx.x * TILE;
-    uint32_t above = 0, equal = 0;
+    // Every round's load first, so they are all in flight together.
+    T x[ROUNDS][N];
+    int c[ROUNDS];
 #pragma unroll
     for (int r = 0; r < ROUNDS; ++r) {
-        T x[N];
-        const int c = load_run(g, n, base + ((uint64_t)r * SPARSE_THREADS + threadIdx.x) * N,
-                               aligned, x);
+        c[r] = load_run(g, n, base + (uint64_t)(r * 32 + lane) * N, aligned, x[r]);
+    }
+    uint16_t *slots = s.slots + base;
+    uint32_t run = 0;
+#pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) {
+        uint32_t keep = 0;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-            if (j < c) {
-                const uint32_t key = Key<T>::of(x[j]);
-                above += key > thr;
-                equal += key == thr;
+            if (j < c[r] && Key<T>::of(x[r][j]) >= lo) keep |= 1u << j;
+        }
+        const uint32_t mine = __popc(keep);
+        uint32_t incl = mine;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+            if (lane >= o) incl += t;
+        }
+        uint32_t pos = run + incl - mine;
+        const uint32_t first = (uint32_t)(r * 32 + lane) * N;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            if (keep >> j & 1) slots[pos++] = (uint16_t)(first + j);
+        }
+        run += __shfl_sync(0xFFFFFFFFu, incl, 31);
+    }
+    if (lane == 0) s.staged[seg] = run;
+}
+
+// One radix pass over the staged keys: the histogram of digit (key >> shift) & 255 over those
+// whose `decided` bits equal the prefix found so far. Grid-stride over the segments, a warp
+// each, so few blocks add their histograms.
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    select_radix_kernel(const T *g, uint64_t *scratch, uint64_t segs, int pass, int shift,
+                        uint32_t decided, bool on_overflow) {
+    wait_for_previous_kernel();
+    SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    if (on_overflow && st->overflow == 0) return;
+    unsigned long long *hist =
+        reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS) + BUCKETS + 256 * pass;
+    __shared__ uint32_t h[256];
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = st->prefix & decided;
+    const Segments s(scratch, segs);
+    const int lane = threadIdx.x & 31;
+    for (uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); seg < segs;
+         seg += (uint64_t)gridDim.x * WARPS) {
+        const uint32_t m = (uint32_t)s.staged[seg];
+        const uint16_t *slots = s.slots + seg * SEG;
+        const T *gs = g + seg * SEG;
+        for (uint32_t i = 0; i < m; i += 32) {
+            uint32_t d = 256;
+            if (i + lane < m) {
+                const uint32_t key = Key<T>::of(gs[slots[i + lane]]);
+                if ((key & decided) == prefix) d = (key >> shift) & 255;
             }
+            count_digit(h, d, 256);
         }
     }
-    // A tile's counts are at most TILE (< 2^16) each: one sum of both.
-    const uint32_t sum = Reduce(tmp).Sum(above << 16 | equal);
-    if (threadIdx.x == 0) counts[blockIdx.x] = (uint64_t)(sum >> 16) << 32 | (sum & 0xFFFFu);
+    if (flush_histogram(h, hist, 256, &st->done[pass])) pick_digit(hist, st, shift);
+}
+
+// Per segment (one warp): staged keys above the threshold key, staged keys equal to it.
+template <typename T>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    select_count_kernel(const T *g, uint64_t *scratch, uint64_t segs, bool on_overflow) {
+    wait_for_previous_kernel();
+    const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
+    if (on_overflow && st->overflow == 0) return;
+    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (seg >= segs) return;
+    const Segments s(scratch, segs);
+    const uint32_t thr = st->prefix;
+    const int lane = threadIdx.x & 31;
+    const uint32_t m = (uint32_t)s.staged[seg];
+    const uint16_t *slots = s.slots + seg * SEG;
+    const T *gs = g + seg * SEG;
+    uint32_t above = 0, equal = 0;
+    for (uint32_t i = lane; i < m; i += 32) {
+        const uint32_t key = Key<T>::of(gs[slots[i]]);
+        above += key > thr;
+        equal += key == thr;
+    }
+    above = __reduce_add_sync(0xFFFFFFFFu, above);
+    equal = __reduce_add_sync(0xFFFFFFFFu, equal);
+    if (lane == 0) s.counts[seg] = (uint64_t)above << 32 | equal;
 }
 
 // How a scan runs: a top-k's; a threshold's first (the output count, and the overflow check
 // against the capacity); the second after an overflow (no output count: the threshold's stays).
 enum ScanMode { SCAN_TOPK = 0, SCAN_THRESHOLD = 1, SCAN_ON_OVERFLOW = 2 };
 
-// One block: the exclusive sums of the tiles' counts, and the output count (every key above,
-// and at most `take` of the equal ones).
+// One block: the exclusive sums of the segments' counts, and the output count (every key
+// above, and at most `take` of the equal ones).
 __global__ void __launch_bounds__(SCAN_THREADS)
-    select_scan_kernel(uint64_t *scratch, uint64_t tiles, uint64_t *out_count, int mode,
+    select_scan_kernel(uint64_t *scratch, uint64_t segs, uint64_t *out_count, int mode,
                        uint64_t capacity) {
     wait_for_previous_kernel();
     using Scan = cub::BlockScan<unsigned long long, SCAN_THREADS>;
     __shared__ typename Scan::TempStorage tmp;
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
     if (mode == SCAN_ON_OVERFLOW && st->overflow == 0) return;
-    const uint64_t *counts = scratch + STATE_WORDS + HIST_WORDS;
-    uint64_t *sums = scratch + STATE_WORDS + HIST_WORDS + tiles;
-    // Each thread a contiguous share of the tiles.
-    const uint64_t per = (tiles + SCAN_THREADS - 1) / SCAN_THREADS;
-    const uint64_t lo = min(tiles, threadIdx.x * per), hi = min(tiles, lo + per);
+    const Segments s(scratch, segs);
+    // Each thread a contiguous share of the segments.
+    const uint64_t per = (segs + SCAN_THREADS - 1) / SCAN_THREADS;
+    const uint64_t lo = min(segs, threadIdx.x * per), hi = min(segs, lo + per);
     unsigned long long above = 0, equal = 0;
     for (uint64_t t = lo; t < hi; ++t) {
-        above += counts[t] >> 32;
-        equal += counts[t] & 0xFFFFFFFFu;
+        above += s.counts[t] >> 32;
+        equal += s.counts[t] & 0xFFFFFFFFu;
     }
     unsigned long long above_before, equal_before, above_all, equal_all;
     Scan(tmp).ExclusiveSum(above, above_before, above_all);
     __syncthreads();
     Scan(tmp).ExclusiveSum(equal, equal_before, equal_all);
     for (uint64_t t = lo; t < hi; ++t) {
-        sums[2 * t] = above_before;
-        sums[2 * t + 1] = equal_before;
-        above_before += counts[t] >> 32;
-        equal_before += counts[t] & 0xFFFFFFFFu;
+        s.sums[2 * t] = above_before;
+        s.sums[2 * t + 1] = equal_before;
+        above_before += s.counts[t] >> 32;
+        equal_before += s.counts[t] & 0xFFFFFFFFu;
     }
     if (threadIdx.x == 0 && mode != SCAN_ON_OVERFLOW) {
         const unsigned long long take = st->remaining;
@@ -268,60 +393,48 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     }
 }
 
-// Per tile, in index order: a key above the threshold key goes to (keys above before it) +
-// min(equal keys before it, take); an equal key with fewer than `take` equal ones before it to
-// (keys above before it) + (equal keys before it). Positions at or past capacity are dropped.
+// Per segment (one warp), in index order: a staged key above the threshold key goes to (keys
+// above before it) + min(equal keys before it, take); an equal key with fewer than `take`
+// equal ones before it to (keys above before it) + (equal keys before it). Positions at or
+// past capacity are dropped.
 template <typename T, typename I>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_write_kernel(const T *g, uint64_t n, const uint64_t *scratch, uint64_t tiles,
-                        I *out_idx, T *out_val, uint64_t capacity) {
+    select_write_kernel(const T *g, uint64_t *scratch, uint64_t segs, I *out_idx, T *out_val,
+                        uint64_t capacity) {
     wait_for_previous_kernel();
-    constexpr int N = Run<T>::N;
-    constexpr int ROUNDS = TILE / (SPARSE_THREADS * N);
-    using Scan = cub::BlockScan<uint32_t, SPARSE_THREADS>;
-    __shared__ typename Scan::TempStorage tmp;
+    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (seg >= segs) return;
     const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
-    const uint64_t *sums = scratch + STATE_WORDS + HIST_WORDS + tiles;
+    const Segments s(scratch, segs);
     const uint32_t thr = st->prefix;
     const uint64_t take = st->remaining;
-    const bool aligned = aligned16(g);
-    const uint64_t base = (uint64_t)blockIdx.x * TILE;
-    uint64_t above_run = sums[2 * blockIdx.x], equal_run = sums[2 * blockIdx.x + 1];
-    // Round r covers SPARSE_THREADS runs in a row; thread t holds run t of them, so a block
-    // scan over the threads' counts orders the round's elements by index.
-    for (int r = 0; r < ROUNDS; ++r) {
-        const uint64_t i0 = base + ((uint64_t)r * SPARSE_THREADS + threadIdx.x) * N;
-        T x[N];
-        const int c = load_run(g, n, i0, aligned, x);
-        uint32_t key[N], above = 0, equal = 0;
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-            key[j] = j < c ? Key<T>::of(x[j]) : 0;
-            above += j < c && key[j] > thr;
-            equal += j < c && key[j] == thr;
+    const int lane = threadIdx.x & 31;
+    const uint32_t below = (1u << lane) - 1;
+    const uint32_t m = (uint32_t)s.staged[seg];
+    const uint16_t *slots = s.slots + seg * SEG;
+    const T *gs = g + seg * SEG;
+    uint64_t a = s.sums[2 * seg], e = s.sums[2 * seg + 1];
+    for (uint32_t i = 0; i < m; i += 32) {
+        const bool here = i + lane < m;
+        const uint32_t at = here ? slots[i + lane] : 0;
+        T x = gs[at];
+        const uint32_t key = here ? Key<T>::of(x) : 0;
+        const bool above = here && key > thr, equal = here && key == thr;
+        const uint32_t above_mask = __ballot_sync(0xFFFFFFFFu, above);
+        const uint32_t equal_mask = __ballot_sync(0xFFFFFFFFu, equal);
+        const uint64_t ab = a + __popc(above_mask & below), eb = e + __popc(equal_mask & below);
+        uint64_t pos = ~(uint64_t)0;
+        if (above) {
+            pos = ab + (eb < take ? eb : take);
+        } else if (equal && eb < take) {
+            pos = ab + eb;
         }
-        uint32_t before, all;
-        Scan(tmp).ExclusiveSum(above << 16 | equal, before, all);
-        uint64_t a = above_run + (before >> 16), e = equal_run + (before & 0xFFFFu);
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-            if (j >= c) continue;
-            uint64_t pos = ~(uint64_t)0;
-            if (key[j] > thr) {
-                pos = a + (e < take ? e : take);
-                ++a;
-            } else if (key[j] == thr) {
-                if (e < take) pos = a + e;
-                ++e;
-            }
-            if (pos < capacity) {
-                out_idx[pos] = (I)(i0 + j);
-                out_val[pos] = x[j];
-            }
+        if (pos < capacity) {
+            out_idx[pos] = (I)(seg * SEG + at);
+            out_val[pos] = x;
         }
-        above_run += all >> 16;
-        equal_run += all & 0xFFFFu;
-        __syncthreads();  // tmp is reused by the next round's scan
+        a += __popc(above_mask);
+        e += __popc(equal_mask);
     }
 }
 
@@ -339,8 +452,9 @@ struct SelectLaunch {
         if (n == 0 || (topk && args.k == 0)) {
             return launch_pdl(sparse_set_count_kernel, 1, 1, stream, count, (uint64_t)0);
         }
-        const uint64_t tiles = tiles_of(n);
-        if (tiles > 0x7FFFFFFFu) return cudaErrorInvalidValue;
+        const uint64_t segs = segs_of(n);
+        const uint64_t warp_blocks = (segs + WARPS - 1) / WARPS;
+        if (warp_blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
         uint32_t prefix = 0;
         uint64_t take = TAKE_ALL;
         if (!topk) {
@@ -349,9 +463,11 @@ struct SelectLaunch {
             // |g| >= t in key terms: every key from t's up.
             if (args.device_threshold == nullptr) prefix = threshold_key(t, Key<T>::BITS);
         } else if (args.k < n) {
-            // Radix passes find the key; k >= n takes every element (prefix 0, take all).
+            // The bucket and radix passes find the key; k >= n takes every element (prefix
+            // 0, take all).
             take = args.k;
         }
+        const bool search = topk && args.k < n;
         const float *device_t = topk ? nullptr : args.device_threshold;
         cudaError_t err = launch_pdl(select_init_kernel, 1, SPARSE_THREADS, stream, scratch,
                                      prefix, take, device_t, Key<T>::BITS);
@@ -359,37 +475,60 @@ struct SelectLaunch {
         int blocks = 0;
         err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, 8, &blocks);
         if (err != cudaSuccess) return err;
-        // The radix passes: a top-k's always (below n), a threshold's only on overflow.
-        auto radix = [&](bool on_overflow) {
-            cudaError_t e = cudaSuccess;
-            for (int pass = 0; e == cudaSuccess && pass < Key<T>::BITS / 8; ++pass) {
-                e = launch_pdl(select_radix_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
-                               scratch, pass, Key<T>::BITS - 8 * (pass + 1), on_overflow);
-            }
-            return e;
+        // The staged passes are small: a few blocks per SM keep the histogram adds few.
+        int radix_blocks = 0;
+        err = sparse_grid(segs * 32, 4, &radix_blocks);
+        if (err != cudaSuccess) return err;
+        const int grid = (int)warp_blocks;
+        auto radix = [&](int pass, int shift, uint32_t decided, bool on_overflow) {
+            return launch_pdl(select_radix_kernel<T>, radix_blocks, SPARSE_THREADS, stream, g,
+                              scratch, segs, pass, shift, decided, on_overflow);
         };
-        if (topk && args.k < n) err = radix(false);
-        if (err != cudaSuccess) return err;
-        err = launch_pdl(select_count_kernel<T>, (int)tiles, SPARSE_THREADS, stream, g, n,
-                         scratch, false);
-        if (err != cudaSuccess) return err;
-        err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, tiles, count,
-                         (int)(topk ? SCAN_TOPK : SCAN_THRESHOLD), args.out.capacity);
+        if (search) {
+            err = launch_pdl(select_bucket_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
+                             scratch);
+        }
+        if (err == cudaSuccess) {
+            err = launch_pdl(select_filter_kernel<T>, grid, SPARSE_THREADS, stream, g, n,
+                             scratch, segs);
+        }
+        // Below the bucket's 12 bits, 8 at a time; the last digit may overlap decided bits,
+        // which the match on `decided` keeps to the one value already found.
+        if (search) {
+            int pass = 0;
+            for (int hi = Key<T>::BITS - 12; err == cudaSuccess && hi > 0; ++pass) {
+                const int lo = hi >= 8 ? hi - 8 : 0;
+                err = radix(pass, lo, ~((1u << hi) - 1), false);
+                hi = lo;
+            }
+        }
+        if (err == cudaSuccess) {
+            err = launch_pdl(select_count_kernel<T>, grid, SPARSE_THREADS, stream, g, scratch,
+                             segs, false);
+        }
+        if (err == cudaSuccess) {
+            err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, segs, count,
+                             (int)(topk ? SCAN_TOPK : SCAN_THRESHOLD), args.out.capacity);
+        }
         if (err != cudaSuccess) return err;
         if (!topk) {
-            err = radix(true);
-            if (err == cudaSuccess) {
-                err = launch_pdl(select_count_kernel<T>, (int)tiles, SPARSE_THREADS, stream, g,
-                                 n, scratch, true);
+            // The top `capacity` of the staged keys, 8 bits at a time from the top.
+            for (int pass = 0; err == cudaSuccess && pass < Key<T>::BITS / 8; ++pass) {
+                const int shift = Key<T>::BITS - 8 * (pass + 1);
+                err = radix(pass, shift, pass == 0 ? 0u : ~((1u << (shift + 8)) - 1), true);
             }
             if (err == cudaSuccess) {
-                err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, tiles,
+                err = launch_pdl(select_count_kernel<T>, grid, SPARSE_THREADS, stream, g,
+                                 scratch, segs, true);
+            }
+            if (err == cudaSuccess) {
+                err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, segs,
                                  count, (int)SCAN_ON_OVERFLOW, args.out.capacity);
             }
             if (err != cudaSuccess) return err;
         }
-        return launch_pdl(select_write_kernel<T, I>, (int)tiles, SPARSE_THREADS, stream, g, n,
-                          (const uint64_t *)scratch, tiles, static_cast<I *>(args.out.idx),
+        return launch_pdl(select_write_kernel<T, I>, grid, SPARSE_THREADS, stream, g, scratch,
+                          segs, static_cast<I *>(args.out.idx),
                           static_cast<T *>(args.out.val), args.out.capacity);
     }
 };
