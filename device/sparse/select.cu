@@ -4,19 +4,21 @@
 //   init       state and histograms reset (one block)
 //   bucket     top-k only: a histogram of each key's top 12 bits (2048 buckets: the sign bit
 //              is clear); the last block to finish picks the bucket holding the k-th largest
-//   filter     per segment of SEG elements (one warp each): the in-segment offsets (16 bits)
-//              of every key at or above the bucket's lowest key (or the threshold's key), in
-//              index order, into the segment's slots of the staging area
-//   radix      over the staged keys only, one launch per 8 remaining bits (3 for f32, 1 for
+//   filter     per segment of SEG elements (one warp each): the element indexes of every key
+//              at or above the bucket's lowest key (or the threshold's key), in index order,
+//              into a compact array at an offset each block reserves with one atomic add
+//   radix      over the compact array only, one launch per 8 remaining bits (3 for f32, 1 for
 //              bf16): the histogram of the next digit among keys that match the bits found so
 //              far; the last block picks the digit holding the k-th largest
-//   count      per segment: staged keys above the threshold key, staged keys equal to it
-//   scan       one block: exclusive sums of both counts over the segments, and the output count
-//   write      per segment: every staged key above, and equal keys while fewer than `take`
-//              came before (the lowest indexes), at their place in index order
+//   count      over the compact array: per segment, keys above the threshold key and keys
+//              equal to it (one atomic add per segment and warp)
+//   scan       two levels (blocks of 2048 segments, then one block over the blocks): exclusive
+//              sums of both counts over the segments, and the output count
+//   write      per segment (one warp): every staged key above, and equal keys while fewer than
+//              `take` came before (the lowest indexes), at their place in index order
 //
-// Staging costs 2 bytes per element of workspace, so no data can overflow it (every element
-// may be staged) and no path falls back to full passes.
+// The compact array costs 4 bytes per element of workspace (8 past 2^32 elements), so no data
+// can overflow it (every element may be staged) and no path falls back to full passes.
 //
 // A threshold whose selection overflows the output's capacity keeps the `capacity` largest
 // magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
@@ -65,6 +67,8 @@ struct SelectState {
     // Keys still to take among those that start with `prefix`; after the last pass, how many
     // keys equal to the k-th largest the top k holds (the lowest indexes among them).
     uint64_t remaining;
+    // Keys the filter staged (the length of the compact array).
+    unsigned long long staged_total;
     // Blocks finished, per radix pass, then the bucket pass's (the last one picks the digit).
     unsigned done[RADIX_PASSES_MAX + 1];
 };
@@ -72,25 +76,42 @@ constexpr uint64_t STATE_WORDS = 8;
 // The bucket pass's histogram, then one of 256 per radix pass.
 constexpr uint64_t HIST_WORDS = BUCKETS + 256 * RADIX_PASSES_MAX;
 static_assert(sizeof(SelectState) <= STATE_WORDS * 8, "state fits its words");
+// Segments per block of the first scan level.
+constexpr uint64_t SCAN_SEGS = 4 * SCAN_THREADS;
 
 uint64_t segs_of(uint64_t n) { return n == 0 ? 1 : (n + SEG - 1) / SEG; }
+uint64_t scan_blocks_of(uint64_t segs) { return (segs + SCAN_SEGS - 1) / SCAN_SEGS; }
+// The staged keys' element indexes: 32 bits wherever they fit.
+bool wide_indexes(uint64_t n) { return n > 0xFFFFFFFFull; }
 
-// Words: state, histograms, then per segment one count word (above << 32 | equal), two
-// exclusive sums (above, equal) and the staged count, then SEG 16-bit staging slots per
-// segment.
+// Words: state, histograms; per segment a count word (above << 32 | equal), two exclusive sums
+// inside its scan block (above, equal), the staged keys' offset in the compact array and their
+// number; per scan block its totals and exclusive sums (two words each); then the compact
+// array, one element index per staged key (every element may be staged).
 uint64_t scratch_words(uint64_t n) {
-    return STATE_WORDS + HIST_WORDS + 4 * segs_of(n) + segs_of(n) * (SEG / 4);
+    const uint64_t segs = segs_of(n);
+    const uint64_t index_bytes = wide_indexes(n) ? 8 : 4;
+    return STATE_WORDS + HIST_WORDS + 5 * segs + 4 * scan_blocks_of(segs) +
+           (n * index_bytes + 7) / 8;
 }
 
-// The workspace's per-segment parts.
+// The workspace's per-segment and per-scan-block parts, and the compact array.
 struct Segments {
     uint64_t *counts;
     uint64_t *sums;
+    uint64_t *offset;
     uint64_t *staged;
-    uint16_t *slots;
+    uint64_t *block_totals;
+    uint64_t *block_sums;
+    void *compact;
     __device__ Segments(uint64_t *scratch, uint64_t segs)
         : counts(scratch + STATE_WORDS + HIST_WORDS), sums(counts + segs),
-          staged(sums + 2 * segs), slots(reinterpret_cast<uint16_t *>(staged + segs)) {}
+          offset(sums + 2 * segs), staged(offset + segs), block_totals(staged + segs),
+          block_sums(block_totals + 2 * scan_blocks(segs)),
+          compact(block_sums + 2 * scan_blocks(segs)) {}
+    static __device__ uint64_t scan_blocks(uint64_t segs) {
+        return (segs + SCAN_SEGS - 1) / SCAN_SEGS;
+    }
 };
 
 // The first key at or above threshold t (t <= 0: every key). A bf16 key is the top half of the
@@ -118,6 +139,7 @@ __global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t 
         st->prefix = prefix;
         st->remaining = remaining;
         st->overflow = 0;
+        st->staged_total = 0;
         for (int p = 0; p <= RADIX_PASSES_MAX; ++p) st->done[p] = 0;
     }
 }
@@ -237,59 +259,84 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
-// Per segment (one warp): the offsets of the keys at or above `prefix`, in index order, into
-// the segment's staging slots, and their number.
-template <typename T>
+// Per segment (one warp): the element indexes of the keys at or above `prefix`, in index
+// order, into the compact array at an offset the block reserves with one atomic add; the
+// segment's offset and count, and its count word zeroed for the count pass.
+template <typename T, typename S>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     select_filter_kernel(const T *g, uint64_t n, uint64_t *scratch, uint64_t segs) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
     constexpr int ROUNDS = SEG / (32 * N);
-    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (seg >= segs) return;
-    const uint32_t lo = reinterpret_cast<const SelectState *>(scratch)->prefix;
+    __shared__ uint32_t warp_count[WARPS];
+    __shared__ unsigned long long block_offset;
+    SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    const uint32_t lo = st->prefix;
     Segments s(scratch, segs);
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + warp;
     const uint64_t base = seg * SEG;
     const bool aligned = aligned16(g);
     // Every round's load first, so they are all in flight together.
     T x[ROUNDS][N];
-    int c[ROUNDS];
+    uint32_t keep[ROUNDS], incl[ROUNDS], total[ROUNDS];
+    uint32_t m = 0;
 #pragma unroll
     for (int r = 0; r < ROUNDS; ++r) {
-        c[r] = load_run(g, n, base + (uint64_t)(r * 32 + lane) * N, aligned, x[r]);
-    }
-    uint16_t *slots = s.slots + base;
-    uint32_t run = 0;
-#pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) {
-        uint32_t keep = 0;
+        const int c = seg < segs ? load_run(g, n, base + (uint64_t)(r * 32 + lane) * N, aligned,
+                                            x[r])
+                                 : 0;
+        keep[r] = 0;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-            if (j < c[r] && Key<T>::of(x[r][j]) >= lo) keep |= 1u << j;
+            if (j < c && Key<T>::of(x[r][j]) >= lo) keep[r] |= 1u << j;
         }
-        const uint32_t mine = __popc(keep);
-        uint32_t incl = mine;
+    }
+#pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) {
+        const uint32_t mine = __popc(keep[r]);
+        incl[r] = mine;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-            if (lane >= o) incl += t;
+            const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl[r], o);
+            if (lane >= o) incl[r] += t;
         }
-        uint32_t pos = run + incl - mine;
-        const uint32_t first = (uint32_t)(r * 32 + lane) * N;
+        total[r] = __shfl_sync(0xFFFFFFFFu, incl[r], 31);
+        m += total[r];
+    }
+    if (lane == 0) warp_count[warp] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long all = 0;
+        for (int w = 0; w < WARPS; ++w) all += warp_count[w];
+        block_offset = all == 0 ? 0 : atomicAdd(&st->staged_total, all);
+    }
+    __syncthreads();
+    if (seg >= segs) return;
+    uint64_t at = block_offset;
+    for (int w = 0; w < warp; ++w) at += warp_count[w];
+    if (lane == 0) {
+        s.offset[seg] = at;
+        s.staged[seg] = m;
+        s.counts[seg] = 0;
+    }
+    S *compact = static_cast<S *>(s.compact);
+#pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) {
+        uint64_t pos = at + incl[r] - __popc(keep[r]);
+        const uint64_t first = base + (uint64_t)(r * 32 + lane) * N;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-            if (keep >> j & 1) slots[pos++] = (uint16_t)(first + j);
+            if (keep[r] >> j & 1) compact[pos++] = (S)(first + j);
         }
-        run += __shfl_sync(0xFFFFFFFFu, incl, 31);
+        at += total[r];
     }
-    if (lane == 0) s.staged[seg] = run;
 }
 
 // One radix pass over the staged keys: the histogram of digit (key >> shift) & 255 over those
-// whose `decided` bits equal the prefix found so far. Grid-stride over the segments, a warp
-// each, so few blocks add their histograms.
-template <typename T>
+// whose `decided` bits equal the prefix found so far. Grid-stride over the compact array, so
+// the loads stream and few blocks add their histograms.
+template <typename T, typename S>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     select_radix_kernel(const T *g, uint64_t *scratch, uint64_t segs, int pass, int shift,
                         uint32_t decided, bool on_overflow) {
@@ -302,69 +349,75 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const uint32_t prefix = st->prefix & decided;
-    const Segments s(scratch, segs);
+    const uint64_t total = st->staged_total;
+    const S *compact = static_cast<const S *>(Segments(scratch, segs).compact);
     const int lane = threadIdx.x & 31;
-    for (uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5); seg < segs;
-         seg += (uint64_t)gridDim.x * WARPS) {
-        const uint32_t m = (uint32_t)s.staged[seg];
-        const uint16_t *slots = s.slots + seg * SEG;
-        const T *gs = g + seg * SEG;
-        for (uint32_t i = 0; i < m; i += 32) {
-            uint32_t d = 256;
-            if (i + lane < m) {
-                const uint32_t key = Key<T>::of(gs[slots[i + lane]]);
-                if ((key & decided) == prefix) d = (key >> shift) & 255;
-            }
-            count_digit(h, d, 256);
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    // The loop bound is the warp's first key, so the whole warp takes the same turns.
+    for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w < total;
+         w += stride) {
+        uint32_t d = 256;
+        if (w + lane < total) {
+            const uint32_t key = Key<T>::of(g[compact[w + lane]]);
+            if ((key & decided) == prefix) d = (key >> shift) & 255;
         }
+        count_digit(h, d, 256);
     }
     if (flush_histogram(h, hist, 256, &st->done[pass])) pick_digit(hist, st, shift);
 }
 
-// Per segment (one warp): staged keys above the threshold key, staged keys equal to it.
-template <typename T>
+// Over the staged keys: per segment, keys above the threshold key and keys equal to it (the
+// lanes of a warp with keys of one segment add once, together).
+template <typename T, typename S>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     select_count_kernel(const T *g, uint64_t *scratch, uint64_t segs, bool on_overflow) {
     wait_for_previous_kernel();
     const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
     if (on_overflow && st->overflow == 0) return;
-    const uint64_t seg = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (seg >= segs) return;
     const Segments s(scratch, segs);
     const uint32_t thr = st->prefix;
+    const uint64_t total = st->staged_total;
+    const S *compact = static_cast<const S *>(s.compact);
     const int lane = threadIdx.x & 31;
-    const uint32_t m = (uint32_t)s.staged[seg];
-    const uint16_t *slots = s.slots + seg * SEG;
-    const T *gs = g + seg * SEG;
-    uint32_t above = 0, equal = 0;
-    for (uint32_t i = lane; i < m; i += 32) {
-        const uint32_t key = Key<T>::of(gs[slots[i]]);
-        above += key > thr;
-        equal += key == thr;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w < total;
+         w += stride) {
+        const bool here = w + lane < total;
+        uint64_t seg = ~(uint64_t)0;
+        uint32_t key = 0;
+        if (here) {
+            const uint64_t i = compact[w + lane];
+            seg = i / SEG;
+            key = Key<T>::of(g[i]);
+        }
+        const uint32_t above = __ballot_sync(0xFFFFFFFFu, here && key > thr);
+        const uint32_t equal = __ballot_sync(0xFFFFFFFFu, here && key == thr);
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, seg);
+        if (here && lane == __ffs(peers) - 1) {
+            const uint64_t add =
+                (uint64_t)__popc(above & peers) << 32 | (uint64_t)__popc(equal & peers);
+            if (add != 0) atomicAdd((unsigned long long *)&s.counts[seg], add);
+        }
     }
-    above = __reduce_add_sync(0xFFFFFFFFu, above);
-    equal = __reduce_add_sync(0xFFFFFFFFu, equal);
-    if (lane == 0) s.counts[seg] = (uint64_t)above << 32 | equal;
 }
 
 // How a scan runs: a top-k's; a threshold's first (the output count, and the overflow check
 // against the capacity); the second after an overflow (no output count: the threshold's stays).
 enum ScanMode { SCAN_TOPK = 0, SCAN_THRESHOLD = 1, SCAN_ON_OVERFLOW = 2 };
 
-// One block: the exclusive sums of the segments' counts, and the output count (every key
-// above, and at most `take` of the equal ones).
+// First scan level, a block per SCAN_SEGS segments: the exclusive sums of the segments' counts
+// inside the block, and the block's totals.
 __global__ void __launch_bounds__(SCAN_THREADS)
-    select_scan_kernel(uint64_t *scratch, uint64_t segs, uint64_t *out_count, int mode,
-                       uint64_t capacity) {
+    select_scan_blocks_kernel(uint64_t *scratch, uint64_t segs, int mode) {
     wait_for_previous_kernel();
     using Scan = cub::BlockScan<unsigned long long, SCAN_THREADS>;
     __shared__ typename Scan::TempStorage tmp;
-    SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    const SelectState *st = reinterpret_cast<const SelectState *>(scratch);
     if (mode == SCAN_ON_OVERFLOW && st->overflow == 0) return;
     const Segments s(scratch, segs);
-    // Each thread a contiguous share of the segments.
-    const uint64_t per = (segs + SCAN_THREADS - 1) / SCAN_THREADS;
-    const uint64_t lo = min(segs, threadIdx.x * per), hi = min(segs, lo + per);
+    constexpr uint64_t PER = SCAN_SEGS / SCAN_THREADS;
+    const uint64_t lo = min(segs, blockIdx.x * SCAN_SEGS + threadIdx.x * PER);
+    const uint64_t hi = min(segs, lo + PER);
     unsigned long long above = 0, equal = 0;
     for (uint64_t t = lo; t < hi; ++t) {
         above += s.counts[t] >> 32;
@@ -380,16 +433,61 @@ __global__ void __launch_bounds__(SCAN_THREADS)
         above_before += s.counts[t] >> 32;
         equal_before += s.counts[t] & 0xFFFFFFFFu;
     }
-    if (threadIdx.x == 0 && mode != SCAN_ON_OVERFLOW) {
-        const unsigned long long take = st->remaining;
-        const unsigned long long total = above_all + (equal_all < take ? equal_all : take);
-        *out_count = total;
-        if (mode == SCAN_THRESHOLD && capacity > 0 && total > capacity) {
-            // The top `capacity` instead: the radix passes start from no digits.
-            st->overflow = 1;
-            st->prefix = 0;
-            st->remaining = capacity;
+    if (threadIdx.x == 0) {
+        s.block_totals[2 * blockIdx.x] = above_all;
+        s.block_totals[2 * blockIdx.x + 1] = equal_all;
+    }
+}
+
+// Second scan level, one block: the exclusive sums of the blocks' totals, and the output count
+// (every key above, and at most `take` of the equal ones). A threshold's first scan, seeing
+// more than the capacity, sets up the top-`capacity` search and clears the counts for it.
+__global__ void __launch_bounds__(SCAN_THREADS)
+    select_scan_top_kernel(uint64_t *scratch, uint64_t segs, uint64_t *out_count, int mode,
+                           uint64_t capacity) {
+    wait_for_previous_kernel();
+    using Scan = cub::BlockScan<unsigned long long, SCAN_THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    __shared__ bool overflowed;
+    SelectState *st = reinterpret_cast<SelectState *>(scratch);
+    if (mode == SCAN_ON_OVERFLOW && st->overflow == 0) return;
+    const Segments s(scratch, segs);
+    const uint64_t blocks = Segments::scan_blocks(segs);
+    const uint64_t per = (blocks + SCAN_THREADS - 1) / SCAN_THREADS;
+    const uint64_t lo = min(blocks, threadIdx.x * per), hi = min(blocks, lo + per);
+    unsigned long long above = 0, equal = 0;
+    for (uint64_t b = lo; b < hi; ++b) {
+        above += s.block_totals[2 * b];
+        equal += s.block_totals[2 * b + 1];
+    }
+    unsigned long long above_before, equal_before, above_all, equal_all;
+    Scan(tmp).ExclusiveSum(above, above_before, above_all);
+    __syncthreads();
+    Scan(tmp).ExclusiveSum(equal, equal_before, equal_all);
+    for (uint64_t b = lo; b < hi; ++b) {
+        s.block_sums[2 * b] = above_before;
+        s.block_sums[2 * b + 1] = equal_before;
+        above_before += s.block_totals[2 * b];
+        equal_before += s.block_totals[2 * b + 1];
+    }
+    if (threadIdx.x == 0) {
+        overflowed = false;
+        if (mode != SCAN_ON_OVERFLOW) {
+            const unsigned long long take = st->remaining;
+            const unsigned long long all = above_all + (equal_all < take ? equal_all : take);
+            *out_count = all;
+            if (mode == SCAN_THRESHOLD && capacity > 0 && all > capacity) {
+                // The top `capacity` instead: the radix passes start from no digits.
+                st->overflow = 1;
+                st->prefix = 0;
+                st->remaining = capacity;
+                overflowed = true;
+            }
         }
+    }
+    __syncthreads();
+    if (overflowed) {
+        for (uint64_t t = threadIdx.x; t < segs; t += SCAN_THREADS) s.counts[t] = 0;
     }
 }
 
@@ -397,7 +495,7 @@ __global__ void __launch_bounds__(SCAN_THREADS)
 // above before it) + min(equal keys before it, take); an equal key with fewer than `take`
 // equal ones before it to (keys above before it) + (equal keys before it). Positions at or
 // past capacity are dropped.
-template <typename T, typename I>
+template <typename T, typename I, typename S>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     select_write_kernel(const T *g, uint64_t *scratch, uint64_t segs, I *out_idx, T *out_val,
                         uint64_t capacity) {
@@ -411,13 +509,14 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     const int lane = threadIdx.x & 31;
     const uint32_t below = (1u << lane) - 1;
     const uint32_t m = (uint32_t)s.staged[seg];
-    const uint16_t *slots = s.slots + seg * SEG;
-    const T *gs = g + seg * SEG;
-    uint64_t a = s.sums[2 * seg], e = s.sums[2 * seg + 1];
+    const S *compact = static_cast<const S *>(s.compact) + s.offset[seg];
+    const uint64_t block = seg / SCAN_SEGS;
+    uint64_t a = s.block_sums[2 * block] + s.sums[2 * seg];
+    uint64_t e = s.block_sums[2 * block + 1] + s.sums[2 * seg + 1];
     for (uint32_t i = 0; i < m; i += 32) {
         const bool here = i + lane < m;
-        const uint32_t at = here ? slots[i + lane] : 0;
-        T x = gs[at];
+        const uint64_t at = here ? (uint64_t)compact[i + lane] : seg * SEG;
+        const T x = g[at];
         const uint32_t key = here ? Key<T>::of(x) : 0;
         const bool above = here && key > thr, equal = here && key == thr;
         const uint32_t above_mask = __ballot_sync(0xFFFFFFFFu, above);
@@ -430,7 +529,7 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
             pos = ab + eb;
         }
         if (pos < capacity) {
-            out_idx[pos] = (I)(seg * SEG + at);
+            out_idx[pos] = (I)at;
             out_val[pos] = x;
         }
         a += __popc(above_mask);
@@ -444,16 +543,23 @@ struct SelectLaunch {
     bool topk;
 
     template <typename T, typename I> cudaError_t run() const {
+        const uint64_t n = args.n;
+        if (args.scratch_words < scratch_words(n)) return cudaErrorInvalidValue;
+        if (n == 0 || (topk && args.k == 0)) {
+            return launch_pdl(sparse_set_count_kernel, 1, 1, stream, args.out.count,
+                              (uint64_t)0);
+        }
+        return wide_indexes(n) ? go<T, I, uint64_t>() : go<T, I, uint32_t>();
+    }
+
+    template <typename T, typename I, typename S> cudaError_t go() const {
         const T *g = static_cast<const T *>(args.grad);
         const uint64_t n = args.n;
         uint64_t *scratch = args.scratch;
         uint64_t *count = args.out.count;
-        if (args.scratch_words < scratch_words(n)) return cudaErrorInvalidValue;
-        if (n == 0 || (topk && args.k == 0)) {
-            return launch_pdl(sparse_set_count_kernel, 1, 1, stream, count, (uint64_t)0);
-        }
         const uint64_t segs = segs_of(n);
         const uint64_t warp_blocks = (segs + WARPS - 1) / WARPS;
+        const uint64_t scan_blocks = scan_blocks_of(segs);
         if (warp_blocks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
         uint32_t prefix = 0;
         uint64_t take = TAKE_ALL;
@@ -475,21 +581,36 @@ struct SelectLaunch {
         int blocks = 0;
         err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, 8, &blocks);
         if (err != cudaSuccess) return err;
-        // The staged passes are small: a few blocks per SM keep the histogram adds few.
-        int radix_blocks = 0;
-        err = sparse_grid(segs * 32, 4, &radix_blocks);
+        // The passes over the staged keys stream a grid-stride loop; a few blocks per SM keep
+        // the histogram adds few. Sized for every key staged.
+        int stream_blocks = 0;
+        err = sparse_grid(n, 4, &stream_blocks);
         if (err != cudaSuccess) return err;
         const int grid = (int)warp_blocks;
         auto radix = [&](int pass, int shift, uint32_t decided, bool on_overflow) {
-            return launch_pdl(select_radix_kernel<T>, radix_blocks, SPARSE_THREADS, stream, g,
-                              scratch, segs, pass, shift, decided, on_overflow);
+            return launch_pdl(select_radix_kernel<T, S>, stream_blocks, SPARSE_THREADS, stream,
+                              g, scratch, segs, pass, shift, decided, on_overflow);
+        };
+        auto count_and_scan = [&](int mode) {
+            cudaError_t e =
+                launch_pdl(select_count_kernel<T, S>, stream_blocks, SPARSE_THREADS, stream, g,
+                           scratch, segs, mode == SCAN_ON_OVERFLOW);
+            if (e == cudaSuccess) {
+                e = launch_pdl(select_scan_blocks_kernel, (int)scan_blocks, SCAN_THREADS, stream,
+                               scratch, segs, mode);
+            }
+            if (e == cudaSuccess) {
+                e = launch_pdl(select_scan_top_kernel, 1, SCAN_THREADS, stream, scratch, segs,
+                               count, mode, args.out.capacity);
+            }
+            return e;
         };
         if (search) {
             err = launch_pdl(select_bucket_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
                              scratch);
         }
         if (err == cudaSuccess) {
-            err = launch_pdl(select_filter_kernel<T>, grid, SPARSE_THREADS, stream, g, n,
+            err = launch_pdl(select_filter_kernel<T, S>, grid, SPARSE_THREADS, stream, g, n,
                              scratch, segs);
         }
         // Below the bucket's 12 bits, 8 at a time; the last digit may overlap decided bits,
@@ -502,14 +623,7 @@ struct SelectLaunch {
                 hi = lo;
             }
         }
-        if (err == cudaSuccess) {
-            err = launch_pdl(select_count_kernel<T>, grid, SPARSE_THREADS, stream, g, scratch,
-                             segs, false);
-        }
-        if (err == cudaSuccess) {
-            err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, segs, count,
-                             (int)(topk ? SCAN_TOPK : SCAN_THRESHOLD), args.out.capacity);
-        }
+        if (err == cudaSuccess) err = count_and_scan(topk ? SCAN_TOPK : SCAN_THRESHOLD);
         if (err != cudaSuccess) return err;
         if (!topk) {
             // The top `capacity` of the staged keys, 8 bits at a time from the top.
@@ -517,18 +631,11 @@ struct SelectLaunch {
                 const int shift = Key<T>::BITS - 8 * (pass + 1);
                 err = radix(pass, shift, pass == 0 ? 0u : ~((1u << (shift + 8)) - 1), true);
             }
-            if (err == cudaSuccess) {
-                err = launch_pdl(select_count_kernel<T>, grid, SPARSE_THREADS, stream, g,
-                                 scratch, segs, true);
-            }
-            if (err == cudaSuccess) {
-                err = launch_pdl(select_scan_kernel, 1, SCAN_THREADS, stream, scratch, segs,
-                                 count, (int)SCAN_ON_OVERFLOW, args.out.capacity);
-            }
+            if (err == cudaSuccess) err = count_and_scan(SCAN_ON_OVERFLOW);
             if (err != cudaSuccess) return err;
         }
-        return launch_pdl(select_write_kernel<T, I>, grid, SPARSE_THREADS, stream, g, scratch,
-                          segs, static_cast<I *>(args.out.idx),
+        return launch_pdl(select_write_kernel<T, I, S>, grid, SPARSE_THREADS, stream, g,
+                          scratch, segs, static_cast<I *>(args.out.idx),
                           static_cast<T *>(args.out.val), args.out.capacity);
     }
 };
