@@ -3,13 +3,15 @@
 //
 //   init       state and histograms reset (one block)
 //   bucket     top-k only: a histogram of each key's top 12 bits (2048 buckets: the sign bit
-//              is clear); the last block to finish picks the bucket holding the k-th largest
-//   filter     per segment of SEG elements (one warp each): the element indexes of every key
-//              at or above the bucket's lowest key (or the threshold's key), in index order,
-//              into a compact array at an offset each block reserves with one atomic add
-//   radix      over the compact array only, one launch per 8 remaining bits (3 for f32, 1 for
-//              bf16): the histogram of the next digit among keys that match the bits found so
-//              far; the last block picks the digit holding the k-th largest
+//              is clear), BATCH 16-byte loads a thread in flight, plain shared atomics; the
+//              last block to finish picks the bucket holding the k-th largest
+//   filter     per segment of SEG elements (one warp each, all its loads in flight): the
+//              element indexes of every key at or above the bucket's lowest key (or the
+//              threshold's key), in index order, into a compact array at an offset each block
+//              reserves with one atomic add
+//   radix      over the compact array only, one launch per remaining digit (12 then 8 bits for
+//              f32, 8 for bf16): the histogram of the digit among keys that match the bits
+//              found so far; the last block picks the digit holding the k-th largest
 //   count      over the compact array: per segment, keys above the threshold key and keys
 //              equal to it (one atomic add per segment and warp)
 //   scan       two levels (blocks of 2048 segments, then one block over the blocks): exclusive
@@ -23,12 +25,12 @@
 // A threshold whose selection overflows the output's capacity keeps the `capacity` largest
 // magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
 // `capacity`, marks the state overflowed with the top-`capacity` search ahead (prefix 0, take
-// capacity), and four radix passes over the staged keys, a second count and a second scan,
-// which return at once unless the state overflowed, find the capacity-th largest key before
-// the write. Those keys are all at or above the threshold (at least `capacity` are), and the
-// count stays the threshold's.
+// capacity), and every step of the search over the staged keys, a second count and a second
+// scan, which return at once unless the state overflowed, find the capacity-th largest key
+// before the write. Those keys are all at or above the threshold (at least `capacity` are),
+// and the count stays the threshold's.
 //
-// After the radix passes the state holds the k-th largest key itself (prefix) and how many keys
+// After the search the state holds the k-th largest key itself (prefix) and how many keys
 // equal to it the top k holds (remaining): the k - remaining larger keys all belong to it. The
 // threshold reuses filter/count/scan/write with the threshold's key and take = all. No kernel
 // needs a count from the host, so nothing is read back until the caller wants the result.
@@ -46,15 +48,32 @@
 
 namespace {
 
-// Elements per segment: one warp's share of the filter, 32 lanes x 16 bytes x (4 rounds of
-// f32, 2 of bf16). Offsets inside a segment fit the staging area's 16 bits.
-constexpr uint64_t SEG = 512;
+// Elements per segment: one warp's share of the filter, 32 lanes x 16 bytes x (8 rounds of
+// f32, 4 of bf16), all loads in flight at once.
+constexpr uint64_t SEG = 1024;
 constexpr int WARPS = SPARSE_THREADS / 32;
 // Threads of the scan block.
 constexpr int SCAN_THREADS = 512;
-constexpr int RADIX_PASSES_MAX = 4;
-// The first digit: a key's top 12 bits, of which the sign's is always clear.
+// 16-byte runs each thread of a streaming pass loads before it counts them.
+constexpr int BATCH = 4;
+// The search's digits from the top: the bucket's 12 bits (11 counted: the sign's is clear),
+// then 12, then 8. f32: bits 31..20, 19..8, 7..0; bf16: 15..4, then 7..0, whose top four are
+// decided already (the match on the decided bits keeps them to the value found).
+constexpr int STEPS_MAX = 3;
+constexpr int BINS_MAX = 4096;
 constexpr int BUCKETS = 2048;
+struct Step {
+    int shift;
+    int bits;
+};
+__host__ __device__ constexpr int steps_of(int key_bits) { return key_bits == 32 ? 3 : 2; }
+__host__ __device__ constexpr Step step_of(int key_bits, int i) {
+    return i == 0 ? Step{key_bits - 12, 12} : (key_bits == 32 && i == 1) ? Step{8, 12} : Step{0, 8};
+}
+// The key bits steps before step i decided.
+__host__ __device__ constexpr uint32_t decided_before(int key_bits, int i) {
+    return i == 0 ? 0u : ~((1u << step_of(key_bits, i - 1).shift) - 1);
+}
 constexpr uint64_t TAKE_ALL = ~(uint64_t)0;
 
 // The workspace's first words.
@@ -69,12 +88,12 @@ struct SelectState {
     uint64_t remaining;
     // Keys the filter staged (the length of the compact array).
     unsigned long long staged_total;
-    // Blocks finished, per radix pass, then the bucket pass's (the last one picks the digit).
-    unsigned done[RADIX_PASSES_MAX + 1];
+    // Blocks finished, per step (the last one picks the digit).
+    unsigned done[STEPS_MAX];
 };
 constexpr uint64_t STATE_WORDS = 8;
-// The bucket pass's histogram, then one of 256 per radix pass.
-constexpr uint64_t HIST_WORDS = BUCKETS + 256 * RADIX_PASSES_MAX;
+// One histogram per step.
+constexpr uint64_t HIST_WORDS = (uint64_t)BINS_MAX * STEPS_MAX;
 static_assert(sizeof(SelectState) <= STATE_WORDS * 8, "state fits its words");
 // Segments per block of the first scan level.
 constexpr uint64_t SCAN_SEGS = 4 * SCAN_THREADS;
@@ -140,7 +159,7 @@ __global__ void select_init_kernel(uint64_t *scratch, uint32_t prefix, uint64_t 
         st->remaining = remaining;
         st->overflow = 0;
         st->staged_total = 0;
-        for (int p = 0; p <= RADIX_PASSES_MAX; ++p) st->done[p] = 0;
+        for (int p = 0; p < STEPS_MAX; ++p) st->done[p] = 0;
     }
 }
 
@@ -161,42 +180,31 @@ __device__ bool flush_histogram(const uint32_t *h, unsigned long long *hist, int
     return last;
 }
 
-// Adds one digit per lane (`bins`: none) to the shared histogram: lanes with the same digit
-// add once, together, since gradients crowd into few exponents and same-address shared
-// atomics would serialise. The whole warp calls it.
-__device__ __forceinline__ void count_digit(uint32_t *h, uint32_t d, uint32_t none) {
-    const unsigned peers = __match_any_sync(0xFFFFFFFFu, d);
-    if (d != none && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&h[d], __popc(peers));
-}
-
-// Warp 0 of the last block of a radix pass: walks the 256 digit counts from the top and picks
-// the digit whose bucket holds the remaining-th largest key. Each lane sums 8 buckets, a scan
-// over the lanes finds the lane, and that lane walks its own 8.
-__device__ void pick_digit(const unsigned long long *hist, SelectState *st, int shift) {
-    if (threadIdx.x >= 32) return;
-    const int lane = threadIdx.x;
-    unsigned long long c[8], sum = 0;
+// The last block of a step: walks the counts from the top bin down and picks the bin holding
+// the remaining-th largest key; its digit joins the prefix. Each thread sums BINS / threads
+// bins, a block scan finds the thread, and that thread walks its own.
+template <int BINS>
+__device__ void pick_bin(const unsigned long long *hist, SelectState *st, int shift) {
+    using Scan = cub::BlockScan<unsigned long long, SPARSE_THREADS>;
+    __shared__ typename Scan::TempStorage tmp;
+    constexpr int PER = BINS / SPARSE_THREADS;
+    unsigned long long c[PER], sum = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        c[j] = __ldcg(hist + 255 - (lane * 8 + j));
+    for (int j = 0; j < PER; ++j) {
+        c[j] = __ldcg(hist + BINS - 1 - (threadIdx.x * PER + j));
         sum += c[j];
     }
-    unsigned long long incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        unsigned long long t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-        if (lane >= o) incl += t;
-    }
-    const unsigned long long before = incl - sum;
+    // Read before the scan, whose barriers order it before the one write below.
     const unsigned long long want = st->remaining;
-    // want <= the keys counted here (it was at most the size of the bucket picked before), so
-    // exactly one lane holds it.
-    if (before < want && want <= incl) {
+    unsigned long long before;
+    Scan(tmp).ExclusiveSum(sum, before);
+    // want <= the keys counted here (at most the bin picked before), so exactly one thread
+    // holds it.
+    if (before < want && want <= before + sum) {
         unsigned long long acc = before;
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < PER; ++j) {
             if (acc + c[j] >= want) {
-                uint32_t digit = 255 - (lane * 8 + j);
-                st->prefix |= digit << shift;
+                st->prefix |= (uint32_t)(BINS - 1 - (threadIdx.x * PER + j)) << shift;
                 st->remaining = want - acc;
                 break;
             }
@@ -205,58 +213,39 @@ __device__ void pick_digit(const unsigned long long *hist, SelectState *st, int 
     }
 }
 
-// The bucket pass (top-k): the histogram of every key's top 12 bits; the last block picks the
-// bucket holding the k-th largest key, whose lowest key becomes the filter's bound.
+// The bucket pass (top-k): the histogram of every key's top 12 bits (step 0); the last block
+// picks the bucket holding the k-th largest key, whose lowest key becomes the filter's bound.
+// Plain shared atomics: the 2048 buckets spread the adds enough that matching equal buckets
+// across a warp first (__match_any_sync) cost three times more than it saved.
 template <typename T>
 __global__ void __launch_bounds__(SPARSE_THREADS)
     select_bucket_kernel(const T *g, uint64_t n, uint64_t *scratch) {
     wait_for_previous_kernel();
     constexpr int N = Run<T>::N;
-    constexpr int SHIFT = Key<T>::BITS - 12;
-    using Scan = cub::BlockScan<unsigned long long, SPARSE_THREADS>;
-    __shared__ typename Scan::TempStorage tmp;
+    constexpr int SHIFT = step_of(Key<T>::BITS, 0).shift;
     __shared__ uint32_t h[BUCKETS];
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
     unsigned long long *hist = reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS);
     for (int b = threadIdx.x; b < BUCKETS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const bool aligned = aligned16(g);
-    const int lane = threadIdx.x & 31;
     const uint64_t runs = (n + N - 1) / N;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    // The loop bound is the warp's first run, so all 32 lanes take the same turns.
-    for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w < runs;
-         w += stride) {
-        T x[N];
-        const int c = load_run(g, n, (w + lane) * N, aligned, x);
+    for (uint64_t r = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; r < runs;
+         r += BATCH * stride) {
+        T x[BATCH][N];
+        int c[BATCH];
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-            count_digit(h, j < c ? Key<T>::of(x[j]) >> SHIFT : BUCKETS, BUCKETS);
-        }
-    }
-    if (!flush_histogram(h, hist, BUCKETS, &st->done[RADIX_PASSES_MAX])) return;
-    // Each thread 8 buckets from the top; a block scan finds the thread holding the k-th.
-    constexpr int PER = BUCKETS / SPARSE_THREADS;
-    unsigned long long c[PER], sum = 0;
+        for (int u = 0; u < BATCH; ++u) c[u] = load_run(g, n, (r + u * stride) * N, aligned, x[u]);
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        c[j] = __ldcg(hist + BUCKETS - 1 - (threadIdx.x * PER + j));
-        sum += c[j];
-    }
-    const unsigned long long want = st->remaining;
-    unsigned long long before;
-    Scan(tmp).ExclusiveSum(sum, before);
-    if (before < want && want <= before + sum) {
-        unsigned long long acc = before;
-        for (int j = 0; j < PER; ++j) {
-            if (acc + c[j] >= want) {
-                st->prefix = (uint32_t)(BUCKETS - 1 - (threadIdx.x * PER + j)) << SHIFT;
-                st->remaining = want - acc;
-                break;
+        for (int u = 0; u < BATCH; ++u) {
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                if (j < c[u]) atomicAdd(&h[Key<T>::of(x[u][j]) >> SHIFT], 1u);
             }
-            acc += c[j];
         }
     }
+    if (flush_histogram(h, hist, BUCKETS, &st->done[0])) pick_bin<BUCKETS>(hist, st, SHIFT);
 }
 
 // Per segment (one warp): the element indexes of the keys at or above `prefix`, in index
@@ -333,37 +322,41 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
     }
 }
 
-// One radix pass over the staged keys: the histogram of digit (key >> shift) & 255 over those
-// whose `decided` bits equal the prefix found so far. Grid-stride over the compact array, so
-// the loads stream and few blocks add their histograms.
-template <typename T, typename S>
+// One step of the search over the staged keys: the histogram of digit (key >> shift) over
+// those whose `decided` bits equal the prefix found so far. Grid-stride over the compact
+// array, BATCH keys a thread in flight, so the gathers stream and few blocks add histograms.
+template <typename T, typename S, int BINS>
 __global__ void __launch_bounds__(SPARSE_THREADS)
-    select_radix_kernel(const T *g, uint64_t *scratch, uint64_t segs, int pass, int shift,
+    select_radix_kernel(const T *g, uint64_t *scratch, uint64_t segs, int step, int shift,
                         uint32_t decided, bool on_overflow) {
     wait_for_previous_kernel();
     SelectState *st = reinterpret_cast<SelectState *>(scratch);
     if (on_overflow && st->overflow == 0) return;
     unsigned long long *hist =
-        reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS) + BUCKETS + 256 * pass;
-    __shared__ uint32_t h[256];
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) h[b] = 0;
+        reinterpret_cast<unsigned long long *>(scratch + STATE_WORDS) + BINS_MAX * step;
+    __shared__ uint32_t h[BINS];
+    for (int b = threadIdx.x; b < BINS; b += blockDim.x) h[b] = 0;
     __syncthreads();
     const uint32_t prefix = st->prefix & decided;
     const uint64_t total = st->staged_total;
     const S *compact = static_cast<const S *>(Segments(scratch, segs).compact);
-    const int lane = threadIdx.x & 31;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    // The loop bound is the warp's first key, so the whole warp takes the same turns.
-    for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); w < total;
-         w += stride) {
-        uint32_t d = 256;
-        if (w + lane < total) {
-            const uint32_t key = Key<T>::of(g[compact[w + lane]]);
-            if ((key & decided) == prefix) d = (key >> shift) & 255;
+    for (uint64_t w = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; w < total;
+         w += BATCH * stride) {
+        uint64_t at[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            at[u] = w + u * stride < total ? (uint64_t)compact[w + u * stride] : ~(uint64_t)0;
         }
-        count_digit(h, d, 256);
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            if (at[u] != ~(uint64_t)0) {
+                const uint32_t key = Key<T>::of(g[at[u]]);
+                if ((key & decided) == prefix) atomicAdd(&h[(key >> shift) & (BINS - 1)], 1u);
+            }
+        }
     }
-    if (flush_histogram(h, hist, 256, &st->done[pass])) pick_digit(hist, st, shift);
+    if (flush_histogram(h, hist, BINS, &st->done[step])) pick_bin<BINS>(hist, st, shift);
 }
 
 // Over the staged keys: per segment, keys above the threshold key and keys equal to it (the
@@ -587,9 +580,16 @@ struct SelectLaunch {
         err = sparse_grid(n, 4, &stream_blocks);
         if (err != cudaSuccess) return err;
         const int grid = (int)warp_blocks;
-        auto radix = [&](int pass, int shift, uint32_t decided, bool on_overflow) {
-            return launch_pdl(select_radix_kernel<T, S>, stream_blocks, SPARSE_THREADS, stream,
-                              g, scratch, segs, pass, shift, decided, on_overflow);
+        // Step i of the search over the staged keys.
+        auto radix = [&](int i, bool on_overflow) {
+            const Step st = step_of(Key<T>::BITS, i);
+            const uint32_t decided = decided_before(Key<T>::BITS, i);
+            if (st.bits == 12) {
+                return launch_pdl(select_radix_kernel<T, S, 4096>, stream_blocks, SPARSE_THREADS,
+                                  stream, g, scratch, segs, i, st.shift, decided, on_overflow);
+            }
+            return launch_pdl(select_radix_kernel<T, S, 256>, stream_blocks, SPARSE_THREADS,
+                              stream, g, scratch, segs, i, st.shift, decided, on_overflow);
         };
         auto count_and_scan = [&](int mode) {
             cudaError_t e =
@@ -613,23 +613,16 @@ struct SelectLaunch {
             err = launch_pdl(select_filter_kernel<T, S>, grid, SPARSE_THREADS, stream, g, n,
                              scratch, segs);
         }
-        // Below the bucket's 12 bits, 8 at a time; the last digit may overlap decided bits,
-        // which the match on `decided` keeps to the one value already found.
-        if (search) {
-            int pass = 0;
-            for (int hi = Key<T>::BITS - 12; err == cudaSuccess && hi > 0; ++pass) {
-                const int lo = hi >= 8 ? hi - 8 : 0;
-                err = radix(pass, lo, ~((1u << hi) - 1), false);
-                hi = lo;
-            }
+        // The steps below the bucket's.
+        for (int i = 1; search && err == cudaSuccess && i < steps_of(Key<T>::BITS); ++i) {
+            err = radix(i, false);
         }
         if (err == cudaSuccess) err = count_and_scan(topk ? SCAN_TOPK : SCAN_THRESHOLD);
         if (err != cudaSuccess) return err;
         if (!topk) {
-            // The top `capacity` of the staged keys, 8 bits at a time from the top.
-            for (int pass = 0; err == cudaSuccess && pass < Key<T>::BITS / 8; ++pass) {
-                const int shift = Key<T>::BITS - 8 * (pass + 1);
-                err = radix(pass, shift, pass == 0 ? 0u : ~((1u << (shift + 8)) - 1), true);
+            // The top `capacity` of the staged keys: every step, from the top.
+            for (int i = 0; err == cudaSuccess && i < steps_of(Key<T>::BITS); ++i) {
+                err = radix(i, true);
             }
             if (err == cudaSuccess) err = count_and_scan(SCAN_ON_OVERFLOW);
             if (err != cudaSuccess) return err;
