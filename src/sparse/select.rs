@@ -10,11 +10,12 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::sync::Arc;
 
 /// The reusable workspace of the selections over gradients of up to `max_len` elements: top-k
-/// ([`TopK::run`]) and threshold compaction ([`TopK::threshold`]). Its memory (a few words per
-/// 4096 elements) is plain device memory, allocated once; every call enqueues its kernels on
-/// the stream it is given and returns at once. Calls on one workspace must not overlap: give
-/// each stream that runs selections concurrently a workspace of its own (cudarc's event
-/// tracking orders calls on different streams, one after the other).
+/// ([`TopK::run`]) and threshold compaction ([`TopK::threshold`]). Its memory (about 4 bytes
+/// per element: a 32-bit index each, 64-bit past 2^32 elements, so any data fits, a few words
+/// per 1024 and 96 KiB of histograms) is plain device memory, allocated once; every call
+/// enqueues its kernels on the stream it is given and returns at once. Calls on one workspace
+/// must not overlap: give each stream that runs selections concurrently a workspace of its own
+/// (cudarc's event tracking orders calls on different streams, one after the other).
 pub struct TopK {
     scratch: CudaSlice<u64>,
     max_len: usize,
