@@ -419,7 +419,10 @@ fn clip_halving_exists_for_1_to_8_pes() {
             local_clip: c,
             ..SparseOptions::new(SparseMethod::TopK, 0.01)
         };
-        assert_eq!(reference::clip_factor(&vec![-3.0f32; n], o.local_clip_norm(p)), 0.5);
+        assert_eq!(
+            reference::clip_factor(&vec![-3.0f32; n], o.local_clip_norm(p)),
+            0.5
+        );
     }
 }
 
