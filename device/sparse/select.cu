@@ -20,7 +20,9 @@
 //              `take` came before (the lowest indexes), at their place in index order
 //
 // The compact array costs 4 bytes per element of workspace (8 past 2^32 elements), so no data
-// can overflow it (every element may be staged) and no path falls back to full passes.
+// can overflow it (every element may be staged) and no path falls back to full passes. The
+// price is launches: about ten, where below a few million elements the passes they save cost
+// less than they do.
 //
 // A threshold whose selection overflows the output's capacity keeps the `capacity` largest
 // magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
