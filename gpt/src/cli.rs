@@ -313,21 +313,16 @@ impl TrainArgs {
         if let Some(ramp) = &self.density_ramp {
             (o.ramp_from, o.ramp_calls) = parse_ramp(ramp, o.density)?;
         }
+        // The library's own checks, each under the flag that set the value.
         if let Some(c) = self.sparse_clip {
-            if !(c.is_finite() && c >= 0.0) {
-                return Err(GptError::Config(format!(
-                    "--sparse-clip {c} must be a norm >= 0 (0: no local clipping), e.g. 1.0"
-                )));
-            }
             o.local_clip = c;
+            o.validate()
+                .map_err(|e| GptError::Config(format!("--sparse-clip {c}: {e}")))?;
         }
         if let Some(m) = self.momentum_correction {
-            if !(0.0..1.0).contains(&m) {
-                return Err(GptError::Config(format!(
-                    "--momentum-correction {m} must lie in [0, 1) (0: off), e.g. 0.9"
-                )));
-            }
             o.momentum = m;
+            o.validate()
+                .map_err(|e| GptError::Config(format!("--momentum-correction {m}: {e}")))?;
         }
         Ok(Some(o))
     }

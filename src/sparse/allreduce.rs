@@ -286,6 +286,53 @@ impl SparseOptions {
         }
     }
 
+    /// Checks every option against its range (what [`SparseAllreduce::new`] checks before it
+    /// allocates), so a tool that builds options from its own flags can refuse them early.
+    pub fn validate(&self) -> Result<()> {
+        check_density(self.density)?;
+        for (name, every) in [
+            ("reestimate_every", self.reestimate_every),
+            ("global_every", self.global_every),
+            ("repartition_every", self.repartition_every),
+        ] {
+            if every == 0 {
+                return Err(Error::SparseConfig {
+                    what: WHAT,
+                    detail: format!("{name} is 0; pass at least 1 (1 re-estimates on every call)"),
+                });
+            }
+        }
+        if !(0.0..=1.0).contains(&self.ramp_from) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "ramp_from {} is outside [0, 1]; pass 0 for no ramp, e.g. 0.25 for DGC's",
+                    self.ramp_from
+                ),
+            });
+        }
+        if !(self.local_clip.is_finite() && self.local_clip >= 0.0) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "local_clip {} is not a norm; pass 0 for no local clipping, e.g. 1.0",
+                    self.local_clip
+                ),
+            });
+        }
+        if !(0.0..1.0).contains(&self.momentum) || (self.momentum > 0.0 && !self.error_feedback) {
+            return Err(Error::SparseConfig {
+                what: WHAT,
+                detail: format!(
+                    "momentum {} (with error feedback {}): momentum correction takes a momentum \
+                 in [0, 1) with error feedback on; pass 0 for none, e.g. 0.9 for DGC's",
+                    self.momentum, self.error_feedback
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// `METHOD:DENSITY`, as `gtopk:0.01`.
     pub fn parse(spec: &str) -> Result<SparseOptions> {
         let bad = |detail: String| Error::SparseConfig { what: WHAT, detail };
@@ -588,19 +635,7 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
         len: usize,
         opts: SparseOptions,
     ) -> Result<Self> {
-        check_density(opts.density)?;
-        for (name, every) in [
-            ("reestimate_every", opts.reestimate_every),
-            ("global_every", opts.global_every),
-            ("repartition_every", opts.repartition_every),
-        ] {
-            if every == 0 {
-                return Err(Error::SparseConfig {
-                    what: WHAT,
-                    detail: format!("{name} is 0; pass at least 1 (1 re-estimates on every call)"),
-                });
-            }
-        }
+        opts.validate()?;
         if len == 0 {
             return Err(Error::SparseConfig {
                 what: WHAT,
@@ -614,34 +649,6 @@ impl<'nv, T: SparseValue, I: SparseIndex> SparseAllreduce<'nv, T, I> {
                 last: len - 1,
                 index: I::NAME,
                 max: I::MAX_INDEX,
-            });
-        }
-        if !(0.0..=1.0).contains(&opts.ramp_from) {
-            return Err(Error::SparseConfig {
-                what: WHAT,
-                detail: format!(
-                    "ramp_from {} is outside [0, 1]; pass 0 for no ramp, e.g. 0.25 for DGC's",
-                    opts.ramp_from
-                ),
-            });
-        }
-        if !(opts.local_clip.is_finite() && opts.local_clip >= 0.0) {
-            return Err(Error::SparseConfig {
-                what: WHAT,
-                detail: format!(
-                    "local_clip {} is not a norm; pass 0 for no local clipping, e.g. 1.0",
-                    opts.local_clip
-                ),
-            });
-        }
-        if !(0.0..1.0).contains(&opts.momentum) || (opts.momentum > 0.0 && !opts.error_feedback) {
-            return Err(Error::SparseConfig {
-                what: WHAT,
-                detail: format!(
-                    "momentum {} (with error feedback {}): momentum correction takes a momentum \
-                     in [0, 1) with error feedback on; pass 0 for none, e.g. 0.9 for DGC's",
-                    opts.momentum, opts.error_feedback
-                ),
             });
         }
         let stream = nv.stream();
