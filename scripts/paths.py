@@ -53,7 +53,7 @@ REAL_CAPS = {"README", "INSTALL", "LICENSE", "LICENCE", "CHANGELOG", "KINDS"}
 # while the repository has no folder of that name itself.
 FOREIGN = [
     "src/include/",  # NVSHMEM's headers (NVIDIA/nvshmem, tag v3.4.5-0): src/core/registered.rs
-    "src/device/",  # NCCL's device code (NCCL 2.28.9): nvsh/src/bench/harness.rs
+    "src/device/",  # NCCL's device code (NCCL 2.28.9): nvsh/src/bench/render.rs
 ]
 
 URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s)>\]`'\"]*")
