@@ -150,15 +150,6 @@ mod tests {
     use super::*;
     use crate::bench::harness::pattern_hash;
 
-    /// After compute (the default): the first ratio column is on the times after compute, its
-    /// baseline the path fastest after compute; back to back beside it; the header says which.
-    /// Back to back (`--ratio-on back-to-back`): the table as before the flag, with its
-    /// header saying so; after compute is the second ratio column.
-    /// JSON: `ratio_on`, the ratio on it against the faster path with the baseline it used,
-    /// both timings' ratios by name, the baselines and the optional candidates; every
-    /// candidate's own times under `results`.
-    /// `complete` is false in a report written while the bench runs and true in the final
-    /// one, right after `schema`; nothing else differs.
     /// Every element gets its own index's value, whatever the threads (more than the elements
     /// included) and whether the length divides among them; by slots, each element its slot's
     /// and index's, with chunks that start and end inside slots.
