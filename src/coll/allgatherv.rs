@@ -208,14 +208,15 @@ table_collective!(
         let (n, given) = (c.n_pes(), call.parts);
         each_element!(call.bufs, |i, o| {
             // Equal parts unless given: every member's input is as long as this one's.
+            let equal;
             let (counts, displs) = match &given {
-                Some(p) => p.recv.clone(),
-                None => equal_parts(i.len(), n),
+                Some(p) => (&p.recv.0, &p.recv.1),
+                None => {
+                    equal = equal_parts(i.len(), n);
+                    (&equal.0, &equal.1)
+                }
             };
-            let parts = Parts {
-                counts: &counts,
-                displs: &displs,
-            };
+            let parts = Parts { counts, displs };
             c.run(i, o, parts, stream)
         })
     }

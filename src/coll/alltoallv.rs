@@ -166,10 +166,14 @@ table_collective!(
     run: |c, call, stream| {
         let (n, given) = (c.n_pes(), call.parts);
         each_element!(call.bufs, |i, o| {
-            let equal = || equal_parts(i.len() / n.max(1) as usize, n);
+            // Equal parts unless given, one set for both sides.
+            let equal;
             let (send, recv) = match &given {
-                Some(p) => (p.send.clone(), p.recv.clone()),
-                None => (equal(), equal()),
+                Some(p) => (&p.send, &p.recv),
+                None => {
+                    equal = equal_parts(i.len() / n.max(1) as usize, n);
+                    (&equal, &equal)
+                }
             };
             let send_parts = Parts {
                 counts: &send.0,
