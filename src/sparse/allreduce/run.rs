@@ -1,13 +1,15 @@
-//! A call ([`SparseAllreduce::run`]): the dense warm-up, or local clipping and error feedback,
-//! the selection, the method's exchange into the dense output, and the average.
+//! A call ([`SparseAllreduce::run`]), step by step in stream order: the dense warm-up; or
+//! error feedback's source (in `residual`), the call's density, the selection, what was sent
+//! leaving the residual, the method's exchange into the dense output, and the average.
 
 use super::exchange::Exchange;
 use super::launch::{addr, scatter_parts, zero_at, zero_dense, Parts};
 use super::options::{sparse_k, SparseMethod, WHAT};
 use super::state::SparseAllreduce;
-use crate::coll::allreduce::AllreduceAlgo;
+use crate::coll::allreduce::{Allreduce, AllreduceAlgo};
 use crate::coll::family::DeviceParts;
 use crate::coll::op::ReduceOp;
+use crate::core::buffer::SymmetricBuffer;
 use crate::core::error::{Error, Result};
 use crate::core::result::cuda_check;
 use crate::core::stream::raw_stream;
@@ -77,131 +79,43 @@ impl<T: SparseValue, I: SparseIndex> SparseAllreduce<'_, T, I> {
             });
         };
         stream.context().bind_to_thread()?;
-        let s = raw_stream(stream);
-        let n = self.n;
-        let dtype = value_code::<T>();
-        let itype = index_code::<I>();
         let call = self.calls;
         self.calls += 1;
         if let (Some((ar, warm)), true) = (&mut self.warmup, call < self.opts.dense_warmup as u64) {
-            // The dense warm-up: out = the allreduce of g (grad may be out), through the
-            // symmetric buffer.
-            let bytes = n * std::mem::size_of::<T>();
-            let w = warm.as_device_ptr() as u64;
-            // SAFETY: n elements each (this function's contract; the buffer's length).
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(w, grad, bytes, stream.cu_stream())
-            }?;
-            let op = if self.opts.average {
-                ReduceOp::Avg
-            } else {
-                ReduceOp::Sum
+            // SAFETY: this function's contract.
+            return unsafe {
+                dense_warmup(ar, warm, self.opts.average, (grad, out, self.n), stream)
             };
-            ar.run_in_place(warm.view(0..n)?, op, AllreduceAlgo::Auto, stream)?;
-            // SAFETY: as above.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(out, w, bytes, stream.cu_stream())
-            }?;
-            return Ok(());
         }
         // Sparse calls counted from the first after the warm-up: the intervals' schedule.
         let sparse_call = call - (self.opts.dense_warmup as u64).min(call);
-        // DGC's local clipping: the factor of this member's gradient, on the device.
-        let clip = match &self.clip {
-            Some((scratch, factor)) => {
-                let f = addr(factor);
-                // SAFETY: grad n elements (this function's contract), the workspace its words,
-                // the factor one f32.
-                let code = unsafe {
-                    sys::nvshmemrs_sparse_clip_factor(
-                        grad as *const c_void,
-                        n as u64,
-                        self.opts.local_clip_norm(p as usize),
-                        dtype,
-                        addr(scratch) as *mut f64,
-                        scratch.len() as u64,
-                        f as *mut f32,
-                        s,
-                    )
-                };
-                cuda_check(code, "local clipping norm kernel launch")?;
-                Some(f)
-            }
-            None => None,
-        };
-        let clip_into = |d: u64, f: u64, accumulate: i32| -> Result<()> {
-            // SAFETY: d and grad n elements (this function's contract; the residual's and
-            // `out`'s length), f one f32, on `stream`.
+        // SAFETY: this function's contract.
+        let src = unsafe { self.selection_source(grad, out, p, stream)? };
+        let (density, k) = self.take_density(sparse_call, stream)?;
+        // SAFETY: the source holds n elements (the gradient, the residual or `out`).
+        unsafe { self.select(src, (density, k), sparse_call, stream)? };
+        // SAFETY: the selection above is on `stream`.
+        unsafe { self.clear_sent(stream)? };
+        // SAFETY: this function's contract.
+        unsafe { self.exchange(out, (me, p), (sparse_call, k), stream)? };
+        if self.opts.average && p > 1 {
+            let (n, dtype, s) = (self.n, value_code::<T>(), raw_stream(stream));
+            // SAFETY: `out` n elements.
             let code = unsafe {
-                sys::nvshmemrs_sparse_clip_apply(
-                    d as *mut c_void,
-                    grad as *const c_void,
-                    n as u64,
-                    f as *const f32,
-                    accumulate,
-                    dtype,
-                    s,
-                )
+                sys::nvshmemrs_sparse_scale(out as *mut c_void, n as u64, 1.0 / p as f32, dtype, s)
             };
-            cuda_check(code, "local clipping kernel launch")
-        };
-        let accumulate = |d: u64, src: u64, what: &'static str| -> Result<()> {
-            // SAFETY: d and src n elements (this function's contract; the residual's, the
-            // velocity's and the gradient's length), on `stream`.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_accumulate(
-                    d as *mut c_void,
-                    src as *const c_void,
-                    n as u64,
-                    dtype,
-                    s,
-                )
-            };
-            cuda_check(code, what)
-        };
-        if let (Some(u), Some(r)) = (&self.velocity, &self.residual) {
-            // Momentum correction: u = momentum x u + g (clipped first), then residual += u.
-            let (u, r) = (addr(u), addr(r));
-            // SAFETY: u, r and grad n elements (this function's contract; their lengths).
-            let code = unsafe {
-                sys::nvshmemrs_sparse_scale(
-                    u as *mut c_void,
-                    n as u64,
-                    self.opts.momentum,
-                    dtype,
-                    s,
-                )
-            };
-            cuda_check(code, "momentum kernel launch")?;
-            match clip {
-                Some(f) => clip_into(u, f, 1)?,
-                None => accumulate(u, grad, "momentum accumulation kernel launch")?,
-            }
-            accumulate(r, u, "error-feedback accumulation kernel launch")?;
+            cuda_check(code, "average kernel launch")?;
         }
-        // The selection's source: residual + g with error feedback, else g (clipped: scaled
-        // by the factor first; with momentum correction the residual holds it already).
-        let src = match (&self.residual, clip) {
-            (Some(r), _) if self.velocity.is_some() => addr(r),
-            (Some(r), Some(f)) => {
-                let r = addr(r);
-                clip_into(r, f, 1)?;
-                r
-            }
-            (None, Some(f)) => {
-                // Into `out`: only the selection below reads the source, and every exchange
-                // writes `out` whole after it.
-                clip_into(out, f, 0)?;
-                out
-            }
-            (None, None) => grad,
-            (Some(r), None) => {
-                let r = addr(r);
-                accumulate(r, grad, "error-feedback accumulation kernel launch")?;
-                r
-            }
-        };
-        let mine = self.mine.raw();
+        Ok(())
+    }
+
+    /// The density of sparse call `sparse_call` (the ramp's, [`SparseOptions::density_at`]) and
+    /// its k, which becomes [`SparseAllreduce::k`]; gTop-k's received and broadcast sets hold k
+    /// pairs, so their counts follow it.
+    ///
+    /// [`SparseOptions::density_at`]: super::SparseOptions::density_at
+    fn take_density(&mut self, sparse_call: u64, stream: &CudaStream) -> Result<(f64, usize)> {
+        let n = self.n;
         let density = self.opts.density_at(sparse_call + self.ramp_offset);
         let k = sparse_k(n, density);
         if let Exchange::Tree(t) = &mut self.ex {
@@ -222,6 +136,26 @@ impl<T: SparseValue, I: SparseIndex> SparseAllreduce<'_, T, I> {
             }
         }
         self.k = k;
+        Ok((density, k))
+    }
+
+    /// This member's selection of sparse call `sparse_call` from the `n` elements at `src`, into
+    /// its set: at the Gaussian threshold, at the reused threshold (`topk_aopt`, Ok-Topk), or
+    /// the exact top k.
+    ///
+    /// # Safety
+    /// `src` is device memory of n elements, ordered on `stream`.
+    unsafe fn select(
+        &mut self,
+        src: u64,
+        (density, k): (f64, usize),
+        sparse_call: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let n = self.n;
+        let dtype = value_code::<T>();
+        let mine = self.mine.raw();
         match (&self.gauss, &self.reuse) {
             (Some((scratch, t)), _) => {
                 let z = reference::gaussian_z(density);
@@ -258,22 +192,27 @@ impl<T: SparseValue, I: SparseIndex> SparseAllreduce<'_, T, I> {
                 unsafe { self.topk.run_raw::<T, I>((src, n), k, mine, stream)? };
             }
         }
-        // What is sent leaves the residual (gTop-k and Ok-Topk: only what made it into the
-        // global set, below).
-        let zero_sent = self.residual.is_some()
-            && !matches!(self.ex, Exchange::Tree(_))
-            && self.opts.method != SparseMethod::OkTopK;
-        if let (true, Some(r)) = (zero_sent, &self.residual) {
-            // SAFETY: the set's capacity and n elements of residual.
-            unsafe { zero_at::<T, I>(mine, addr(r), n, stream, "residual update kernel launch")? };
-            if let Some(u) = &self.velocity {
-                // DGC's momentum factor masking: where the residual was cleared.
-                // SAFETY: the set's capacity and n elements of velocity.
-                unsafe {
-                    zero_at::<T, I>(mine, addr(u), n, stream, "momentum masking kernel launch")?
-                };
-            }
-        }
+        Ok(())
+    }
+
+    /// The method's exchange of this member's selection with the other members', the sum in
+    /// `out`; gTop-k and Ok-Topk then clear from the residual (and the velocity) what made it
+    /// into the global set.
+    ///
+    /// # Safety
+    /// `out` is device memory of n elements, ordered on `stream`.
+    unsafe fn exchange(
+        &mut self,
+        out: u64,
+        (me, p): (i32, i32),
+        (sparse_call, k): (u64, usize),
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let s = raw_stream(stream);
+        let n = self.n;
+        let dtype = value_code::<T>();
+        let itype = index_code::<I>();
+        let mine = self.mine.raw();
         let cap = self.capacity;
         let pu = p as usize;
         // SAFETY: `out` holds n elements (this function's contract).
@@ -420,13 +359,33 @@ impl<T: SparseValue, I: SparseIndex> SparseAllreduce<'_, T, I> {
                 }
             }
         }
-        if self.opts.average && p > 1 {
-            // SAFETY: `out` n elements.
-            let code = unsafe {
-                sys::nvshmemrs_sparse_scale(out as *mut c_void, n as u64, 1.0 / p as f32, dtype, s)
-            };
-            cuda_check(code, "average kernel launch")?;
-        }
         Ok(())
     }
+}
+
+/// The dense warm-up's call: `out` = the allreduce of `grad` (`grad` may be `out`), through
+/// the symmetric buffer `warm` (`n` elements each), averaged or summed.
+///
+/// # Safety
+/// `grad` and `out` are device memory of `n` elements each, ordered on `stream`.
+unsafe fn dense_warmup<T: SparseValue>(
+    ar: &mut Allreduce<'_>,
+    warm: &SymmetricBuffer<'_, T>,
+    average: bool,
+    (grad, out, n): (u64, u64, usize),
+    stream: &CudaStream,
+) -> Result<()> {
+    let bytes = n * std::mem::size_of::<T>();
+    let w = warm.as_device_ptr() as u64;
+    // SAFETY: n elements each (this function's contract; the buffer's length).
+    unsafe { cudarc::driver::result::memcpy_dtod_async(w, grad, bytes, stream.cu_stream()) }?;
+    let op = if average {
+        ReduceOp::Avg
+    } else {
+        ReduceOp::Sum
+    };
+    ar.run_in_place(warm.view(0..n)?, op, AllreduceAlgo::Auto, stream)?;
+    // SAFETY: as above.
+    unsafe { cudarc::driver::result::memcpy_dtod_async(out, w, bytes, stream.cu_stream()) }?;
+    Ok(())
 }
