@@ -14,8 +14,8 @@
 //! are host values: the sizes per region are known only on the device.
 //!
 //! One file per part: the method and options (`options`); the handle, its creation and getters
-//! (`state`); a call, step by step (`run`); error feedback's residual (`residual`); what the
-//! last call did, read back (`readback`); and what the calls use: sparse sets in symmetric
+//! (`state`); a call, step by step (`run`); error feedback and its residual (`residual`); what
+//! the last call did, read back (`readback`); and what the calls use: sparse sets in symmetric
 //! memory (`sym_set`), the small kernel launches (`launch`), each method's exchange
 //! (`exchange`) and its allgatherv (`gathered`), gTop-k's tree (`tree`), the region exchange
 //! (`regions`) with Ok-Topk's global phase (`oktopk`), and the reused local threshold (`reuse`).
