@@ -1,4 +1,4 @@
-//! GPU tests of the sparse gradient allreduce (src/sparse/allreduce.rs) against a CPU
+//! GPU tests of the sparse gradient allreduce (src/sparse/allreduce/) against a CPU
 //! simulation of every member built from the reference (src/sparse/reference.rs): each PE
 //! makes every member's gradients (seeded by step and member), runs the selections, the
 //! exchange and error feedback on the host, and compares its own GPU results: the selection

@@ -1,5 +1,5 @@
 /*
- * Local steps of the sparse gradient allreduce (src/sparse/allreduce.rs) between its selections
+ * Local steps of the sparse gradient allreduce (src/sparse/allreduce/) between its selections
  * (sparse/sparse.h) and its collectives: error-feedback accumulation, the Gaussian threshold,
  * part sizes and displacements from device counts, packing of one combined (indexes, values)
  * buffer and its scatter-add, the gathers of gTop-k, and Ok-Topk's threshold estimate, index

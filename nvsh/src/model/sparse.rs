@@ -1,4 +1,4 @@
-//! The sparse methods (src/sparse/allreduce.rs, `SparseMethod`): bytes each PE sends as a
+//! The sparse methods (src/sparse/allreduce/options.rs, `SparseMethod`): bytes each PE sends as a
 //! function of density d, PEs P and gradient elements n, their modelled time, and the density
 //! below which each beats the dense allreduce: by bytes, and by time (communication from the
 //! collectives' model plus a selection pass fitted from the sparse bench).
