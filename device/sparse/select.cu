@@ -20,9 +20,10 @@
 //              `take` came before (the lowest indexes), at their place in index order
 //
 // The compact array costs 4 bytes per element of workspace (8 past 2^32 elements), so no data
-// can overflow it (every element may be staged) and no path falls back to full passes. The
-// price is launches: about ten, where below a few million elements the passes they save cost
-// less than they do.
+// can overflow it (every element may be staged) and no path falls back to full passes. Below
+// a few million elements it is slower than full passes were: each search step has a fixed
+// cost of several microseconds (its histograms and the last block's pick), which one
+// cooperative launch for all of them did not remove (docs/measured.md, fifteenth run).
 //
 // A threshold whose selection overflows the output's capacity keeps the `capacity` largest
 // magnitudes (ties to the lower index), never the lowest indexes: its scan, seeing more than
