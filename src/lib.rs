@@ -68,7 +68,7 @@ pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;
 pub use crate::coll::table::{
-    BusFactor, Collective, CollectiveRow, ScratchKind, Shape, COLLECTIVES,
+    BusFactor, Collective, CollectiveRow, Placement, ScratchKind, Shape, COLLECTIVES,
 };
 pub use crate::coll::team_barrier::TeamBarrier;
 pub use crate::coll::tuning::{
