@@ -176,6 +176,9 @@ pub trait TableCollective<'nv> {
     fn check(&self) -> Result<()>;
     /// Makes the staging area hold at least `bytes` (collective over the world).
     fn reserve_staging(&mut self, bytes: usize) -> Result<()>;
+    /// Bytes of the staging area (0 until a call or [`TableCollective::reserve_staging`] needs
+    /// one).
+    fn staging_bytes(&self) -> usize;
     /// The largest block (an exchange: pair) its calls may move as the family's low-latency
     /// lines; 0 where it has none (allreduce's one-shot says its limit in `settings`).
     fn lines_max(&self) -> usize;
@@ -290,6 +293,10 @@ macro_rules! table_collective {
 
             fn reserve_staging(&mut self, bytes: usize) -> $crate::Result<()> {
                 self.fam.ws_mut().reserve_staging(bytes)
+            }
+
+            fn staging_bytes(&self) -> usize {
+                self.fam.ws().staging_bytes()
             }
 
             fn lines_max(&self) -> usize {
