@@ -170,6 +170,9 @@ pub mod tools {
     /// Any collective of the table created and called through one signature
     /// ([`crate::Collective::create`]): what the tools and tests loop over.
     pub use crate::coll::dispatch::{AnyBufs, AnyCall, AnyParts, Create, Peers, TableCollective};
+    /// The CPU reference of a call through the table: where each output element comes from,
+    /// from the row's properties (what the tests check results against).
+    pub use crate::coll::dispatch::{Expected, Source};
 
     /// The low-latency allreduce's launch shape for a size.
     pub use crate::coll::allreduce::low_latency_shape;
