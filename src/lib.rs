@@ -68,7 +68,7 @@ pub use crate::coll::op::{ReduceOp, Reducible};
 pub use crate::coll::reduce::Reduce;
 pub use crate::coll::reduce_scatter::ReduceScatter;
 pub use crate::coll::table::{
-    BusFactor, Collective, CollectiveRow, ScratchKind, Shape, COLLECTIVES,
+    BusFactor, Collective, CollectiveRow, Placement, ScratchKind, Shape, COLLECTIVES,
 };
 pub use crate::coll::team_barrier::TeamBarrier;
 pub use crate::coll::tuning::{
@@ -170,6 +170,9 @@ pub mod tools {
     /// Any collective of the table created and called through one signature
     /// ([`crate::Collective::create`]): what the tools and tests loop over.
     pub use crate::coll::dispatch::{AnyBufs, AnyCall, AnyParts, Create, Peers, TableCollective};
+    /// The CPU reference of a call through the table: where each output element comes from,
+    /// from the row's properties (what the tests check results against).
+    pub use crate::coll::dispatch::{Expected, Source};
 
     /// The low-latency allreduce's launch shape for a size.
     pub use crate::coll::allreduce::low_latency_shape;

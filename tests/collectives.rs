@@ -1,22 +1,26 @@
-//! The collective family (broadcast, allgather, alltoall, reduce-scatter, reduce) against the
-//! CPU reference (tests/common/reference.rs): every element on the receiving PE, outputs
-//! poisoned before each call, exact comparison (data movement copies; the reductions reduce in
-//! rank order in one pass, as the reference does, on values whose results are exact). Counts 1,
-//! 7, 1000, 65537 and 1M + 1; every root; in place; segmented reductions; graph capture and
-//! replay with fresh data; 1000 back-to-back calls mixing them; NVSHMEM puts only
-//! (NVSH_NO_DIRECT); checked-mode mismatches; refused calls; the low-latency lines and the
-//! split protocol of broadcast and reduce, each at the sizes where it starts and stops.
+//! The family's rows of the table whose `Auto` chooses a protocol per call (those with slots or
+//! lines, what `nvsh tune` sweeps beside allreduce; allreduce has tests/allreduce.rs, the
+//! exchanges tests/exchange.rs), called through the table (tests/common/table.rs) against each
+//! row's CPU reference with the values of tests/common/reference.rs: every element on the
+//! receiving PE, outputs poisoned before each call, exact comparison (data movement copies; the
+//! reductions reduce in rank order in one pass, as the reference does, on values whose results
+//! are exact). Counts 1, 7, 1000, 65537 and 1M + 1; every root; in place; segmented
+//! reductions; graph capture and replay with fresh data; 1000 back-to-back calls mixing them;
+//! NVSHMEM puts only (NVSH_NO_DIRECT); checked-mode mismatches; refused calls; the low-latency
+//! lines and the split protocol, each at the sizes where it starts and stops.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 
 mod common;
 
 use common::data::{expect, filled, me_n};
-use common::reference::{RefElem, Tag};
+use common::table::Workspace;
+use common::table::{ops_of, roots, run_sync, takes, with_type, world, Call, Value, Values};
 use common::{gpu_test, runtime};
-use half::{bf16, f16};
+use nvshmem::tools::AnyCall;
 use nvshmem::{
-    Allgather, Allgatherv, Alltoall, Broadcast, Error, FamilyProtocol, Nvshmem, Parts, Reduce,
-    ReduceOp, ReduceScatter, TeamBarrier,
+    Allgather, Allgatherv, Broadcast, CollectiveRow, Dtype, Error, FamilyProtocol, Nvshmem, Parts,
+    Reduce, ReduceOp, ReduceScatter, ScratchKind, Shape, SymView, SymmetricBuffer, TeamBarrier,
+    COLLECTIVES,
 };
 use std::time::{Duration, Instant};
 
@@ -24,255 +28,122 @@ const COUNTS: [usize; 5] = [1, 7, 1000, 65537, (1 << 20) + 1];
 /// Small slots, so that reductions of 65537 elements and more run in segments.
 const SLOT_BYTES: usize = 64 << 10;
 
-/// One workspace of each collective over the world (reductions with [`SLOT_BYTES`] slots).
-struct Family<'nv> {
-    bc: Broadcast<'nv>,
-    ag: Allgather<'nv>,
-    a2a: Alltoall<'nv>,
-    rs: ReduceScatter<'nv>,
-    r: Reduce<'nv>,
+/// Element types and the largest count each runs at: in the rows that move data, and in the
+/// reductions (every op up to 65537 elements, sum alone past it).
+const TYPES: [(Dtype, usize, usize); 9] = [
+    (Dtype::U8, usize::MAX, 0),
+    (Dtype::F32, usize::MAX, usize::MAX),
+    (Dtype::Bf16, 65537, usize::MAX),
+    (Dtype::I64, 65537, usize::MAX),
+    (Dtype::F16, 1000, 65537),
+    (Dtype::F64, 1000, 65537),
+    (Dtype::I32, 1000, 65537),
+    (Dtype::U32, 1000, 65537),
+    (Dtype::U64, 1000, 65537),
+];
+
+/// The rows this file tests: the family's collectives with slots or lines, whose `Auto`
+/// chooses one protocol per call.
+fn family_rows() -> impl Iterator<Item = &'static CollectiveRow> {
+    COLLECTIVES
+        .iter()
+        .filter(|r| matches!(r.scratch, ScratchKind::Slots | ScratchKind::Lines))
 }
 
-impl<'nv> Family<'nv> {
-    fn world(nv: &'nv Nvshmem) -> Family<'nv> {
-        Family {
-            bc: Broadcast::world(nv).unwrap(),
-            ag: Allgather::world(nv).unwrap(),
-            a2a: Alltoall::world(nv).unwrap(),
-            rs: ReduceScatter::world(nv, SLOT_BYTES).unwrap(),
-            r: Reduce::world(nv, SLOT_BYTES).unwrap(),
+/// A row with its workspace.
+type Row<'nv> = (&'static CollectiveRow, Workspace<'nv>);
+
+/// A workspace of each of [`family_rows`] over the world (reductions with [`SLOT_BYTES`]
+/// slots).
+fn family(nv: &Nvshmem) -> Vec<Row<'_>> {
+    world(nv, family_rows(), SLOT_BYTES)
+}
+
+/// One call of a row on symmetric buffers, out of place into a poisoned output, then in place
+/// where the row has an in-place form ([`Call::in_place`]; fresh values, the buffer holding
+/// this member's input where the call reads it, poison elsewhere): every element of the output
+/// checked against the row's reference (those the call leaves: what they held).
+fn row_case<T: Value>(nv: &Nvshmem, w: &mut Workspace<'_>, call: &Call, v: Values) {
+    let me = call.me;
+    let stream = nv.stream().clone();
+    let poison: T = v.poison();
+    let input = filled(nv, call.in_len, |i| v.input::<T>(me, i));
+    let output = filled(nv, call.out_len, |_| poison);
+    run_sync(w, call.any(&v, &input, &output), &stream);
+    let what = call.describe::<T>(&v);
+    call.check(&what, &v, &output.to_vec().unwrap(), |_| poison);
+    if let Some((in_off, out_off, len)) = call.in_place() {
+        let v = v.salted(1);
+        let held: Vec<T> = (0..len)
+            .map(|j| match j.checked_sub(in_off) {
+                Some(i) if i < call.in_len => v.input(me, i),
+                _ => v.poison(),
+            })
+            .collect();
+        let buf = filled(nv, len, |j| held[j]);
+        let i = buf.view(in_off..in_off + call.in_len).unwrap();
+        let o = buf.view(out_off..out_off + call.out_len).unwrap();
+        run_sync(w, call.any(&v, i, o), &stream);
+        let got = buf.to_vec().unwrap();
+        let out = out_off..out_off + call.out_len;
+        call.check(&format!("{what}, in place"), &v, &got[out], |k| {
+            held[out_off + k]
+        });
+    }
+    nv.barrier_all().unwrap();
+}
+
+/// [`row_case`] of every row of `rows` that `pick` takes, with `count` elements of `dtype` (every
+/// op of `ops` where it reduces, every root where it has one).
+fn rows_of_type(
+    nv: &Nvshmem,
+    rows: &mut [Row<'_>],
+    pick: impl Fn(&CollectiveRow) -> bool,
+    (count, dtype): (usize, Dtype),
+    ops: &[ReduceOp],
+    salt: usize,
+) {
+    let (me, n) = me_n(nv);
+    for (row, w) in rows.iter_mut() {
+        if !pick(row) || !takes(row, dtype) {
+            continue;
+        }
+        for (o, &op) in ops_of(row, ops).iter().enumerate() {
+            for root in roots(row, n) {
+                let call = Call::blocks(row, me, n, count, root);
+                let v = Values::of(row, n, salt + 10 * o + root, op);
+                with_type!(dtype, T => row_case::<T>(nv, w, &call, v));
+            }
         }
     }
 }
 
-fn broadcast<T: Tag>(nv: &Nvshmem, bc: &mut Broadcast<'_>, count: usize, root: usize, salt: usize) {
-    let (me, _) = me_n(nv);
-    let stream = nv.stream().clone();
-    let input = filled(nv, count, |i| T::tag(me, i, salt));
-    let output = filled(nv, count, |_| T::poison());
-    bc.run(&input, &output, root as i32, &stream).unwrap();
-    bc.sync(&stream).unwrap();
-    let what = format!("broadcast {} x {count} from {root}", T::NAME);
-    expect(&what, &output.to_vec().unwrap(), |i| T::tag(root, i, salt));
-    // In place at the root: its buffer is both; the others receive into theirs.
-    let buf = filled(nv, count, |i| {
-        if me == root {
-            T::tag(me, i, salt + 1)
-        } else {
-            T::poison()
-        }
-    });
-    bc.run(&buf, &buf, root as i32, &stream).unwrap();
-    bc.sync(&stream).unwrap();
-    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), |i| {
-        T::tag(root, i, salt + 1)
-    });
-    nv.barrier_all().unwrap();
-}
-
-fn allgather<T: Tag>(nv: &Nvshmem, ag: &mut Allgather<'_>, count: usize, salt: usize) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    let input = filled(nv, count, |i| T::tag(me, i, salt));
-    let output = filled(nv, n * count, |_| T::poison());
-    ag.run(&input, &output, &stream).unwrap();
-    ag.sync(&stream).unwrap();
-    let what = format!("allgather {} x {count}", T::NAME);
-    expect(&what, &output.to_vec().unwrap(), |i| {
-        T::tag(i / count, i % count, salt)
-    });
-    // In place: the own block of the output is the input.
-    let buf = filled(nv, n * count, |i| {
-        if i / count == me {
-            T::tag(me, i % count, salt + 1)
-        } else {
-            T::poison()
-        }
-    });
-    ag.run(
-        buf.view(me * count..(me + 1) * count).unwrap(),
-        &buf,
-        &stream,
-    )
-    .unwrap();
-    ag.sync(&stream).unwrap();
-    expect(&format!("{what}, in place"), &buf.to_vec().unwrap(), |i| {
-        T::tag(i / count, i % count, salt + 1)
-    });
-    nv.barrier_all().unwrap();
-}
-
-fn alltoall<T: Tag>(nv: &Nvshmem, a2a: &mut Alltoall<'_>, count: usize, salt: usize) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    // Element j of block r of PE p's input: tag(p, r * count + j).
-    let input = filled(nv, n * count, |i| T::tag(me, i, salt));
-    let output = filled(nv, n * count, |_| T::poison());
-    a2a.run(&input, &output, &stream).unwrap();
-    a2a.sync(&stream).unwrap();
-    // Block s of my output is block [me] of PE s's input.
-    expect(
-        &format!("alltoall {} x {count}", T::NAME),
-        &output.to_vec().unwrap(),
-        |i| T::tag(i / count, me * count + i % count, salt),
-    );
-    nv.barrier_all().unwrap();
-}
-
-/// The reference reduction of element `i` over PEs `0..n`.
-fn reduced<T: RefElem>(n: usize, i: usize, salt: usize, op: ReduceOp) -> T {
-    let vals: Vec<T> = (0..n).map(|p| T::gen(p, i, salt, op)).collect();
-    let want = T::reduce(&vals, op);
-    assert!(!T::is_poison(want), "the poison is a result here");
-    want
-}
-
-fn check_reduced<T: RefElem>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
-    for (i, g) in got.iter().enumerate() {
-        let w = want(i);
-        assert!(T::same(*g, w), "{what}: element {i} is {g:?}, want {w:?}");
-    }
-}
-
-fn reduce_scatter<T: RefElem>(
-    nv: &Nvshmem,
-    rs: &mut ReduceScatter<'_>,
-    count: usize,
-    op: ReduceOp,
-    salt: usize,
-) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    // Element j of block r of PE p's input is gen(p, r * count + j).
-    let input = filled(nv, n * count, |i| T::gen(me, i, salt, op));
-    let output = filled(nv, count, |_| T::poison());
-    rs.run(&input, &output, op, &stream).unwrap();
-    rs.sync(&stream).unwrap();
-    let what = format!("reduce-scatter {} {op:?} x {count}", T::NAME);
-    let want = |j: usize| reduced::<T>(n, me * count + j, salt, op);
-    check_reduced(&what, &output.to_vec().unwrap(), want);
-    // In place: the output is the own block of the input.
-    rs.run(
-        &input,
-        input.view(me * count..(me + 1) * count).unwrap(),
-        op,
-        &stream,
-    )
-    .unwrap();
-    rs.sync(&stream).unwrap();
-    let got = input.to_vec().unwrap();
-    check_reduced(
-        &format!("{what}, in place"),
-        &got[me * count..(me + 1) * count],
-        want,
-    );
-    nv.barrier_all().unwrap();
-}
-
-fn reduce<T: RefElem>(
-    nv: &Nvshmem,
-    r: &mut Reduce<'_>,
-    count: usize,
-    op: ReduceOp,
-    root: usize,
-    salt: usize,
-) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    let input = filled(nv, count, |i| T::gen(me, i, salt, op));
-    let output = filled(nv, count, |_| T::poison());
-    r.run(&input, &output, op, root as i32, &stream).unwrap();
-    r.sync(&stream).unwrap();
-    let got = output.to_vec().unwrap();
-    let what = format!("reduce {} {op:?} x {count} to {root}", T::NAME);
-    if me == root {
-        check_reduced(&what, &got, |i| reduced::<T>(n, i, salt, op));
-    } else {
-        // Only the root's output is written.
-        assert!(
-            got.iter().all(|g| T::is_poison(*g)),
-            "{what}: a non-root output was written"
-        );
-    }
-    // In place.
-    r.run(&input, &input, op, root as i32, &stream).unwrap();
-    r.sync(&stream).unwrap();
-    if me == root {
-        check_reduced(
-            &format!("{what}, in place"),
-            &input.to_vec().unwrap(),
-            |i| reduced::<T>(n, i, salt, op),
-        );
-    }
-    nv.barrier_all().unwrap();
-}
-
-/// Every data-movement collective for element type T at `count`, every root.
-fn move_type<T: Tag>(nv: &Nvshmem, f: &mut Family<'_>, count: usize, salt: usize) {
-    for root in 0..nv.n_pes() as usize {
-        broadcast::<T>(nv, &mut f.bc, count, root, salt + root);
-    }
-    allgather::<T>(nv, &mut f.ag, count, salt);
-    alltoall::<T>(nv, &mut f.a2a, count, salt);
-}
-
-/// Both reductions for T and `op` at `count`, every root.
-fn reduce_type<T: RefElem>(
-    nv: &Nvshmem,
-    f: &mut Family<'_>,
-    count: usize,
-    op: ReduceOp,
-    salt: usize,
-) {
-    reduce_scatter::<T>(nv, &mut f.rs, count, op, salt);
-    for root in 0..nv.n_pes() as usize {
-        reduce::<T>(nv, &mut f.r, count, op, root, salt + root);
-    }
-}
-
-/// Every collective at every count: data movement of u8 and f32 at every count, bf16 and i64
-/// up to 65537, the other five types up to 1000; reductions with every op and dtype up to 65537
-/// elements, and sums of f32 / bf16 / i64 at 1M + 1.
+/// Every row at every count: data movement of u8 and f32 at every count, bf16 and i64 up to
+/// 65537, the other five types up to 1000; reductions with every op and dtype up to 65537
+/// elements, and sums of f32 / bf16 / i64 at 1M + 1 ([`TYPES`]).
 fn every_collective(nv: &Nvshmem) {
     every_collective_up_to(nv, usize::MAX)
 }
 
 /// [`every_collective`] at the counts up to `max_count`.
 fn every_collective_up_to(nv: &Nvshmem, max_count: usize) {
-    let f = &mut Family::world(nv);
+    let rows = &mut family(nv);
     for (k, &count) in COUNTS.iter().enumerate() {
         if count > max_count {
             continue;
-        }
-        move_type::<u8>(nv, f, count, k);
-        move_type::<f32>(nv, f, count, k + 1);
-        if count <= 65537 {
-            move_type::<bf16>(nv, f, count, k + 2);
-            move_type::<i64>(nv, f, count, k + 3);
-        }
-        if count <= 1000 {
-            move_type::<f16>(nv, f, count, k + 4);
-            move_type::<f64>(nv, f, count, k + 5);
-            move_type::<i32>(nv, f, count, k + 6);
-            move_type::<u32>(nv, f, count, k + 7);
-            move_type::<u64>(nv, f, count, k + 8);
         }
         let ops: &[ReduceOp] = if count <= 65537 {
             &ReduceOp::ALL
         } else {
             &[ReduceOp::Sum]
         };
-        for (o, &op) in ops.iter().enumerate() {
-            let salt = k * 10 + o;
-            reduce_type::<f32>(nv, f, count, op, salt);
-            reduce_type::<bf16>(nv, f, count, op, salt + 1);
-            reduce_type::<i64>(nv, f, count, op, salt + 2);
-            if count <= 65537 {
-                reduce_type::<f64>(nv, f, count, op, salt + 3);
-                reduce_type::<f16>(nv, f, count, op, salt + 4);
-                reduce_type::<i32>(nv, f, count, op, salt + 5);
-                reduce_type::<u32>(nv, f, count, op, salt + 6);
-                reduce_type::<u64>(nv, f, count, op, salt + 7);
+        for (t, &(dtype, moves_to, reduces_to)) in TYPES.iter().enumerate() {
+            let salt = 100 * k + t;
+            if count <= moves_to {
+                rows_of_type(nv, rows, |r| !r.reduces, (count, dtype), ops, salt);
+            }
+            if count <= reduces_to {
+                rows_of_type(nv, rows, |r| r.reduces, (count, dtype), ops, salt);
             }
         }
     }
@@ -325,13 +196,14 @@ gpu_test!(2, every_collective_through_nvshmem_puts);
 fn every_collective_through_nvshmem_puts() {
     std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
     let nv = runtime(2);
-    let f = &mut Family::world(&nv);
+    let rows = &mut family(&nv);
+    let ops = [ReduceOp::Sum, ReduceOp::Max];
     for (k, &count) in COUNTS.iter().enumerate() {
-        move_type::<u8>(&nv, f, count, k);
-        move_type::<f32>(&nv, f, count, k + 1);
-        for op in [ReduceOp::Sum, ReduceOp::Max] {
-            reduce_type::<f32>(&nv, f, count, op, k + 2);
-            reduce_type::<bf16>(&nv, f, count, op, k + 3);
+        for (t, dtype) in [Dtype::U8, Dtype::F32].into_iter().enumerate() {
+            rows_of_type(&nv, rows, |r| !r.reduces, (count, dtype), &ops, 100 * k + t);
+        }
+        for (t, dtype) in [Dtype::F32, Dtype::Bf16].into_iter().enumerate() {
+            rows_of_type(&nv, rows, |r| r.reduces, (count, dtype), &ops, 100 * k + t);
         }
     }
 }
@@ -340,88 +212,64 @@ gpu_test!(
     2,
     replays_of_a_captured_graph_of_every_collective_see_fresh_data
 );
-/// Every collective captured once in a CUDA graph, replayed with fresh inputs; each writes an
-/// output of its own, poisoned before every replay.
+/// Every row captured once in a CUDA graph (the reductions once with sum and once with max),
+/// replayed with fresh inputs; each call writes an output of its own, poisoned before every
+/// replay.
 fn replays_of_a_captured_graph_of_every_collective_see_fresh_data() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let Family {
-        mut bc,
-        mut ag,
-        mut a2a,
-        mut rs,
-        mut r,
-    } = Family::world(&nv);
+    let mut rows = family(&nv);
     // 100003 f32 per block: the reductions run in segments.
     let count = 100_003;
     let input = nv.alloc::<f32>(n * count).unwrap();
-    let own = input.view(..count).unwrap();
-    let out_bc = nv.alloc::<f32>(count).unwrap();
-    let out_ag = nv.alloc::<f32>(n * count).unwrap();
-    let out_a2a = nv.alloc::<f32>(n * count).unwrap();
-    let out_rs = nv.alloc::<f32>(count).unwrap();
-    let out_r = nv.alloc::<f32>(count).unwrap();
     let root = n - 1;
+    // (row, call, op) of each captured call.
+    let calls: Vec<(usize, Call, ReduceOp)> = rows
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (row, _))| {
+            let call = Call::blocks(row, me, n, count, root);
+            ops_of(row, &[ReduceOp::Sum, ReduceOp::Max])
+                .iter()
+                .map(move |&op| (k, call.clone(), op))
+        })
+        .collect();
+    let outs: Vec<_> = calls
+        .iter()
+        .map(|(_, c, _)| nv.alloc::<f32>(c.out_len).unwrap())
+        .collect();
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .unwrap();
-    bc.run(own, &out_bc, root as i32, &stream).unwrap();
-    ag.run(own, &out_ag, &stream).unwrap();
-    a2a.run(&input, &out_a2a, &stream).unwrap();
-    rs.run(&input, &out_rs, ReduceOp::Sum, &stream).unwrap();
-    r.run(own, &out_r, ReduceOp::Max, root as i32, &stream)
-        .unwrap();
+    for ((k, call, op), out) in calls.iter().zip(&outs) {
+        let v = Values::gen(n, 0, *op);
+        let i = input.view(..call.in_len).unwrap();
+        rows[*k].1.run_any(call.any(&v, i, out), &stream).unwrap();
+    }
     let graph = stream
         .end_capture(CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a graph was captured");
     for it in 0..20usize {
-        let gen = |p: usize, i: usize, op| f32::gen(p, i, it, op);
-        let data: Vec<f32> = (0..n * count).map(|i| gen(me, i, ReduceOp::Sum)).collect();
+        // The inputs are the same under every op but prod.
+        let fresh = Values::gen(n, it, ReduceOp::Sum);
+        let data: Vec<f32> = (0..n * count).map(|i| fresh.input(me, i)).collect();
         input.copy_from_host(&data).unwrap();
-        for out in [&out_bc, &out_rs, &out_r] {
-            out.copy_from_host(&vec![f32::NAN; count]).unwrap();
-        }
-        for out in [&out_ag, &out_a2a] {
-            out.copy_from_host(&vec![f32::NAN; n * count]).unwrap();
+        let poison: f32 = fresh.poison();
+        for out in &outs {
+            out.copy_from_host(&vec![poison; out.len()]).unwrap();
         }
         graph.launch().unwrap();
         stream.synchronize().unwrap();
-        for c in [bc.check(), ag.check(), a2a.check(), rs.check(), r.check()] {
-            c.unwrap();
+        for (_, w) in &rows {
+            w.check().unwrap();
         }
-        let sum = |i: usize| (0..n).map(|p| gen(p, i, ReduceOp::Sum)).sum::<f32>();
-        let check = |what: &str, got: Vec<f32>, want: &dyn Fn(usize) -> f32| {
-            for (i, g) in got.iter().enumerate() {
-                assert!(
-                    *g == want(i),
-                    "replay {it}, {what} element {i}: {g} want {}",
-                    want(i)
-                );
-            }
-        };
-        check("broadcast", out_bc.to_vec().unwrap(), &|i| {
-            gen(root, i, ReduceOp::Sum)
-        });
-        check("allgather", out_ag.to_vec().unwrap(), &|i| {
-            gen(i / count, i % count, ReduceOp::Sum)
-        });
-        check("alltoall", out_a2a.to_vec().unwrap(), &|i| {
-            gen(i / count, me * count + i % count, ReduceOp::Sum)
-        });
-        check("reduce-scatter", out_rs.to_vec().unwrap(), &|i| {
-            sum(me * count + i)
-        });
-        if me == root {
-            // Max of the same values: every input was generated with the Sum pattern.
-            let max = |i: usize| {
-                (0..n)
-                    .map(|p| gen(p, i, ReduceOp::Sum))
-                    .fold(f32::MIN, f32::max)
-            };
-            check("reduce", out_r.to_vec().unwrap(), &max);
+        for ((_, call, op), out) in calls.iter().zip(&outs) {
+            let v = Values::gen(n, it, *op);
+            let what = format!("replay {it}, {}", call.describe::<f32>(&v));
+            call.check(&what, &v, &out.to_vec().unwrap(), |_| poison);
         }
         // Every PE checked this replay before anyone overwrites its input for the next.
         nv.barrier_all().unwrap();
@@ -429,83 +277,55 @@ fn replays_of_a_captured_graph_of_every_collective_see_fresh_data() {
 }
 
 gpu_test!(2, a_thousand_back_to_back_calls_mixing_every_collective);
-/// 1000 calls back to back, mixing every collective, one sync at the end: each call kind
-/// rotates over 4 output slots with inputs of their own, so the last call into each slot
-/// decides what it holds.
+/// 1000 calls back to back, mixing every row, one sync at the end: each row rotates over 4
+/// output slots with inputs of their own (the rooted ones' root moving), so the last call into
+/// each slot decides what it holds.
 fn a_thousand_back_to_back_calls_mixing_every_collective() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
-    let Family {
-        mut bc,
-        mut ag,
-        mut a2a,
-        mut rs,
-        mut r,
-    } = Family::world(&nv);
+    let mut rows = family(&nv);
     let count = 3001;
     const SLOTS: usize = 4;
+    const CALLS: usize = 1000;
+    let values = |s: usize| Values::gen(n, s, ReduceOp::Sum);
     let inputs: Vec<_> = (0..SLOTS)
-        .map(|s| filled(&nv, n * count, |i| u32::gen(me, i, s, ReduceOp::Sum)))
+        .map(|s| filled(&nv, n * count, |i| values(s).input::<u32>(me, i)))
         .collect();
-    let outs: Vec<Vec<_>> = (0..5)
+    let poison: u32 = values(0).poison();
+    let outs: Vec<Vec<_>> = rows
+        .iter()
         .map(|_| {
             (0..SLOTS)
-                .map(|_| filled(&nv, n * count, |_| u32::MAX))
+                .map(|_| filled(&nv, n * count, |_| poison))
                 .collect()
         })
         .collect();
-    for k in 0..1000 {
-        let (kind, s) = (k % 5, (k / 5) % SLOTS);
-        let input = &inputs[s];
-        let own = input.view(..count).unwrap();
-        let out = &outs[kind][s];
-        match kind {
-            0 => bc.run(own, out.view(..count).unwrap(), (k % n) as i32, &stream),
-            1 => ag.run(own, out, &stream),
-            2 => a2a.run(input, out, &stream),
-            3 => rs.run(input, out.view(..count).unwrap(), ReduceOp::Sum, &stream),
-            _ => r.run(own, out.view(..count).unwrap(), ReduceOp::Sum, 0, &stream),
-        }
-        .unwrap();
+    // Call k: row k % rows, slot (k / rows) % SLOTS, root k % n.
+    let kinds = rows.len();
+    let of = |k: usize| (k % kinds, (k / kinds) % SLOTS);
+    let call = |row: &'static CollectiveRow, k: usize| Call::blocks(row, me, n, count, k % n);
+    for k in 0..CALLS {
+        let (kind, s) = of(k);
+        let (row, w) = &mut rows[kind];
+        let c = call(row, k);
+        let i = inputs[s].view(..c.in_len).unwrap();
+        let o = outs[kind][s].view(..c.out_len).unwrap();
+        w.run_any(c.any(&values(s), i, o), &stream).unwrap();
     }
     stream.synchronize().unwrap();
-    for c in [bc.check(), ag.check(), a2a.check(), rs.check(), r.check()] {
-        c.unwrap();
+    for (_, w) in &rows {
+        w.check().unwrap();
     }
-    let gen = |p: usize, i: usize, s: usize| u32::gen(p, i, s, ReduceOp::Sum);
-    let sum = |i: usize, s: usize| (0..n).fold(0u32, |a, p| a.wrapping_add(gen(p, i, s)));
-    #[allow(clippy::needless_range_loop)] // s is also the salt of slot s's input.
-    for s in 0..SLOTS {
-        // The last call of each kind into slot s: k = 5 * (s + SLOTS * j) + kind.
-        let last_bc = (0..1000)
-            .filter(|k| k % 5 == 0 && (k / 5) % SLOTS == s)
-            .max()
-            .unwrap();
-        let root = last_bc % n;
-        let got = outs[0][s].to_vec().unwrap();
-        assert!(
-            (0..count).all(|i| got[i] == gen(root, i, s)),
-            "broadcast slot {s}"
-        );
-        let got = outs[1][s].to_vec().unwrap();
-        assert!(
-            (0..n * count).all(|i| got[i] == gen(i / count, i % count, s)),
-            "allgather slot {s}"
-        );
-        let got = outs[2][s].to_vec().unwrap();
-        assert!(
-            (0..n * count).all(|i| got[i] == gen(i / count, me * count + i % count, s)),
-            "alltoall slot {s}"
-        );
-        let got = outs[3][s].to_vec().unwrap();
-        assert!(
-            (0..count).all(|i| got[i] == sum(me * count + i, s)),
-            "reduce-scatter slot {s}"
-        );
-        if me == 0 {
-            let got = outs[4][s].to_vec().unwrap();
-            assert!((0..count).all(|i| got[i] == sum(i, s)), "reduce slot {s}");
+    for (kind, (row, _)) in rows.iter().enumerate() {
+        for (s, out) in outs[kind].iter().enumerate() {
+            let last = (0..CALLS).filter(|&k| of(k) == (kind, s)).max().unwrap();
+            let c = call(row, last);
+            let got = out.view(..c.out_len).unwrap().to_vec().unwrap();
+            // What the last call leaves (a non-root's reduce output) an earlier one with
+            // another root may have written: not checked.
+            let what = format!("{} slot {s}", c.describe::<u32>(&values(s)));
+            c.check(&what, &values(s), &got, |i| got[i]);
         }
     }
     nv.barrier_all().unwrap();
@@ -671,86 +491,73 @@ fn checked_mode_catches_count_root_and_type_mismatches() {
 
 gpu_test!(2, wrong_shapes_roots_and_overlaps_are_refused);
 /// Calls that cannot be right are refused on every PE before anything is launched, and the
-/// workspaces still work afterwards.
+/// workspaces still work afterwards. Each row: a buffer one element short of its shape (lengths
+/// that differ where the row takes whole buffers, blocks that do not fit otherwise), no
+/// elements, input and output overlapping where no in-place form puts them (beside the own
+/// block where the row has one), and roots outside the team.
 fn wrong_shapes_roots_and_overlaps_are_refused() {
     let nv = runtime(2);
+    let (me, n) = me_n(&nv);
     let stream = nv.stream().clone();
     let buf = filled(&nv, 64, |i| i as f32);
-    let Family {
-        mut bc,
-        mut ag,
-        mut a2a,
-        mut rs,
-        mut r,
-    } = Family::world(&nv);
+    let mut rows = family(&nv);
     let v = |a: usize, b: usize| buf.view(a..b).unwrap();
-    let is = |res: nvshmem::Result<()>, f: fn(&Error) -> bool, what: &str| {
-        let err = res.unwrap_err();
-        assert!(f(&err), "{what}: {err:?}");
-    };
-    is(
-        bc.run(v(0, 8), v(8, 16), 2, &stream),
-        |e| matches!(e, Error::InvalidRoot { .. }),
-        "root",
-    );
-    is(
-        bc.run(v(0, 8), v(8, 17), 0, &stream),
-        |e| matches!(e, Error::LengthMismatch { .. }),
-        "len",
-    );
-    is(
-        bc.run(v(0, 8), v(4, 12), 0, &stream),
-        |e| matches!(e, Error::Overlap { .. }),
-        "overlap",
-    );
-    is(
-        ag.run(v(0, 8), v(8, 23), &stream),
-        |e| matches!(e, Error::CollectiveShape { .. }),
-        "shape",
-    );
-    is(
-        ag.run(v(0, 0), v(8, 8), &stream),
-        |e| matches!(e, Error::EmptyCollective { .. }),
-        "empty",
-    );
-    // The input inside the output but not at the own block.
-    let me = nv.my_pe() as usize;
-    let other = (1 - me) * 8;
-    is(
-        ag.run(v(other, other + 8), v(0, 16), &stream),
-        |e| matches!(e, Error::Overlap { .. }),
-        "ag",
-    );
-    is(
-        a2a.run(v(0, 7), v(8, 15), &stream),
-        |e| matches!(e, Error::CollectiveShape { .. }),
-        "odd",
-    );
-    is(
-        a2a.run(v(0, 16), v(8, 24), &stream),
-        |e| matches!(e, Error::Overlap { .. }),
-        "a2a",
-    );
-    is(
-        rs.run(v(0, 16), v(16, 23), ReduceOp::Sum, &stream),
-        |e| matches!(e, Error::CollectiveShape { .. }),
-        "rs shape",
-    );
-    is(
-        r.run(v(0, 8), v(8, 16), ReduceOp::Sum, -1, &stream),
-        |e| matches!(e, Error::InvalidRoot { .. }),
-        "reduce root",
-    );
+    let count = 8;
+    for (row, w) in rows.iter_mut() {
+        let (il, ol) = (
+            row.input_len(count, n as i32),
+            row.output_len(count, n as i32),
+        );
+        let mut is = |call: AnyCall<'_, '_>, f: fn(&Error) -> bool, what: &str| {
+            let err = w.run_any(call, &stream).unwrap_err();
+            assert!(f(&err), "{} {what}: {err:?}", row.name);
+        };
+        let shape: fn(&Error) -> bool = if row.shape == Shape::Whole {
+            |e| matches!(e, Error::LengthMismatch { .. })
+        } else {
+            |e| matches!(e, Error::CollectiveShape { .. })
+        };
+        is(AnyCall::new(v(0, il - 1), v(32, 32 + ol)), shape, "input");
+        is(AnyCall::new(v(0, il), v(32, 32 + ol - 1)), shape, "output");
+        is(
+            AnyCall::new(v(0, 0), v(32, 32)),
+            |e| matches!(e, Error::EmptyCollective { .. }),
+            "empty",
+        );
+        // The other member's block (gather, scatter), half a buffer on (whole buffers,
+        // exchanges, which have no in-place form).
+        let other = ((me + 1) % n) * count;
+        let (i, o) = match row.shape {
+            Shape::Gather => (other, 0),
+            Shape::Scatter => (0, other),
+            _ => (0, il / 2),
+        };
+        is(
+            AnyCall::new(v(i, i + il), v(o, o + ol)),
+            |e| matches!(e, Error::Overlap { .. }),
+            "overlap",
+        );
+        if row.rooted {
+            for root in [-1, n as i32] {
+                is(
+                    AnyCall::new(v(0, il), v(32, 32 + ol)).root(root),
+                    |e| matches!(e, Error::InvalidRoot { .. }),
+                    "root",
+                );
+            }
+        }
+    }
     // Refused calls were not numbered: the next good calls agree on every PE.
     nv.barrier_all().unwrap();
-    allgather::<f32>(&nv, &mut ag, 8, 3);
-    broadcast::<u8>(&nv, &mut bc, 9, 1, 4);
-    reduce::<f32>(&nv, &mut r, 9, ReduceOp::Sum, 0, 5);
+    for (k, (row, w)) in rows.iter_mut().enumerate() {
+        let call = Call::blocks(row, me, n, 9, 1);
+        row_case::<f32>(&nv, w, &call, Values::of(row, n, 3 + k, ReduceOp::Sum));
+    }
 }
 
 gpu_test!(2, team_workspaces_move_data_among_their_members_only);
 /// Team workspaces reach their members only (one GPU per PE: NVSHMEM refuses team splits on a
-/// shared GPU).
+/// shared GPU): every row on a team of PE 1 alone, which PE 0 is refused.
 fn team_workspaces_move_data_among_their_members_only() {
     let nv = runtime(2);
     if nv.shares_gpus() {
@@ -760,23 +567,33 @@ fn team_workspaces_move_data_among_their_members_only() {
     let me = nv.my_pe();
     let world = nv.team_world();
     let solo = world.split_strided(1, 1, 1).unwrap();
-    let mut ag = Allgather::new(&nv, solo.as_ref()).unwrap();
-    let mut bc = Broadcast::new(&nv, solo.as_ref()).unwrap();
-    let buf = filled(&nv, 16, |i| i as i64 + 100 * me as i64);
-    let out = filled(&nv, 16, |_| -1i64);
     let stream = nv.stream().clone();
-    if me == 1 {
-        ag.run(&buf, &out, &stream).unwrap();
-        ag.sync(&stream).unwrap();
-        assert_eq!(out.to_vec().unwrap(), buf.to_vec().unwrap());
-        bc.run(&buf, &out, 0, &stream).unwrap();
-        bc.sync(&stream).unwrap();
-    } else {
-        let err = ag.run(&buf, &out, &stream).unwrap_err();
-        assert!(matches!(err, Error::NotInTeam { .. }), "{err}");
-        assert_eq!(out.to_vec().unwrap(), vec![-1; 16]);
+    for (k, row) in family_rows().enumerate() {
+        let mut w = row
+            .collective
+            .create(&nv, solo.as_ref(), SLOT_BYTES)
+            .unwrap();
+        // PE 1 is member 0 of 1.
+        let call = Call::blocks(row, 0, 1, 16, 0);
+        let v = Values::of(row, 1, k, ReduceOp::Sum);
+        let poison: i64 = v.poison();
+        let input = filled(&nv, call.in_len, |i| v.input::<i64>(0, i));
+        let out = filled(&nv, call.out_len, |_| poison);
+        if me == 1 {
+            run_sync(&mut w, call.any(&v, &input, &out), &stream);
+            let what = call.describe::<i64>(&v);
+            call.check(&what, &v, &out.to_vec().unwrap(), |_| poison);
+        } else {
+            let err = w.run_any(call.any(&v, &input, &out), &stream).unwrap_err();
+            assert!(
+                matches!(err, Error::NotInTeam { .. }),
+                "{}: {err}",
+                row.name
+            );
+            assert_eq!(out.to_vec().unwrap(), vec![poison; call.out_len]);
+        }
+        nv.barrier_all().unwrap();
     }
-    nv.barrier_all().unwrap();
 }
 
 gpu_test!(
@@ -876,186 +693,147 @@ fn ll_counts<T>() -> [(usize, FamilyProtocol); 5] {
     ]
 }
 
-/// Reduce-scatter of T with `op` at [`ll_counts`], each call's protocol checked (past the
-/// lines' limit the slots take it, in segments of [`SLOT_BYTES`]).
-fn ll_reduce_type<T: RefElem>(nv: &Nvshmem, rs: &mut ReduceScatter<'_>, op: ReduceOp, salt: usize) {
-    for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
-        reduce_scatter::<T>(nv, rs, count, op, salt + k);
-        assert_eq!(
-            rs.last_protocol(),
-            protocol,
-            "reduce-scatter {} {op:?} x {count}",
-            T::NAME
-        );
-    }
-}
+/// The largest block the tests below turn the low-latency protocol on for.
+const LL_MAX: usize = 256 << 10;
+/// Element types of the low-latency tests, and the ops of their reductions.
+const LL_TYPES: [Dtype; 4] = [Dtype::U8, Dtype::F32, Dtype::Bf16, Dtype::I64];
+const LL_OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg];
 
-/// Broadcast and reduce (`op`) of T at [`ll_counts`] from every root, each call's protocol
-/// checked.
-fn ll_rooted_type<T: RefElem + Tag>(
-    nv: &Nvshmem,
-    bc: &mut Broadcast<'_>,
-    r: &mut Reduce<'_>,
-    op: ReduceOp,
-    salt: usize,
-) {
+/// Every row with T at [`ll_counts`] (every op of [`LL_OPS`] where it reduces, every root where
+/// it has one), in and out of place, each call's protocol checked (past the lines' limit the
+/// handshake takes it; the reductions' slots in segments of [`SLOT_BYTES`]).
+fn ll_type<T: Value>(nv: &Nvshmem, rows: &mut [Row<'_>], salt: usize) {
+    let (me, n) = me_n(nv);
     for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
-        for root in 0..nv.n_pes() as usize {
-            broadcast::<T>(nv, bc, count, root, salt + k);
-            assert_eq!(
-                bc.last_protocol(),
-                protocol,
-                "broadcast {} x {count}",
-                T::NAME
-            );
-            reduce::<T>(nv, r, count, op, root, salt + k);
-            assert_eq!(
-                r.last_protocol(),
-                protocol,
-                "reduce {} {op:?} x {count}",
-                T::NAME
-            );
+        for (row, w) in rows.iter_mut() {
+            if !takes(row, T::DTYPE) {
+                continue;
+            }
+            for (o, &op) in ops_of(row, &LL_OPS).iter().enumerate() {
+                for root in roots(row, n) {
+                    let call = Call::blocks(row, me, n, count, root);
+                    let v = Values::of(row, n, salt + k + 10 * o, op);
+                    row_case::<T>(nv, w, &call, v);
+                    let what = call.describe::<T>(&v);
+                    assert_eq!(w.last_protocol(), Some(protocol), "{what}");
+                }
+            }
         }
     }
 }
 
-/// The largest block the tests below turn the low-latency protocol on for.
-const LL_MAX: usize = 256 << 10;
-
-/// Allgather and alltoall of T at [`ll_counts`], each call's protocol checked.
-fn ll_type<T: Tag>(nv: &Nvshmem, ag: &mut Allgather<'_>, a2a: &mut Alltoall<'_>, salt: usize) {
-    for (k, (count, protocol)) in ll_counts::<T>().into_iter().enumerate() {
-        allgather::<T>(nv, ag, count, salt + k);
-        assert_eq!(
-            ag.last_protocol(),
-            protocol,
-            "allgather {} x {count}",
-            T::NAME
-        );
-        alltoall::<T>(nv, a2a, count, salt + k);
-        assert_eq!(
-            a2a.last_protocol(),
-            protocol,
-            "alltoall {} x {count}",
-            T::NAME
-        );
-    }
-}
-
-/// Allgather, alltoall and reduce-scatter with the low-latency protocol on (NVSH_FAMILY_LL_MAX),
-/// at sizes it takes and one it does not, in and out of place; then 200 calls back to back alternating
+/// Every row with the low-latency protocol on (NVSH_FAMILY_LL_MAX), at sizes it takes and one
+/// it does not, in and out of place; the rooted ones back to back with their root moving; an odd
+/// f32 count, which the lines do not take; then 200 calls of each row back to back alternating
 /// protocols and sizes with one sync at the end. Needs every member mapped (one node).
 fn low_latency_lines(pes: i32) {
     // Before any workspace: the line region is sized at creation.
     std::env::set_var("NVSH_FAMILY_LL_MAX", LL_MAX.to_string());
     let nv = runtime(pes);
-    let mut ag = Allgather::world(&nv).unwrap();
-    let mut a2a = Alltoall::world(&nv).unwrap();
-    ll_type::<u8>(&nv, &mut ag, &mut a2a, 0);
-    ll_type::<f32>(&nv, &mut ag, &mut a2a, 10);
-    ll_type::<bf16>(&nv, &mut ag, &mut a2a, 20);
-    ll_type::<i64>(&nv, &mut ag, &mut a2a, 30);
-    let mut rs = ReduceScatter::world(&nv, SLOT_BYTES).unwrap();
-    for (o, op) in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
-        .into_iter()
-        .enumerate()
-    {
-        ll_reduce_type::<f32>(&nv, &mut rs, op, 50 + o);
-        ll_reduce_type::<bf16>(&nv, &mut rs, op, 60 + o);
-        ll_reduce_type::<i64>(&nv, &mut rs, op, 70 + o);
-    }
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
-    ll_rooted_type::<f32>(&nv, &mut bc, &mut r, ReduceOp::Sum, 80);
-    ll_rooted_type::<bf16>(&nv, &mut bc, &mut r, ReduceOp::Max, 90);
-    ll_rooted_type::<i64>(&nv, &mut bc, &mut r, ReduceOp::Sum, 95);
-    rooted_back_to_back(&nv, &mut bc, &mut r);
-    // An odd f32 count makes 4-byte-aligned blocks: the handshake takes it.
-    allgather::<f32>(&nv, &mut ag, 7, 40);
-    assert_eq!(ag.last_protocol(), FamilyProtocol::Direct);
-
-    // Back to back: each call into its own output, alternating sizes (and so protocols).
     let (me, n) = me_n(&nv);
-    let stream = nv.stream().clone();
+    let rows = &mut family(&nv);
+    for (t, dtype) in LL_TYPES.into_iter().enumerate() {
+        with_type!(dtype, T => ll_type::<T>(&nv, rows, 100 * t));
+    }
+    rooted_back_to_back(&nv, rows);
+    // An odd f32 count makes 4-byte-aligned blocks: the handshake takes it.
+    for (k, (row, w)) in rows.iter_mut().enumerate() {
+        let call = Call::blocks(row, me, n, 7, 0);
+        let v = Values::of(row, n, 40 + k, ReduceOp::Sum);
+        row_case::<f32>(&nv, w, &call, v);
+        let what = call.describe::<f32>(&v);
+        assert_eq!(w.last_protocol(), Some(FamilyProtocol::Direct), "{what}");
+    }
+
+    // Back to back: each call into its own output, alternating sizes (and so protocols), the
+    // roots moving.
     let counts = [2usize, 65536 + 2, 1024];
-    let calls = 200;
-    let inputs: Vec<_> = (0..calls)
-        .map(|k| filled(&nv, counts[k % 3], |i| <f32 as Tag>::tag(me, i, 100 + k)))
+    let values = |k: usize| Values::gen(n, 100 + k, ReduceOp::Sum);
+    let inputs: Vec<_> = (0..200)
+        .map(|k| filled(&nv, n * counts[k % 3], |i| values(k).input::<f32>(me, i)))
         .collect();
-    let outputs: Vec<_> = (0..calls)
-        .map(|k| filled(&nv, n * counts[k % 3], |_| <f32 as Tag>::poison()))
-        .collect();
-    for k in 0..calls {
-        ag.run(&inputs[k], &outputs[k], &stream).unwrap();
-    }
-    ag.sync(&stream).unwrap();
-    for k in 0..calls {
-        let count = counts[k % 3];
-        expect(
-            &format!("back-to-back allgather {k} of f32 x {count}"),
-            &outputs[k].to_vec().unwrap(),
-            |i| <f32 as Tag>::tag(i / count, i % count, 100 + k),
-        );
-    }
-    nv.barrier_all().unwrap();
+    let queue = queue(rows, &inputs, |k, row| {
+        let call = Call::blocks(row, me, n, counts[k % 3], k % n);
+        Some((call, values(k), FamilyProtocol::Auto))
+    });
+    back_to_back(&nv, rows, &queue);
 }
 
-/// 300 broadcasts and reduces back to back, the root moving on each call and the sizes
+/// A call of a back-to-back stretch: (row index, call, values, protocol to set, input).
+type Queued<'a, T> = (usize, Call, Values, FamilyProtocol, SymView<'a, T>);
+
+/// The calls of a back-to-back stretch: call k on each row that `of(k, row)` gives one (with its
+/// values and the protocol to set), on input k.
+fn queue<'a, T: Value>(
+    rows: &[Row<'_>],
+    inputs: &'a [SymmetricBuffer<'_, T>],
+    of: impl Fn(usize, &'static CollectiveRow) -> Option<(Call, Values, FamilyProtocol)>,
+) -> Vec<Queued<'a, T>> {
+    let mut queue = Vec::new();
+    for (k, input) in inputs.iter().enumerate() {
+        for (r, (row, _)) in rows.iter().enumerate() {
+            if let Some((call, v, protocol)) = of(k, row) {
+                let i = input.view(..call.in_len).unwrap();
+                queue.push((r, call, v, protocol, i));
+            }
+        }
+    }
+    queue
+}
+
+/// Runs `queue` back to back, each call into a poisoned output of its own with its protocol
+/// set, one sync at the end; checks every output against its row's reference and returns the
+/// protocol each call took.
+fn back_to_back<T: Value>(
+    nv: &Nvshmem,
+    rows: &mut [Row<'_>],
+    queue: &[Queued<'_, T>],
+) -> Vec<FamilyProtocol> {
+    let stream = nv.stream().clone();
+    let mut outputs = Vec::new();
+    let mut taken = Vec::new();
+    for (r, call, v, protocol, input) in queue {
+        let w = &mut rows[*r].1;
+        w.set_protocol(*protocol);
+        let poison: T = v.poison();
+        let out = filled(nv, call.out_len, |_| poison);
+        w.run_any(call.any(v, *input, &out), &stream).unwrap();
+        taken.push(w.last_protocol().unwrap());
+        outputs.push(out);
+    }
+    for (_, w) in rows.iter_mut() {
+        w.set_protocol(FamilyProtocol::Auto);
+    }
+    stream.synchronize().unwrap();
+    for (_, w) in rows.iter() {
+        w.check().unwrap();
+    }
+    for (k, ((_, call, v, _, _), out)) in queue.iter().zip(&outputs).enumerate() {
+        let what = format!("back-to-back call {k}: {}", call.describe::<T>(v));
+        let poison: T = v.poison();
+        call.check(&what, v, &out.to_vec().unwrap(), |_| poison);
+    }
+    nv.barrier_all().unwrap();
+    taken
+}
+
+/// 300 calls of each rooted row back to back, the root moving on each call and the sizes
 /// alternating between the lines and the handshake, one sync at the end: the writers never
 /// hear from the readers within a call, so this is what shows a slot written again before its
 /// reader had read it (prims/ll_credit.cuh).
-fn rooted_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>) {
+fn rooted_back_to_back(nv: &Nvshmem, rows: &mut [Row<'_>]) {
     let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
     let counts = [2usize, 1024, 65536 + 2];
-    let calls = 300;
     let root = |k: usize| (k / 3) % n;
-    let inputs: Vec<_> = (0..calls)
-        .map(|k| filled(nv, counts[k % 3], |i| <u32 as Tag>::tag(me, i, 200 + k)))
+    let values = |k: usize| Values::gen(n, 200 + k, ReduceOp::Sum);
+    let inputs: Vec<_> = (0..300)
+        .map(|k| filled(nv, counts[k % 3], |i| values(k).input::<u32>(me, i)))
         .collect();
-    let bc_out: Vec<_> = (0..calls)
-        .map(|k| filled(nv, counts[k % 3], |_| <u32 as Tag>::poison()))
-        .collect();
-    let r_out: Vec<_> = (0..calls)
-        .map(|k| filled(nv, counts[k % 3], |_| <u32 as Tag>::poison()))
-        .collect();
-    for k in 0..calls {
-        bc.run(&inputs[k], &bc_out[k], root(k) as i32, &stream)
-            .unwrap();
-        r.run(
-            &inputs[k],
-            &r_out[k],
-            ReduceOp::Sum,
-            root(k) as i32,
-            &stream,
-        )
-        .unwrap();
-    }
-    bc.sync(&stream).unwrap();
-    r.sync(&stream).unwrap();
-    for k in 0..calls {
-        let count = counts[k % 3];
-        expect(
-            &format!(
-                "back-to-back broadcast {k} of u32 x {count} from {}",
-                root(k)
-            ),
-            &bc_out[k].to_vec().unwrap(),
-            |i| <u32 as Tag>::tag(root(k), i, 200 + k),
-        );
-        if me == root(k) {
-            expect(
-                &format!("back-to-back reduce {k} of u32 x {count} to {me}"),
-                &r_out[k].to_vec().unwrap(),
-                |i| {
-                    (0..n)
-                        .map(|p| <u32 as Tag>::tag(p, i, 200 + k))
-                        .fold(0u32, u32::wrapping_add)
-                },
-            );
-        }
-    }
-    nv.barrier_all().unwrap();
+    let queue = queue(rows, &inputs, |k, row| {
+        let call = Call::blocks(row, me, n, counts[k % 3], root(k));
+        row.rooted.then(|| (call, values(k), FamilyProtocol::Auto))
+    });
+    back_to_back(nv, rows, &queue);
 }
 
 gpu_test!(2, low_latency_allgather_alltoall_and_reduce_scatter);
@@ -1106,164 +884,171 @@ fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyP
     counts
 }
 
-/// Broadcasts of T at [`split_counts`] from every root, in and out of place, each call's
-/// protocol checked.
-fn split_broadcast_type<T: Tag>(nv: &Nvshmem, bc: &mut Broadcast<'_>, salt: usize, large: bool) {
-    let n = nv.n_pes() as usize;
-    for (k, (count, set, want)) in split_counts::<T>(n, large).into_iter().enumerate() {
-        bc.set_protocol(set);
-        for root in 0..n {
-            broadcast::<T>(nv, bc, count, root, salt + k);
-            assert_eq!(
-                bc.last_protocol(),
-                want,
-                "broadcast {} x {count} from {root}",
-                T::NAME
-            );
-        }
-    }
-    bc.set_protocol(FamilyProtocol::Auto);
+/// (type, large) of the split tests' data movement and (type, op, large) of their reductions:
+/// `large` cases run at 1M + 1 and 16M + 5 elements too where every PE has a GPU of its own.
+const SPLIT_MOVES: [(Dtype, bool); 4] = [
+    (Dtype::U8, true),
+    (Dtype::F32, true),
+    (Dtype::Bf16, false),
+    (Dtype::I64, false),
+];
+const SPLIT_REDUCES: [(Dtype, ReduceOp, bool); 6] = [
+    (Dtype::F32, ReduceOp::Sum, true),
+    (Dtype::F32, ReduceOp::Avg, false),
+    (Dtype::Bf16, ReduceOp::Max, true),
+    (Dtype::F16, ReduceOp::Min, false),
+    (Dtype::I64, ReduceOp::Prod, false),
+    (Dtype::U32, ReduceOp::Sum, false),
+];
+
+/// A workspace of each row of the family that has the split protocol, over the world.
+fn split_rows(nv: &Nvshmem, slot_bytes: usize) -> Vec<Row<'_>> {
+    world(nv, family_rows(), slot_bytes)
+        .into_iter()
+        .filter(|(_, w)| w.protocols().contains(&FamilyProtocol::Split))
+        .collect()
 }
 
-/// Reduces of T with `op` at [`split_counts`] to every root, in and out of place (non-root
-/// outputs checked untouched), each call's protocol checked.
-fn split_reduce_type<T: RefElem>(
+/// A row's calls of T (with `op` where it reduces) at [`split_counts`] from or to every root, in
+/// and out of place (non-root outputs checked untouched), each call's protocol checked.
+fn split_type<T: Value>(
     nv: &Nvshmem,
-    r: &mut Reduce<'_>,
+    (row, w): &mut Row<'_>,
     op: ReduceOp,
     salt: usize,
     large: bool,
 ) {
-    let n = nv.n_pes() as usize;
+    let (me, n) = me_n(nv);
     for (k, (count, set, want)) in split_counts::<T>(n, large).into_iter().enumerate() {
-        r.set_protocol(set);
-        for root in 0..n {
-            reduce::<T>(nv, r, count, op, root, salt + k);
-            assert_eq!(
-                r.last_protocol(),
-                want,
-                "reduce {} {op:?} x {count} to {root}",
-                T::NAME
-            );
+        w.set_protocol(set);
+        for root in roots(row, n) {
+            let call = Call::blocks(row, me, n, count, root);
+            let v = Values::of(row, n, salt + k, op);
+            row_case::<T>(nv, w, &call, v);
+            let what = call.describe::<T>(&v);
+            assert_eq!(w.last_protocol(), Some(want), "{what}");
         }
     }
-    r.set_protocol(FamilyProtocol::Auto);
+    w.set_protocol(FamilyProtocol::Auto);
 }
 
-/// Broadcast and reduce under the split protocol (NVSH_FAMILY_SPLIT_MIN = [`SPLIT_MIN`]):
-/// [`split_counts`] for several types (reduce: several ops), every root, in and out of place;
-/// 16M elements with 64K and 8M slots where every PE has a GPU of its own; 200 calls of each
-/// back to back; again in rounds of 16 bytes (NVSH_FAMILY_SPLIT_ROUND: the most rounds) and in
-/// one round per chunk; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs `Auto` never
-/// splits: the forced calls there take the one-part form (the root's part to the other PE,
-/// nothing passed on).
+/// [`split_type`] of each row: each of `moves` where it moves data, each of `reduces` where
+/// it reduces (`large` cases only where `large`).
+fn split_types(
+    nv: &Nvshmem,
+    rows: &mut [Row<'_>],
+    moves: &[(Dtype, bool)],
+    reduces: &[(Dtype, ReduceOp, bool)],
+    salt: usize,
+    large: bool,
+) {
+    for r in rows.iter_mut() {
+        let cases: Vec<(Dtype, ReduceOp, bool)> = if r.0.reduces {
+            reduces.to_vec()
+        } else {
+            moves.iter().map(|&(d, l)| (d, ReduceOp::Sum, l)).collect()
+        };
+        for (c, (dtype, op, l)) in cases.into_iter().enumerate() {
+            let salt = salt + 20 * c;
+            with_type!(dtype, T => split_type::<T>(nv, r, op, salt, large && l));
+        }
+    }
+}
+
+/// The family's rows with the split protocol (NVSH_FAMILY_SPLIT_MIN = [`SPLIT_MIN`]):
+/// [`split_counts`] for several types (the reductions: several ops), every root, in and out of
+/// place; 16M elements with 64K and 8M slots where every PE has a GPU of its own; 200 calls of
+/// each back to back; again in rounds of 16 bytes (NVSH_FAMILY_SPLIT_ROUND: the most rounds) and
+/// in one round per chunk; then the same over NVSHMEM puts only (NVSH_NO_DIRECT). At 2 PEs
+/// `Auto` never splits: the forced calls there take the one-part form (the root's part to the
+/// other PE, nothing passed on).
 fn split_family(pes: i32) {
     // Before any workspace: both are read at creation.
     std::env::set_var(nvshmem::FAMILY_SPLIT_MIN_ENV, SPLIT_MIN.to_string());
     std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
     let nv = runtime(pes);
+    let (me, n) = me_n(&nv);
     // PEs sharing a GPU take turns in time slices: 1M elements and more would take minutes
     // there (as in every_collective_on_four_pes).
     let large = !nv.shares_gpus();
-    let mut bc = Broadcast::world(&nv).unwrap();
-    split_broadcast_type::<u8>(&nv, &mut bc, 0, large);
-    split_broadcast_type::<f32>(&nv, &mut bc, 100, large);
-    split_broadcast_type::<bf16>(&nv, &mut bc, 200, false);
-    split_broadcast_type::<i64>(&nv, &mut bc, 300, false);
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
-    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 400, large);
-    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Avg, 420, false);
-    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 440, large);
-    split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, 460, false);
-    split_reduce_type::<i64>(&nv, &mut r, ReduceOp::Prod, 480, false);
-    split_reduce_type::<u32>(&nv, &mut r, ReduceOp::Sum, 500, false);
+    let mut rows = split_rows(&nv, SLOT_BYTES);
+    assert!(!rows.is_empty(), "no row has the split protocol");
+    split_types(&nv, &mut rows, &SPLIT_MOVES, &SPLIT_REDUCES, 0, large);
     if large {
         // Parts larger than the benches' 8M slots: segments of n - 1 slots.
-        let mut big = Reduce::world(&nv, 8 << 20).unwrap();
-        big.set_protocol(FamilyProtocol::Split);
-        for root in 0..pes as usize {
-            reduce::<f32>(&nv, &mut big, (16 << 20) + 5, ReduceOp::Sum, root, 520);
-            assert_eq!(big.last_protocol(), FamilyProtocol::Split);
+        let slotted: Vec<&CollectiveRow> = rows
+            .iter()
+            .map(|(r, _)| *r)
+            .filter(|r| r.scratch == ScratchKind::Slots)
+            .collect();
+        for row in slotted {
+            let mut big = row.collective.world(&nv, 8 << 20).unwrap();
+            big.set_protocol(FamilyProtocol::Split);
+            for root in roots(row, n) {
+                let call = Call::blocks(row, me, n, (16 << 20) + 5, root);
+                let v = Values::of(row, n, 520, ReduceOp::Sum);
+                row_case::<f32>(&nv, &mut big, &call, v);
+                let what = call.describe::<f32>(&v);
+                assert_eq!(big.last_protocol(), Some(FamilyProtocol::Split), "{what}");
+            }
         }
     }
-    split_back_to_back(&nv, &mut bc, &mut r, true);
+    split_back_to_back(&nv, &mut rows, true);
 
     // Rounds of 16 bytes: every chunk in as many rounds as it may have (the most, then larger
     // rounds), and none: one round per chunk.
     for (round, salt) in [("16", 530), ("0", 565)] {
         std::env::set_var(nvshmem::FAMILY_SPLIT_ROUND_ENV, round);
-        let mut bc = Broadcast::world(&nv).unwrap();
-        let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
-        split_broadcast_type::<u8>(&nv, &mut bc, salt, false);
-        split_broadcast_type::<bf16>(&nv, &mut bc, salt + 8, false);
-        split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, salt + 16, false);
-        split_reduce_type::<f16>(&nv, &mut r, ReduceOp::Min, salt + 24, false);
-        split_back_to_back(&nv, &mut bc, &mut r, true);
+        let mut rows = split_rows(&nv, SLOT_BYTES);
+        let moves = [(Dtype::U8, false), (Dtype::Bf16, false)];
+        let reduces = [
+            (Dtype::F32, ReduceOp::Sum, false),
+            (Dtype::F16, ReduceOp::Min, false),
+        ];
+        split_types(&nv, &mut rows, &moves, &reduces, salt, false);
+        split_back_to_back(&nv, &mut rows, true);
     }
     std::env::remove_var(nvshmem::FAMILY_SPLIT_ROUND_ENV);
 
     // NVSHMEM puts even to mapped peers, as across nodes.
     std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
-    let mut bc = Broadcast::world(&nv).unwrap();
-    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
-    split_broadcast_type::<u8>(&nv, &mut bc, 600, false);
-    split_broadcast_type::<f32>(&nv, &mut bc, 620, false);
-    split_reduce_type::<f32>(&nv, &mut r, ReduceOp::Sum, 640, false);
-    split_reduce_type::<bf16>(&nv, &mut r, ReduceOp::Max, 660, false);
-    split_back_to_back(&nv, &mut bc, &mut r, false);
+    let mut rows = split_rows(&nv, SLOT_BYTES);
+    let moves = [(Dtype::U8, false), (Dtype::F32, false)];
+    let reduces = [
+        (Dtype::F32, ReduceOp::Sum, false),
+        (Dtype::Bf16, ReduceOp::Max, false),
+    ];
+    split_types(&nv, &mut rows, &moves, &reduces, 600, false);
+    split_back_to_back(&nv, &mut rows, false);
     std::env::remove_var(nvshmem::NO_DIRECT_ENV);
 }
 
-/// 200 broadcasts and 200 reduces back to back, one sync at the end: the root moving every
-/// 4 calls, the sizes taking the low-latency lines, the handshake and the split protocol (and
-/// the split protocol forced at small sizes every fifth call), so that each protocol's step
-/// follows each other's on the same counters and slots. `lines`: the 8-byte calls can take the
-/// lines (every PE mapped, direct stores on).
-fn split_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>, lines: bool) {
+/// 200 calls of each row back to back, one sync at the end: the root moving every 4 calls, the
+/// sizes taking the low-latency lines, the handshake and the split protocol (and the split
+/// protocol forced at small sizes every fifth call), so that each protocol's step follows each
+/// other's on the same counters and slots. `lines`: the 8-byte calls can take the lines (every
+/// PE mapped, direct stores on).
+fn split_back_to_back(nv: &Nvshmem, rows: &mut [Row<'_>], lines: bool) {
     let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
     // u32: 8 bytes (lines where every PE is mapped), 4000 bytes (the handshake), just past
     // SPLIT_MIN, and 256K (reduce: two segments of 64K slots per part at 3 and 4 PEs).
     let counts = [2usize, 1000, SPLIT_MIN / 4 + 3, 65536 + 2];
-    let calls = 200;
     let root = |k: usize| (k / 4) % n;
-    let count = |k: usize| counts[k % 4];
     let forced = |k: usize| k % 5 == 4;
-    let inputs: Vec<_> = (0..calls)
-        .map(|k| filled(nv, count(k), |i| <u32 as Tag>::tag(me, i, 700 + k)))
+    let values = |k: usize| Values::gen(n, 700 + k, ReduceOp::Sum);
+    let inputs: Vec<_> = (0..200)
+        .map(|k| filled(nv, counts[k % 4], |i| values(k).input::<u32>(me, i)))
         .collect();
-    let bc_out: Vec<_> = (0..calls)
-        .map(|k| filled(nv, count(k), |_| <u32 as Tag>::poison()))
-        .collect();
-    let r_out: Vec<_> = (0..calls)
-        .map(|k| filled(nv, count(k), |_| <u32 as Tag>::poison()))
-        .collect();
-    let mut taken = Vec::new();
-    for k in 0..calls {
+    let queue = queue(rows, &inputs, |k, row| {
+        let call = Call::blocks(row, me, n, counts[k % 4], root(k));
         let set = if forced(k) {
             FamilyProtocol::Split
         } else {
             FamilyProtocol::Auto
         };
-        bc.set_protocol(set);
-        r.set_protocol(set);
-        bc.run(&inputs[k], &bc_out[k], root(k) as i32, &stream)
-            .unwrap();
-        taken.push(bc.last_protocol());
-        r.run(
-            &inputs[k],
-            &r_out[k],
-            ReduceOp::Sum,
-            root(k) as i32,
-            &stream,
-        )
-        .unwrap();
-        taken.push(r.last_protocol());
-    }
-    bc.set_protocol(FamilyProtocol::Auto);
-    r.set_protocol(FamilyProtocol::Auto);
-    bc.sync(&stream).unwrap();
-    r.sync(&stream).unwrap();
+        Some((call, values(k), set))
+    });
+    let taken = back_to_back(nv, rows, &queue);
     let mut mixed = vec![FamilyProtocol::Direct, FamilyProtocol::Split];
     if lines {
         mixed.push(FamilyProtocol::LowLatency);
@@ -1271,32 +1056,6 @@ fn split_back_to_back(nv: &Nvshmem, bc: &mut Broadcast<'_>, r: &mut Reduce<'_>, 
     for p in mixed {
         assert!(taken.contains(&p), "no call took {p:?}: {taken:?}");
     }
-    for k in 0..calls {
-        let c = count(k);
-        expect(
-            &format!("back-to-back broadcast {k} of u32 x {c} from {}", root(k)),
-            &bc_out[k].to_vec().unwrap(),
-            |i| <u32 as Tag>::tag(root(k), i, 700 + k),
-        );
-        let got = r_out[k].to_vec().unwrap();
-        if me == root(k) {
-            expect(
-                &format!("back-to-back reduce {k} of u32 x {c} to {me}"),
-                &got,
-                |i| {
-                    (0..n)
-                        .map(|p| <u32 as Tag>::tag(p, i, 700 + k))
-                        .fold(0u32, u32::wrapping_add)
-                },
-            );
-        } else {
-            assert!(
-                got.iter().all(|&g| g == <u32 as Tag>::poison()),
-                "back-to-back reduce {k}: a non-root output was written"
-            );
-        }
-    }
-    nv.barrier_all().unwrap();
 }
 
 gpu_test!(2, split_broadcast_and_reduce_on_two_pes);

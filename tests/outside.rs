@@ -1,22 +1,25 @@
 //! Collectives on the caller's own device memory (cudarc `CudaSlice`, `CudaView` /
-//! `CudaViewMut`, raw pointers with a length), staged through the workspace's symmetric area,
-//! against the CPU reference (tests/common/reference.rs): every element on the receiving PE,
-//! outputs poisoned before each call, exact comparison. Counts 1, 7, 1000 and 65537 at 1, 2 and
-//! 3 PEs, symmetric and own memory mixed in one call, in place, the parts an allgatherv leaves
-//! alone, graph capture with fresh data, and wrong buffers giving typed errors. Grouped
-//! send/recv (ring, pairwise, all-to-all and self patterns) the same way, with its reserved
-//! staging and the error without it.
+//! `CudaViewMut`, raw pointers with a length), staged through the workspace's symmetric area:
+//! every row of the table that moves data, called through the table (tests/common/table.rs),
+//! against the row's CPU reference with the values of tests/common/reference.rs: every element
+//! on the receiving PE, outputs poisoned before each call, exact comparison. Counts 1, 7, 1000
+//! and 65537 at 1, 2 and 3 PEs, symmetric and own memory mixed in one call, in place, the v
+//! forms' uneven parts and the gaps they leave alone, graph capture with fresh data, allreduce's
+//! own algorithms and `run_in_place`, and wrong buffers giving typed errors. Grouped send/recv
+//! (ring, pairwise, all-to-all and self patterns) the same way, with its reserved staging and
+//! the error without it.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 
 mod common;
 
-use common::data::{expect, filled, laid_out, me_n, part_of};
+use common::data::{expect, filled, me_n};
 use common::reference::{RefElem, Tag};
+use common::table::{data_rows, roots, run_sync, with_type, world, Call, Value, Values, Workspace};
 use common::{gpu_test, runtime};
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
 use nvshmem::{
-    Allgather, Allgatherv, Allreduce, AllreduceAlgo, Alltoall, Alltoallv, Broadcast, Error, InBuf,
-    Nvshmem, OutBuf, P2p, P2pGroup, Parts, Reduce, ReduceOp, ReduceScatter, SymmetricBuffer,
+    Allgatherv, Allreduce, AllreduceAlgo, CollectiveRow, Dtype, Error, InBuf, Nvshmem, OutBuf, P2p,
+    P2pGroup, Parts, Placement, ReduceOp, ScratchKind, SymmetricBuffer,
 };
 
 const COUNTS: [usize; 4] = [1, 7, 1000, 65537];
@@ -134,62 +137,137 @@ fn check_reduced<T: RefElem>(what: &str, got: &[T], want: impl Fn(usize) -> T) {
     }
 }
 
-/// One workspace of each collective over the world; the exchanges with their staging reserved.
+/// The rows this file runs through the table: every row that moves data but grouped send/recv,
+/// whose patterns have tests of their own below (a table call splits only symmetric views and
+/// raw pointers into its blocks, not cudarc's buffers).
+fn own_rows() -> impl Iterator<Item = &'static CollectiveRow> {
+    data_rows().filter(|r| r.placement != Placement::Peers)
+}
+
+/// Element types of the rows that move data, and (type, op) of the reductions: every row runs
+/// each of its cases on every pair of sides.
+const MOVES: [Dtype; 3] = [Dtype::U8, Dtype::U32, Dtype::F32];
+const REDUCES: [(Dtype, ReduceOp); 3] = [
+    (Dtype::F32, ReduceOp::Sum),
+    (Dtype::F32, ReduceOp::Max),
+    (Dtype::I64, ReduceOp::Sum),
+];
+/// The cases of the in-place calls: data movement, and reductions.
+const IN_PLACE_MOVES: Dtype = Dtype::U64;
+const IN_PLACE_REDUCES: (Dtype, ReduceOp) = (Dtype::F32, ReduceOp::Sum);
+
+/// A row's (type, op) cases: [`REDUCES`] where it reduces, else [`MOVES`] (the op ignored).
+fn cases(row: &CollectiveRow) -> Vec<(Dtype, ReduceOp)> {
+    if row.reduces {
+        REDUCES.to_vec()
+    } else {
+        MOVES.iter().map(|&d| (d, ReduceOp::Sum)).collect()
+    }
+}
+
+/// A workspace of each of [`own_rows`] over the world, called through the table, the exchanges
+/// with their staging reserved; and allreduce's own, for what only it has (its algorithms,
+/// `run_in_place`).
 struct All<'nv> {
+    rows: Vec<(&'static CollectiveRow, Workspace<'nv>)>,
     ar: Allreduce<'nv>,
-    bc: Broadcast<'nv>,
-    r: Reduce<'nv>,
-    ag: Allgather<'nv>,
-    a2a: Alltoall<'nv>,
-    rs: ReduceScatter<'nv>,
-    agv: Allgatherv<'nv>,
-    a2av: Alltoallv<'nv>,
 }
 
 impl<'nv> All<'nv> {
     fn world(nv: &'nv Nvshmem) -> All<'nv> {
-        let mut all = All {
+        let mut rows = world(nv, own_rows(), SLOT_BYTES);
+        for (row, w) in rows.iter_mut() {
+            if row.scratch == ScratchKind::Exchange {
+                w.reserve_staging(EXCHANGE_STAGING).unwrap();
+                assert_eq!(w.staging_bytes(), EXCHANGE_STAGING, "{}", row.name);
+            }
+        }
+        All {
+            rows,
             ar: nv.allreduce_workspace(SLOT_BYTES).unwrap(),
-            bc: Broadcast::world(nv).unwrap(),
-            r: Reduce::world(nv, SLOT_BYTES).unwrap(),
-            ag: Allgather::world(nv).unwrap(),
-            a2a: Alltoall::world(nv).unwrap(),
-            rs: ReduceScatter::world(nv, SLOT_BYTES).unwrap(),
-            agv: Allgatherv::world(nv).unwrap(),
-            a2av: Alltoallv::world(nv).unwrap(),
-        };
-        all.agv.reserve_staging(EXCHANGE_STAGING).unwrap();
-        all.a2av.reserve_staging(EXCHANGE_STAGING).unwrap();
-        assert_eq!(all.agv.staging_bytes(), EXCHANGE_STAGING);
-        all
+        }
     }
 }
 
-fn allreduce(nv: &Nvshmem, ar: &mut Allreduce<'_>, count: usize, sides: (Side, Side), salt: usize) {
+/// One call of a row with this member's input on `sides.0` and its output, poisoned, on
+/// `sides.1`: every output element checked against the row's reference (the parts an uneven
+/// call leaves alone still poisoned).
+fn row_case<T: Value>(
+    nv: &Nvshmem,
+    w: &mut Workspace<'_>,
+    call: &Call,
+    sides: (Side, Side),
+    v: Values,
+) {
+    let stream = nv.stream().clone();
+    let input = Mem::new(nv, sides.0, &call.input::<T>(&v));
+    let before: T = v.poison();
+    let mut output = Mem::new(nv, sides.1, &vec![before; call.out_len]);
+    run_sync(w, call.any(&v, input.input(), output.output()), &stream);
+    let what = format!("{} {sides:?}", call.describe::<T>(&v));
+    call.check(&what, &v, &output.to_vec(nv), |_| before);
+    nv.barrier_all().unwrap();
+}
+
+/// A row's call in place on own memory through raw pointers, where it has an in-place form
+/// ([`Call::in_place`]): one buffer holding this member's input where the call reads it and
+/// poison elsewhere; its output span checked (elements the call leaves hold what they held).
+fn in_place_case<T: Value>(nv: &Nvshmem, w: &mut Workspace<'_>, call: &Call, v: Values) {
+    let Some((in_off, out_off, len)) = call.in_place() else {
+        return;
+    };
+    let stream = nv.stream().clone();
+    let before: Vec<T> = (0..len)
+        .map(|j| match j.checked_sub(in_off) {
+            Some(i) if i < call.in_len => v.input(call.me, i),
+            _ => v.poison(),
+        })
+        .collect();
+    let buf = Mem::new(nv, Side::Raw, &before);
+    let Mem::Own(_, _, base) = &buf else {
+        unreachable!()
+    };
+    let at = |off: usize| *base + (off * std::mem::size_of::<T>()) as u64;
+    // SAFETY: spans inside the slice `buf` holds, alive until the call is waited for below.
+    let (input, output) = unsafe {
+        (
+            InBuf::from_raw(at(in_off) as *const T, call.in_len),
+            OutBuf::from_raw(at(out_off) as *mut T, call.out_len),
+        )
+    };
+    run_sync(w, call.any(&v, input, output), &stream);
+    let got = buf.to_vec(nv);
+    call.check(
+        &format!("{} in place, raw", call.describe::<T>(&v)),
+        &v,
+        &got[out_off..out_off + call.out_len],
+        |i| before[out_off + i],
+    );
+    nv.barrier_all().unwrap();
+}
+
+/// Allreduce's own API on own memory: `run_in_place` on the output's side (f32), and every
+/// algorithm through the staging area (bf16).
+fn allreduce_own_api(
+    nv: &Nvshmem,
+    ar: &mut Allreduce<'_>,
+    count: usize,
+    sides: (Side, Side),
+    salt: usize,
+) {
     let (me, n) = me_n(nv);
     let stream = nv.stream().clone();
     let op = ReduceOp::Sum;
-    let data: Vec<f32> = (0..count).map(|i| f32::gen(me, i, salt, op)).collect();
-    let input = Mem::new(nv, sides.0, &data);
-    let mut output = Mem::new(nv, sides.1, &vec![<f32 as RefElem>::poison(); count]);
-    ar.run(
-        input.input(),
-        output.output(),
-        op,
-        AllreduceAlgo::Auto,
-        &stream,
-    )
-    .unwrap();
-    ar.sync(&stream).unwrap();
     let what = format!("allreduce f32 x {count} {sides:?}");
-    let want = |i| reduced::<f32>(n, i, salt, op);
-    check_reduced(&what, &output.to_vec(nv), want);
     // In place on the output's side.
+    let data: Vec<f32> = (0..count).map(|i| f32::gen(me, i, salt, op)).collect();
     let mut buf = Mem::new(nv, sides.1, &data);
     ar.run_in_place(buf.output(), op, AllreduceAlgo::Auto, &stream)
         .unwrap();
     ar.sync(&stream).unwrap();
-    check_reduced(&format!("{what}, in place"), &buf.to_vec(nv), want);
+    check_reduced(&format!("{what}, in place"), &buf.to_vec(nv), |i| {
+        reduced::<f32>(n, i, salt, op)
+    });
     // Every algorithm through the staging area, bf16.
     for algo in AllreduceAlgo::ALL {
         let data: Vec<half::bf16> = (0..count)
@@ -209,211 +287,61 @@ fn allreduce(nv: &Nvshmem, ar: &mut Allreduce<'_>, count: usize, sides: (Side, S
     nv.barrier_all().unwrap();
 }
 
-fn broadcast_and_reduce(nv: &Nvshmem, all: &mut All<'_>, count: usize, sides: (Side, Side)) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    for root in 0..n {
-        let salt = root + 3;
-        let data: Vec<u32> = (0..count).map(|i| u32::tag(me, i, salt)).collect();
-        let input = Mem::new(nv, sides.0, &data);
-        let mut output = Mem::new(nv, sides.1, &vec![<u32 as Tag>::poison(); count]);
-        all.bc
-            .run(input.input(), output.output(), root as i32, &stream)
-            .unwrap();
-        all.bc.sync(&stream).unwrap();
-        let what = format!("broadcast u32 x {count} from {root} {sides:?}");
-        expect(&what, &output.to_vec(nv), |i| u32::tag(root, i, salt));
-
-        let op = ReduceOp::Max;
-        let data: Vec<f32> = (0..count).map(|i| f32::gen(me, i, salt, op)).collect();
-        let input = Mem::new(nv, sides.0, &data);
-        let mut output = Mem::new(nv, sides.1, &vec![<f32 as RefElem>::poison(); count]);
-        all.r
-            .run(input.input(), output.output(), op, root as i32, &stream)
-            .unwrap();
-        all.r.sync(&stream).unwrap();
-        let got = output.to_vec(nv);
-        let what = format!("reduce f32 max x {count} to {root} {sides:?}");
-        if me == root {
-            check_reduced(&what, &got, |i| reduced::<f32>(n, i, salt, op));
-        } else {
-            // Only the root's output is written: a staged one is not copied back elsewhere.
-            assert!(
-                got.iter().all(|g| f32::is_poison(*g)),
-                "{what}: a non-root output was written"
-            );
-        }
-        nv.barrier_all().unwrap();
-    }
-}
-
-fn gather_family(nv: &Nvshmem, all: &mut All<'_>, count: usize, sides: (Side, Side)) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    let salt = count % 13;
-    // Allgather.
-    let data: Vec<u8> = (0..count).map(|i| u8::tag(me, i, salt)).collect();
-    let input = Mem::new(nv, sides.0, &data);
-    let mut output = Mem::new(nv, sides.1, &vec![<u8 as Tag>::poison(); n * count]);
-    all.ag.run(input.input(), output.output(), &stream).unwrap();
-    all.ag.sync(&stream).unwrap();
-    let what = format!("allgather u8 x {count} {sides:?}");
-    expect(&what, &output.to_vec(nv), |i| {
-        u8::tag(i / count, i % count, salt)
-    });
-    // Alltoall: element j of block r of PE p's input is tag(p, r * count + j).
-    let data: Vec<f32> = (0..n * count).map(|i| f32::tag(me, i, salt)).collect();
-    let input = Mem::new(nv, sides.0, &data);
-    let mut output = Mem::new(nv, sides.1, &vec![<f32 as Tag>::poison(); n * count]);
-    all.a2a
-        .run(input.input(), output.output(), &stream)
-        .unwrap();
-    all.a2a.sync(&stream).unwrap();
-    expect(
-        &format!("alltoall f32 x {count} {sides:?}"),
-        &output.to_vec(nv),
-        |i| f32::tag(i / count, me * count + i % count, salt),
-    );
-    // Reduce-scatter.
-    let op = ReduceOp::Sum;
-    let data: Vec<i64> = (0..n * count).map(|i| i64::gen(me, i, salt, op)).collect();
-    let input = Mem::new(nv, sides.0, &data);
-    let mut output = Mem::new(nv, sides.1, &vec![<i64 as RefElem>::poison(); count]);
-    all.rs
-        .run(input.input(), output.output(), op, &stream)
-        .unwrap();
-    all.rs.sync(&stream).unwrap();
-    check_reduced(
-        &format!("reduce-scatter i64 sum x {count} {sides:?}"),
-        &output.to_vec(nv),
-        |j| reduced::<i64>(n, me * count + j, salt, op),
-    );
-    nv.barrier_all().unwrap();
-}
-
-/// Allgather in place on own memory: the input is this PE's block of the output, both raw.
-fn allgather_in_place(nv: &Nvshmem, ag: &mut Allgather<'_>, count: usize) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    let salt = 5;
-    let data: Vec<u64> = (0..n * count)
-        .map(|i| {
-            if i / count == me {
-                u64::tag(me, i % count, salt)
-            } else {
-                <u64 as Tag>::poison()
-            }
-        })
-        .collect();
-    let buf = Mem::new(nv, Side::Raw, &data);
-    let Mem::Own(_, _, base) = &buf else {
-        unreachable!()
-    };
-    let own = *base + (me * count * 8) as u64;
-    // SAFETY: spans inside the slice `buf` holds, alive until the sync below.
-    let (input, output) = unsafe {
-        (
-            InBuf::from_raw(own as *const u64, count),
-            OutBuf::from_raw(*base as *mut u64, n * count),
-        )
-    };
-    ag.run(input, output, &stream).unwrap();
-    ag.sync(&stream).unwrap();
-    expect(
-        &format!("allgather u64 x {count} in place, raw"),
-        &buf.to_vec(nv),
-        |i| u64::tag(i / count, i % count, salt),
-    );
-    nv.barrier_all().unwrap();
-}
-
-/// Allgatherv and alltoallv on own memory of `side` (both buffers), parts with poisoned gaps
-/// that must stay poisoned.
-fn exchanges(nv: &Nvshmem, all: &mut All<'_>, m: usize, side: Side) {
-    let (me, n) = me_n(nv);
-    let stream = nv.stream().clone();
-    let salt = m % 7;
-    // Allgatherv: member r's part holds m + r % 3 elements.
-    let counts: Vec<usize> = (0..n).map(|r| m + r % 3).collect();
-    let (displs, out_len) = laid_out(&counts, 1);
-    let data: Vec<f32> = (0..counts[me]).map(|k| f32::tag(me, k, salt)).collect();
-    let input = Mem::new(nv, side, &data);
-    let mut output = Mem::new(nv, side, &vec![<f32 as Tag>::poison(); out_len]);
-    let parts = Parts {
-        counts: &counts,
-        displs: &displs,
-    };
-    all.agv
-        .run(input.input(), output.output(), parts, &stream)
-        .unwrap();
-    all.agv.sync(&stream).unwrap();
-    expect(
-        &format!("allgatherv f32 m {m} {side:?}"),
-        &output.to_vec(nv),
-        |i| match part_of(i, &counts, &displs) {
-            Some((r, k)) => f32::tag(r, k, salt),
-            None => <f32 as Tag>::poison(),
-        },
-    );
-    // Alltoallv: s sends r m + (3s + r) % 4 elements; receive parts with gaps of 2.
-    let pair = |s: usize, r: usize| m + (3 * s + r) % 4;
-    let send: Vec<usize> = (0..n).map(|r| pair(me, r)).collect();
-    let recv: Vec<usize> = (0..n).map(|s| pair(s, me)).collect();
-    let (send_displs, in_len) = laid_out(&send, 0);
-    let (recv_displs, out_len) = laid_out(&recv, 2);
-    let data: Vec<u32> = (0..in_len)
-        .map(|i| match part_of(i, &send, &send_displs) {
-            Some((r, k)) => u32::tag(me, k * 8 + r, salt),
-            None => <u32 as Tag>::poison(),
-        })
-        .collect();
-    let input = Mem::new(nv, side, &data);
-    let mut output = Mem::new(nv, side, &vec![<u32 as Tag>::poison(); out_len]);
-    let send_parts = Parts {
-        counts: &send,
-        displs: &send_displs,
-    };
-    let recv_parts = Parts {
-        counts: &recv,
-        displs: &recv_displs,
-    };
-    all.a2av
-        .run(
-            input.input(),
-            send_parts,
-            output.output(),
-            recv_parts,
-            &stream,
-        )
-        .unwrap();
-    all.a2av.sync(&stream).unwrap();
-    expect(
-        &format!("alltoallv u32 m {m} {side:?}"),
-        &output.to_vec(nv),
-        |i| match part_of(i, &recv, &recv_displs) {
-            Some((s, k)) => u32::tag(s, k * 8 + me, salt),
-            None => <u32 as Tag>::poison(),
-        },
-    );
-    nv.barrier_all().unwrap();
-}
-
-/// Every collective with own memory on every pair of sides at every count.
+/// Every row of [`own_rows`] with own memory on every pair of sides at every count (each of its
+/// cases, every root), in place on raw pointers, and the v forms in uneven parts with gaps on
+/// each own kind of memory; allreduce's own API on every pair of sides.
 fn every_collective_on_own_memory(nv: &Nvshmem) {
+    let (me, n) = me_n(nv);
     let mut all = All::world(nv);
     for (k, &count) in COUNTS.iter().enumerate() {
         for (p, &sides) in PAIRS.iter().enumerate() {
-            allreduce(nv, &mut all.ar, count, sides, k * 10 + p);
-            broadcast_and_reduce(nv, &mut all, count, sides);
-            gather_family(nv, &mut all, count, sides);
+            let salt = (k * PAIRS.len() + p) * 100;
+            for (r, (row, w)) in all.rows.iter_mut().enumerate() {
+                for (c, (dtype, op)) in cases(row).into_iter().enumerate() {
+                    for root in roots(row, n) {
+                        let call = Call::blocks(row, me, n, count, root);
+                        let v = Values::of(row, n, salt + r * 10 + c + root, op);
+                        with_type!(dtype, T => row_case::<T>(nv, w, &call, sides, v));
+                    }
+                }
+            }
+            allreduce_own_api(nv, &mut all.ar, count, sides, k * 10 + p);
         }
-        allgather_in_place(nv, &mut all.ag, count);
+        for (r, (row, w)) in all.rows.iter_mut().enumerate() {
+            let (dtype, op) = if row.reduces {
+                IN_PLACE_REDUCES
+            } else {
+                (IN_PLACE_MOVES, ReduceOp::Sum)
+            };
+            for root in roots(row, n) {
+                let call = Call::blocks(row, me, n, count, root);
+                let v = Values::of(row, n, 5 + r * 10 + root, op);
+                with_type!(dtype, T => in_place_case::<T>(nv, w, &call, v));
+            }
+        }
         for side in [Side::Slice, Side::View, Side::Raw] {
-            exchanges(nv, &mut all, count, side);
+            for (row, w) in all.rows.iter_mut() {
+                if row.placement != Placement::Parts {
+                    continue;
+                }
+                for (c, (dtype, op)) in cases(row).into_iter().enumerate() {
+                    let call = Call::uneven(row, me, n, count);
+                    let v = Values::of(row, n, count % 7 + c, op);
+                    with_type!(dtype, T => row_case::<T>(nv, w, &call, (side, side), v));
+                }
+            }
         }
     }
-    // The equal-size collectives grew their areas at their calls.
-    assert!(all.ar.staging_bytes() > 0 && all.a2a.staging_bytes() > 0);
+    // The rows of equal sizes grew their areas at their calls; the exchanges' stayed what they
+    // reserved (their calls never grow it).
+    for (row, w) in &all.rows {
+        let bytes = w.staging_bytes();
+        if row.scratch == ScratchKind::Exchange {
+            assert_eq!(bytes, EXCHANGE_STAGING, "{}", row.name);
+        } else {
+            assert!(bytes > 0, "{}: nothing staged", row.name);
+        }
+    }
 }
 
 gpu_test!(1, own_memory_on_one_pe);
@@ -432,9 +360,9 @@ fn own_memory_on_three_pes() {
 }
 
 gpu_test!(2, replays_of_a_captured_graph_on_own_memory_see_fresh_data);
-/// Allreduce, broadcast, allgather, reduce-scatter and alltoallv on own memory (slices without
-/// cudarc's event tracking, and raw pointers) captured once after their staging was reserved,
-/// replayed with fresh inputs into poisoned outputs.
+/// Every row of [`own_rows`] on own memory (a slice without cudarc's event tracking as the
+/// input, the outputs on slices, views and raw pointers in turn) captured once after their
+/// staging was reserved, replayed with fresh inputs into poisoned outputs.
 fn replays_of_a_captured_graph_on_own_memory_see_fresh_data() {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let nv = runtime(2);
@@ -444,87 +372,70 @@ fn replays_of_a_captured_graph_on_own_memory_see_fresh_data() {
     unsafe { nv.context().disable_event_tracking() };
     let count = 100_003;
     let mut all = All::world(&nv);
+    // The exchanges reserved theirs; the others reserve what their calls need (a capture
+    // cannot grow the area).
     let need = 3 * n * count * 4;
-    all.ar.reserve_staging(need).unwrap();
-    all.bc.reserve_staging(need).unwrap();
-    all.ag.reserve_staging(need).unwrap();
-    all.rs.reserve_staging(need).unwrap();
-    let zeros = vec![0f32; n * count];
-    let input = Mem::new(&nv, Side::Slice, &zeros);
-    let mut out_ar = Mem::new(&nv, Side::Raw, &zeros[..count]);
-    let mut out_bc = Mem::new(&nv, Side::View, &zeros[..count]);
-    let mut out_ag = Mem::new(&nv, Side::Slice, &zeros);
-    let mut out_rs = Mem::new(&nv, Side::Raw, &zeros[..count]);
-    let mut out_v = Mem::new(&nv, Side::Raw, &zeros);
-    let Mem::Own(in_slice, ..) = &input else {
-        unreachable!()
-    };
-    let own = in_slice.slice(..count);
-    let counts = vec![count; n];
-    let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
-    let parts = Parts {
-        counts: &counts,
-        displs: &displs,
-    };
+    for (row, w) in all.rows.iter_mut() {
+        if row.scratch != ScratchKind::Exchange {
+            w.reserve_staging(need).unwrap();
+        }
+    }
     let root = n - 1;
-    let op = ReduceOp::Sum;
+    let calls: Vec<Call> = all
+        .rows
+        .iter()
+        .map(|(row, _)| Call::blocks(row, me, n, count, root))
+        .collect();
+    let zeros = vec![0f32; n * count];
+    let mut input = Mem::new(&nv, Side::Slice, &zeros);
+    let own_kinds = [Side::Raw, Side::View, Side::Slice];
+    let mut outs: Vec<Mem<'_, f32>> = calls
+        .iter()
+        .enumerate()
+        .map(|(k, c)| Mem::new(&nv, own_kinds[k % 3], &zeros[..c.out_len]))
+        .collect();
+    let v = Values::gen(n, 0, ReduceOp::Sum);
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .unwrap();
-    all.ar
-        .run(&own, out_ar.output(), op, AllreduceAlgo::Auto, &stream)
-        .unwrap();
-    all.bc
-        .run(&own, out_bc.output(), root as i32, &stream)
-        .unwrap();
-    all.ag.run(&own, out_ag.output(), &stream).unwrap();
-    all.rs
-        .run(input.input(), out_rs.output(), op, &stream)
-        .unwrap();
-    all.a2av
-        .run(input.input(), parts, out_v.output(), parts, &stream)
-        .unwrap();
+    {
+        let Mem::Own(in_slice, ..) = &input else {
+            unreachable!()
+        };
+        for (((_, w), call), out) in all.rows.iter_mut().zip(&calls).zip(&mut outs) {
+            // The whole slice where the row reads n blocks, a view of its first elements
+            // otherwise.
+            let any = if call.in_len == in_slice.len() {
+                call.any(&v, input.input(), out.output())
+            } else {
+                call.any(&v, in_slice.slice(..call.in_len), out.output())
+            };
+            w.run_any(any, &stream).unwrap();
+        }
+    }
     let graph = stream
         .end_capture(CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a graph was captured");
 
-    let mut input = input;
-    let poison = vec![f32::NAN; n * count];
     for it in 0..10usize {
-        let gen = |p: usize, i: usize| f32::gen(p, i, it, op);
-        let data: Vec<f32> = (0..n * count).map(|i| gen(me, i)).collect();
+        let v = Values::gen(n, it, ReduceOp::Sum);
+        let data: Vec<f32> = (0..n * count).map(|i| v.input(me, i)).collect();
         // Fresh data into the same memory: the graph holds its address.
         input.write(&nv, &data);
-        for out in [&mut out_ar, &mut out_bc, &mut out_rs] {
-            out.write(&nv, &poison[..count]);
+        let poison: f32 = v.poison();
+        for out in &mut outs {
+            out.write(&nv, &vec![poison; out.len()]);
         }
-        out_ag.write(&nv, &poison);
-        out_v.write(&nv, &poison);
         graph.launch().unwrap();
         stream.synchronize().unwrap();
-        for c in [
-            all.ar.check(),
-            all.bc.check(),
-            all.ag.check(),
-            all.rs.check(),
-            all.a2av.check(),
-        ] {
-            c.unwrap();
+        for (_, w) in &all.rows {
+            w.check().unwrap();
         }
-        let sum = |i: usize| (0..n).map(|p| gen(p, i)).sum::<f32>();
-        let what = |c: &str| format!("replay {it}, {c}");
-        check_reduced(&what("allreduce"), &out_ar.to_vec(&nv), sum);
-        expect(&what("broadcast"), &out_bc.to_vec(&nv), |i| gen(root, i));
-        expect(&what("allgather"), &out_ag.to_vec(&nv), |i| {
-            gen(i / count, i % count)
-        });
-        check_reduced(&what("reduce-scatter"), &out_rs.to_vec(&nv), |i| {
-            sum(me * count + i)
-        });
-        expect(&what("alltoallv"), &out_v.to_vec(&nv), |i| {
-            gen(i / count, me * count + i % count)
-        });
+        for (call, out) in calls.iter().zip(&outs) {
+            let what = format!("replay {it}, {}", call.describe::<f32>(&v));
+            call.check(&what, &v, &out.to_vec(&nv), |_| poison);
+        }
         // Every PE checked this replay before anyone overwrites its input for the next.
         nv.barrier_all().unwrap();
     }

@@ -1,9 +1,10 @@
 //! Collectives on the caller's own memory registered into the symmetric heap
 //! (`Nvshmem::alloc_registrable`, `Nvshmem::register_symmetric`): zero-copy, so no workspace
 //! stages anything (`staging_bytes()` stays 0). Inputs are written and outputs read through the
-//! buffer's own address, the collectives run on the registered symmetric address of the same
-//! memory; every element on the receiving PE against the CPU reference (tests/common/
-//! reference.rs), outputs poisoned before each call. Registration is undone and done again;
+//! buffer's own address, every row of the table that moves data runs on the registered
+//! symmetric address of the same memory (tests/common/table.rs); every element on the
+//! receiving PE against the row's CPU reference with the test values of tests/common/
+//! reference.rs, outputs poisoned before each call. Registration is undone and done again;
 //! memory NVSHMEM cannot register (cudarc's) is refused with a typed error on every PE, and the
 //! runtime works afterwards. Where this machine's NVSHMEM cannot register at all (heap without
 //! CUDA VMM, or its error checks on with PEs sharing a GPU) the tests SKIP, saying why.
@@ -11,13 +12,14 @@
 
 mod common;
 
-use common::data::{expect, me_n};
+use common::data::me_n;
 use common::reference::{RefElem, Tag};
+use common::table::{data_rows, roots, run_sync, world, Call, Values, Workspace};
 use common::{gpu_test, runtime, skip};
 use cudarc::driver::DevicePtr;
 use nvshmem::{
-    Allgather, Allreduce, AllreduceAlgo, Alltoall, Broadcast, Error, Nvshmem, ReduceOp,
-    ReduceScatter, Registered, RegistrableBuffer, Unregistrable,
+    Allreduce, AllreduceAlgo, CollectiveRow, Error, Nvshmem, ReduceOp, Registered,
+    RegistrableBuffer, Unregistrable,
 };
 
 const COUNTS: [usize; 3] = [1, 1000, 65537];
@@ -40,33 +42,25 @@ fn machine_cannot(e: &Error) -> Option<String> {
     }
 }
 
-/// One workspace of each collective over the world.
+/// A workspace of every row of the table that moves data, over the world, called through the
+/// table; and allreduce's own, for what only it has (its algorithms, `run_in_place`).
 struct All<'nv> {
+    rows: Vec<(&'static CollectiveRow, Workspace<'nv>)>,
     ar: Allreduce<'nv>,
-    bc: Broadcast<'nv>,
-    ag: Allgather<'nv>,
-    a2a: Alltoall<'nv>,
-    rs: ReduceScatter<'nv>,
 }
 
 impl<'nv> All<'nv> {
     fn world(nv: &'nv Nvshmem) -> All<'nv> {
         All {
+            rows: world(nv, data_rows(), SLOT_BYTES),
             ar: nv.allreduce_workspace(SLOT_BYTES).unwrap(),
-            bc: Broadcast::world(nv).unwrap(),
-            ag: Allgather::world(nv).unwrap(),
-            a2a: Alltoall::world(nv).unwrap(),
-            rs: ReduceScatter::world(nv, SLOT_BYTES).unwrap(),
         }
     }
 
     /// Bytes staged by any of them so far: none on registered memory.
     fn staging_bytes(&self) -> usize {
-        self.ar.staging_bytes()
-            + self.bc.staging_bytes()
-            + self.ag.staging_bytes()
-            + self.a2a.staging_bytes()
-            + self.rs.staging_bytes()
+        let rows: usize = self.rows.iter().map(|(_, w)| w.staging_bytes()).sum();
+        rows + self.ar.staging_bytes()
     }
 }
 
@@ -113,8 +107,9 @@ fn check_reduced(what: &str, got: &[f32], want: impl Fn(usize) -> f32) {
     }
 }
 
-/// Allreduce, broadcast from every root, allgather, alltoall and reduce-scatter of `count`
-/// elements on the registered buffers.
+/// Every row of the table that moves data (every root of the rooted ones, sum where it reduces)
+/// with `count` elements per block on the registered buffers, each output checked against the
+/// row's reference; then allreduce in place by every algorithm.
 fn every_collective(
     nv: &Nvshmem,
     all: &mut All<'_>,
@@ -125,96 +120,40 @@ fn every_collective(
 ) {
     let (me, n) = me_n(nv);
     let stream = nv.stream().clone();
-    let tag_poison = <f32 as Tag>::poison();
-    let ref_poison = <f32 as RefElem>::poison();
+    for (row, w) in all.rows.iter_mut() {
+        for root in roots(row, n) {
+            let call = Call::blocks(row, me, n, count, root);
+            let v = Values::of(row, n, salt + root, ReduceOp::Sum);
+            write_input(own_in, call.in_len, |i| v.input(me, i));
+            let before: f32 = v.poison();
+            poison(own_out, before);
+            let (i, o) = (
+                reg_in.view(..call.in_len).unwrap(),
+                reg_out.view(..call.out_len).unwrap(),
+            );
+            run_sync(w, call.any(&v, i, o), &stream);
+            let what = call.describe::<f32>(&v);
+            let got = read_output(own_out, call.out_len, before, &what);
+            call.check(&what, &v, &got, |_| before);
+            nv.barrier_all().unwrap();
+        }
+    }
 
-    // Allreduce, out of place and in place.
+    // Allreduce in place by every algorithm (its own API).
     let op = ReduceOp::Sum;
-    write_input(own_in, count, |i| f32::gen(me, i, salt, op));
-    poison(own_out, ref_poison);
-    let (i, o) = (
-        reg_in.view(..count).unwrap(),
-        reg_out.view(..count).unwrap(),
-    );
-    all.ar.run(i, o, op, AllreduceAlgo::Auto, &stream).unwrap();
-    all.ar.sync(&stream).unwrap();
-    let what = format!("allreduce f32 x {count}");
-    let got = read_output(own_out, count, ref_poison, &what);
-    check_reduced(&what, &got, |i| reduced(n, i, salt, op));
     for algo in AllreduceAlgo::ALL {
         write_input(own_in, count, |i| f32::gen(me, i, salt + 1, op));
         let buf = reg_in.view(..count).unwrap();
         all.ar.run_in_place(buf, op, algo, &stream).unwrap();
         all.ar.sync(&stream).unwrap();
         let what = format!("allreduce f32 x {count} in place by {algo:?}");
-        let got = read_output(own_in, count, tag_poison, &what);
+        let got = read_output(own_in, count, <f32 as Tag>::poison(), &what);
         check_reduced(&what, &got, |i| reduced(n, i, salt + 1, op));
     }
     nv.barrier_all().unwrap();
-
-    // Broadcast from every root.
-    for root in 0..n {
-        let s = salt + 3 + root;
-        write_input(own_in, count, |i| f32::tag(me, i, s));
-        poison(own_out, tag_poison);
-        let (i, o) = (
-            reg_in.view(..count).unwrap(),
-            reg_out.view(..count).unwrap(),
-        );
-        all.bc.run(i, o, root as i32, &stream).unwrap();
-        all.bc.sync(&stream).unwrap();
-        let what = format!("broadcast f32 x {count} from {root}");
-        let got = read_output(own_out, count, tag_poison, &what);
-        expect(&what, &got, |i| f32::tag(root, i, s));
-        nv.barrier_all().unwrap();
-    }
-
-    // Allgather.
-    write_input(own_in, count, |i| f32::tag(me, i, salt));
-    poison(own_out, tag_poison);
-    let (i, o) = (
-        reg_in.view(..count).unwrap(),
-        reg_out.view(..n * count).unwrap(),
-    );
-    all.ag.run(i, o, &stream).unwrap();
-    all.ag.sync(&stream).unwrap();
-    let what = format!("allgather f32 x {count}");
-    let got = read_output(own_out, n * count, tag_poison, &what);
-    expect(&what, &got, |i| f32::tag(i / count, i % count, salt));
-    nv.barrier_all().unwrap();
-
-    // Alltoall: element j of block r of PE p's input is tag(p, r * count + j).
-    write_input(own_in, n * count, |i| f32::tag(me, i, salt));
-    poison(own_out, tag_poison);
-    let (i, o) = (
-        reg_in.view(..n * count).unwrap(),
-        reg_out.view(..n * count).unwrap(),
-    );
-    all.a2a.run(i, o, &stream).unwrap();
-    all.a2a.sync(&stream).unwrap();
-    let what = format!("alltoall f32 x {count}");
-    let got = read_output(own_out, n * count, tag_poison, &what);
-    expect(&what, &got, |i| {
-        f32::tag(i / count, me * count + i % count, salt)
-    });
-    nv.barrier_all().unwrap();
-
-    // Reduce-scatter.
-    write_input(own_in, n * count, |i| f32::gen(me, i, salt, op));
-    poison(own_out, ref_poison);
-    let (i, o) = (
-        reg_in.view(..n * count).unwrap(),
-        reg_out.view(..count).unwrap(),
-    );
-    all.rs.run(i, o, op, &stream).unwrap();
-    all.rs.sync(&stream).unwrap();
-    let what = format!("reduce-scatter f32 sum x {count}");
-    let got = read_output(own_out, count, ref_poison, &what);
-    check_reduced(&what, &got, |j| reduced(n, me * count + j, salt, op));
-    nv.barrier_all().unwrap();
 }
 
-/// Registers two buffers, runs every collective at every count on them with nothing staged,
+/// Registers two buffers, runs every row at every count on them with nothing staged,
 /// unregisters, registers again and runs once more.
 fn collectives_on_registered_memory(pes: i32) {
     let nv = runtime(pes);

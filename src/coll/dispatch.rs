@@ -4,7 +4,7 @@
 //! [`table_collective!`]; its row holds the constructor ([`Collective::create`]).
 
 use crate::coll::op::ReduceOp;
-use crate::coll::table::Collective;
+use crate::coll::table::{Collective, CollectiveRow, Placement, Shape};
 use crate::core::element::{Dtype, Element};
 use crate::core::error::Result;
 use crate::core::outside::{InBuf, OutBuf};
@@ -163,6 +163,97 @@ impl<'a, 'b> AnyCall<'a, 'b> {
     }
 }
 
+/// Where one element of a member's output comes from in a call through the table
+/// ([`Expected::source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Element `index` of member `pe`'s input.
+    Input {
+        /// The member.
+        pe: usize,
+        /// The element of its input.
+        index: usize,
+    },
+    /// Element `index` of every member's input, reduced by the call's op in member order.
+    Reduced {
+        /// The element of each input.
+        index: usize,
+    },
+    /// Nothing: the call leaves the element as it was.
+    Kept,
+}
+
+/// A call through the table as its CPU reference reads it: the tests' expectations, from the
+/// row's properties alone ([`crate::Shape`], rooted, reduces, [`crate::Placement`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// Members.
+    pub n: usize,
+    /// The count argument: elements of a whole buffer, or of each block
+    /// ([`crate::CollectiveRow::input_len`]).
+    pub count: usize,
+    /// The root (rows that take one).
+    pub root: usize,
+    /// Who exchanges with whom (rows that take pairs).
+    pub peers: Peers,
+    /// Every member's parts, in member order, where a v form is given parts (None: equal
+    /// ones).
+    pub parts: Option<&'a [AnyParts]>,
+}
+
+impl Expected<'_> {
+    /// A call of `count` on `n` members: root 0, all pairs, equal parts.
+    pub fn new(n: usize, count: usize) -> Expected<'static> {
+        Expected {
+            n,
+            count,
+            root: 0,
+            peers: Peers::All,
+            parts: None,
+        }
+    }
+
+    /// Where element `i` of member `me`'s output comes from in a call of `row`. Rooted rows
+    /// are those of whole buffers (broadcast, reduce: only the root's output is written);
+    /// panics for a row whose properties this reference does not know.
+    pub fn source(&self, row: &CollectiveRow, me: usize, i: usize) -> Source {
+        let (n, count) = (self.n, self.count.max(1));
+        let from = |pe: usize, index: usize| Source::Input { pe, index };
+        // The member and offset of element `i` in parts `(counts, displs)`; None in a gap.
+        let part_of = |(counts, displs): &(Vec<usize>, Vec<usize>)| {
+            (0..counts.len()).find_map(|r| {
+                let d = displs[r];
+                (d <= i && i < d + counts[r]).then(|| (r, i - d))
+            })
+        };
+        let parts = self.parts.filter(|_| row.placement == Placement::Parts);
+        match (row.shape, row.rooted, row.reduces) {
+            (Shape::Whole, true, true) if me != self.root => Source::Kept,
+            (Shape::Whole, _, true) => Source::Reduced { index: i },
+            (Shape::Whole, true, false) => from(self.root, i),
+            (Shape::Gather, false, false) => match parts {
+                Some(p) => part_of(&p[me].recv).map_or(Source::Kept, |(r, k)| from(r, k)),
+                None => from(i / count, i % count),
+            },
+            (Shape::Scatter, false, true) => Source::Reduced {
+                index: me * count + i,
+            },
+            (Shape::Exchange, false, false) => match parts {
+                // Part s of my output came from sender s's part for me.
+                Some(p) => {
+                    part_of(&p[me].recv).map_or(Source::Kept, |(s, k)| from(s, p[s].send.1[me] + k))
+                }
+                None if row.placement == Placement::Peers && self.peers == Peers::Ring => {
+                    from((me + n - 1) % n, i)
+                }
+                None => from(i / count, me * count + i % count),
+            },
+            (Shape::Empty, ..) => Source::Kept,
+            _ => panic!("no reference for {} ({row:?})", row.name),
+        }
+    }
+}
+
 /// A collective's workspace as the table's users drive it, whichever collective it is.
 pub trait TableCollective<'nv> {
     /// Which collective.
@@ -176,6 +267,9 @@ pub trait TableCollective<'nv> {
     fn check(&self) -> Result<()>;
     /// Makes the staging area hold at least `bytes` (collective over the world).
     fn reserve_staging(&mut self, bytes: usize) -> Result<()>;
+    /// Bytes of the staging area (0 until a call or [`TableCollective::reserve_staging`] needs
+    /// one).
+    fn staging_bytes(&self) -> usize;
     /// The largest block (an exchange: pair) its calls may move as the family's low-latency
     /// lines; 0 where it has none (allreduce's one-shot says its limit in `settings`).
     fn lines_max(&self) -> usize;
@@ -292,6 +386,10 @@ macro_rules! table_collective {
                 self.fam.ws_mut().reserve_staging(bytes)
             }
 
+            fn staging_bytes(&self) -> usize {
+                self.fam.ws().staging_bytes()
+            }
+
             fn lines_max(&self) -> usize {
                 self.fam.lines_max()
             }
@@ -361,5 +459,101 @@ mod tests {
         assert_eq!(equal_parts(3, 2), (vec![3, 3], vec![0, 3]));
         let err = no_u8("reduce").to_string();
         assert!(err.contains("u8"), "{err}");
+    }
+
+    /// Every output element of member `me` for `row`'s call `e`, in words: "p.i" for element i
+    /// of member p's input, "+i" for element i reduced, "." for one kept.
+    fn sources(e: &Expected<'_>, c: Collective, me: usize, len: usize) -> String {
+        let row = c.row();
+        (0..len)
+            .map(|i| match e.source(row, me, i) {
+                Source::Input { pe, index } => format!("{pe}.{index}"),
+                Source::Reduced { index } => format!("+{index}"),
+                Source::Kept => ".".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn the_reference_places_each_rows_blocks_as_the_collective_does() {
+        use Collective as C;
+        // 3 members, 2 elements per block, root 2, member 1's output.
+        let e = Expected {
+            root: 2,
+            ..Expected::new(3, 2)
+        };
+        let at = |c: Collective| {
+            let len = c.row().output_len(2, 3);
+            sources(&e, c, 1, len)
+        };
+        assert_eq!(at(C::Allreduce), "+0 +1");
+        assert_eq!(at(C::Broadcast), "2.0 2.1");
+        assert_eq!(at(C::Reduce), ". .", "only the root's output is written");
+        assert_eq!(sources(&e, C::Reduce, 2, 2), "+0 +1");
+        assert_eq!(at(C::Allgather), "0.0 0.1 1.0 1.1 2.0 2.1");
+        assert_eq!(at(C::ReduceScatter), "+2 +3");
+        // Block s of the output is block [me] of member s's input.
+        assert_eq!(at(C::Alltoall), "0.2 0.3 1.2 1.3 2.2 2.3");
+        // Without parts, the v forms and all pairs are their equal-block forms.
+        assert_eq!(at(C::Allgatherv), at(C::Allgather));
+        assert_eq!(at(C::Alltoallv), at(C::Alltoall));
+        assert_eq!(at(C::Group), at(C::Alltoall));
+        assert_eq!(at(C::TeamBarrier), "");
+        let ring = Expected {
+            peers: Peers::Ring,
+            ..e
+        };
+        assert_eq!(sources(&ring, C::Group, 1, 2), "0.0 0.1");
+        assert_eq!(sources(&ring, C::Group, 0, 2), "2.0 2.1");
+        assert_eq!(
+            sources(&ring, C::Alltoall, 1, 2),
+            "0.2 0.3",
+            "pairs: the group's"
+        );
+    }
+
+    #[test]
+    fn the_reference_follows_given_parts_and_leaves_gaps() {
+        use Collective as C;
+        // Member s sends c(s, r) = s + r elements to r, back to back; receives land with one
+        // element before each part.
+        let n = 3;
+        let c = |s: usize, r: usize| s + r;
+        let at = |counts: Vec<usize>, gap: usize| {
+            let displs = counts
+                .iter()
+                .scan(0, |end, &k| {
+                    *end += gap + k;
+                    Some(*end - k)
+                })
+                .collect();
+            (counts, displs)
+        };
+        let parts: Vec<AnyParts> = (0..n)
+            .map(|me| AnyParts {
+                send: at((0..n).map(|r| c(me, r)).collect(), 0),
+                recv: at((0..n).map(|s| c(s, me)).collect(), 1),
+            })
+            .collect();
+        let e = Expected {
+            parts: Some(&parts),
+            ..Expected::new(n, 4)
+        };
+        // Member 1 receives 1 element from 0, 2 from itself, 3 from 2, each sender's part for
+        // it after its part for 0 (0, 1 and 2 elements).
+        assert_eq!(
+            sources(&e, C::Alltoallv, 1, 9),
+            ". 0.0 . 1.1 1.2 . 2.2 2.3 2.4"
+        );
+        // Member 0 receives nothing from itself (an empty part), then 1 from 1 and 2 from 2.
+        assert_eq!(sources(&e, C::Alltoallv, 0, 6), ". . 1.0 . 2.0 2.1");
+        // Allgatherv: the receive parts are each member's whole input.
+        assert_eq!(
+            sources(&e, C::Allgatherv, 1, 9),
+            ". 0.0 . 1.0 1.1 . 2.0 2.1 2.2"
+        );
+        // Rows without parts ignore them.
+        assert_eq!(sources(&e, C::Alltoall, 1, 2), "0.4 0.5");
     }
 }

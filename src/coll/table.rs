@@ -62,6 +62,18 @@ pub enum Shape {
     Empty,
 }
 
+/// Where a call's blocks go beyond what its [`Shape`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// As the shape says: whole buffers, or equal blocks in member order.
+    Blocks,
+    /// Per-member counts and displacements the call may give (the v forms; equal blocks, as
+    /// [`Placement::Blocks`], where it gives none).
+    Parts,
+    /// Pairs the call chooses (grouped send/recv; all pairs are as [`Placement::Blocks`]).
+    Peers,
+}
+
 /// nccl-tests' bus bandwidth over algorithm bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BusFactor {
@@ -121,6 +133,8 @@ pub struct CollectiveRow {
     pub scratch: ScratchKind,
     /// Its buffers' lengths.
     pub shape: Shape,
+    /// Where its blocks go beyond the shape.
+    pub placement: Placement,
     /// nccl-tests' bus factor.
     pub bus: BusFactor,
 }
@@ -151,7 +165,7 @@ const fn row(
     type_name: &'static str,
     code: Option<u32>,
     (rooted, reduces): (bool, bool),
-    (scratch, shape, bus): (ScratchKind, Shape, BusFactor),
+    (scratch, shape, placement, bus): (ScratchKind, Shape, Placement, BusFactor),
 ) -> CollectiveRow {
     CollectiveRow {
         collective,
@@ -162,28 +176,30 @@ const fn row(
         reduces,
         scratch,
         shape,
+        placement,
         bus,
     }
 }
 
 use BusFactor as B;
 use Collective as C;
+use Placement as P;
 use ScratchKind as K;
 
 /// Every collective, in the order reports list them: collective, name, type, code, (rooted,
-/// reduces), (scratch, shape, bus factor).
+/// reduces), (scratch, shape, placement, bus factor).
 #[rustfmt::skip]
 pub const COLLECTIVES: [CollectiveRow; 10] = [
-    row(C::Allreduce, "allreduce", "Allreduce", None, (false, true), (K::Allreduce, Shape::Whole, B::TwicePerPeer)),
-    row(C::Broadcast, "broadcast", "Broadcast", Some(sys::NVSHMEMRS_COLL_BROADCAST), (true, false), (K::Lines, Shape::Whole, B::One)),
-    row(C::Reduce, "reduce", "Reduce", Some(sys::NVSHMEMRS_COLL_REDUCE), (true, true), (K::Slots, Shape::Whole, B::One)),
-    row(C::Allgather, "allgather", "Allgather", Some(sys::NVSHMEMRS_COLL_ALLGATHER), (false, false), (K::Lines, Shape::Gather, B::PerPeer)),
-    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(sys::NVSHMEMRS_COLL_ALLGATHERV), (false, false), (K::Exchange, Shape::Gather, B::PerPeer)),
-    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(sys::NVSHMEMRS_COLL_REDUCE_SCATTER), (false, true), (K::Slots, Shape::Scatter, B::PerPeer)),
-    row(C::Alltoall, "alltoall", "Alltoall", Some(sys::NVSHMEMRS_COLL_ALLTOALL), (false, false), (K::Lines, Shape::Exchange, B::PerPeer)),
-    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(sys::NVSHMEMRS_COLL_ALLTOALLV), (false, false), (K::Exchange, Shape::Exchange, B::PerPeer)),
-    row(C::Group, "grouped send/recv", "P2pGroup", Some(sys::NVSHMEMRS_COLL_GROUP), (false, false), (K::Exchange, Shape::Exchange, B::PerPeer)),
-    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(sys::NVSHMEMRS_COLL_BARRIER), (false, false), (K::None, Shape::Empty, B::Zero)),
+    row(C::Allreduce, "allreduce", "Allreduce", None, (false, true), (K::Allreduce, Shape::Whole, P::Blocks, B::TwicePerPeer)),
+    row(C::Broadcast, "broadcast", "Broadcast", Some(sys::NVSHMEMRS_COLL_BROADCAST), (true, false), (K::Lines, Shape::Whole, P::Blocks, B::One)),
+    row(C::Reduce, "reduce", "Reduce", Some(sys::NVSHMEMRS_COLL_REDUCE), (true, true), (K::Slots, Shape::Whole, P::Blocks, B::One)),
+    row(C::Allgather, "allgather", "Allgather", Some(sys::NVSHMEMRS_COLL_ALLGATHER), (false, false), (K::Lines, Shape::Gather, P::Blocks, B::PerPeer)),
+    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(sys::NVSHMEMRS_COLL_ALLGATHERV), (false, false), (K::Exchange, Shape::Gather, P::Parts, B::PerPeer)),
+    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(sys::NVSHMEMRS_COLL_REDUCE_SCATTER), (false, true), (K::Slots, Shape::Scatter, P::Blocks, B::PerPeer)),
+    row(C::Alltoall, "alltoall", "Alltoall", Some(sys::NVSHMEMRS_COLL_ALLTOALL), (false, false), (K::Lines, Shape::Exchange, P::Blocks, B::PerPeer)),
+    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(sys::NVSHMEMRS_COLL_ALLTOALLV), (false, false), (K::Exchange, Shape::Exchange, P::Parts, B::PerPeer)),
+    row(C::Group, "grouped send/recv", "P2pGroup", Some(sys::NVSHMEMRS_COLL_GROUP), (false, false), (K::Exchange, Shape::Exchange, P::Peers, B::PerPeer)),
+    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(sys::NVSHMEMRS_COLL_BARRIER), (false, false), (K::None, Shape::Empty, P::Blocks, B::Zero)),
 ];
 
 impl Collective {
@@ -239,6 +255,26 @@ mod tests {
             None,
             "allreduce's codes are its algorithms'"
         );
+    }
+
+    #[test]
+    fn only_the_v_forms_take_parts_and_only_grouped_send_recv_pairs() {
+        for r in &COLLECTIVES {
+            let want = match r.collective {
+                C::Allgatherv | C::Alltoallv => P::Parts,
+                C::Group => P::Peers,
+                _ => P::Blocks,
+            };
+            assert_eq!(r.placement, want, "{}", r.name);
+            // Parts and pairs place blocks: of the shapes that have them.
+            if r.placement != P::Blocks {
+                assert!(
+                    matches!(r.shape, Shape::Gather | Shape::Exchange),
+                    "{}",
+                    r.name
+                );
+            }
+        }
     }
 
     #[test]

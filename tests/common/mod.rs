@@ -89,3 +89,4 @@ pub fn pretend_runtime(pes: i32, g: i32) -> Option<Nvshmem> {
 pub mod data;
 pub mod reference;
 pub mod sm_hold;
+pub mod table;

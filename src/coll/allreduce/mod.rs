@@ -1185,6 +1185,10 @@ impl<'nv> crate::coll::dispatch::TableCollective<'nv> for Allreduce<'nv> {
         Allreduce::reserve_staging(self, bytes)
     }
 
+    fn staging_bytes(&self) -> usize {
+        Allreduce::staging_bytes(self)
+    }
+
     fn lines_max(&self) -> usize {
         0
     }
