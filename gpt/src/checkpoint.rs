@@ -519,15 +519,17 @@ mod tests {
         }
     }
 
-    fn tmpdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvsh-gpt-ckpt-{}", std::process::id()));
+    // A folder per test: the tests run on parallel threads of one process, and one of them
+    // removes its folder when done.
+    fn tmpdir(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nvsh-gpt-ckpt-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }
 
     #[test]
     fn a_file_that_is_not_a_checkpoint_is_named_as_such() {
-        let path = tmpdir().join("random.bin");
+        let path = tmpdir("not_a_checkpoint").join("random.bin");
         // Binary bytes, invalid UTF-8 included: before, the text reader failed first with
         // "stream did not contain valid UTF-8".
         let bytes: Vec<u8> = (0u32..4096)
@@ -548,7 +550,7 @@ mod tests {
     #[test]
     fn round_trip_is_bit_exact() {
         let c = sample();
-        let path = stage_path(&tmpdir().join("run"), 1, 2);
+        let path = stage_path(&tmpdir("round_trip").join("run"), 1, 2);
         assert!(path.to_string_lossy().ends_with("run.stage1-of-2.ckpt"));
         c.save(&path).unwrap();
         let back = Checkpoint::load(&path).unwrap();
@@ -560,7 +562,7 @@ mod tests {
     #[test]
     fn corruption_truncation_and_mismatch_are_reported() {
         let c = sample();
-        let dir = tmpdir();
+        let dir = tmpdir("corruption");
         let path = dir.join("corrupt.ckpt");
         c.save(&path).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
@@ -592,7 +594,7 @@ mod tests {
 
     #[test]
     fn version_1_files_load_and_newer_versions_are_named() {
-        let dir = tmpdir();
+        let dir = tmpdir("versions");
         let path = dir.join("v.ckpt");
         let mut ck = sample();
         ck.save(&path).unwrap();
