@@ -31,7 +31,7 @@ use crate::nccl_baseline::{bench_baselines, nccl_label, NcclBaseline, NcclCall};
 use cudarc::driver::CudaStream;
 use nvshmem::tools::check_root;
 use nvshmem::tools::size_label;
-use nvshmem::tools::{AnyCall, TableCollective};
+use nvshmem::tools::{AnyCall, Expected, Source, TableCollective};
 use nvshmem::Nvshmem;
 use nvshmem::ReduceOp;
 use nvshmem::SymView;
@@ -199,23 +199,19 @@ pub fn expected_value(
     salt: u64,
     n_pes: i32,
 ) -> f64 {
-    let count = count.max(1);
-    let (block, j) = (i / count, i % count);
-    let input = |src: i32, at: usize| input_value(kind, op, dtype, src, at, salt);
-    if kind.is_ring() {
-        // What the previous PE sent.
-        return input((pe + n_pes - 1) % n_pes.max(1), i);
-    }
-    // By the row's shape: where each output element comes from.
-    match (kind.row().shape, kind.reduces()) {
-        (Shape::Whole, false) => input(root, i),
-        (Shape::Gather, _) => input(block as i32, j),
-        (Shape::Exchange, _) => input(block as i32, pe as usize * count + j),
-        (Shape::Scatter, _) => {
-            allreduce::expected_value(op, dtype, pe as usize * count + i, salt, n_pes)
-        }
-        (Shape::Whole, true) => allreduce::expected_value(op, dtype, i, salt, n_pes),
-        (Shape::Empty, _) => 0.0,
+    // The library's reference says where the element comes from (equal parts: the bench's v
+    // forms are timed with equal counts).
+    let call = Expected {
+        n: n_pes.max(1) as usize,
+        count,
+        root: root as usize,
+        peers: kind.peers,
+        parts: None,
+    };
+    match call.source(kind.row(), pe as usize, i) {
+        Source::Input { pe: src, index } => input_value(kind, op, dtype, src as i32, index, salt),
+        Source::Reduced { index } => allreduce::expected_value(op, dtype, index, salt, n_pes),
+        Source::Kept => 0.0,
     }
 }
 
