@@ -15,13 +15,13 @@ use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
 use nvshmem::tools::progress_label;
 use nvshmem::tools::HostValue;
-use nvshmem::tools::{AnyCall, AnyParts, Peers, TableCollective};
+use nvshmem::tools::{AnyCall, AnyParts, Expected, Peers, Source, TableCollective};
 use nvshmem::Channel;
 use nvshmem::Nvshmem;
 use nvshmem::Result;
 use nvshmem::SymmetricBuffer;
 use nvshmem::{Allreduce, AllreduceAlgo};
-use nvshmem::{Collective, CollectiveRow, Error, ScratchKind, Shape, COLLECTIVES};
+use nvshmem::{CollectiveRow, Placement, ScratchKind, Shape, COLLECTIVES};
 use nvshmem::{ReduceOp, Reducible};
 use std::time::{Duration, Instant};
 
@@ -269,9 +269,6 @@ fn back_to_back(counts: &[usize]) -> Vec<usize> {
 /// Largest element offset at which a call's data starts (unaligned starts are exercised).
 const OFFSET_ROOM: usize = 16;
 
-/// What a family call's receiving PE must hold at an index (None: the call defines nothing).
-type Expected<'a> = Box<dyn Fn(usize) -> Option<u32> + 'a>;
-
 /// Whether the family round calls the row: every row of the table that moves data but
 /// allreduce, which has its own round.
 fn in_family(row: &CollectiveRow) -> bool {
@@ -466,82 +463,62 @@ impl Soak<'_> {
             .copy_from_host(&vec![u32::MAX; n * count])?;
         let (input, output) = (&bufs.input, &bufs.output);
         let sum = move |i: usize| (0..n).fold(0u32, |a, p| a.wrapping_add(value(p, i)));
+        let row = coll.row();
         let name = coll.name();
-        // The host reference of each row: the call's input and output lengths, its v parts or
-        // pairs where it takes them, and the receiving PE's expected output (None where the
-        // call defines none).
-        let mut parts = None;
-        let mut peers = Peers::All;
-        let (in_len, len, want): (usize, usize, Expected) = match coll {
-            Collective::Broadcast => (count, count, Box::new(move |i| Some(value(root, i)))),
-            Collective::Allgather => {
-                let want = move |i: usize| Some(value(i / count, i % count));
-                (count, n * count, Box::new(want))
-            }
-            Collective::Alltoall => {
-                let want = move |i: usize| Some(value(i / count, me * count + i % count));
-                (n * count, n * count, Box::new(want))
-            }
-            Collective::ReduceScatter => (
-                n * count,
-                count,
-                Box::new(move |i| Some(sum(me * count + i))),
-            ),
-            Collective::Reduce => {
-                let want = move |i: usize| (me == root).then(|| sum(i));
-                (count, count, Box::new(want))
-            }
-            Collective::Alltoallv => {
-                // Skewed counts every PE draws alike: c(s, r) elements from s to r.
-                let c = move |s: usize, r: usize| {
-                    mix(iter ^ (s as u64) << 40 ^ (r as u64) << 48) as usize % (count + 1)
-                };
-                let at = |counts: Vec<usize>| {
-                    let displs = back_to_back(&counts);
-                    (counts, displs)
-                };
-                let send = at((0..n).map(|r| c(me, r)).collect());
-                let (rc, rd) = at((0..n).map(|p| c(p, me)).collect());
-                parts = Some(AnyParts {
-                    send,
-                    recv: (rc.clone(), rd.clone()),
-                });
-                // Element k from PE p sat at p's displacement for me, + k.
-                let want = move |i: usize| {
-                    let p = (0..n).find(|&p| rd[p] <= i && i < rd[p] + rc[p])?;
-                    let from = back_to_back(&(0..n).map(|r| c(p, r)).collect::<Vec<_>>());
-                    Some(value(p, from[me] + i - rd[p]))
-                };
-                (n * count, n * count, Box::new(want))
-            }
-            Collective::Allgatherv => {
-                let counts: Vec<usize> = (0..n)
-                    .map(|r| mix(iter ^ (r as u64) << 40) as usize % (count + 1))
-                    .collect();
-                let displs = back_to_back(&counts);
-                let mine = counts[me];
-                parts = Some(AnyParts {
-                    send: Default::default(),
-                    recv: (counts.clone(), displs.clone()),
-                });
-                let want = move |i: usize| {
-                    let r = (0..n).find(|&r| displs[r] <= i && i < displs[r] + counts[r])?;
-                    Some(value(r, i - displs[r]))
-                };
-                (mine, n * count, Box::new(want))
-            }
-            Collective::Group => {
-                // A ring: the whole input to the next PE, the output from the previous.
-                peers = Peers::Ring;
-                let prev = (me + n - 1) % n;
-                (count, count, Box::new(move |i| Some(value(prev, i))))
-            }
-            _ => {
-                return Err(Error::CollectiveShape {
-                    what: "nvsh soak",
-                    detail: format!("no host reference for {name}"),
+        // The v forms' skewed parts, drawn alike on every PE, for every member (the reference
+        // reads the senders' parts): c(s, r) elements from s to r; allgatherv's member r
+        // gives c(r, 0).
+        let c = move |s: usize, r: usize| {
+            mix(iter ^ (s as u64) << 40 ^ (r as u64) << 48) as usize % (count + 1)
+        };
+        let at = |counts: Vec<usize>| {
+            let displs = back_to_back(&counts);
+            (counts, displs)
+        };
+        let all_parts: Option<Vec<AnyParts>> = (row.placement == Placement::Parts).then(|| {
+            (0..n)
+                .map(|p| match row.shape {
+                    Shape::Gather => AnyParts {
+                        send: Default::default(),
+                        recv: at((0..n).map(|r| c(r, 0)).collect()),
+                    },
+                    _ => AnyParts {
+                        send: at((0..n).map(|r| c(p, r)).collect()),
+                        recv: at((0..n).map(|s| c(s, p)).collect()),
+                    },
                 })
-            }
+                .collect()
+        });
+        // Grouped send/recv as a ring: the whole input to the next PE, the output from the
+        // previous.
+        let peers = if row.placement == Placement::Peers {
+            Peers::Ring
+        } else {
+            Peers::All
+        };
+        let (in_len, len) = match &all_parts {
+            _ if peers == Peers::Ring => (count, count),
+            // Allgatherv's input is its own part.
+            Some(p) if row.shape == Shape::Gather => (p[me].recv.0[me], n * count),
+            _ => (
+                row.input_len(count, n as i32),
+                row.output_len(count, n as i32),
+            ),
+        };
+        let parts = all_parts.as_ref().map(|p| p[me].clone());
+        // The library's host reference: the receiving PE's expected output (None where the
+        // call defines none).
+        let reference = Expected {
+            n,
+            count,
+            root,
+            peers,
+            parts: all_parts.as_deref(),
+        };
+        let want = |i: usize| match reference.source(row, me, i) {
+            Source::Input { pe, index } => Some(value(pe, index)),
+            Source::Reduced { index } => Some(sum(index)),
+            Source::Kept => None,
         };
         let call = AnyCall::new(input.view(..in_len)?, output.view(..len)?)
             .root(root as i32)
