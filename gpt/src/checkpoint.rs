@@ -485,6 +485,7 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::test_dir;
 
     fn sample() -> Checkpoint {
         let n = 1000;
@@ -519,17 +520,9 @@ mod tests {
         }
     }
 
-    // A folder per test: the tests run on parallel threads of one process, and one of them
-    // removes its folder when done.
-    fn tmpdir(test: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvsh-gpt-ckpt-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn a_file_that_is_not_a_checkpoint_is_named_as_such() {
-        let path = tmpdir("not_a_checkpoint").join("random.bin");
+        let path = test_dir("ckpt-not-a-checkpoint").join("random.bin");
         // Binary bytes, invalid UTF-8 included: before, the text reader failed first with
         // "stream did not contain valid UTF-8".
         let bytes: Vec<u8> = (0u32..4096)
@@ -550,7 +543,7 @@ mod tests {
     #[test]
     fn round_trip_is_bit_exact() {
         let c = sample();
-        let path = stage_path(&tmpdir("round_trip").join("run"), 1, 2);
+        let path = stage_path(&test_dir("ckpt-round-trip").join("run"), 1, 2);
         assert!(path.to_string_lossy().ends_with("run.stage1-of-2.ckpt"));
         c.save(&path).unwrap();
         let back = Checkpoint::load(&path).unwrap();
@@ -562,7 +555,7 @@ mod tests {
     #[test]
     fn corruption_truncation_and_mismatch_are_reported() {
         let c = sample();
-        let dir = tmpdir("corruption");
+        let dir = test_dir("ckpt-corruption");
         let path = dir.join("corrupt.ckpt");
         c.save(&path).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
@@ -594,7 +587,7 @@ mod tests {
 
     #[test]
     fn version_1_files_load_and_newer_versions_are_named() {
-        let dir = tmpdir("versions");
+        let dir = test_dir("ckpt-versions");
         let path = dir.join("v.ckpt");
         let mut ck = sample();
         ck.save(&path).unwrap();

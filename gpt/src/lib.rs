@@ -33,3 +33,6 @@ pub mod rng;
 pub mod schedule;
 pub mod session;
 pub mod trainer;
+
+#[cfg(test)]
+mod test_dir;

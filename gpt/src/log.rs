@@ -241,6 +241,7 @@ pub fn summarize(recs: &[StepRecord], skip: usize) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::test_dir;
 
     fn rec(step: u64, loss: f64) -> StepRecord {
         StepRecord {
@@ -321,8 +322,7 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_a_record_is_an_error_naming_file_and_line() {
-        let dir = std::env::temp_dir().join(format!("nvsh-gpt-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("log");
         let path = dir.join("run.json");
         let good = rec(1, 3.0).to_json();
         std::fs::write(&path, format!("{good}\n\n{{\"step\":2,\"loss\":\n")).unwrap();

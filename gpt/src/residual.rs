@@ -213,6 +213,7 @@ fn on_off(b: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dir::test_dir;
 
     fn sample() -> ResidualFile {
         let len = 1000;
@@ -241,20 +242,13 @@ mod tests {
         }
     }
 
-    fn tmpdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvsh-gpt-resid-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
     #[test]
     fn round_trip_is_bit_exact_and_fits_its_own_run() {
-        let dir = tmpdir("round");
+        let dir = test_dir("resid-round");
         let r = sample();
         let path = residual_path(&dir, 3, 4);
         assert!(path.ends_with("residual-pe3-of-4.ckpt"));
@@ -280,7 +274,7 @@ mod tests {
 
     #[test]
     fn truncated_corrupt_and_foreign_files_are_refused() {
-        let dir = tmpdir("bad");
+        let dir = test_dir("resid-bad");
         let path = dir.join("residual-pe0-of-2.ckpt");
         sample().save(&path).unwrap();
         let bytes = std::fs::read(&path).unwrap();
