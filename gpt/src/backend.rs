@@ -1,5 +1,6 @@
-//! Where a stage's math runs. [`Backend`] mirrors [`crate::ops::Ops`] (same names, arguments
-//! and semantics) plus memory and timing, with two implementations:
+//! Where a stage's math runs. [`Backend`] mirrors [`crate::ops::Ops`] (same names, the argument
+//! structs of [`crate::op_args`], same semantics) plus memory and timing, with two
+//! implementations:
 //!
 //! * [`GpuBackend`]: the CUDA kernels and cuBLAS of `ops`, on one stream; device memory is
 //!   allocated once and addressed by raw typed pointers ([`F32Ptr`], [`I32Ptr`]).
@@ -7,9 +8,11 @@
 //!   same kind of pointers. The trainer's pipeline, schedule, gradient and optimizer logic
 //!   run unchanged on it, which is how they are tested on machines without a GPU.
 
-#![allow(clippy::too_many_arguments)]
-
 use crate::error::{GptError, Result};
+use crate::op_args::{
+    Adamw, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward, FusedClassifier,
+    LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+};
 use crate::ops::{F32Ptr, I32Ptr, Ops};
 use crate::reference as r;
 use cudarc::driver::{CudaEvent, CudaStream};
@@ -43,125 +46,19 @@ pub trait Backend {
     fn copy(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()>;
     fn add_inplace(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()>;
     fn scale_inplace(&self, x: F32Ptr, s: f32, n: usize) -> Result<()>;
-    fn encoder_forward(
-        &self,
-        out: F32Ptr,
-        tokens: I32Ptr,
-        wte: F32Ptr,
-        wpe: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()>;
-    fn encoder_backward(
-        &self,
-        dwte: F32Ptr,
-        dwpe: F32Ptr,
-        dout: F32Ptr,
-        tokens: I32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()>;
-    fn layernorm_forward(
-        &self,
-        out: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        bias: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()>;
-    fn layernorm_backward(
-        &self,
-        dinp: F32Ptr,
-        dw: F32Ptr,
-        db: F32Ptr,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()>;
-    fn matmul_forward(
-        &self,
-        out: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        bias: Option<F32Ptr>,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()>;
-    fn matmul_backward(
-        &self,
-        dinp: F32Ptr,
-        dweight: F32Ptr,
-        dbias: Option<F32Ptr>,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()>;
-    fn attention_forward(
-        &self,
-        out: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        inp: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()>;
-    fn attention_backward(
-        &self,
-        dinp: F32Ptr,
-        dqkvr: F32Ptr,
-        datt: F32Ptr,
-        scratch: F32Ptr,
-        dout: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()>;
+    fn encoder_forward(&self, a: EncoderForward) -> Result<()>;
+    fn encoder_backward(&self, a: EncoderBackward) -> Result<()>;
+    fn layernorm_forward(&self, a: LayernormForward) -> Result<()>;
+    fn layernorm_backward(&self, a: LayernormBackward) -> Result<()>;
+    fn matmul_forward(&self, a: MatmulForward) -> Result<()>;
+    fn matmul_backward(&self, a: MatmulBackward) -> Result<()>;
+    fn attention_forward(&self, a: AttentionForward) -> Result<()>;
+    fn attention_backward(&self, a: AttentionBackward) -> Result<()>;
     fn gelu_forward(&self, out: F32Ptr, inp: F32Ptr, n: usize) -> Result<()>;
     fn gelu_backward(&self, dinp: F32Ptr, inp: F32Ptr, dout: F32Ptr, n: usize) -> Result<()>;
     fn residual_forward(&self, out: F32Ptr, a: F32Ptr, b: F32Ptr, n: usize) -> Result<()>;
-    fn fused_classifier(
-        &self,
-        logits: F32Ptr,
-        losses: F32Ptr,
-        targets: I32Ptr,
-        n: usize,
-        v: usize,
-        vp: usize,
-        dloss: Option<f32>,
-    ) -> Result<()>;
-    fn adamw(
-        &self,
-        params: F32Ptr,
-        grads: F32Ptr,
-        m: F32Ptr,
-        v: F32Ptr,
-        n: usize,
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        t: u32,
-        grad_scale: f32,
-    ) -> Result<()>;
+    fn fused_classifier(&self, a: FusedClassifier) -> Result<()>;
+    fn adamw(&self, a: Adamw) -> Result<()>;
     fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()>;
 }
 
@@ -254,6 +151,15 @@ pub fn wait_event(event: &CudaEvent, timeout: Duration, what: &str) -> Result<()
     }
 }
 
+/// Backend methods that are [`Ops`]'s own, arguments passed through unchanged.
+macro_rules! to_ops {
+    ($($name:ident($($arg:ident: $ty:ty),*)),* $(,)?) => {
+        $(fn $name(&self, $($arg: $ty),*) -> Result<()> {
+            self.ops.$name($($arg),*)
+        })*
+    };
+}
+
 impl Backend for GpuBackend {
     type Mark = CudaEvent;
 
@@ -302,183 +208,25 @@ impl Backend for GpuBackend {
         Ok(from.elapsed_ms(to)? as f64)
     }
 
-    fn zero(&self, x: F32Ptr, n: usize) -> Result<()> {
-        self.ops.zero(x, n)
-    }
-    fn copy(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()> {
-        self.ops.copy(dst, src, n)
-    }
-    fn add_inplace(&self, dst: F32Ptr, src: F32Ptr, n: usize) -> Result<()> {
-        self.ops.add_inplace(dst, src, n)
-    }
-    fn scale_inplace(&self, x: F32Ptr, s: f32, n: usize) -> Result<()> {
-        self.ops.scale_inplace(x, s, n)
-    }
-    fn encoder_forward(
-        &self,
-        out: F32Ptr,
-        tokens: I32Ptr,
-        wte: F32Ptr,
-        wpe: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
-        self.ops.encoder_forward(out, tokens, wte, wpe, b, t, c)
-    }
-    fn encoder_backward(
-        &self,
-        dwte: F32Ptr,
-        dwpe: F32Ptr,
-        dout: F32Ptr,
-        tokens: I32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
-        self.ops.encoder_backward(dwte, dwpe, dout, tokens, b, t, c)
-    }
-    fn layernorm_forward(
-        &self,
-        out: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        bias: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
-        self.ops
-            .layernorm_forward(out, mean, rstd, inp, w, bias, n, c)
-    }
-    fn layernorm_backward(
-        &self,
-        dinp: F32Ptr,
-        dw: F32Ptr,
-        db: F32Ptr,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
-        self.ops
-            .layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, c)
-    }
-    fn matmul_forward(
-        &self,
-        out: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        bias: Option<F32Ptr>,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
-        self.ops.matmul_forward(out, inp, weight, bias, n, c, oc)
-    }
-    fn matmul_backward(
-        &self,
-        dinp: F32Ptr,
-        dweight: F32Ptr,
-        dbias: Option<F32Ptr>,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
-        self.ops
-            .matmul_backward(dinp, dweight, dbias, dout, inp, weight, n, c, oc)
-    }
-    fn attention_forward(
-        &self,
-        out: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        inp: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
-        self.ops.attention_forward(out, qkvr, att, inp, b, t, c, nh)
-    }
-    fn attention_backward(
-        &self,
-        dinp: F32Ptr,
-        dqkvr: F32Ptr,
-        datt: F32Ptr,
-        scratch: F32Ptr,
-        dout: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
-        self.ops
-            .attention_backward(dinp, dqkvr, datt, scratch, dout, qkvr, att, b, t, c, nh)
-    }
-    fn gelu_forward(&self, out: F32Ptr, inp: F32Ptr, n: usize) -> Result<()> {
-        self.ops.gelu_forward(out, inp, n)
-    }
-    fn gelu_backward(&self, dinp: F32Ptr, inp: F32Ptr, dout: F32Ptr, n: usize) -> Result<()> {
-        self.ops.gelu_backward(dinp, inp, dout, n)
-    }
-    fn residual_forward(&self, out: F32Ptr, a: F32Ptr, b: F32Ptr, n: usize) -> Result<()> {
-        self.ops.residual_forward(out, a, b, n)
-    }
-    fn fused_classifier(
-        &self,
-        logits: F32Ptr,
-        losses: F32Ptr,
-        targets: I32Ptr,
-        n: usize,
-        v: usize,
-        vp: usize,
-        dloss: Option<f32>,
-    ) -> Result<()> {
-        self.ops
-            .fused_classifier(logits, losses, targets, n, v, vp, dloss)
-    }
-    fn adamw(
-        &self,
-        params: F32Ptr,
-        grads: F32Ptr,
-        m: F32Ptr,
-        v: F32Ptr,
-        n: usize,
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        t: u32,
-        grad_scale: f32,
-    ) -> Result<()> {
-        self.ops.adamw(
-            params,
-            grads,
-            m,
-            v,
-            n,
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            t,
-            grad_scale,
-        )
-    }
-    fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()> {
-        self.ops.sum_squares(out, x, n)
+    to_ops! {
+        zero(x: F32Ptr, n: usize),
+        copy(dst: F32Ptr, src: F32Ptr, n: usize),
+        add_inplace(dst: F32Ptr, src: F32Ptr, n: usize),
+        scale_inplace(x: F32Ptr, s: f32, n: usize),
+        encoder_forward(a: EncoderForward),
+        encoder_backward(a: EncoderBackward),
+        layernorm_forward(a: LayernormForward),
+        layernorm_backward(a: LayernormBackward),
+        matmul_forward(a: MatmulForward),
+        matmul_backward(a: MatmulBackward),
+        attention_forward(a: AttentionForward),
+        attention_backward(a: AttentionBackward),
+        gelu_forward(out: F32Ptr, inp: F32Ptr, n: usize),
+        gelu_backward(dinp: F32Ptr, inp: F32Ptr, dout: F32Ptr, n: usize),
+        residual_forward(out: F32Ptr, a: F32Ptr, b: F32Ptr, n: usize),
+        fused_classifier(a: FusedClassifier),
+        adamw(a: Adamw),
+        sum_squares(out: F32Ptr, x: F32Ptr, n: usize),
     }
 }
 
@@ -608,172 +356,178 @@ impl Backend for CpuBackend {
         v.iter_mut().for_each(|a| *a *= s);
         self.put(x, &v)
     }
-    fn encoder_forward(
-        &self,
-        out: F32Ptr,
-        tokens: I32Ptr,
-        wte: F32Ptr,
-        wpe: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
-        let tok = self.get_i(tokens, b * t)?;
-        let vmax = tok.iter().copied().max().unwrap_or(0) as usize + 1;
-        let (wte, wpe) = (self.get(wte, vmax * c)?, self.get(wpe, t * c)?);
-        let mut o = vec![0.0; b * t * c];
-        r::encoder_forward(&mut o, &tok, &wte, &wpe, b, t, c);
-        self.put(out, &o)
+    fn encoder_forward(&self, a: EncoderForward) -> Result<()> {
+        let (b, t, c) = (a.b, a.t, a.c);
+        let tokens = self.get_i(a.tokens, b * t)?;
+        let vmax = tokens.iter().copied().max().unwrap_or(0) as usize + 1;
+        let (wte, wpe) = (self.get(a.wte, vmax * c)?, self.get(a.wpe, t * c)?);
+        let mut out = vec![0.0; b * t * c];
+        r::encoder_forward(EncoderForward {
+            out: &mut out,
+            tokens: &tokens,
+            wte: &wte,
+            wpe: &wpe,
+            b,
+            t,
+            c,
+        });
+        self.put(a.out, &out)
     }
-    fn encoder_backward(
-        &self,
-        dwte: F32Ptr,
-        dwpe: F32Ptr,
-        dout: F32Ptr,
-        tokens: I32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
-        let tok = self.get_i(tokens, b * t)?;
-        let vmax = tok.iter().copied().max().unwrap_or(0) as usize + 1;
-        let (mut dte, mut dpe) = (self.get(dwte, vmax * c)?, self.get(dwpe, t * c)?);
-        let d = self.get(dout, b * t * c)?;
-        r::encoder_backward(&mut dte, &mut dpe, &d, &tok, b, t, c);
-        self.put(dwte, &dte)?;
-        self.put(dwpe, &dpe)
+    fn encoder_backward(&self, a: EncoderBackward) -> Result<()> {
+        let (b, t, c) = (a.b, a.t, a.c);
+        let tokens = self.get_i(a.tokens, b * t)?;
+        let vmax = tokens.iter().copied().max().unwrap_or(0) as usize + 1;
+        let (mut dwte, mut dwpe) = (self.get(a.dwte, vmax * c)?, self.get(a.dwpe, t * c)?);
+        let dout = self.get(a.dout, b * t * c)?;
+        r::encoder_backward(EncoderBackward {
+            dwte: &mut dwte,
+            dwpe: &mut dwpe,
+            dout: &dout,
+            tokens: &tokens,
+            b,
+            t,
+            c,
+        });
+        self.put(a.dwte, &dwte)?;
+        self.put(a.dwpe, &dwpe)
     }
-    fn layernorm_forward(
-        &self,
-        out: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        bias: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
-        let (x, w, bb) = (self.get(inp, n * c)?, self.get(w, c)?, self.get(bias, c)?);
-        let (mut o, mut m, mut rs) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-        r::layernorm_forward(&mut o, &mut m, &mut rs, &x, &w, &bb, n, c);
-        self.put(out, &o)?;
-        self.put(mean, &m)?;
-        self.put(rstd, &rs)
-    }
-    fn layernorm_backward(
-        &self,
-        dinp: F32Ptr,
-        dw: F32Ptr,
-        db: F32Ptr,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
-        let (mut di, mut dwv, mut dbv) =
-            (self.get(dinp, n * c)?, self.get(dw, c)?, self.get(db, c)?);
-        let (d, x, wv) = (
-            self.get(dout, n * c)?,
-            self.get(inp, n * c)?,
-            self.get(w, c)?,
+    fn layernorm_forward(&self, a: LayernormForward) -> Result<()> {
+        let (n, c) = (a.n, a.c);
+        let (inp, w, bias) = (
+            self.get(a.inp, n * c)?,
+            self.get(a.w, c)?,
+            self.get(a.bias, c)?,
         );
-        let (m, rs) = (self.get(mean, n)?, self.get(rstd, n)?);
-        r::layernorm_backward(&mut di, &mut dwv, &mut dbv, &d, &x, &wv, &m, &rs, n, c);
-        self.put(dinp, &di)?;
-        self.put(dw, &dwv)?;
-        self.put(db, &dbv)
+        let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+        r::layernorm_forward(LayernormForward {
+            out: &mut out,
+            mean: &mut mean,
+            rstd: &mut rstd,
+            inp: &inp,
+            w: &w,
+            bias: &bias,
+            n,
+            c,
+        });
+        self.put(a.out, &out)?;
+        self.put(a.mean, &mean)?;
+        self.put(a.rstd, &rstd)
     }
-    fn matmul_forward(
-        &self,
-        out: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        bias: Option<F32Ptr>,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
-        let (x, w) = (self.get(inp, n * c)?, self.get(weight, oc * c)?);
-        let b = bias.map(|p| self.get(p, oc)).transpose()?;
-        let mut o = vec![0.0; n * oc];
-        r::matmul_forward(&mut o, &x, &w, b.as_deref(), n, c, oc);
-        self.put(out, &o)
+    fn layernorm_backward(&self, a: LayernormBackward) -> Result<()> {
+        let (n, c) = (a.n, a.c);
+        let (mut dinp, mut dw, mut db) = (
+            self.get(a.dinp, n * c)?,
+            self.get(a.dw, c)?,
+            self.get(a.db, c)?,
+        );
+        let (dout, inp, w) = (
+            self.get(a.dout, n * c)?,
+            self.get(a.inp, n * c)?,
+            self.get(a.w, c)?,
+        );
+        let (mean, rstd) = (self.get(a.mean, n)?, self.get(a.rstd, n)?);
+        r::layernorm_backward(LayernormBackward {
+            dinp: &mut dinp,
+            dw: &mut dw,
+            db: &mut db,
+            dout: &dout,
+            inp: &inp,
+            w: &w,
+            mean: &mean,
+            rstd: &rstd,
+            n,
+            c,
+        });
+        self.put(a.dinp, &dinp)?;
+        self.put(a.dw, &dw)?;
+        self.put(a.db, &db)
     }
-    fn matmul_backward(
-        &self,
-        dinp: F32Ptr,
-        dweight: F32Ptr,
-        dbias: Option<F32Ptr>,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
+    fn matmul_forward(&self, a: MatmulForward) -> Result<()> {
+        let (n, c, oc) = (a.n, a.c, a.oc);
+        let (inp, weight) = (self.get(a.inp, n * c)?, self.get(a.weight, oc * c)?);
+        let bias = a.bias.map(|p| self.get(p, oc)).transpose()?;
+        let mut out = vec![0.0; n * oc];
+        r::matmul_forward(MatmulForward {
+            out: &mut out,
+            inp: &inp,
+            weight: &weight,
+            bias: bias.as_deref(),
+            n,
+            c,
+            oc,
+        });
+        self.put(a.out, &out)
+    }
+    fn matmul_backward(&self, a: MatmulBackward) -> Result<()> {
+        let (n, c, oc) = (a.n, a.c, a.oc);
         // dinp is overwritten: start from zeros whatever the reference does with it.
-        let mut di = vec![0.0; n * c];
-        let mut dw = self.get(dweight, oc * c)?;
-        let mut dbv = dbias.map(|p| self.get(p, oc)).transpose()?;
-        let (d, x, w) = (
-            self.get(dout, n * oc)?,
-            self.get(inp, n * c)?,
-            self.get(weight, oc * c)?,
+        let mut dinp = vec![0.0; n * c];
+        let mut dweight = self.get(a.dweight, oc * c)?;
+        let mut dbias = a.dbias.map(|p| self.get(p, oc)).transpose()?;
+        let (dout, inp, weight) = (
+            self.get(a.dout, n * oc)?,
+            self.get(a.inp, n * c)?,
+            self.get(a.weight, oc * c)?,
         );
-        r::matmul_backward(&mut di, &mut dw, dbv.as_deref_mut(), &d, &x, &w, n, c, oc);
-        self.put(dinp, &di)?;
-        self.put(dweight, &dw)?;
-        if let (Some(p), Some(v)) = (dbias, dbv) {
+        r::matmul_backward(MatmulBackward {
+            dinp: &mut dinp,
+            dweight: &mut dweight,
+            dbias: dbias.as_deref_mut(),
+            dout: &dout,
+            inp: &inp,
+            weight: &weight,
+            n,
+            c,
+            oc,
+        });
+        self.put(a.dinp, &dinp)?;
+        self.put(a.dweight, &dweight)?;
+        if let (Some(p), Some(v)) = (a.dbias, dbias) {
             self.put(p, &v)?;
         }
         Ok(())
     }
-    fn attention_forward(
-        &self,
-        out: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        inp: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
-        let x = self.get(inp, b * t * 3 * c)?;
-        let (mut o, mut a) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-        r::attention_forward(&mut o, &mut a, &x, b, t, c, nh);
-        self.put(out, &o)?;
-        self.put(att, &a)?;
-        // The CPU saves the input itself where the GPU saves its permuted copy: backward
-        // reads it back from there.
-        self.put(qkvr, &x)
+    fn attention_forward(&self, a: AttentionForward) -> Result<()> {
+        let (b, t, c, nh) = (a.b, a.t, a.c, a.nh);
+        let inp = self.get(a.inp, b * t * 3 * c)?;
+        let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
+        let mut qkvr = vec![0.0; b * t * 3 * c];
+        r::attention_forward(AttentionForward {
+            out: &mut out,
+            qkvr: &mut qkvr,
+            att: &mut att,
+            inp: &inp,
+            b,
+            t,
+            c,
+            nh,
+        });
+        self.put(a.out, &out)?;
+        self.put(a.att, &att)?;
+        self.put(a.qkvr, &qkvr)
     }
-    fn attention_backward(
-        &self,
-        dinp: F32Ptr,
-        _dqkvr: F32Ptr,
-        _datt: F32Ptr,
-        _scratch: F32Ptr,
-        dout: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
-        let mut di = vec![0.0; b * t * 3 * c];
-        let (d, x, a) = (
-            self.get(dout, b * t * c)?,
-            self.get(qkvr, b * t * 3 * c)?,
-            self.get(att, b * nh * t * t)?,
+    fn attention_backward(&self, a: AttentionBackward) -> Result<()> {
+        let (b, t, c, nh) = (a.b, a.t, a.c, a.nh);
+        let mut dinp = vec![0.0; b * t * 3 * c];
+        let (dout, qkvr, att) = (
+            self.get(a.dout, b * t * c)?,
+            self.get(a.qkvr, b * t * 3 * c)?,
+            self.get(a.att, b * nh * t * t)?,
         );
-        r::attention_backward(&mut di, &d, &x, &a, b, t, c, nh);
-        self.put(dinp, &di)
+        r::attention_backward(AttentionBackward {
+            dinp: &mut dinp,
+            dqkvr: &mut [],
+            datt: &mut [],
+            scratch: &mut [],
+            dout: &dout,
+            qkvr: &qkvr,
+            att: &att,
+            b,
+            t,
+            c,
+            nh,
+        });
+        self.put(a.dinp, &dinp)
     }
     fn gelu_forward(&self, out: F32Ptr, inp: F32Ptr, n: usize) -> Result<()> {
         let x = self.get(inp, n)?;
@@ -793,61 +547,42 @@ impl Backend for CpuBackend {
         r::residual_forward(&mut o, &x, &y, n);
         self.put(out, &o)
     }
-    fn fused_classifier(
-        &self,
-        logits: F32Ptr,
-        losses: F32Ptr,
-        targets: I32Ptr,
-        n: usize,
-        v: usize,
-        vp: usize,
-        dloss: Option<f32>,
-    ) -> Result<()> {
-        let mut l = self.get(logits, n * vp)?;
-        let tg = self.get_i(targets, n)?;
-        let mut lo = vec![0.0; n];
-        r::fused_classifier(&mut l, &mut lo, &tg, n, v, vp, dloss);
-        self.put(logits, &l)?;
-        self.put(losses, &lo)
-    }
-    fn adamw(
-        &self,
-        params: F32Ptr,
-        grads: F32Ptr,
-        m: F32Ptr,
-        v: F32Ptr,
-        n: usize,
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        t: u32,
-        grad_scale: f32,
-    ) -> Result<()> {
-        let (mut p, g, mut mv, mut vv) = (
-            self.get(params, n)?,
-            self.get(grads, n)?,
-            self.get(m, n)?,
-            self.get(v, n)?,
-        );
-        r::adamw(
-            &mut p,
-            &g,
-            &mut mv,
-            &mut vv,
+    fn fused_classifier(&self, a: FusedClassifier) -> Result<()> {
+        let n = a.n;
+        let mut logits = self.get(a.logits, n * a.vp)?;
+        let targets = self.get_i(a.targets, n)?;
+        let mut losses = vec![0.0; n];
+        r::fused_classifier(FusedClassifier {
+            logits: &mut logits,
+            losses: &mut losses,
+            targets: &targets,
             n,
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            t,
-            grad_scale,
+            v: a.v,
+            vp: a.vp,
+            dloss: a.dloss,
+        });
+        self.put(a.logits, &logits)?;
+        self.put(a.losses, &losses)
+    }
+    fn adamw(&self, a: Adamw) -> Result<()> {
+        let n = a.n;
+        let (mut params, grads, mut m, mut v) = (
+            self.get(a.params, n)?,
+            self.get(a.grads, n)?,
+            self.get(a.m, n)?,
+            self.get(a.v, n)?,
         );
-        self.put(params, &p)?;
-        self.put(m, &mv)?;
-        self.put(v, &vv)
+        r::adamw(Adamw {
+            params: &mut params,
+            grads: &grads,
+            m: &mut m,
+            v: &mut v,
+            n,
+            step: a.step,
+        });
+        self.put(a.params, &params)?;
+        self.put(a.m, &m)?;
+        self.put(a.v, &v)
     }
     fn sum_squares(&self, out: F32Ptr, x: F32Ptr, n: usize) -> Result<()> {
         let v = self.get(x, n)?;

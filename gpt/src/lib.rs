@@ -9,6 +9,7 @@ pub mod fatbins {
 }
 
 pub mod error;
+pub mod op_args;
 pub mod ops;
 pub mod reference;
 

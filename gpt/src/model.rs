@@ -10,6 +10,10 @@ use crate::backend::Backend;
 use crate::comm::Comm;
 use crate::config::ModelConfig;
 use crate::error::{GptError, Result};
+use crate::op_args::{
+    AttentionBackward, AttentionForward, EncoderBackward, EncoderForward, FusedClassifier,
+    LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+};
 use crate::ops::{F32Ptr, I32Ptr};
 use crate::params::StageLayout;
 
@@ -289,15 +293,15 @@ impl StageModel {
         let rows = mb * self.dims.n();
         if self.first {
             let (wte, wpe) = (self.layout.wte.unwrap_or(0), self.layout.wpe.unwrap_or(0));
-            be.encoder_forward(
-                set.input,
-                self.tokens.at(rows),
-                self.p(wte),
-                self.p(wpe),
-                d.b,
-                d.t,
+            be.encoder_forward(EncoderForward {
+                out: set.input,
+                tokens: self.tokens.at(rows),
+                wte: self.p(wte),
+                wpe: self.p(wpe),
+                b: d.b,
+                t: d.t,
                 c,
-            )?;
+            })?;
         }
         let mut x = set.input;
         for (l, a) in set.layers.iter().enumerate() {
@@ -312,31 +316,39 @@ impl StageModel {
                 lo.head.unwrap_or(0),
             );
             let vp = self.cfg.padded_vocab();
-            be.layernorm_forward(
-                set.lnf,
-                set.lnf_mean,
-                set.lnf_rstd,
-                x,
-                self.p(lnf_w),
-                self.p(lnf_b),
+            be.layernorm_forward(LayernormForward {
+                out: set.lnf,
+                mean: set.lnf_mean,
+                rstd: set.lnf_rstd,
+                inp: x,
+                w: self.p(lnf_w),
+                bias: self.p(lnf_b),
                 n,
                 c,
-            )?;
-            be.matmul_forward(set.logits, set.lnf, self.p(head_w), None, n, c, vp)?;
+            })?;
+            be.matmul_forward(MatmulForward {
+                out: set.logits,
+                inp: set.lnf,
+                weight: self.p(head_w),
+                bias: None,
+                n,
+                c,
+                oc: vp,
+            })?;
             let dloss = match head {
                 Head::Train { scale } => Some(scale),
                 Head::Eval => None,
                 Head::Logits => return Ok(()),
             };
-            be.fused_classifier(
-                set.logits,
-                self.losses.at(rows),
-                self.targets.at(rows),
+            be.fused_classifier(FusedClassifier {
+                logits: set.logits,
+                losses: self.losses.at(rows),
+                targets: self.targets.at(rows),
                 n,
-                self.cfg.vocab,
+                v: self.cfg.vocab,
                 vp,
                 dloss,
-            )?;
+            })?;
         }
         Ok(())
     }
@@ -393,30 +405,30 @@ impl StageModel {
                 lo.head.unwrap_or(0),
             );
             // The logits hold d(loss)/d(logits) since the forward pass.
-            be.matmul_backward(
-                s.da,
-                self.g(head_w),
-                None,
-                set.logits,
-                set.lnf,
-                self.p(head_w),
+            be.matmul_backward(MatmulBackward {
+                dinp: s.da,
+                dweight: self.g(head_w),
+                dbias: None,
+                dout: set.logits,
+                inp: set.lnf,
+                weight: self.p(head_w),
                 n,
                 c,
-                vp,
-            )?;
+                oc: vp,
+            })?;
             be.zero(dres, n * c)?;
-            be.layernorm_backward(
-                dres,
-                self.g(lnf_w),
-                self.g(lnf_b),
-                s.da,
-                set.output(),
-                self.p(lnf_w),
-                set.lnf_mean,
-                set.lnf_rstd,
+            be.layernorm_backward(LayernormBackward {
+                dinp: dres,
+                dw: self.g(lnf_w),
+                db: self.g(lnf_b),
+                dout: s.da,
+                inp: set.output(),
+                w: self.p(lnf_w),
+                mean: set.lnf_mean,
+                rstd: set.lnf_rstd,
                 n,
                 c,
-            )?;
+            })?;
         }
         for l in (0..set.layers.len()).rev() {
             let x = if l == 0 {
@@ -428,15 +440,15 @@ impl StageModel {
         }
         if self.first {
             let (wte, wpe) = (self.layout.wte.unwrap_or(0), self.layout.wpe.unwrap_or(0));
-            be.encoder_backward(
-                self.g(wte),
-                self.g(wpe),
-                dres,
-                self.tokens.at(mb * n),
-                d.b,
-                d.t,
+            be.encoder_backward(EncoderBackward {
+                dwte: self.g(wte),
+                dwpe: self.g(wpe),
+                dout: dres,
+                tokens: self.tokens.at(mb * n),
+                b: d.b,
+                t: d.t,
                 c,
-            )?;
+            })?;
         }
         Ok(())
     }
@@ -474,65 +486,74 @@ impl StageModel {
         let (c, nh, n) = (self.cfg.n_embd, self.cfg.n_head, d.n());
         let o = &self.layout.layer_offsets[l];
         let s = &self.s;
-        be.layernorm_forward(
-            a.ln1,
-            a.ln1_mean,
-            a.ln1_rstd,
-            x,
-            self.p(o.ln1_w),
-            self.p(o.ln1_b),
+        be.layernorm_forward(LayernormForward {
+            out: a.ln1,
+            mean: a.ln1_mean,
+            rstd: a.ln1_rstd,
+            inp: x,
+            w: self.p(o.ln1_w),
+            bias: self.p(o.ln1_b),
             n,
             c,
-        )?;
-        be.matmul_forward(
-            s.qkv,
-            a.ln1,
-            self.p(o.qkv_w),
-            Some(self.p(o.qkv_b)),
+        })?;
+        be.matmul_forward(MatmulForward {
+            out: s.qkv,
+            inp: a.ln1,
+            weight: self.p(o.qkv_w),
+            bias: Some(self.p(o.qkv_b)),
             n,
             c,
-            3 * c,
-        )?;
-        be.attention_forward(a.atty, a.qkvr, a.att, s.qkv, d.b, d.t, c, nh)?;
-        be.matmul_forward(
-            s.proj,
-            a.atty,
-            self.p(o.attproj_w),
-            Some(self.p(o.attproj_b)),
+            oc: 3 * c,
+        })?;
+        be.attention_forward(AttentionForward {
+            out: a.atty,
+            qkvr: a.qkvr,
+            att: a.att,
+            inp: s.qkv,
+            b: d.b,
+            t: d.t,
+            c,
+            nh,
+        })?;
+        be.matmul_forward(MatmulForward {
+            out: s.proj,
+            inp: a.atty,
+            weight: self.p(o.attproj_w),
+            bias: Some(self.p(o.attproj_b)),
             n,
             c,
-            c,
-        )?;
+            oc: c,
+        })?;
         be.residual_forward(a.res2, x, s.proj, n * c)?;
-        be.layernorm_forward(
-            a.ln2,
-            a.ln2_mean,
-            a.ln2_rstd,
-            a.res2,
-            self.p(o.ln2_w),
-            self.p(o.ln2_b),
+        be.layernorm_forward(LayernormForward {
+            out: a.ln2,
+            mean: a.ln2_mean,
+            rstd: a.ln2_rstd,
+            inp: a.res2,
+            w: self.p(o.ln2_w),
+            bias: self.p(o.ln2_b),
             n,
             c,
-        )?;
-        be.matmul_forward(
-            a.fch,
-            a.ln2,
-            self.p(o.fc_w),
-            Some(self.p(o.fc_b)),
+        })?;
+        be.matmul_forward(MatmulForward {
+            out: a.fch,
+            inp: a.ln2,
+            weight: self.p(o.fc_w),
+            bias: Some(self.p(o.fc_b)),
             n,
             c,
-            4 * c,
-        )?;
+            oc: 4 * c,
+        })?;
         be.gelu_forward(a.fch_gelu, a.fch, n * 4 * c)?;
-        be.matmul_forward(
-            s.proj,
-            a.fch_gelu,
-            self.p(o.fcproj_w),
-            Some(self.p(o.fcproj_b)),
+        be.matmul_forward(MatmulForward {
+            out: s.proj,
+            inp: a.fch_gelu,
+            weight: self.p(o.fcproj_w),
+            bias: Some(self.p(o.fcproj_b)),
             n,
-            4 * c,
-            c,
-        )?;
+            c: 4 * c,
+            oc: c,
+        })?;
         be.residual_forward(a.res3, a.res2, s.proj, n * c)
     }
 
@@ -551,89 +572,89 @@ impl StageModel {
         let s = &self.s;
         let (p, g) = (|k| self.p(k), |k| self.g(k));
         // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))).
-        be.matmul_backward(
-            s.dfch_gelu,
-            g(o.fcproj_w),
-            Some(g(o.fcproj_b)),
-            dres,
-            a.fch_gelu,
-            p(o.fcproj_w),
+        be.matmul_backward(MatmulBackward {
+            dinp: s.dfch_gelu,
+            dweight: g(o.fcproj_w),
+            dbias: Some(g(o.fcproj_b)),
+            dout: dres,
+            inp: a.fch_gelu,
+            weight: p(o.fcproj_w),
             n,
-            4 * c,
-            c,
-        )?;
+            c: 4 * c,
+            oc: c,
+        })?;
         be.gelu_backward(s.dfch, a.fch, s.dfch_gelu, n * 4 * c)?;
-        be.matmul_backward(
-            s.da,
-            g(o.fc_w),
-            Some(g(o.fc_b)),
-            s.dfch,
-            a.ln2,
-            p(o.fc_w),
+        be.matmul_backward(MatmulBackward {
+            dinp: s.da,
+            dweight: g(o.fc_w),
+            dbias: Some(g(o.fc_b)),
+            dout: s.dfch,
+            inp: a.ln2,
+            weight: p(o.fc_w),
             n,
             c,
-            4 * c,
-        )?;
+            oc: 4 * c,
+        })?;
         // The residual path's gradient passes through; LayerNorm's adds to it.
-        be.layernorm_backward(
-            dres,
-            g(o.ln2_w),
-            g(o.ln2_b),
-            s.da,
-            a.res2,
-            p(o.ln2_w),
-            a.ln2_mean,
-            a.ln2_rstd,
+        be.layernorm_backward(LayernormBackward {
+            dinp: dres,
+            dw: g(o.ln2_w),
+            db: g(o.ln2_b),
+            dout: s.da,
+            inp: a.res2,
+            w: p(o.ln2_w),
+            mean: a.ln2_mean,
+            rstd: a.ln2_rstd,
             n,
             c,
-        )?;
+        })?;
         // Attention: res2 = x + attproj(attention(qkv(ln1(x)))).
-        be.matmul_backward(
-            s.da,
-            g(o.attproj_w),
-            Some(g(o.attproj_b)),
-            dres,
-            a.atty,
-            p(o.attproj_w),
+        be.matmul_backward(MatmulBackward {
+            dinp: s.da,
+            dweight: g(o.attproj_w),
+            dbias: Some(g(o.attproj_b)),
+            dout: dres,
+            inp: a.atty,
+            weight: p(o.attproj_w),
             n,
             c,
-            c,
-        )?;
-        be.attention_backward(
-            s.dqkv,
-            s.dqkvr,
-            s.datt,
-            s.att_scratch,
-            s.da,
-            a.qkvr,
-            a.att,
-            d.b,
-            d.t,
+            oc: c,
+        })?;
+        be.attention_backward(AttentionBackward {
+            dinp: s.dqkv,
+            dqkvr: s.dqkvr,
+            datt: s.datt,
+            scratch: s.att_scratch,
+            dout: s.da,
+            qkvr: a.qkvr,
+            att: a.att,
+            b: d.b,
+            t: d.t,
             c,
             nh,
-        )?;
-        be.matmul_backward(
-            s.da,
-            g(o.qkv_w),
-            Some(g(o.qkv_b)),
-            s.dqkv,
-            a.ln1,
-            p(o.qkv_w),
+        })?;
+        be.matmul_backward(MatmulBackward {
+            dinp: s.da,
+            dweight: g(o.qkv_w),
+            dbias: Some(g(o.qkv_b)),
+            dout: s.dqkv,
+            inp: a.ln1,
+            weight: p(o.qkv_w),
             n,
             c,
-            3 * c,
-        )?;
-        be.layernorm_backward(
-            dres,
-            g(o.ln1_w),
-            g(o.ln1_b),
-            s.da,
-            x,
-            p(o.ln1_w),
-            a.ln1_mean,
-            a.ln1_rstd,
+            oc: 3 * c,
+        })?;
+        be.layernorm_backward(LayernormBackward {
+            dinp: dres,
+            dw: g(o.ln1_w),
+            db: g(o.ln1_b),
+            dout: s.da,
+            inp: x,
+            w: p(o.ln1_w),
+            mean: a.ln1_mean,
+            rstd: a.ln1_rstd,
             n,
             c,
-        )
+        })
     }
 }

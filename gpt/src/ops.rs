@@ -33,28 +33,11 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::error::{GptError, Result};
-
-/// Device address (CUdeviceptr) of f32 data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct F32Ptr(pub u64);
-
-impl F32Ptr {
-    /// The address `elems` f32 elements further on.
-    pub fn at(self, elems: usize) -> F32Ptr {
-        F32Ptr(self.0 + 4 * elems as u64)
-    }
-}
-
-/// Device address (CUdeviceptr) of i32 data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct I32Ptr(pub u64);
-
-impl I32Ptr {
-    /// The address `elems` i32 elements further on.
-    pub fn at(self, elems: usize) -> I32Ptr {
-        I32Ptr(self.0 + 4 * elems as u64)
-    }
-}
+use crate::op_args::{
+    Adamw, AdamwStep, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward,
+    FusedClassifier, LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+};
+pub use crate::op_args::{F32Ptr, I32Ptr};
 
 /// Declares the kernel index `K` and the table of (module, function) names it indexes.
 macro_rules! kernels {
@@ -273,19 +256,19 @@ impl Ops {
         )
     }
 
-    /// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. Tokens must lie in 0..V (wte's rows):
-    /// the kernel cannot check them (V is not an argument), the data loader does.
-    pub fn encoder_forward(
-        &self,
-        out: F32Ptr,
-        tokens: I32Ptr,
-        wte: F32Ptr,
-        wpe: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
+    /// [`EncoderForward`]. Tokens must lie in 0..V (wte's rows): the kernel cannot check them
+    /// (V is not an argument), the data loader does.
+    pub fn encoder_forward(&self, a: EncoderForward) -> Result<()> {
         const OP: &str = "encoder_forward";
+        let EncoderForward {
+            out,
+            tokens,
+            wte,
+            wpe,
+            b,
+            t,
+            c,
+        } = a;
         let n = prod(OP, &[b, t])?;
         let total = prod(OP, &[n, c])?;
         if total == 0 {
@@ -312,20 +295,19 @@ impl Ops {
         self.launch_1d(K::EncoderForward, total, &args)
     }
 
-    /// dwte[tokens[b, t], :] += dout[b, t, :], dwpe[t, :] += dout[b, t, :]. Deterministic
-    /// without atomics (each dwte row is summed by one block, positions in order; see encoder.cu),
-    /// in the same order as the CPU reference.
-    pub fn encoder_backward(
-        &self,
-        dwte: F32Ptr,
-        dwpe: F32Ptr,
-        dout: F32Ptr,
-        tokens: I32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-    ) -> Result<()> {
+    /// [`EncoderBackward`]. Deterministic without atomics (each dwte row is summed by one block,
+    /// positions in order; see encoder.cu), in the same order as the CPU reference.
+    pub fn encoder_backward(&self, a: EncoderBackward) -> Result<()> {
         const OP: &str = "encoder_backward";
+        let EncoderBackward {
+            dwte,
+            dwpe,
+            dout,
+            tokens,
+            b,
+            t,
+            c,
+        } = a;
         let n = prod(OP, &[b, t])?;
         if prod(OP, &[n, c])? == 0 {
             return Ok(());
@@ -364,20 +346,19 @@ impl Ops {
         )
     }
 
-    /// LayerNorm of each of the n rows of width c (eps 1e-5): out = (x - mean) * rstd * w + bias;
-    /// saves mean\[n\] and rstd\[n\] for the backward pass.
-    pub fn layernorm_forward(
-        &self,
-        out: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        bias: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
+    /// [`LayernormForward`].
+    pub fn layernorm_forward(&self, a: LayernormForward) -> Result<()> {
         const OP: &str = "layernorm_forward";
+        let LayernormForward {
+            out,
+            mean,
+            rstd,
+            inp,
+            w,
+            bias,
+            n,
+            c,
+        } = a;
         if n == 0 {
             return Ok(());
         }
@@ -412,22 +393,22 @@ impl Ops {
         self.launch_rows(K::LayernormForward, n, &args)
     }
 
-    /// LayerNorm backward: dinp, dw and db all accumulate (+=). dinp may be the same buffer as
-    /// dout (then dout += the input gradient).
-    pub fn layernorm_backward(
-        &self,
-        dinp: F32Ptr,
-        dw: F32Ptr,
-        db: F32Ptr,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        w: F32Ptr,
-        mean: F32Ptr,
-        rstd: F32Ptr,
-        n: usize,
-        c: usize,
-    ) -> Result<()> {
+    /// [`LayernormBackward`]. dinp may be the same buffer as dout (then dout += the input
+    /// gradient).
+    pub fn layernorm_backward(&self, a: LayernormBackward) -> Result<()> {
         const OP: &str = "layernorm_backward";
+        let LayernormBackward {
+            dinp,
+            dw,
+            db,
+            dout,
+            inp,
+            w,
+            mean,
+            rstd,
+            n,
+            c,
+        } = a;
         if n == 0 || c == 0 {
             return Ok(());
         }
@@ -483,18 +464,18 @@ impl Ops {
         )
     }
 
-    /// out\[n, oc\] = inp\[n, c\] . weight\[oc, c\]^T (+ bias\[oc\])
-    pub fn matmul_forward(
-        &self,
-        out: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        bias: Option<F32Ptr>,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
+    /// [`MatmulForward`] (cuBLAS).
+    pub fn matmul_forward(&self, a: MatmulForward) -> Result<()> {
         const OP: &str = "matmul_forward";
+        let MatmulForward {
+            out,
+            inp,
+            weight,
+            bias,
+            n,
+            c,
+            oc,
+        } = a;
         if n == 0 || oc == 0 {
             return Ok(());
         }
@@ -515,20 +496,20 @@ impl Ops {
         Ok(())
     }
 
-    /// dinp\[n, c\] = dout . weight (OVERWRITTEN); dweight\[oc, c\] += dout^T . inp; dbias\[oc\] += column sums of dout
-    pub fn matmul_backward(
-        &self,
-        dinp: F32Ptr,
-        dweight: F32Ptr,
-        dbias: Option<F32Ptr>,
-        dout: F32Ptr,
-        inp: F32Ptr,
-        weight: F32Ptr,
-        n: usize,
-        c: usize,
-        oc: usize,
-    ) -> Result<()> {
+    /// [`MatmulBackward`] (cuBLAS; the bias gradient by a fixed-order column reduction).
+    pub fn matmul_backward(&self, a: MatmulBackward) -> Result<()> {
         const OP: &str = "matmul_backward";
+        let MatmulBackward {
+            dinp,
+            dweight,
+            dbias,
+            dout,
+            inp,
+            weight,
+            n,
+            c,
+            oc,
+        } = a;
         if n == 0 {
             return Ok(());
         }
@@ -576,23 +557,20 @@ impl Ops {
         Ok(())
     }
 
-    /// Causal multi-head self-attention. inp = qkv [B, T, 3C] (q, k, v each C = NH * hs);
-    /// out [B, T, C]; qkvr scratch 3*B*T*C (saved for backward); att [B, NH, T, T] softmax probs (saved).
-    ///
-    /// att holds the probabilities of the scaled scores q.k/sqrt(hs), 0 above the diagonal.
-    /// qkvr holds q, k, v in the per-head layout [B, NH, T, hs] (q first, then k, then v).
-    pub fn attention_forward(
-        &self,
-        out: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        inp: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
+    /// [`AttentionForward`]. qkvr holds q, k, v in the per-head layout [B, NH, T, hs] (q first,
+    /// then k, then v).
+    pub fn attention_forward(&self, a: AttentionForward) -> Result<()> {
         const OP: &str = "attention_forward";
+        let AttentionForward {
+            out,
+            qkvr,
+            att,
+            inp,
+            b,
+            t,
+            c,
+            nh,
+        } = a;
         let s = AttShape::new(OP, b, t, c, nh)?;
         if s.total == 0 {
             return Ok(());
@@ -620,24 +598,22 @@ impl Ops {
         Ok(())
     }
 
-    /// dinp [B, T, 3C] OVERWRITTEN. dqkvr (3*B*T*C), datt (B*NH*T*T), scratch (B*T*C) are scratch.
-    ///
-    /// qkvr and att are what [`Ops::attention_forward`] saved.
-    pub fn attention_backward(
-        &self,
-        dinp: F32Ptr,
-        dqkvr: F32Ptr,
-        datt: F32Ptr,
-        scratch: F32Ptr,
-        dout: F32Ptr,
-        qkvr: F32Ptr,
-        att: F32Ptr,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-    ) -> Result<()> {
+    /// [`AttentionBackward`]: qkvr and att are what [`Ops::attention_forward`] saved.
+    pub fn attention_backward(&self, a: AttentionBackward) -> Result<()> {
         const OP: &str = "attention_backward";
+        let AttentionBackward {
+            dinp,
+            dqkvr,
+            datt,
+            scratch,
+            dout,
+            qkvr,
+            att,
+            b,
+            t,
+            c,
+            nh,
+        } = a;
         let s = AttShape::new(OP, b, t, c, nh)?;
         if s.total == 0 {
             return Ok(());
@@ -721,22 +697,18 @@ impl Ops {
         self.launch_1d(K::ResidualForward, n, &args)
     }
 
-    /// Softmax + cross-entropy over logits [n, vp] (only the first v columns are real; padded
-    /// columns get probability 0 and gradient 0). losses\[i\] = -log p[i, targets\[i\]].
-    /// If `dloss` is Some(s): logits is OVERWRITTEN in place with d(s * sum losses)/dlogits = s*(p - onehot).
-    ///
-    /// A target outside 0..v gives a NaN loss for its row (and no one-hot term in the gradient).
-    pub fn fused_classifier(
-        &self,
-        logits: F32Ptr,
-        losses: F32Ptr,
-        targets: I32Ptr,
-        n: usize,
-        v: usize,
-        vp: usize,
-        dloss: Option<f32>,
-    ) -> Result<()> {
+    /// [`FusedClassifier`], one block per row.
+    pub fn fused_classifier(&self, a: FusedClassifier) -> Result<()> {
         const OP: &str = "fused_classifier";
+        let FusedClassifier {
+            logits,
+            losses,
+            targets,
+            n,
+            v,
+            vp,
+            dloss,
+        } = a;
         if v == 0 || vp < v {
             return Err(invalid(
                 OP,
@@ -775,26 +747,26 @@ impl Ops {
         )
     }
 
-    /// AdamW step t (1-based) on n params: g = grads * grad_scale; m,v moments; decoupled weight decay.
-    ///
-    /// params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params), with
-    /// mhat = m / (1 - beta1^t), vhat = v / (1 - beta2^t) (the new moments).
-    pub fn adamw(
-        &self,
-        params: F32Ptr,
-        grads: F32Ptr,
-        m: F32Ptr,
-        v: F32Ptr,
-        n: usize,
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        t: u32,
-        grad_scale: f32,
-    ) -> Result<()> {
+    /// [`Adamw`], with the bias corrections computed once on the host.
+    pub fn adamw(&self, a: Adamw) -> Result<()> {
         const OP: &str = "adamw";
+        let Adamw {
+            params,
+            grads,
+            m,
+            v,
+            n,
+            step,
+        } = a;
+        let AdamwStep {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            t,
+            grad_scale,
+        } = step;
         let (bc1, bc2) = adamw_bias_corrections(OP, beta1, beta2, t)?;
         if n == 0 {
             return Ok(());
@@ -1496,13 +1468,31 @@ mod tests {
         let (ni, ci, oci) = (n as i32, c as i32, oc as i32);
         mem.gemm(&matmul_forward_gemm(p(2), p(0), p(1), ni, ci, oci));
         let mut want = vec![0.0; n * oc];
-        cpu::matmul_forward(&mut want, &x, &w, None, n, c, oc);
+        cpu::matmul_forward(MatmulForward {
+            out: &mut want,
+            inp: &x,
+            weight: &w,
+            bias: None,
+            n,
+            c,
+            oc,
+        });
         assert_near("out", &mem.0[2], &want, 1e-6);
         for g in matmul_backward_gemms(p(3), p(4), p(5), p(0), p(1), ni, ci, oci) {
             mem.gemm(&g);
         }
         let (mut wdx, mut wdw) = (vec![0.0; n * c], dw0);
-        cpu::matmul_backward(&mut wdx, &mut wdw, None, &dout, &x, &w, n, c, oc);
+        cpu::matmul_backward(MatmulBackward {
+            dinp: &mut wdx,
+            dweight: &mut wdw,
+            dbias: None,
+            dout: &dout,
+            inp: &x,
+            weight: &w,
+            n,
+            c,
+            oc,
+        });
         assert_near("dinp", &mem.0[3], &wdx, 1e-6);
         assert_near("dweight", &mem.0[4], &wdw, 1e-6);
     }
@@ -1566,7 +1556,16 @@ mod tests {
                 mem.gemm(&g);
             }
             let (mut want, mut watt) = (vec![0.0; total], vec![0.0; b * nh * t * t]);
-            cpu::attention_forward(&mut want, &mut watt, &inp, b, t, c, nh);
+            cpu::attention_forward(AttentionForward {
+                out: &mut want,
+                qkvr: &mut vec![0.0; 3 * total],
+                att: &mut watt,
+                inp: &inp,
+                b,
+                t,
+                c,
+                nh,
+            });
             let what = format!("B={b} T={t} C={c} NH={nh}");
             assert_near(&format!("att {what}"), &mem.0[2], &watt, 1e-5);
             assert_near(&format!("out {what}"), &mem.0[3], &want, 1e-5);
@@ -1593,7 +1592,19 @@ mod tests {
                 }
             });
             let mut wdinp = vec![0.0; 3 * total];
-            cpu::attention_backward(&mut wdinp, &dout, &inp, &watt, b, t, c, nh);
+            cpu::attention_backward(AttentionBackward {
+                dinp: &mut wdinp,
+                dqkvr: &mut [],
+                datt: &mut [],
+                scratch: &mut [],
+                dout: &dout,
+                qkvr: &inp,
+                att: &watt,
+                b,
+                t,
+                c,
+                nh,
+            });
             assert_near(&format!("dinp {what}"), &mem.0[8], &wdinp, 1e-4);
         }
     }

@@ -1,32 +1,38 @@
-//! CPU references of the kernels in [`crate::ops`]: plain Rust on slices with the same
-//! semantics and argument order. They are the ground truth of the kernel tests (gpt/tests/ops.rs,
+//! CPU references of the kernels in [`crate::ops`]: plain Rust on slices, taking the same
+//! argument structs ([`crate::op_args`]) with host slices for buffers. They are the ground truth of the kernel tests (gpt/tests/ops.rs,
 //! which also checks every backward here against finite differences of its forward) and of the
 //! trainer's whole-model CPU check.
 //!
-//! Differences from [`crate::ops::Ops`]: scratch buffers that only the GPU needs are left out
-//! (attention takes the qkv input instead of the permuted copy `qkvr`), and sizes that a slice
-//! implies are still passed, to keep the argument lists parallel. Sums are accumulated in f64
+//! Differences from [`crate::ops::Ops`]: scratch buffers that only the GPU needs are ignored
+//! (they may be empty), and attention saves a copy of its qkv input in `qkvr` where the GPU
+//! saves a permuted copy. Sizes that a slice implies are still passed, as the structs are
+//! shared. Sums are accumulated in f64
 //! (results stored as f32), so the references are at least as accurate as the kernels; the
 //! embedding backward and AdamW follow the kernels' f32 operation order exactly.
 //!
 //! # Panics
 //! Like slice indexing, every function panics if a slice is shorter than its shape implies
 //! (a programming error in a test or a CPU model, not a user input).
-#![allow(clippy::too_many_arguments)]
+
+use crate::op_args::{
+    Adamw, AdamwStep, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward,
+    FusedClassifier, LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+};
 
 /// LayerNorm epsilon (the kernels' LN_EPS).
 pub const LN_EPS: f32 = 1e-5;
 
-/// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
-pub fn encoder_forward(
-    out: &mut [f32],
-    tokens: &[i32],
-    wte: &[f32],
-    wpe: &[f32],
-    b: usize,
-    t: usize,
-    c: usize,
-) {
+/// [`EncoderForward`].
+pub fn encoder_forward(a: EncoderForward<&mut [f32], &[f32], &[i32]>) {
+    let EncoderForward {
+        out,
+        tokens,
+        wte,
+        wpe,
+        b,
+        t,
+        c,
+    } = a;
     for n in 0..b * t {
         let tok = tokens[n] as usize;
         let pos = n % t;
@@ -36,16 +42,17 @@ pub fn encoder_forward(
     }
 }
 
-/// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], positions in order.
-pub fn encoder_backward(
-    dwte: &mut [f32],
-    dwpe: &mut [f32],
-    dout: &[f32],
-    tokens: &[i32],
-    b: usize,
-    t: usize,
-    c: usize,
-) {
+/// [`EncoderBackward`], positions in order (as the kernel).
+pub fn encoder_backward(a: EncoderBackward<&mut [f32], &[f32], &[i32]>) {
+    let EncoderBackward {
+        dwte,
+        dwpe,
+        dout,
+        tokens,
+        b,
+        t,
+        c,
+    } = a;
     for n in 0..b * t {
         let tok = tokens[n] as usize;
         let pos = n % t;
@@ -56,18 +63,18 @@ pub fn encoder_backward(
     }
 }
 
-/// LayerNorm of n rows of width c: out = (x - mean) * rstd * w + bias, rstd = 1/sqrt(var + eps)
-/// (biased variance); saves mean and rstd.
-pub fn layernorm_forward(
-    out: &mut [f32],
-    mean: &mut [f32],
-    rstd: &mut [f32],
-    inp: &[f32],
-    w: &[f32],
-    bias: &[f32],
-    n: usize,
-    c: usize,
-) {
+/// [`LayernormForward`].
+pub fn layernorm_forward(a: LayernormForward<&mut [f32], &[f32]>) {
+    let LayernormForward {
+        out,
+        mean,
+        rstd,
+        inp,
+        w,
+        bias,
+        n,
+        c,
+    } = a;
     for r in 0..n {
         let x = &inp[r * c..(r + 1) * c];
         let m = x.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
@@ -82,19 +89,20 @@ pub fn layernorm_forward(
     }
 }
 
-/// LayerNorm backward; dinp, dw and db accumulate (+=).
-pub fn layernorm_backward(
-    dinp: &mut [f32],
-    dw: &mut [f32],
-    db: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
-    w: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    n: usize,
-    c: usize,
-) {
+/// [`LayernormBackward`].
+pub fn layernorm_backward(a: LayernormBackward<&mut [f32], &[f32]>) {
+    let LayernormBackward {
+        dinp,
+        dw,
+        db,
+        dout,
+        inp,
+        w,
+        mean,
+        rstd,
+        n,
+        c,
+    } = a;
     let mut dw64 = vec![0f64; c];
     let mut db64 = vec![0f64; c];
     for r in 0..n {
@@ -125,16 +133,17 @@ pub fn layernorm_backward(
     }
 }
 
-/// out\[n, oc\] = inp\[n, c\] . weight\[oc, c\]^T (+ bias\[oc\]).
-pub fn matmul_forward(
-    out: &mut [f32],
-    inp: &[f32],
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    n: usize,
-    c: usize,
-    oc: usize,
-) {
+/// [`MatmulForward`].
+pub fn matmul_forward(a: MatmulForward<&mut [f32], &[f32]>) {
+    let MatmulForward {
+        out,
+        inp,
+        weight,
+        bias,
+        n,
+        c,
+        oc,
+    } = a;
     for r in 0..n {
         let x = &inp[r * c..(r + 1) * c];
         for o in 0..oc {
@@ -148,18 +157,19 @@ pub fn matmul_forward(
     }
 }
 
-/// dinp = dout . weight (overwritten); dweight += dout^T . inp; dbias += column sums of dout.
-pub fn matmul_backward(
-    dinp: &mut [f32],
-    dweight: &mut [f32],
-    dbias: Option<&mut [f32]>,
-    dout: &[f32],
-    inp: &[f32],
-    weight: &[f32],
-    n: usize,
-    c: usize,
-    oc: usize,
-) {
+/// [`MatmulBackward`].
+pub fn matmul_backward(a: MatmulBackward<&mut [f32], &[f32]>) {
+    let MatmulBackward {
+        dinp,
+        dweight,
+        dbias,
+        dout,
+        inp,
+        weight,
+        n,
+        c,
+        oc,
+    } = a;
     for r in 0..n {
         for i in 0..c {
             let mut acc = 0f64;
@@ -186,18 +196,19 @@ pub fn matmul_backward(
     }
 }
 
-/// Causal multi-head self-attention over qkv `inp` [B, T, 3C] (q, k, v, each NH heads of
-/// hs = C/NH): att [B, NH, T, T] = softmax of q.k/sqrt(hs) over columns 0..=t (0 above the
-/// diagonal); out [B, T, C] = att . v per head.
-pub fn attention_forward(
-    out: &mut [f32],
-    att: &mut [f32],
-    inp: &[f32],
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-) {
+/// [`AttentionForward`]; saves `inp` itself in `qkvr` (3*B*T*C values), which is what
+/// [`attention_backward`] reads.
+pub fn attention_forward(a: AttentionForward<&mut [f32], &[f32]>) {
+    let AttentionForward {
+        out,
+        qkvr,
+        att,
+        inp,
+        b,
+        t,
+        c,
+        nh,
+    } = a;
     let hs = c / nh;
     let scale = 1.0 / (hs as f64).sqrt();
     let c3 = 3 * c;
@@ -232,20 +243,23 @@ pub fn attention_forward(
             }
         }
     }
+    qkvr[..b * t * c3].copy_from_slice(&inp[..b * t * c3]);
 }
 
-/// Attention backward: dinp [B, T, 3C] (overwritten) from dout [B, T, C], the qkv input and the
-/// saved probabilities att.
-pub fn attention_backward(
-    dinp: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
-    att: &[f32],
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-) {
+/// [`AttentionBackward`] from the input copy in `qkvr` and the probabilities in `att`; the GPU
+/// scratch buffers are not used.
+pub fn attention_backward(a: AttentionBackward<&mut [f32], &[f32]>) {
+    let AttentionBackward {
+        dinp,
+        dout,
+        qkvr: inp,
+        att,
+        b,
+        t,
+        c,
+        nh,
+        ..
+    } = a;
     let hs = c / nh;
     let scale = 1.0 / (hs as f64).sqrt();
     let c3 = 3 * c;
@@ -311,18 +325,17 @@ pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32], n: usize) {
     }
 }
 
-/// Softmax + cross-entropy over logits \[n, vp\] (first v columns real): losses\[i\] =
-/// -log p[i, targets\[i\]] (NaN for a target outside 0..v). With `dloss` = Some(s) the logits are
-/// overwritten with s * (p - onehot) in the real columns and 0 in the padding.
-pub fn fused_classifier(
-    logits: &mut [f32],
-    losses: &mut [f32],
-    targets: &[i32],
-    n: usize,
-    v: usize,
-    vp: usize,
-    dloss: Option<f32>,
-) {
+/// [`FusedClassifier`].
+pub fn fused_classifier(a: FusedClassifier<&mut [f32], &[i32]>) {
+    let FusedClassifier {
+        logits,
+        losses,
+        targets,
+        n,
+        v,
+        vp,
+        dloss,
+    } = a;
     for r in 0..n {
         let row = &mut logits[r * vp..(r + 1) * vp];
         let mx = row[..v]
@@ -348,25 +361,29 @@ pub fn fused_classifier(
     }
 }
 
-/// AdamW step t (1-based), the kernel's f32 formula in the kernel's order (see kernels/adamw.cu);
+/// [`Adamw`]: the kernel's f32 formula in the kernel's order (see kernels/adamw.cu);
 /// bias corrections from [`crate::ops::adamw_bias_corrections`].
 ///
 /// # Panics
 /// If t == 0 or a beta lies outside [0, 1) (errors in [`crate::ops::Ops::adamw`]).
-pub fn adamw(
-    params: &mut [f32],
-    grads: &[f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    n: usize,
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    weight_decay: f32,
-    t: u32,
-    grad_scale: f32,
-) {
+pub fn adamw(a: Adamw<&mut [f32], &[f32]>) {
+    let Adamw {
+        params,
+        grads,
+        m,
+        v,
+        n,
+        step,
+    } = a;
+    let AdamwStep {
+        lr,
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        t,
+        grad_scale,
+    } = step;
     let (bc1, bc2) = crate::ops::adamw_bias_corrections("reference::adamw", beta1, beta2, t)
         .expect("valid AdamW step and betas");
     for i in 0..n {

@@ -19,6 +19,7 @@ use crate::data::{val_batch, Dataset, Loader};
 use crate::error::{GptError, Result};
 use crate::lr::LrSchedule;
 use crate::model::{Dims, Head, StageModel};
+use crate::op_args::{Adamw, AdamwStep};
 use crate::params::{check_arena, StageLayout};
 use crate::rng::{seed_for, Rng};
 use crate::schedule::{actions, max_in_flight, Action, ScheduleKind};
@@ -389,35 +390,35 @@ impl<'a, B: Backend, C: Comm<B>> Trainer<'a, B, C> {
             self.model.v,
         );
         let nd = lo.n_decay;
-        be.adamw(
-            p,
-            g,
-            mm,
-            v,
-            nd,
+        let step = AdamwStep {
             lr,
-            run.beta1,
-            run.beta2,
-            run.eps,
-            run.weight_decay,
+            beta1: run.beta1,
+            beta2: run.beta2,
+            eps: run.eps,
+            weight_decay: run.weight_decay,
             t,
             grad_scale,
-        )?;
+        };
+        be.adamw(Adamw {
+            params: p,
+            grads: g,
+            m: mm,
+            v,
+            n: nd,
+            step,
+        })?;
         if total > nd {
-            be.adamw(
-                p.at(nd),
-                g.at(nd),
-                mm.at(nd),
-                v.at(nd),
-                total - nd,
-                lr,
-                run.beta1,
-                run.beta2,
-                run.eps,
-                0.0,
-                t,
-                grad_scale,
-            )?;
+            be.adamw(Adamw {
+                params: p.at(nd),
+                grads: g.at(nd),
+                m: mm.at(nd),
+                v: v.at(nd),
+                n: total - nd,
+                step: AdamwStep {
+                    weight_decay: 0.0,
+                    ..step
+                },
+            })?;
         }
         self.step += 1;
         let sparse = if self.topo.dp > 1 {

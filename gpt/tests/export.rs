@@ -7,6 +7,7 @@ mod common;
 
 use nvsh_gpt::checkpoint::{resume_path, Checkpoint};
 use nvsh_gpt::config::{ModelConfig, StageSplit};
+use nvsh_gpt::op_args::MatmulForward;
 use nvsh_gpt::params::StageLayout;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -184,15 +185,15 @@ fn check_export(file: &Path, prefix: &Path) -> Vec<u8> {
     assert_eq!(w.0, vec![3 * c, c]);
     let x: Vec<f32> = (0..c).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y_ref = vec![0f32; 3 * c];
-    nvsh_gpt::reference::matmul_forward(
-        &mut y_ref,
-        &x,
-        &p1[o.qkv_w..o.qkv_w + 3 * c * c],
-        Some(&p1[o.qkv_b..o.qkv_b + 3 * c]),
-        1,
+    nvsh_gpt::reference::matmul_forward(MatmulForward {
+        out: &mut y_ref,
+        inp: &x,
+        weight: &p1[o.qkv_w..o.qkv_w + 3 * c * c],
+        bias: Some(&p1[o.qkv_b..o.qkv_b + 3 * c]),
+        n: 1,
         c,
-        3 * c,
-    );
+        oc: 3 * c,
+    });
     let f = |u: u32| f32::from_bits(u) as f64;
     for (out, &yr) in y_ref.iter().enumerate() {
         let mut acc = f(b.1[out]);

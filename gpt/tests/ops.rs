@@ -21,6 +21,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use nvsh_gpt::error::GptError;
+use nvsh_gpt::op_args::{
+    Adamw, AdamwStep, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward,
+    FusedClassifier, LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+};
 use nvsh_gpt::ops::{F32Ptr, I32Ptr, Ops};
 use nvsh_gpt::reference as cpu;
 
@@ -121,6 +125,60 @@ fn sub(a: &[f32], b: &[f32]) -> Vec<f32> {
 
 const EPS: f32 = 1e-2;
 
+/// The reference LayerNorm of n rows of width c: (out, mean, rstd).
+fn ln_forward(x: &[f32], w: &[f32], bias: &[f32], n: usize, c: usize) -> [Vec<f32>; 3] {
+    let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+    cpu::layernorm_forward(LayernormForward {
+        out: &mut out,
+        mean: &mut mean,
+        rstd: &mut rstd,
+        inp: x,
+        w,
+        bias,
+        n,
+        c,
+    });
+    [out, mean, rstd]
+}
+
+/// The reference attention over the qkv input: (out, att, qkvr).
+fn att_forward(inp: &[f32], b: usize, t: usize, c: usize, nh: usize) -> [Vec<f32>; 3] {
+    let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
+    let mut qkvr = vec![0.0; b * t * 3 * c];
+    cpu::attention_forward(AttentionForward {
+        out: &mut out,
+        qkvr: &mut qkvr,
+        att: &mut att,
+        inp,
+        b,
+        t,
+        c,
+        nh,
+    });
+    [out, att, qkvr]
+}
+
+/// The scalars of an AdamW step, in the kernel's argument order.
+fn adamw_step(
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    t: u32,
+    gs: f32,
+) -> AdamwStep {
+    AdamwStep {
+        lr,
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        t,
+        grad_scale: gs,
+    }
+}
+
 // ------------------------------------------------------------------ CPU: the references
 
 #[test]
@@ -135,12 +193,28 @@ fn reference_encoder_gradcheck() {
     );
     let fwd = |wte: &[f32], wpe: &[f32]| {
         let mut out = vec![0.0; b * t * c];
-        cpu::encoder_forward(&mut out, &tokens, wte, wpe, b, t, c);
+        cpu::encoder_forward(EncoderForward {
+            out: &mut out,
+            tokens: &tokens,
+            wte,
+            wpe,
+            b,
+            t,
+            c,
+        });
         dot(&out, &r)
     };
     let (g0_te, g0_pe) = (rng.vec(v * c, 1.0), rng.vec(t * c, 1.0));
     let (mut dwte, mut dwpe) = (g0_te.clone(), g0_pe.clone());
-    cpu::encoder_backward(&mut dwte, &mut dwpe, &r, &tokens, b, t, c);
+    cpu::encoder_backward(EncoderBackward {
+        dwte: &mut dwte,
+        dwpe: &mut dwpe,
+        dout: &r,
+        tokens: &tokens,
+        b,
+        t,
+        c,
+    });
     assert_grad(
         "dwte",
         &sub(&dwte, &g0_te),
@@ -164,8 +238,7 @@ fn reference_layernorm_gradcheck() {
         rng.vec(n * c, 1.0),
     );
     let fwd = |x: &[f32], w: &[f32], bias: &[f32]| {
-        let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-        cpu::layernorm_forward(&mut out, &mut mean, &mut rstd, x, w, bias, n, c);
+        let [out, mean, rstd] = ln_forward(x, w, bias, n, c);
         (dot(&out, &r), out, mean, rstd)
     };
     let (_, out, mean, rstd) = fwd(&x, &w, &bias);
@@ -181,7 +254,18 @@ fn reference_layernorm_gradcheck() {
     }
     let (d0, dw0, db0) = (rng.vec(n * c, 1.0), rng.vec(c, 1.0), rng.vec(c, 1.0));
     let (mut dx, mut dw, mut db) = (d0.clone(), dw0.clone(), db0.clone());
-    cpu::layernorm_backward(&mut dx, &mut dw, &mut db, &r, &x, &w, &mean, &rstd, n, c);
+    cpu::layernorm_backward(LayernormBackward {
+        dinp: &mut dx,
+        dw: &mut dw,
+        db: &mut db,
+        dout: &r,
+        inp: &x,
+        w: &w,
+        mean: &mean,
+        rstd: &rstd,
+        n,
+        c,
+    });
     assert_grad(
         "dinp",
         &sub(&dx, &d0),
@@ -211,18 +295,44 @@ fn reference_matmul_gradcheck() {
     );
     let fwd = |x: &[f32], wt: &[f32], bias: &[f32]| {
         let mut out = vec![0.0; n * oc];
-        cpu::matmul_forward(&mut out, x, wt, Some(bias), n, c, oc);
+        cpu::matmul_forward(MatmulForward {
+            out: &mut out,
+            inp: x,
+            weight: wt,
+            bias: Some(bias),
+            n,
+            c,
+            oc,
+        });
         dot(&out, &r)
     };
     // One element by hand: out[1, 2] = x[1, :] . w[2, :] + bias[2].
     let mut out = vec![0.0; n * oc];
-    cpu::matmul_forward(&mut out, &x, &wt, Some(&bias), n, c, oc);
+    cpu::matmul_forward(MatmulForward {
+        out: &mut out,
+        inp: &x,
+        weight: &wt,
+        bias: Some(&bias),
+        n,
+        c,
+        oc,
+    });
     let want: f32 = (0..c).map(|i| x[c + i] * wt[2 * c + i]).sum::<f32>() + bias[2];
     assert!((out[oc + 2] - want).abs() < 1e-5);
     // dinp is overwritten (start from garbage); dweight and dbias accumulate.
     let (dw0, db0) = (rng.vec(oc * c, 1.0), rng.vec(oc, 1.0));
     let (mut dx, mut dw, mut db) = (rng.vec(n * c, 9.0), dw0.clone(), db0.clone());
-    cpu::matmul_backward(&mut dx, &mut dw, Some(&mut db), &r, &x, &wt, n, c, oc);
+    cpu::matmul_backward(MatmulBackward {
+        dinp: &mut dx,
+        dweight: &mut dw,
+        dbias: Some(&mut db),
+        dout: &r,
+        inp: &x,
+        weight: &wt,
+        n,
+        c,
+        oc,
+    });
     assert_grad("dinp", &dx, &numeric_grad(&x, EPS, |v| fwd(v, &wt, &bias)));
     assert_grad(
         "dweight",
@@ -242,11 +352,11 @@ fn reference_attention_gradcheck() {
     for (b, t, c, nh) in [(1, 4, 6, 2), (2, 5, 8, 2), (1, 3, 9, 3)] {
         let (inp, r) = (rng.vec(b * t * 3 * c, 1.0), rng.vec(b * t * c, 1.0));
         let fwd = |inp: &[f32]| {
-            let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-            cpu::attention_forward(&mut out, &mut att, inp, b, t, c, nh);
-            (dot(&out, &r), out, att)
+            let [out, att, qkvr] = att_forward(inp, b, t, c, nh);
+            (dot(&out, &r), out, att, qkvr)
         };
-        let (_, out, att) = fwd(&inp);
+        let (_, out, att, qkvr) = fwd(&inp);
+        assert_eq!(qkvr, inp, "the CPU saves its input as qkvr");
         // Rows of att are causal distributions; position 0 attends only to itself, so its
         // output is v[0] exactly.
         let hs = c / nh;
@@ -261,7 +371,19 @@ fn reference_attention_gradcheck() {
             }
         }
         let mut dinp = rng.vec(b * t * 3 * c, 9.0); // overwritten
-        cpu::attention_backward(&mut dinp, &r, &inp, &att, b, t, c, nh);
+        cpu::attention_backward(AttentionBackward {
+            dinp: &mut dinp,
+            dqkvr: &mut [],
+            datt: &mut [],
+            scratch: &mut [],
+            dout: &r,
+            qkvr: &inp,
+            att: &att,
+            b,
+            t,
+            c,
+            nh,
+        });
         let what = format!("attention dinp (B={b}, T={t}, C={c}, NH={nh})");
         assert_grad(&what, &dinp, &numeric_grad(&inp, EPS, |v| fwd(v).0));
     }
@@ -296,7 +418,15 @@ fn reference_classifier_values_and_gradcheck() {
     let targets = vec![0, 6, 3, 3];
     let losses_of = |logits: &[f32]| {
         let (mut l, mut losses) = (logits.to_vec(), vec![0.0; n]);
-        cpu::fused_classifier(&mut l, &mut losses, &targets, n, v, vp, None);
+        cpu::fused_classifier(FusedClassifier {
+            logits: &mut l,
+            losses: &mut losses,
+            targets: &targets,
+            n,
+            v,
+            vp,
+            dloss: None,
+        });
         assert_eq!(l, logits, "without dloss the logits stay");
         losses
     };
@@ -319,7 +449,15 @@ fn reference_classifier_values_and_gradcheck() {
     assert_eq!(losses_of(&padded), losses);
     // Gradient of s * sum(losses), padding 0.
     let (mut grad, mut l2) = (logits.clone(), vec![0.0; n]);
-    cpu::fused_classifier(&mut grad, &mut l2, &targets, n, v, vp, Some(s));
+    cpu::fused_classifier(FusedClassifier {
+        logits: &mut grad,
+        losses: &mut l2,
+        targets: &targets,
+        n,
+        v,
+        vp,
+        dloss: Some(s),
+    });
     assert_eq!(l2, losses);
     assert!((0..n).all(|r| grad[r * vp + v] == 0.0));
     let numeric = numeric_grad(&logits, EPS, |x| {
@@ -328,15 +466,15 @@ fn reference_classifier_values_and_gradcheck() {
     assert_grad("classifier dlogits", &grad, &numeric);
     // A target outside 0..V gives NaN, not a panic or a read out of bounds.
     let mut l3 = vec![0.0; 1];
-    cpu::fused_classifier(
-        &mut logits[..vp].to_vec(),
-        &mut l3,
-        &[7],
-        1,
+    cpu::fused_classifier(FusedClassifier {
+        logits: &mut logits[..vp].to_vec(),
+        losses: &mut l3,
+        targets: &[7],
+        n: 1,
         v,
         vp,
-        Some(1.0),
-    );
+        dloss: Some(1.0),
+    });
     assert!(l3[0].is_nan());
 }
 
@@ -347,9 +485,14 @@ fn reference_adamw_known_values() {
     let mut p = vec![1.0f32, -2.0, 0.5, 3.0];
     let g = vec![0.5f32, -0.25, 0.0, 2.0];
     let (mut m, mut v) = (vec![0.0; 4], vec![0.0; 4]);
-    cpu::adamw(
-        &mut p, &g, &mut m, &mut v, 4, lr, 0.9, 0.999, eps, 0.0, 1, 1.0,
-    );
+    cpu::adamw(Adamw {
+        params: &mut p,
+        grads: &g,
+        m: &mut m,
+        v: &mut v,
+        n: 4,
+        step: adamw_step(lr, 0.9, 0.999, eps, 0.0, 1, 1.0),
+    });
     let want = [1.0 - lr, -2.0 + lr, 0.5, 3.0 - lr];
     for i in 0..4 {
         assert!(
@@ -364,20 +507,14 @@ fn reference_adamw_known_values() {
     // Weight decay with a zero gradient: p -= lr * wd * p. grad_scale scales the gradient.
     let mut p = vec![2.0f32];
     let (mut m, mut v) = (vec![0.0; 1], vec![0.0; 1]);
-    cpu::adamw(
-        &mut p,
-        &[0.0],
-        &mut m,
-        &mut v,
-        1,
-        0.1,
-        0.9,
-        0.95,
-        1e-8,
-        0.5,
-        3,
-        1.0,
-    );
+    cpu::adamw(Adamw {
+        params: &mut p,
+        grads: &[0.0],
+        m: &mut m,
+        v: &mut v,
+        n: 1,
+        step: adamw_step(0.1, 0.9, 0.95, 1e-8, 0.5, 3, 1.0),
+    });
     assert!((p[0] - (2.0 - 0.1 * 0.5 * 2.0)).abs() < 1e-6);
     // Step 2 by hand in f64 (grad_scale 0.5, decay 0.1).
     let (b1, b2, wd, gs) = (0.9f64, 0.99f64, 0.1f64, 0.5f64);
@@ -387,20 +524,14 @@ fn reference_adamw_known_values() {
     let step = (m1 / (1.0 - b1 * b1)) / ((v1 / (1.0 - b2 * b2)).sqrt() + 1e-8);
     let want = p0 - 0.01 * (step + wd * p0);
     let (mut p, mut m, mut v) = (vec![p0 as f32], vec![m0 as f32], vec![v0 as f32]);
-    cpu::adamw(
-        &mut p,
-        &[g0 as f32],
-        &mut m,
-        &mut v,
-        1,
-        0.01,
-        b1 as f32,
-        b2 as f32,
-        1e-8,
-        wd as f32,
-        2,
-        gs as f32,
-    );
+    cpu::adamw(Adamw {
+        params: &mut p,
+        grads: &[g0 as f32],
+        m: &mut m,
+        v: &mut v,
+        n: 1,
+        step: adamw_step(0.01, b1 as f32, b2 as f32, 1e-8, wd as f32, 2, gs as f32),
+    });
     assert!((p[0] as f64 - want).abs() < 1e-6, "{} vs {want}", p[0]);
     assert!((m[0] as f64 - m1).abs() < 1e-7 && (v[0] as f64 - v1).abs() < 1e-7);
 }
@@ -475,7 +606,15 @@ fn encoder_forward() {
             rng.vec(t * c, 1.0),
         );
         let mut want = vec![0.0; b * t * c];
-        cpu::encoder_forward(&mut want, &tokens, &wte, &wpe, b, t, c);
+        cpu::encoder_forward(EncoderForward {
+            out: &mut want,
+            tokens: &tokens,
+            wte: &wte,
+            wpe: &wpe,
+            b,
+            t,
+            c,
+        });
         let (dt, dwte, dwpe, out) = (
             g.up_i32(&tokens),
             g.up(&wte),
@@ -483,7 +622,15 @@ fn encoder_forward() {
             g.zeros(b * t * c),
         );
         g.ops
-            .encoder_forward(g.p(&out), g.pi(&dt), g.p(&dwte), g.p(&dwpe), b, t, c)
+            .encoder_forward(EncoderForward {
+                out: g.p(&out),
+                tokens: g.pi(&dt),
+                wte: g.p(&dwte),
+                wpe: g.p(&dwpe),
+                b,
+                t,
+                c,
+            })
             .unwrap();
         // One f32 add per element, as in the reference: exact.
         assert_eq!(g.down(&out), want, "encoder_forward B={b} T={t} C={c}");
@@ -508,10 +655,26 @@ fn encoder_backward() {
             rng.vec(t * c, 1.0),
         );
         let (mut want_te, mut want_pe) = (dwte0.clone(), dwpe0.clone());
-        cpu::encoder_backward(&mut want_te, &mut want_pe, &dout, &tokens, b, t, c);
+        cpu::encoder_backward(EncoderBackward {
+            dwte: &mut want_te,
+            dwpe: &mut want_pe,
+            dout: &dout,
+            tokens: &tokens,
+            b,
+            t,
+            c,
+        });
         let (dt, dd, dte, dpe) = (g.up_i32(&tokens), g.up(&dout), g.up(&dwte0), g.up(&dwpe0));
         g.ops
-            .encoder_backward(g.p(&dte), g.p(&dpe), g.p(&dd), g.pi(&dt), b, t, c)
+            .encoder_backward(EncoderBackward {
+                dwte: g.p(&dte),
+                dwpe: g.p(&dpe),
+                dout: g.p(&dd),
+                tokens: g.pi(&dt),
+                b,
+                t,
+                c,
+            })
             .unwrap();
         // Same f32 additions in the same order as the reference (encoder.cu): exact.
         assert_eq!(g.down(&dte), want_te, "dwte B={b} T={t} C={c} V={v}");
@@ -525,21 +688,20 @@ fn layernorm_forward() {
     let mut rng = Rng(12);
     for (n, c) in [(10, 8), (17, 48), (37, 40), (300, 33)] {
         let (x, w, bias) = (rng.vec(n * c, 2.0), rng.vec(c, 1.5), rng.vec(c, 1.0));
-        let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-        cpu::layernorm_forward(&mut out, &mut mean, &mut rstd, &x, &w, &bias, n, c);
+        let [out, mean, rstd] = ln_forward(&x, &w, &bias, n, c);
         let (dx, dw, db) = (g.up(&x), g.up(&w), g.up(&bias));
         let (o, m, r) = (g.zeros(n * c), g.zeros(n), g.zeros(n));
         g.ops
-            .layernorm_forward(
-                g.p(&o),
-                g.p(&m),
-                g.p(&r),
-                g.p(&dx),
-                g.p(&dw),
-                g.p(&db),
+            .layernorm_forward(LayernormForward {
+                out: g.p(&o),
+                mean: g.p(&m),
+                rstd: g.p(&r),
+                inp: g.p(&dx),
+                w: g.p(&dw),
+                bias: g.p(&db),
                 n,
                 c,
-            )
+            })
             .unwrap();
         let what = format!("layernorm N={n} C={c}");
         assert_close(&format!("{what} out"), &g.down(&o), &out, FWD.0, FWD.1);
@@ -560,29 +722,36 @@ fn layernorm_backward() {
             rng.vec(c, 1.0),
             rng.vec(n * c, 1.0),
         );
-        let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
-        cpu::layernorm_forward(&mut out, &mut mean, &mut rstd, &x, &w, &bias, n, c);
+        let [_, mean, rstd] = ln_forward(&x, &w, &bias, n, c);
         let (dx0, dw0, db0) = (rng.vec(n * c, 1.0), rng.vec(c, 1.0), rng.vec(c, 1.0));
         let (mut wdx, mut wdw, mut wdb) = (dx0.clone(), dw0.clone(), db0.clone());
-        cpu::layernorm_backward(
-            &mut wdx, &mut wdw, &mut wdb, &dout, &x, &w, &mean, &rstd, n, c,
-        );
+        cpu::layernorm_backward(LayernormBackward {
+            dinp: &mut wdx,
+            dw: &mut wdw,
+            db: &mut wdb,
+            dout: &dout,
+            inp: &x,
+            w: &w,
+            mean: &mean,
+            rstd: &rstd,
+            n,
+            c,
+        });
         let (gx, gw, gm, gr, gd) = (g.up(&x), g.up(&w), g.up(&mean), g.up(&rstd), g.up(&dout));
         let (gdx, gdw, gdb) = (g.up(&dx0), g.up(&dw0), g.up(&db0));
-        g.ops
-            .layernorm_backward(
-                g.p(&gdx),
-                g.p(&gdw),
-                g.p(&gdb),
-                g.p(&gd),
-                g.p(&gx),
-                g.p(&gw),
-                g.p(&gm),
-                g.p(&gr),
-                n,
-                c,
-            )
-            .unwrap();
+        let args = LayernormBackward {
+            dinp: g.p(&gdx),
+            dw: g.p(&gdw),
+            db: g.p(&gdb),
+            dout: g.p(&gd),
+            inp: g.p(&gx),
+            w: g.p(&gw),
+            mean: g.p(&gm),
+            rstd: g.p(&gr),
+            n,
+            c,
+        };
+        g.ops.layernorm_backward(args).unwrap();
         let what = format!("layernorm backward N={n} C={c}");
         // Compare the increments (the accumulated initial values are exact on both sides).
         assert_close(
@@ -609,18 +778,12 @@ fn layernorm_backward() {
         // dinp may be dout itself: then dout += the input gradient, dw and db unchanged.
         let (gdw2, gdb2) = (g.up(&dw0), g.up(&db0));
         g.ops
-            .layernorm_backward(
-                g.p(&gd),
-                g.p(&gdw2),
-                g.p(&gdb2),
-                g.p(&gd),
-                g.p(&gx),
-                g.p(&gw),
-                g.p(&gm),
-                g.p(&gr),
-                n,
-                c,
-            )
+            .layernorm_backward(LayernormBackward {
+                dinp: g.p(&gd),
+                dw: g.p(&gdw2),
+                db: g.p(&gdb2),
+                ..args
+            })
             .unwrap();
         let want_alias: Vec<f32> = dout
             .iter()
@@ -651,7 +814,15 @@ fn matmul_forward() {
     ] {
         let (x, wt, bias) = (rng.vec(n * c, 1.0), rng.vec(oc * c, 1.0), rng.vec(oc, 1.0));
         let mut want = vec![0.0; n * oc];
-        cpu::matmul_forward(&mut want, &x, &wt, with_bias.then_some(&bias[..]), n, c, oc);
+        cpu::matmul_forward(MatmulForward {
+            out: &mut want,
+            inp: &x,
+            weight: &wt,
+            bias: with_bias.then_some(&bias[..]),
+            n,
+            c,
+            oc,
+        });
         let (gx, gw, gb, out) = (
             g.up(&x),
             g.up(&wt),
@@ -660,7 +831,15 @@ fn matmul_forward() {
         );
         let gbias = with_bias.then(|| g.p(&gb));
         g.ops
-            .matmul_forward(g.p(&out), g.p(&gx), g.p(&gw), gbias, n, c, oc)
+            .matmul_forward(MatmulForward {
+                out: g.p(&out),
+                inp: g.p(&gx),
+                weight: g.p(&gw),
+                bias: gbias,
+                n,
+                c,
+                oc,
+            })
             .unwrap();
         assert_close(
             &format!("matmul N={n} C={c} OC={oc} bias={with_bias}"),
@@ -682,15 +861,20 @@ fn matmul_forward_tf32() {
         g.up(&vec![1.0; oc * c]),
         g.zeros(n * oc),
     );
+    let args = MatmulForward {
+        out: g.p(&out),
+        inp: g.p(&gx),
+        weight: g.p(&gw),
+        bias: None,
+        n,
+        c,
+        oc,
+    };
     g.ops.set_tf32(true).unwrap();
-    g.ops
-        .matmul_forward(g.p(&out), g.p(&gx), g.p(&gw), None, n, c, oc)
-        .unwrap();
+    g.ops.matmul_forward(args).unwrap();
     assert_every("matmul with TF32 on", &g.down(&out), c as f32);
     g.ops.set_tf32(false).unwrap();
-    g.ops
-        .matmul_forward(g.p(&out), g.p(&gx), g.p(&gw), None, n, c, oc)
-        .unwrap();
+    g.ops.matmul_forward(args).unwrap();
     assert_every(
         "matmul with TF32 off (strict FP32)",
         &g.down(&out),
@@ -716,32 +900,32 @@ fn matmul_backward() {
         );
         let (dw0, db0) = (rng.vec(oc * c, 1.0), rng.vec(oc, 1.0));
         let (mut wdx, mut wdw, mut wdb) = (vec![0.0; n * c], dw0.clone(), db0.clone());
-        cpu::matmul_backward(
-            &mut wdx,
-            &mut wdw,
-            with_bias.then_some(&mut wdb[..]),
-            &dout,
-            &x,
-            &wt,
+        cpu::matmul_backward(MatmulBackward {
+            dinp: &mut wdx,
+            dweight: &mut wdw,
+            dbias: with_bias.then_some(&mut wdb[..]),
+            dout: &dout,
+            inp: &x,
+            weight: &wt,
             n,
             c,
             oc,
-        );
+        });
         let (gx, gw, gd) = (g.up(&x), g.up(&wt), g.up(&dout));
         let (gdx, gdw, gdb) = (g.up(&rng.vec(n * c, 9.0)), g.up(&dw0), g.up(&db0)); // dinp: garbage, overwritten
         let gbias = with_bias.then(|| g.p(&gdb));
         g.ops
-            .matmul_backward(
-                g.p(&gdx),
-                g.p(&gdw),
-                gbias,
-                g.p(&gd),
-                g.p(&gx),
-                g.p(&gw),
+            .matmul_backward(MatmulBackward {
+                dinp: g.p(&gdx),
+                dweight: g.p(&gdw),
+                dbias: gbias,
+                dout: g.p(&gd),
+                inp: g.p(&gx),
+                weight: g.p(&gw),
                 n,
                 c,
                 oc,
-            )
+            })
             .unwrap();
         let what = format!("matmul backward N={n} C={c} OC={oc}");
         assert_close(&format!("{what} dinp"), &g.down(&gdx), &wdx, BWD.0, BWD.1);
@@ -772,8 +956,7 @@ fn attention_forward() {
     let mut rng = Rng(17);
     for (b, t, c, nh) in SHAPES {
         let inp = rng.vec(b * t * 3 * c, 1.0);
-        let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-        cpu::attention_forward(&mut out, &mut att, &inp, b, t, c, nh);
+        let [out, att, _] = att_forward(&inp, b, t, c, nh);
         let (gi, gout, gq, ga) = (
             g.up(&inp),
             g.zeros(b * t * c),
@@ -781,7 +964,16 @@ fn attention_forward() {
             g.up(&rng.vec(b * nh * t * t, 9.0)),
         );
         g.ops
-            .attention_forward(g.p(&gout), g.p(&gq), g.p(&ga), g.p(&gi), b, t, c, nh)
+            .attention_forward(AttentionForward {
+                out: g.p(&gout),
+                qkvr: g.p(&gq),
+                att: g.p(&ga),
+                inp: g.p(&gi),
+                b,
+                t,
+                c,
+                nh,
+            })
             .unwrap();
         let what = format!("attention B={b} T={t} C={c} NH={nh}");
         assert_close(&format!("{what} out"), &g.down(&gout), &out, FWD.0, FWD.1);
@@ -811,10 +1003,21 @@ fn attention_backward() {
     let mut rng = Rng(18);
     for (b, t, c, nh) in SHAPES {
         let (inp, dout) = (rng.vec(b * t * 3 * c, 1.0), rng.vec(b * t * c, 1.0));
-        let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-        cpu::attention_forward(&mut out, &mut att, &inp, b, t, c, nh);
+        let [_, att, _] = att_forward(&inp, b, t, c, nh);
         let mut want = vec![0.0; b * t * 3 * c];
-        cpu::attention_backward(&mut want, &dout, &inp, &att, b, t, c, nh);
+        cpu::attention_backward(AttentionBackward {
+            dinp: &mut want,
+            dqkvr: &mut [],
+            datt: &mut [],
+            scratch: &mut [],
+            dout: &dout,
+            qkvr: &inp,
+            att: &att,
+            b,
+            t,
+            c,
+            nh,
+        });
         // The GPU's own forward provides qkvr and att, as in training.
         let (gi, gout, gq, ga) = (
             g.up(&inp),
@@ -823,7 +1026,16 @@ fn attention_backward() {
             g.zeros(b * nh * t * t),
         );
         g.ops
-            .attention_forward(g.p(&gout), g.p(&gq), g.p(&ga), g.p(&gi), b, t, c, nh)
+            .attention_forward(AttentionForward {
+                out: g.p(&gout),
+                qkvr: g.p(&gq),
+                att: g.p(&ga),
+                inp: g.p(&gi),
+                b,
+                t,
+                c,
+                nh,
+            })
             .unwrap();
         let gd = g.up(&dout);
         let gdinp = g.up(&rng.vec(b * t * 3 * c, 9.0)); // overwritten
@@ -833,19 +1045,19 @@ fn attention_backward() {
             g.zeros(b * t * c),
         );
         g.ops
-            .attention_backward(
-                g.p(&gdinp),
-                g.p(&gdq),
-                g.p(&gdatt),
-                g.p(&gs),
-                g.p(&gd),
-                g.p(&gq),
-                g.p(&ga),
+            .attention_backward(AttentionBackward {
+                dinp: g.p(&gdinp),
+                dqkvr: g.p(&gdq),
+                datt: g.p(&gdatt),
+                scratch: g.p(&gs),
+                dout: g.p(&gd),
+                qkvr: g.p(&gq),
+                att: g.p(&ga),
                 b,
                 t,
                 c,
                 nh,
-            )
+            })
             .unwrap();
         assert_close(
             &format!("attention backward B={b} T={t} C={c} NH={nh}"),
@@ -946,10 +1158,26 @@ fn classifier_forward() {
         let mut targets = rng.tokens(n, v);
         targets[n - 1] = v as i32; // out of range: NaN loss
         let (mut want, mut wl) = (logits.clone(), vec![0.0; n]);
-        cpu::fused_classifier(&mut want, &mut wl, &targets, n, v, vp, None);
+        cpu::fused_classifier(FusedClassifier {
+            logits: &mut want,
+            losses: &mut wl,
+            targets: &targets,
+            n,
+            v,
+            vp,
+            dloss: None,
+        });
         let (gl, gt, gloss) = (g.up(&logits), g.up_i32(&targets), g.zeros(n));
         g.ops
-            .fused_classifier(g.p(&gl), g.p(&gloss), g.pi(&gt), n, v, vp, None)
+            .fused_classifier(FusedClassifier {
+                logits: g.p(&gl),
+                losses: g.p(&gloss),
+                targets: g.pi(&gt),
+                n,
+                v,
+                vp,
+                dloss: None,
+            })
             .unwrap();
         let got = g.down(&gloss);
         assert!(
@@ -976,10 +1204,26 @@ fn classifier_backward() {
         let targets = rng.tokens(n, v);
         let s = 1.0 / n as f32;
         let (mut want, mut wl) = (logits.clone(), vec![0.0; n]);
-        cpu::fused_classifier(&mut want, &mut wl, &targets, n, v, vp, Some(s));
+        cpu::fused_classifier(FusedClassifier {
+            logits: &mut want,
+            losses: &mut wl,
+            targets: &targets,
+            n,
+            v,
+            vp,
+            dloss: Some(s),
+        });
         let (gl, gt, gloss) = (g.up(&logits), g.up_i32(&targets), g.zeros(n));
         g.ops
-            .fused_classifier(g.p(&gl), g.p(&gloss), g.pi(&gt), n, v, vp, Some(s))
+            .fused_classifier(FusedClassifier {
+                logits: g.p(&gl),
+                losses: g.p(&gloss),
+                targets: g.pi(&gt),
+                n,
+                v,
+                vp,
+                dloss: Some(s),
+            })
             .unwrap();
         let what = format!("classifier N={n} V={v} Vp={vp}");
         assert_close(
@@ -1010,47 +1254,36 @@ fn adamw() {
     let v: Vec<f32> = rng.vec(n, 1e-3).iter().map(|x| x.abs()).collect();
     let (gp, gg, gm, gv) = (g.up(&p), g.up(&grads), g.up(&m), g.up(&v));
     let (mut wp, mut wm, mut wv) = (p.clone(), m.clone(), v.clone());
-    for step in 1..=3u32 {
-        let (lr, wd, gs) = (1e-3, if step == 2 { 0.0 } else { 0.1 }, 0.5);
-        cpu::adamw(
-            &mut wp, &grads, &mut wm, &mut wv, n, lr, 0.9, 0.95, 1e-8, wd, step, gs,
-        );
-        g.ops
-            .adamw(
-                g.p(&gp),
-                g.p(&gg),
-                g.p(&gm),
-                g.p(&gv),
-                n,
-                lr,
-                0.9,
-                0.95,
-                1e-8,
-                wd,
-                step,
-                gs,
-            )
-            .unwrap();
+    let args = Adamw {
+        params: g.p(&gp),
+        grads: g.p(&gg),
+        m: g.p(&gm),
+        v: g.p(&gv),
+        n,
+        step: adamw_step(1e-3, 0.9, 0.95, 1e-8, 0.0, 1, 1.0),
+    };
+    for t in 1..=3u32 {
+        let wd = if t == 2 { 0.0 } else { 0.1 };
+        let s = adamw_step(1e-3, 0.9, 0.95, 1e-8, wd, t, 0.5);
+        cpu::adamw(Adamw {
+            params: &mut wp,
+            grads: &grads,
+            m: &mut wm,
+            v: &mut wv,
+            n,
+            step: s,
+        });
+        g.ops.adamw(Adamw { step: s, ..args }).unwrap();
     }
     // Same f32 formula in the same order; only FMA contraction may differ (a few ulps).
     assert_close("adamw params", &g.down(&gp), &wp, 1e-5, 1e-6);
     assert_close("adamw m", &g.down(&gm), &wm, 1e-5, 1e-6);
     assert_close("adamw v", &g.down(&gv), &wv, 1e-5, 1e-6);
     assert!(matches!(
-        g.ops.adamw(
-            g.p(&gp),
-            g.p(&gg),
-            g.p(&gm),
-            g.p(&gv),
-            n,
-            1e-3,
-            0.9,
-            0.95,
-            1e-8,
-            0.0,
-            0,
-            1.0
-        ),
+        g.ops.adamw(Adamw {
+            step: AdamwStep { t: 0, ..args.step },
+            ..args
+        }),
         Err(GptError::InvalidArgument { op: "adamw", .. })
     ));
 }
@@ -1097,41 +1330,58 @@ fn backward_deterministic() {
     let (mean, rstd) = (g.up(&rng.vec(n, 0.1)), g.up(&rng.vec(n, 1.0)));
     let (qkvr, att, out) = (g.zeros(3 * n * c), g.zeros(b * nh * t * t), g.zeros(n * c));
     g.ops
-        .attention_forward(g.p(&out), g.p(&qkvr), g.p(&att), g.p(&x), b, t, c, nh)
+        .attention_forward(AttentionForward {
+            out: g.p(&out),
+            qkvr: g.p(&qkvr),
+            att: g.p(&att),
+            inp: g.p(&x),
+            b,
+            t,
+            c,
+            nh,
+        })
         .unwrap();
     let run = || {
         let (dwte, dwpe) = (g.zeros(v * c), g.zeros(t * c));
         g.ops
-            .encoder_backward(g.p(&dwte), g.p(&dwpe), g.p(&dout), g.pi(&tokens), b, t, c)
+            .encoder_backward(EncoderBackward {
+                dwte: g.p(&dwte),
+                dwpe: g.p(&dwpe),
+                dout: g.p(&dout),
+                tokens: g.pi(&tokens),
+                b,
+                t,
+                c,
+            })
             .unwrap();
         let (dx, dw, db) = (g.zeros(n * c), g.zeros(c), g.zeros(c));
         g.ops
-            .layernorm_backward(
-                g.p(&dx),
-                g.p(&dw),
-                g.p(&db),
-                g.p(&dout),
-                g.p(&x),
-                g.p(&w),
-                g.p(&mean),
-                g.p(&rstd),
+            .layernorm_backward(LayernormBackward {
+                dinp: g.p(&dx),
+                dw: g.p(&dw),
+                db: g.p(&db),
+                dout: g.p(&dout),
+                inp: g.p(&x),
+                w: g.p(&w),
+                mean: g.p(&mean),
+                rstd: g.p(&rstd),
                 n,
                 c,
-            )
+            })
             .unwrap();
         let (mdx, mdw, mdb) = (g.zeros(n * c), g.zeros(3 * c * c), g.zeros(3 * c));
         g.ops
-            .matmul_backward(
-                g.p(&mdx),
-                g.p(&mdw),
-                Some(g.p(&mdb)),
-                g.p(&dout),
-                g.p(&x),
-                g.p(&w),
+            .matmul_backward(MatmulBackward {
+                dinp: g.p(&mdx),
+                dweight: g.p(&mdw),
+                dbias: Some(g.p(&mdb)),
+                dout: g.p(&dout),
+                inp: g.p(&x),
+                weight: g.p(&w),
                 n,
                 c,
-                3 * c,
-            )
+                oc: 3 * c,
+            })
             .unwrap();
         let (adx, adq, ada, asc) = (
             g.zeros(3 * n * c),
@@ -1140,19 +1390,19 @@ fn backward_deterministic() {
             g.zeros(n * c),
         );
         g.ops
-            .attention_backward(
-                g.p(&adx),
-                g.p(&adq),
-                g.p(&ada),
-                g.p(&asc),
-                g.p(&dout),
-                g.p(&qkvr),
-                g.p(&att),
+            .attention_backward(AttentionBackward {
+                dinp: g.p(&adx),
+                dqkvr: g.p(&adq),
+                datt: g.p(&ada),
+                scratch: g.p(&asc),
+                dout: g.p(&dout),
+                qkvr: g.p(&qkvr),
+                att: g.p(&att),
                 b,
                 t,
                 c,
                 nh,
-            )
+            })
             .unwrap();
         [dwte, dwpe, dx, dw, db, mdx, mdw, mdb, adx]
             .map(|s| g.down(&s).iter().map(|v| v.to_bits()).collect::<Vec<u32>>())
@@ -1173,11 +1423,28 @@ fn invalid_arguments() {
     let p = g.p(&buf);
     let invalid = |r: Result<(), GptError>| matches!(r, Err(GptError::InvalidArgument { .. }));
     assert!(
-        invalid(g.ops.attention_forward(p, p, p, p, 1, 4, 10, 3)),
+        invalid(g.ops.attention_forward(AttentionForward {
+            out: p,
+            qkvr: p,
+            att: p,
+            inp: p,
+            b: 1,
+            t: 4,
+            c: 10,
+            nh: 3
+        })),
         "C not a multiple of NH"
     );
     assert!(
-        invalid(g.ops.fused_classifier(p, p, I32Ptr(p.0), 2, 9, 8, None)),
+        invalid(g.ops.fused_classifier(FusedClassifier {
+            logits: p,
+            losses: p,
+            targets: I32Ptr(p.0),
+            n: 2,
+            v: 9,
+            vp: 8,
+            dloss: None
+        })),
         "Vp < V"
     );
     assert!(invalid(g.ops.gelu_forward(F32Ptr(0), p, 4)), "null address");
@@ -1186,7 +1453,15 @@ fn invalid_arguments() {
         "misaligned address"
     );
     assert!(
-        invalid(g.ops.matmul_forward(p, p, p, None, 1, 1 << 31, 1)),
+        invalid(g.ops.matmul_forward(MatmulForward {
+            out: p,
+            inp: p,
+            weight: p,
+            bias: None,
+            n: 1,
+            c: 1 << 31,
+            oc: 1
+        })),
         "C beyond 2^31 - 1"
     );
     // Nothing was enqueued by the failed calls: the stream is still healthy.

@@ -21,6 +21,7 @@ use nvsh_gpt::comm::LocalComm;
 use nvsh_gpt::config::{ModelConfig, Topology};
 use nvsh_gpt::data::{Dataset, Loader};
 use nvsh_gpt::nvcomm::NvComm;
+use nvsh_gpt::op_args::MatmulForward;
 use nvsh_gpt::schedule::ScheduleKind;
 use nvsh_gpt::session::{run_session, SessionOptions};
 use nvsh_gpt::trainer::{RunConfig, StepReport, Trainer};
@@ -79,7 +80,16 @@ fn the_tf32_flag_reaches_the_backends_matmuls() {
         );
         be.upload_f32(inp, &vec![TF32_LOST; c * c]).unwrap();
         be.upload_f32(w, &vec![1.0; c * c]).unwrap();
-        be.matmul_forward(out, inp, w, None, c, c, c).unwrap();
+        be.matmul_forward(MatmulForward {
+            out,
+            inp,
+            weight: w,
+            bias: None,
+            n: c,
+            c,
+            oc: c,
+        })
+        .unwrap();
         let mut got = vec![0.0f32; c * c];
         be.download_f32(out, &mut got).unwrap();
         assert_every(&format!("backend matmul, tf32 {tf32}"), &got, want);
