@@ -34,8 +34,8 @@ use cudarc::nvrtc::Ptx;
 
 use crate::error::{GptError, Result};
 use crate::op_args::{
-    Adamw, AdamwStep, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward,
-    FusedClassifier, LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
+    Adamw, AttentionBackward, AttentionForward, EncoderBackward, EncoderForward, FusedClassifier,
+    LayernormBackward, LayernormForward, MatmulBackward, MatmulForward,
 };
 pub use crate::op_args::{F32Ptr, I32Ptr};
 
@@ -260,15 +260,7 @@ impl Ops {
     /// (V is not an argument), the data loader does.
     pub fn encoder_forward(&self, a: EncoderForward) -> Result<()> {
         const OP: &str = "encoder_forward";
-        let EncoderForward {
-            out,
-            tokens,
-            wte,
-            wpe,
-            b,
-            t,
-            c,
-        } = a;
+        let (b, t, c) = (a.b, a.t, a.c);
         let n = prod(OP, &[b, t])?;
         let total = prod(OP, &[n, c])?;
         if total == 0 {
@@ -277,17 +269,17 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("out", out.0),
-                ("tokens", tokens.0),
-                ("wte", wte.0),
-                ("wpe", wpe.0),
+                ("out", a.out.0),
+                ("tokens", a.tokens.0),
+                ("wte", a.wte.0),
+                ("wpe", a.wpe.0),
             ],
         )?;
         let args = [
-            out.into(),
-            tokens.into(),
-            wte.into(),
-            wpe.into(),
+            a.out.into(),
+            a.tokens.into(),
+            a.wte.into(),
+            a.wpe.into(),
             int(OP, "B*T", n)?.into(),
             int(OP, "T", t)?.into(),
             int(OP, "C", c)?.into(),
@@ -299,15 +291,7 @@ impl Ops {
     /// positions in order; see encoder.cu), in the same order as the CPU reference.
     pub fn encoder_backward(&self, a: EncoderBackward) -> Result<()> {
         const OP: &str = "encoder_backward";
-        let EncoderBackward {
-            dwte,
-            dwpe,
-            dout,
-            tokens,
-            b,
-            t,
-            c,
-        } = a;
+        let (b, t, c) = (a.b, a.t, a.c);
         let n = prod(OP, &[b, t])?;
         if prod(OP, &[n, c])? == 0 {
             return Ok(());
@@ -315,10 +299,10 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("dwte", dwte.0),
-                ("dwpe", dwpe.0),
-                ("dout", dout.0),
-                ("tokens", tokens.0),
+                ("dwte", a.dwte.0),
+                ("dwpe", a.dwpe.0),
+                ("dout", a.dout.0),
+                ("tokens", a.tokens.0),
             ],
         )?;
         let (bi, ti, ci, ni) = (
@@ -330,16 +314,22 @@ impl Ops {
         self.launch_1d(
             K::EncoderBackwardWpe,
             prod(OP, &[t, c])?,
-            &[dwpe.into(), dout.into(), bi.into(), ti.into(), ci.into()],
+            &[
+                a.dwpe.into(),
+                a.dout.into(),
+                bi.into(),
+                ti.into(),
+                ci.into(),
+            ],
         )?;
         self.launch(
             K::EncoderBackwardWte,
             (ni as u32, 1, 1),
             (BLOCK, 1, 1),
             &[
-                dwte.into(),
-                dout.into(),
-                tokens.into(),
+                a.dwte.into(),
+                a.dout.into(),
+                a.tokens.into(),
                 ni.into(),
                 ci.into(),
             ],
@@ -349,16 +339,7 @@ impl Ops {
     /// [`LayernormForward`].
     pub fn layernorm_forward(&self, a: LayernormForward) -> Result<()> {
         const OP: &str = "layernorm_forward";
-        let LayernormForward {
-            out,
-            mean,
-            rstd,
-            inp,
-            w,
-            bias,
-            n,
-            c,
-        } = a;
+        let (n, c) = (a.n, a.c);
         if n == 0 {
             return Ok(());
         }
@@ -371,22 +352,22 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("out", out.0),
-                ("mean", mean.0),
-                ("rstd", rstd.0),
-                ("inp", inp.0),
-                ("w", w.0),
-                ("bias", bias.0),
+                ("out", a.out.0),
+                ("mean", a.mean.0),
+                ("rstd", a.rstd.0),
+                ("inp", a.inp.0),
+                ("w", a.w.0),
+                ("bias", a.bias.0),
             ],
         )?;
         prod(OP, &[n, c])?;
         let args = [
-            out.into(),
-            mean.into(),
-            rstd.into(),
-            inp.into(),
-            w.into(),
-            bias.into(),
+            a.out.into(),
+            a.mean.into(),
+            a.rstd.into(),
+            a.inp.into(),
+            a.w.into(),
+            a.bias.into(),
             int(OP, "N", n)?.into(),
             int(OP, "C", c)?.into(),
         ];
@@ -397,32 +378,21 @@ impl Ops {
     /// gradient).
     pub fn layernorm_backward(&self, a: LayernormBackward) -> Result<()> {
         const OP: &str = "layernorm_backward";
-        let LayernormBackward {
-            dinp,
-            dw,
-            db,
-            dout,
-            inp,
-            w,
-            mean,
-            rstd,
-            n,
-            c,
-        } = a;
+        let (n, c) = (a.n, a.c);
         if n == 0 || c == 0 {
             return Ok(());
         }
         check_ptrs(
             OP,
             &[
-                ("dinp", dinp.0),
-                ("dw", dw.0),
-                ("db", db.0),
-                ("dout", dout.0),
-                ("inp", inp.0),
-                ("w", w.0),
-                ("mean", mean.0),
-                ("rstd", rstd.0),
+                ("dinp", a.dinp.0),
+                ("dw", a.dw.0),
+                ("db", a.db.0),
+                ("dout", a.dout.0),
+                ("inp", a.inp.0),
+                ("w", a.w.0),
+                ("mean", a.mean.0),
+                ("rstd", a.rstd.0),
             ],
         )?;
         prod(OP, &[n, c])?;
@@ -435,29 +405,29 @@ impl Ops {
                 (32, 8, 1),
                 &[
                     partial.into(),
-                    dout.into(),
-                    inp.into(),
-                    mean.into(),
-                    rstd.into(),
+                    a.dout.into(),
+                    a.inp.into(),
+                    a.mean.into(),
+                    a.rstd.into(),
                     ni.into(),
                     ci.into(),
                     (rows_per as i32).into(),
                 ],
             )?;
-            self.sum_partials(dw, partial, parts, c)?;
-            self.sum_partials(db, partial.at(parts * c), parts, c)
+            self.sum_partials(a.dw, partial, parts, c)?;
+            self.sum_partials(a.db, partial.at(parts * c), parts, c)
         })?;
         // dinp last, after every read of dout: a dinp that aliases dout stays correct.
         self.launch_rows(
             K::LayernormBackwardInput,
             n,
             &[
-                dinp.into(),
-                dout.into(),
-                inp.into(),
-                w.into(),
-                mean.into(),
-                rstd.into(),
+                a.dinp.into(),
+                a.dout.into(),
+                a.inp.into(),
+                a.w.into(),
+                a.mean.into(),
+                a.rstd.into(),
                 ni.into(),
                 ci.into(),
             ],
@@ -467,30 +437,28 @@ impl Ops {
     /// [`MatmulForward`] (cuBLAS).
     pub fn matmul_forward(&self, a: MatmulForward) -> Result<()> {
         const OP: &str = "matmul_forward";
-        let MatmulForward {
-            out,
-            inp,
-            weight,
-            bias,
-            n,
-            c,
-            oc,
-        } = a;
+        let (bias, n, c, oc) = (a.bias, a.n, a.c, a.oc);
         if n == 0 || oc == 0 {
             return Ok(());
         }
-        check_ptrs(OP, &[("out", out.0), ("inp", inp.0), ("weight", weight.0)])?;
+        check_ptrs(
+            OP,
+            &[("out", a.out.0), ("inp", a.inp.0), ("weight", a.weight.0)],
+        )?;
         if let Some(bias) = bias {
             check_ptrs(OP, &[("bias", bias.0)])?;
         }
         let (ni, ci, oci) = (int(OP, "N", n)?, int(OP, "C", c)?, int(OP, "OC", oc)?);
-        self.gemm(OP, &matmul_forward_gemm(out, inp, weight, ni, ci, oci))?;
+        self.gemm(
+            OP,
+            &matmul_forward_gemm(a.out, a.inp, a.weight, ni, ci, oci),
+        )?;
         if let Some(bias) = bias {
             let total = prod(OP, &[n, oc])?;
             self.launch_1d(
                 K::AddBias,
                 total,
-                &[out.into(), bias.into(), ni.into(), oci.into()],
+                &[a.out.into(), bias.into(), ni.into(), oci.into()],
             )?;
         }
         Ok(())
@@ -499,28 +467,18 @@ impl Ops {
     /// [`MatmulBackward`] (cuBLAS; the bias gradient by a fixed-order column reduction).
     pub fn matmul_backward(&self, a: MatmulBackward) -> Result<()> {
         const OP: &str = "matmul_backward";
-        let MatmulBackward {
-            dinp,
-            dweight,
-            dbias,
-            dout,
-            inp,
-            weight,
-            n,
-            c,
-            oc,
-        } = a;
+        let (dbias, n, c, oc) = (a.dbias, a.n, a.c, a.oc);
         if n == 0 {
             return Ok(());
         }
         check_ptrs(
             OP,
             &[
-                ("dinp", dinp.0),
-                ("dweight", dweight.0),
-                ("dout", dout.0),
-                ("inp", inp.0),
-                ("weight", weight.0),
+                ("dinp", a.dinp.0),
+                ("dweight", a.dweight.0),
+                ("dout", a.dout.0),
+                ("inp", a.inp.0),
+                ("weight", a.weight.0),
             ],
         )?;
         if let Some(dbias) = dbias {
@@ -529,10 +487,11 @@ impl Ops {
         let (ni, ci, oci) = (int(OP, "N", n)?, int(OP, "C", c)?, int(OP, "OC", oc)?);
         if oc == 0 {
             // An empty sum: dinp = 0, nothing to accumulate.
-            return self.zero(dinp, prod(OP, &[n, c])?);
+            return self.zero(a.dinp, prod(OP, &[n, c])?);
         }
         if c > 0 {
-            for g in matmul_backward_gemms(dinp, dweight, dout, inp, weight, ni, ci, oci) {
+            for g in matmul_backward_gemms(a.dinp, a.dweight, a.dout, a.inp, a.weight, ni, ci, oci)
+            {
                 self.gemm(OP, &g)?;
             }
         }
@@ -545,7 +504,7 @@ impl Ops {
                     (32, 8, 1),
                     &[
                         partial.into(),
-                        dout.into(),
+                        a.dout.into(),
                         ni.into(),
                         oci.into(),
                         (rows_per as i32).into(),
@@ -561,16 +520,7 @@ impl Ops {
     /// then k, then v).
     pub fn attention_forward(&self, a: AttentionForward) -> Result<()> {
         const OP: &str = "attention_forward";
-        let AttentionForward {
-            out,
-            qkvr,
-            att,
-            inp,
-            b,
-            t,
-            c,
-            nh,
-        } = a;
+        let (b, t, c, nh) = (a.b, a.t, a.c, a.nh);
         let s = AttShape::new(OP, b, t, c, nh)?;
         if s.total == 0 {
             return Ok(());
@@ -578,21 +528,21 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("out", out.0),
-                ("qkvr", qkvr.0),
-                ("att", att.0),
-                ("inp", inp.0),
+                ("out", a.out.0),
+                ("qkvr", a.qkvr.0),
+                ("att", a.att.0),
+                ("inp", a.inp.0),
             ],
         )?;
-        let (q, k, v) = (qkvr, qkvr.at(s.total), qkvr.at(2 * s.total));
-        self.launch_1d(K::AttentionPermute, s.total, &s.permute_args(qkvr, inp))?;
-        self.gemm(OP, &s.scores_gemm(q, k, att))?;
+        let (q, k, v) = (a.qkvr, a.qkvr.at(s.total), a.qkvr.at(2 * s.total));
+        self.launch_1d(K::AttentionPermute, s.total, &s.permute_args(a.qkvr, a.inp))?;
+        self.gemm(OP, &s.scores_gemm(q, k, a.att))?;
         self.launch_rows(
             K::AttentionSoftmaxForward,
             s.rows,
-            &[att.into(), int(OP, "B*NH*T", s.rows)?.into(), s.ti.into()],
+            &[a.att.into(), int(OP, "B*NH*T", s.rows)?.into(), s.ti.into()],
         )?;
-        for g in s.values_gemms(v, att, out) {
+        for g in s.values_gemms(v, a.att, a.out) {
             self.gemm(OP, &g)?;
         }
         Ok(())
@@ -601,19 +551,7 @@ impl Ops {
     /// [`AttentionBackward`]: qkvr and att are what [`Ops::attention_forward`] saved.
     pub fn attention_backward(&self, a: AttentionBackward) -> Result<()> {
         const OP: &str = "attention_backward";
-        let AttentionBackward {
-            dinp,
-            dqkvr,
-            datt,
-            scratch,
-            dout,
-            qkvr,
-            att,
-            b,
-            t,
-            c,
-            nh,
-        } = a;
+        let (b, t, c, nh) = (a.b, a.t, a.c, a.nh);
         let s = AttShape::new(OP, b, t, c, nh)?;
         if s.total == 0 {
             return Ok(());
@@ -621,38 +559,42 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("dinp", dinp.0),
-                ("dqkvr", dqkvr.0),
-                ("datt", datt.0),
-                ("scratch", scratch.0),
-                ("dout", dout.0),
-                ("qkvr", qkvr.0),
-                ("att", att.0),
+                ("dinp", a.dinp.0),
+                ("dqkvr", a.dqkvr.0),
+                ("datt", a.datt.0),
+                ("scratch", a.scratch.0),
+                ("dout", a.dout.0),
+                ("qkvr", a.qkvr.0),
+                ("att", a.att.0),
             ],
         )?;
-        let (q, k, v) = (qkvr, qkvr.at(s.total), qkvr.at(2 * s.total));
-        let (dq, dk, dv) = (dqkvr, dqkvr.at(s.total), dqkvr.at(2 * s.total));
-        let dy = scratch;
-        self.launch_1d(K::AttentionPermuteHeads, s.total, &s.permute_args(dy, dout))?;
-        self.gemm(OP, &s.datt_gemm(dy, v, datt))?;
-        self.gemm(OP, &s.dv_gemm(dy, att, dv))?;
+        let (q, k, v) = (a.qkvr, a.qkvr.at(s.total), a.qkvr.at(2 * s.total));
+        let (dq, dk, dv) = (a.dqkvr, a.dqkvr.at(s.total), a.dqkvr.at(2 * s.total));
+        let dy = a.scratch;
+        self.launch_1d(
+            K::AttentionPermuteHeads,
+            s.total,
+            &s.permute_args(dy, a.dout),
+        )?;
+        self.gemm(OP, &s.datt_gemm(dy, v, a.datt))?;
+        self.gemm(OP, &s.dv_gemm(dy, a.att, dv))?;
         // datt becomes the gradient of the scaled scores (0 in the masked triangle).
         self.launch_rows(
             K::AttentionSoftmaxBackward,
             s.rows,
             &[
-                datt.into(),
-                att.into(),
+                a.datt.into(),
+                a.att.into(),
                 int(OP, "B*NH*T", s.rows)?.into(),
                 s.ti.into(),
             ],
         )?;
-        self.gemm(OP, &s.dq_gemm(k, datt, dq))?;
-        self.gemm(OP, &s.dk_gemm(q, datt, dk))?;
+        self.gemm(OP, &s.dq_gemm(k, a.datt, dq))?;
+        self.gemm(OP, &s.dk_gemm(q, a.datt, dk))?;
         self.launch_1d(
             K::AttentionUnpermuteQkv,
             s.total,
-            &s.permute_args(dinp, dqkvr),
+            &s.permute_args(a.dinp, a.dqkvr),
         )
     }
 
@@ -700,15 +642,7 @@ impl Ops {
     /// [`FusedClassifier`], one block per row.
     pub fn fused_classifier(&self, a: FusedClassifier) -> Result<()> {
         const OP: &str = "fused_classifier";
-        let FusedClassifier {
-            logits,
-            losses,
-            targets,
-            n,
-            v,
-            vp,
-            dloss,
-        } = a;
+        let (n, v, vp, dloss) = (a.n, a.v, a.vp, a.dloss);
         if v == 0 || vp < v {
             return Err(invalid(
                 OP,
@@ -721,9 +655,9 @@ impl Ops {
         check_ptrs(
             OP,
             &[
-                ("logits", logits.0),
-                ("losses", losses.0),
-                ("targets", targets.0),
+                ("logits", a.logits.0),
+                ("losses", a.losses.0),
+                ("targets", a.targets.0),
             ],
         )?;
         prod(OP, &[n, vp])?;
@@ -736,9 +670,9 @@ impl Ops {
             (grid, 1, 1),
             (CLASSIFIER_BLOCK, 1, 1),
             &[
-                logits.into(),
-                losses.into(),
-                targets.into(),
+                a.logits.into(),
+                a.losses.into(),
+                a.targets.into(),
                 int(OP, "V", v)?.into(),
                 int(OP, "Vp", vp)?.into(),
                 dloss.unwrap_or(0.0).into(),
@@ -750,50 +684,34 @@ impl Ops {
     /// [`Adamw`], with the bias corrections computed once on the host.
     pub fn adamw(&self, a: Adamw) -> Result<()> {
         const OP: &str = "adamw";
-        let Adamw {
-            params,
-            grads,
-            m,
-            v,
-            n,
-            step,
-        } = a;
-        let AdamwStep {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            t,
-            grad_scale,
-        } = step;
-        let (bc1, bc2) = adamw_bias_corrections(OP, beta1, beta2, t)?;
+        let n = a.n;
+        let (bc1, bc2) = adamw_bias_corrections(OP, a.step.beta1, a.step.beta2, a.step.t)?;
         if n == 0 {
             return Ok(());
         }
         check_ptrs(
             OP,
             &[
-                ("params", params.0),
-                ("grads", grads.0),
-                ("m", m.0),
-                ("v", v.0),
+                ("params", a.params.0),
+                ("grads", a.grads.0),
+                ("m", a.m.0),
+                ("v", a.v.0),
             ],
         )?;
         let args = [
-            params.into(),
-            grads.into(),
-            m.into(),
-            v.into(),
+            a.params.into(),
+            a.grads.into(),
+            a.m.into(),
+            a.v.into(),
             long(OP, "n", n)?.into(),
-            lr.into(),
-            beta1.into(),
-            beta2.into(),
+            a.step.lr.into(),
+            a.step.beta1.into(),
+            a.step.beta2.into(),
             bc1.into(),
             bc2.into(),
-            eps.into(),
-            weight_decay.into(),
-            grad_scale.into(),
+            a.step.eps.into(),
+            a.step.weight_decay.into(),
+            a.step.grad_scale.into(),
         ];
         self.launch_1d(K::Adamw, n, &args)
     }

@@ -578,6 +578,22 @@ impl Gpu {
     fn pi(&self, s: &CudaSlice<i32>) -> I32Ptr {
         I32Ptr(s.device_ptr(&self.stream).0)
     }
+    /// The kernels' attention forward on [out, qkvr, att, inp], shape (B, T, C, NH).
+    fn attention_forward(&self, bufs: [&CudaSlice<f32>; 4], shape: (usize, usize, usize, usize)) {
+        let [out, qkvr, att, inp] = bufs.map(|s| self.p(s));
+        let (b, t, c, nh) = shape;
+        let args = AttentionForward {
+            out,
+            qkvr,
+            att,
+            inp,
+            b,
+            t,
+            c,
+            nh,
+        };
+        self.ops.attention_forward(args).unwrap();
+    }
     fn down(&self, s: &CudaSlice<f32>) -> Vec<f32> {
         self.stream
             .synchronize()
@@ -963,18 +979,7 @@ fn attention_forward() {
             g.zeros(3 * b * t * c),
             g.up(&rng.vec(b * nh * t * t, 9.0)),
         );
-        g.ops
-            .attention_forward(AttentionForward {
-                out: g.p(&gout),
-                qkvr: g.p(&gq),
-                att: g.p(&ga),
-                inp: g.p(&gi),
-                b,
-                t,
-                c,
-                nh,
-            })
-            .unwrap();
+        g.attention_forward([&gout, &gq, &ga, &gi], (b, t, c, nh));
         let what = format!("attention B={b} T={t} C={c} NH={nh}");
         assert_close(&format!("{what} out"), &g.down(&gout), &out, FWD.0, FWD.1);
         assert_close(&format!("{what} att"), &g.down(&ga), &att, FWD.0, FWD.1);
@@ -1025,18 +1030,7 @@ fn attention_backward() {
             g.zeros(3 * b * t * c),
             g.zeros(b * nh * t * t),
         );
-        g.ops
-            .attention_forward(AttentionForward {
-                out: g.p(&gout),
-                qkvr: g.p(&gq),
-                att: g.p(&ga),
-                inp: g.p(&gi),
-                b,
-                t,
-                c,
-                nh,
-            })
-            .unwrap();
+        g.attention_forward([&gout, &gq, &ga, &gi], (b, t, c, nh));
         let gd = g.up(&dout);
         let gdinp = g.up(&rng.vec(b * t * 3 * c, 9.0)); // overwritten
         let (gdq, gdatt, gs) = (
@@ -1329,18 +1323,7 @@ fn backward_deterministic() {
     let w = g.up(&rng.vec(3 * c * c, 1.0));
     let (mean, rstd) = (g.up(&rng.vec(n, 0.1)), g.up(&rng.vec(n, 1.0)));
     let (qkvr, att, out) = (g.zeros(3 * n * c), g.zeros(b * nh * t * t), g.zeros(n * c));
-    g.ops
-        .attention_forward(AttentionForward {
-            out: g.p(&out),
-            qkvr: g.p(&qkvr),
-            att: g.p(&att),
-            inp: g.p(&x),
-            b,
-            t,
-            c,
-            nh,
-        })
-        .unwrap();
+    g.attention_forward([&out, &qkvr, &att, &x], (b, t, c, nh));
     let run = || {
         let (dwte, dwpe) = (g.zeros(v * c), g.zeros(t * c));
         g.ops
