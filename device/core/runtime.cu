@@ -1,4 +1,4 @@
-// Host-side entry points of the runtime (src/core/runtime.rs): init, finalize, version and CUDA
+// Host-side entry points of the runtime (src/core/runtime/): init, finalize, version and CUDA
 // probe.
 // Compiled with -rdc=true and device-linked together with libnvshmem_device.a and every other
 // .cu under device/: nvshmemi_init_thread registers the device state of this module, so kernels

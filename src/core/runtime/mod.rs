@@ -1,6 +1,11 @@
 //! The `Nvshmem` runtime handle: initialises NVSHMEM once per process where a bootstrap placed
 //! it (the bootstraps of [`crate::bootstrap`] stand on this layer and give the public `init`
 //! calls), and finalises it exactly once on Drop.
+//!
+//! This file holds the handle, its accessors and its end; the rest is one concern a file: the
+//! process's lifecycle (lifecycle.rs), what a bootstrap decides before init (join.rs), init
+//! itself (init.rs), the tuned tables (tuning_state.rs), peer failure and collective agreement
+//! (agree.rs), and the GPU, library and device state checks (device_check.rs).
 
 mod agree;
 mod device_check;
