@@ -30,7 +30,7 @@
 #define NVSHMEMRS_REDOP_MAX 3
 #define NVSHMEMRS_REDOP_AVG 4
 
-/* ---- Allreduce algorithms (src/coll/allreduce/algo.rs AllreduceAlgo, mod.rs Protocol) ---- */
+/* ---- Allreduce algorithms (src/coll/allreduce/algo.rs AllreduceAlgo, meta.rs Protocol) ---- */
 
 #define NVSHMEMRS_ALGO_ONESHOT 0
 #define NVSHMEMRS_ALGO_TWOSHOT 1

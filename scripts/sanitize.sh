@@ -120,7 +120,7 @@ check() {
 
 ar=("$bin/test-allreduce" --ignored --exact pe2_allreduce_as_the_environment_chooses --test-threads=1)
 # Each allreduce protocol, forced through the environment as the library reads it
-# (src/coll/allreduce/mod.rs; settings() writes 1T as 1024G); the test asserts that the settings and the algorithm it was given
+# (src/coll/allreduce/settings.rs; settings() writes 1T as 1024G); the test asserts that the settings and the algorithm it was given
 # are the ones that ran (NVSH_TEST_EXPECT_*), so a variable that stopped working fails the run.
 check ring_exchange -- "$bin/ring_exchange"
 check allreduce_oneshot_low_latency NVSH_ALLREDUCE_ALGO=oneshot NVSH_TEST_EXPECT_ALGO=oneshot \

@@ -1,5 +1,5 @@
 /*
- * Allreduce steps (src/coll/allreduce/mod.rs). One launch reduces one segment of a message;
+ * Allreduce steps (src/coll/allreduce/run.rs). One launch reduces one segment of a message;
  * the host splits larger messages into segments. Every launch reads and advances a small
  * device-resident state, so the host passes no sequence numbers and a captured CUDA graph
  * replays correctly.

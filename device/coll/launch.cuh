@@ -1,4 +1,4 @@
-// Allreduce kernels launched by src/coll/allreduce/mod.rs; coll/allreduce.h documents the workspace
+// Allreduce kernels launched by src/coll/allreduce/run.rs; coll/allreduce.h documents the workspace
 // layout. Data moves with direct stores when nvshmem_ptr maps the peer (NVLink/PCIe), else with
 // NVSHMEM block puts; every block announces its delivery with one signal add per peer.
 // Every kernel splits its work into gridDim.x parts, block b always handling part b, so a block

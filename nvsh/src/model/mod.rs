@@ -104,7 +104,7 @@ impl Params {
         self.nvl_step_us + if topo.multi_node() { self.ib_us } else { 0.0 }
     }
 
-    /// The one-shot's low-latency limit (src/coll/allreduce/mod.rs: 512 KiB at 2 PEs,
+    /// The one-shot's low-latency limit (src/coll/allreduce/settings.rs: 512 KiB at 2 PEs,
     /// 256 KiB above).
     fn ll_max(pes: usize) -> f64 {
         if pes <= 2 {

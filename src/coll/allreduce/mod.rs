@@ -5,6 +5,13 @@
 //! An [`Allreduce`] owns a workspace on the symmetric heap (allocated collectively) and a
 //! sequence counter: signals carry ever-growing values, so calls can be issued back to back on a
 //! stream with no barrier in between.
+//!
+//! One file per part: the algorithms (`algo`); what the environment sets and the launch shapes
+//! it gives (`settings`); the checked-mode header's meta word and the names errors use
+//! (`meta`); building a workspace (`workspace`); what `Auto` picks, online tuning included
+//! (`choose`); a call, from locating its buffers to the kernel launches (`run`); the row of the
+//! collectives' table (`table`); the node-aware algorithm (`hier`) and online tuning's records
+//! (`online`). This file holds the handle and its accessors.
 
 pub mod algo;
 mod choose;
