@@ -574,9 +574,6 @@ struct SelectLaunch {
         cudaError_t err = launch_pdl(select_init_kernel, 1, SPARSE_THREADS, stream, scratch,
                                      prefix, take, device_t, Key<T>::BITS);
         if (err != cudaSuccess) return err;
-        int blocks = 0;
-        err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, 8, &blocks);
-        if (err != cudaSuccess) return err;
         // The passes over the staged keys stream a grid-stride loop; a few blocks per SM keep
         // the histogram adds few. Sized for every key staged.
         int stream_blocks = 0;
@@ -609,8 +606,20 @@ struct SelectLaunch {
             return e;
         };
         if (search) {
-            err = launch_pdl(select_bucket_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
-                             scratch);
+            // One full wave: the bucket pass strides over the gradient, so blocks past those
+            // resident form a partial second wave (1.6 waves at 8 an SM, 5 fitting) for nothing.
+            int resident = 0, blocks = 0;
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident,
+                                                                select_bucket_kernel<T>,
+                                                                SPARSE_THREADS, 0);
+            if (err == cudaSuccess) {
+                err = sparse_grid((n + Run<T>::N - 1) / Run<T>::N, resident > 0 ? resident : 1,
+                                  &blocks);
+            }
+            if (err == cudaSuccess) {
+                err = launch_pdl(select_bucket_kernel<T>, blocks, SPARSE_THREADS, stream, g, n,
+                                 scratch);
+            }
         }
         if (err == cudaSuccess) {
             err = launch_pdl(select_filter_kernel<T, S>, grid, SPARSE_THREADS, stream, g, n,
