@@ -607,7 +607,7 @@ struct SelectLaunch {
         };
         if (search) {
             // One full wave: the bucket pass strides over the gradient, so blocks past those
-            // resident form a partial second wave (1.6 waves at 8 an SM, 5 fitting) for nothing.
+            // resident would only form a partial second wave (docs/measured.md, sixteenth run).
             int resident = 0, blocks = 0;
             err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident,
                                                                 select_bucket_kernel<T>,
