@@ -763,19 +763,29 @@ mod tests {
 
     #[test]
     fn the_swept_rows_are_allreduce_and_those_that_choose_a_protocol() {
-        // `--collectives` takes these names, and the tuning file keys them.
-        let names: Vec<&str> = tuned().iter().map(|c| c.name()).collect();
-        assert_eq!(
-            names,
-            [
-                "allreduce",
-                "broadcast",
-                "reduce",
-                "allgather",
-                "reduce-scatter",
-                "alltoall"
-            ]
-        );
+        // From the table, not a list written here: the swept rows in its order, allreduce
+        // among them, none an exchange or the barrier (they choose per pair, or nothing);
+        // `--collectives` takes their names, which read back.
+        let swept = tuned();
+        let in_order: Vec<Collective> = COLLECTIVES
+            .iter()
+            .map(|r| r.collective)
+            .filter(|c| swept.contains(c))
+            .collect();
+        assert_eq!(swept, in_order);
+        assert!(swept.contains(&Collective::Allreduce));
+        for c in &swept {
+            let r = c.row();
+            assert!(!matches!(
+                r.scratch,
+                ScratchKind::Exchange | ScratchKind::None
+            ));
+            assert_eq!(Collective::from_name(r.name), Some(*c));
+        }
+        assert!(COLLECTIVES
+            .iter()
+            .filter(|r| !swept.contains(&r.collective))
+            .all(|r| { matches!(r.scratch, ScratchKind::Exchange | ScratchKind::None) }));
         assert_eq!(TuneOptions::default().collectives, tuned());
         assert!(is_allreduce(Collective::Allreduce) && !is_allreduce(Collective::Reduce));
         // Every family candidate's name reads back as the protocol it sets.

@@ -6,6 +6,7 @@
 mod common;
 
 use common::run_nvsh;
+use nvsh::bench::family::Kind;
 use nvsh::bench::plot::read_bench_json;
 use std::path::{Path, PathBuf};
 
@@ -183,17 +184,12 @@ fn plot_refuses_an_output_that_is_not_a_writable_png() {
 fn every_bench_checks_its_plot_path_before_it_starts() {
     let dir = workdir("bench");
     let missing = dir.join("no/such/dir/chart.png");
-    for bench in [
-        "put",
-        "allreduce",
-        "broadcast",
-        "allgather",
-        "alltoall",
-        "allgatherv",
-        "alltoallv",
-        "reduce-scatter",
-        "reduce",
-    ] {
+    // The family's subcommands come from the table of collectives: every one of them.
+    let family = Kind::all();
+    let benches = ["put", "allreduce"]
+        .into_iter()
+        .chain(family.iter().map(|k| k.name()));
+    for bench in benches {
         let (ok, _, err) = run_nvsh(&["bench", bench, "--plot", s(&missing)]);
         assert!(!ok, "{bench}");
         assert!(

@@ -538,15 +538,15 @@ impl clap::FromArgMatches for FamilyCommand {
 impl Subcommand for FamilyCommand {
     fn augment_subcommands(cmd: clap::Command) -> clap::Command {
         Kind::all().into_iter().fold(cmd, |cmd, kind| {
-            let mut sub =
-                FamilyArgs::augment_args(clap::Command::new(kind.name()).about(kind.about()));
+            let mut sub = FamilyArgs::augment_args(clap::Command::new(kind.name()));
             if kind.reduces() {
                 sub = ReductionArgs::augment_args(sub);
             }
             if kind.rooted() {
                 sub = RootArg::augment_args(sub);
             }
-            cmd.subcommand(sub)
+            // Last: each derived Args struct sets the command's help from its own doc comment.
+            cmd.subcommand(sub.about(kind.about()))
         })
     }
 
@@ -1548,6 +1548,23 @@ mod tests {
             help.contains("-f, --factor") && help.contains("--stepfactor"),
             "{help}"
         );
+    }
+
+    /// Each collective's subcommand says what it benches, in `nvsh bench --help` and in its own
+    /// help, not the doc comment of an options struct it shares.
+    #[test]
+    fn each_collective_subcommand_has_its_own_help() {
+        // clap wraps long lines: compare with runs of white space as one space.
+        let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let list = flat(&clap_text(&["--help"]));
+        for kind in Kind::all() {
+            let about = kind.about();
+            let first = flat(about.split(" (").next().unwrap_or(&about));
+            assert!(list.contains(&first), "{}: {list}", kind.name());
+            let own = flat(&clap_text(&[kind.name(), "--help"]));
+            assert!(own.contains(&first), "{}: {own}", kind.name());
+        }
+        assert!(!list.contains("The root of broadcast and reduce"), "{list}");
     }
 
     #[test]
