@@ -26,8 +26,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Check this node: GPUs, driver, peer access and links, NVSHMEM versions, MPI, environment.
     Doctor(doctor::DoctorArgs),
-    /// Long checked run of mixed allreduces and channel transfers (run as a job:
-    /// `nvsh run -n 2 -- nvsh soak --seconds 600`); with --die-pe, fault injection.
+    /// Long checked run of mixed allreduces, other collectives and channel transfers (run as a
+    /// job: `nvsh run -n 2 -- nvsh soak --seconds 600`); with --die-pe, fault injection.
     Soak(soak::SoakArgs),
     /// Draw a bench result stored with --json as a PNG chart (no GPU needed): `nvsh plot
     /// allreduce.json --out allreduce.png`.

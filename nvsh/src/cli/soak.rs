@@ -10,8 +10,9 @@ pub struct SoakArgs {
     /// How long to run.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
-    /// allreduce, channel, family (broadcast, allgather, alltoall, reduce-scatter, reduce) or
-    /// mixed (of 8 rounds: 4 allreduces, 2 family calls, 2 channel rounds).
+    /// allreduce, channel, family (every other collective of the table that moves data, the v
+    /// forms and grouped send/recv included) or mixed (of 8 rounds: 4 allreduces, 2 family
+    /// calls, 2 channel rounds).
     #[arg(long, default_value = "mixed", value_parser = Workload::parse)]
     workload: Workload,
     /// Seed of the (shared) random decisions.
