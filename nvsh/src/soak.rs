@@ -11,6 +11,7 @@
 //! match; data depends on (PE, iteration, index) and is small integers, so every reduction is
 //! exact in every type (f16 and bf16 included) and the reference is plain arithmetic.
 
+use crate::bench::kind::in_family;
 use crate::error::{ToolError, ToolResult};
 use cudarc::driver::CudaSlice;
 use nvshmem::tools::progress_label;
@@ -21,7 +22,7 @@ use nvshmem::Nvshmem;
 use nvshmem::Result;
 use nvshmem::SymmetricBuffer;
 use nvshmem::{Allreduce, AllreduceAlgo};
-use nvshmem::{CollectiveRow, Placement, ScratchKind, Shape, COLLECTIVES};
+use nvshmem::{Placement, Shape, COLLECTIVES};
 use nvshmem::{ReduceOp, Reducible};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 pub enum Workload {
     Allreduce,
     Channel,
-    /// The table's other collectives that move data (`in_family`).
+    /// The table's other collectives that move data ([`in_family`]).
     Family,
     Mixed,
 }
@@ -268,12 +269,6 @@ fn back_to_back(counts: &[usize]) -> Vec<usize> {
 
 /// Largest element offset at which a call's data starts (unaligned starts are exercised).
 const OFFSET_ROOM: usize = 16;
-
-/// Whether the family round calls the row: every row of the table that moves data but
-/// allreduce, which has its own round.
-fn in_family(row: &CollectiveRow) -> bool {
-    row.scratch != ScratchKind::Allreduce && row.shape != Shape::Empty
-}
 
 /// The family's workspaces, one per row of [`in_family`] in the table's order (one each: their
 /// step protocols are their own), called through the table.

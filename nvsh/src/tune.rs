@@ -785,7 +785,7 @@ mod tests {
         assert!(COLLECTIVES
             .iter()
             .filter(|r| !swept.contains(&r.collective))
-            .all(|r| { matches!(r.scratch, ScratchKind::Exchange | ScratchKind::None) }));
+            .all(|r| matches!(r.scratch, ScratchKind::Exchange | ScratchKind::None)));
         assert_eq!(TuneOptions::default().collectives, tuned());
         assert!(is_allreduce(Collective::Allreduce) && !is_allreduce(Collective::Reduce));
         // Every family candidate's name reads back as the protocol it sets.

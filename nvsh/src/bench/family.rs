@@ -690,6 +690,7 @@ mod tests {
     use crate::bench::render::{render_json, render_table};
     use nvshmem::tools::Peers;
     use nvshmem::Collective as C;
+    use nvshmem::COLLECTIVES;
 
     /// The bench as the harness sees it, with neither candidate usable (no GPU here).
     fn bench(kind: Kind, op: ReduceOp, root: i32) -> FamilyBench<'static> {
@@ -1114,7 +1115,7 @@ mod tests {
             assert_eq!(Kind::from_name(k.name()), Some(*k));
             assert!(kinds[i + 1..].iter().all(|o| o.name() != k.name()));
         }
-        for r in nvshmem::COLLECTIVES.iter() {
+        for r in COLLECTIVES.iter() {
             let want = if r.scratch == ScratchKind::Allreduce || r.shape == Shape::Empty {
                 0
             } else if r.placement == nvshmem::Placement::Peers {
@@ -1124,6 +1125,23 @@ mod tests {
             };
             let have = kinds.iter().filter(|k| k.collective == r.collective);
             assert_eq!(have.count(), want, "{}", r.name);
+        }
+        // In the table's order, the ring of sends before all pairs.
+        let at = |k: &Kind| {
+            COLLECTIVES
+                .iter()
+                .position(|r| r.collective == k.collective)
+        };
+        for w in kinds.windows(2) {
+            assert!(
+                at(&w[0]) <= at(&w[1]),
+                "{} before {}",
+                w[0].name(),
+                w[1].name()
+            );
+            if w[0].collective == w[1].collective {
+                assert!(w[0].is_ring() && !w[1].is_ring(), "{}", w[0].name());
+            }
         }
         assert!(Kind::of(C::Reduce).reduces() && Kind::of(C::Reduce).rooted());
         assert!(!Kind::of(C::Alltoall).reduces() && !Kind::of(C::Alltoall).rooted());

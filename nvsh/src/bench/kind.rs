@@ -6,6 +6,12 @@
 use nvshmem::tools::Peers;
 use nvshmem::{BusFactor, Collective, CollectiveRow, ScratchKind, Shape, COLLECTIVES};
 
+/// Whether the row is one of the family's: every row of the table that moves data but
+/// allreduce (the family benches time these, the soak's family round calls them).
+pub fn in_family(row: &CollectiveRow) -> bool {
+    row.scratch != ScratchKind::Allreduce && row.shape != Shape::Empty
+}
+
 /// What a family bench times: a collective of the table, and for grouped send/recv (whose pairs
 /// are the caller's) which pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,7 +41,7 @@ impl Kind {
     pub fn all() -> Vec<Kind> {
         COLLECTIVES
             .iter()
-            .filter(|r| r.scratch != ScratchKind::Allreduce && r.shape != Shape::Empty)
+            .filter(|r| in_family(r))
             .flat_map(|r| {
                 let k = Kind::of(r.collective);
                 let ring = takes_pairs(r.collective).then_some(k.with(Peers::Ring));
