@@ -231,7 +231,9 @@ typedef struct nvshmemrs_allreduce_args {
 #define NVSHMEMRS_FAMILY_THREADS 512
 /* Counter phases: arrive (the receiver's area is free for this step) and data (landed). ADDR
  * holds words, not counters: under SPLIT the reduce root's output address, which the root
- * stores into word [its rank] on every member before its ARRIVE (never waited on). ROUND: the
+ * stores into word [its rank] on every member before its ARRIVE (never waited on); under PULL
+ * the address of the input the member reads (reduce's root: a non-root's; reduce-scatter:
+ * every other member's), stored the same way before that ARRIVE. ROUND: the
  * SPLIT protocol's data counters, set per round of a chunk (prims/split.cuh split_round_value:
  * values above every value of the step before, so never compared with DATA's step values). */
 #define NVSHMEMRS_FAMILY_PHASES 4
@@ -258,7 +260,7 @@ typedef struct nvshmemrs_family_args {
     int elem_bytes;
     /* Team rank of the root (broadcast, reduce), else 0. */
     int root;
-    /* How the data moves: NVSHMEMRS_FAMILY_HANDSHAKE, _LL or _SPLIT. */
+    /* How the data moves: NVSHMEMRS_FAMILY_HANDSHAKE, _LL, _SPLIT or _PULL. */
     int protocol;
     /* Under SPLIT where every member is mapped: bytes of a block's chunk per round (0: the
      * whole chunk in one round). */
@@ -322,6 +324,24 @@ typedef struct nvshmemrs_allgatherv_parts_args {
  * round (put-with-signal operations to one PE are not ordered with each other).
  */
 #define NVSHMEMRS_FAMILY_SPLIT 2
+/*
+ * PULL (reduce, reduce-scatter; 2 to NVSHMEMRS_FAMILY_LL_MAX_PES members, every
+ * one mapped (hdr.all_mapped), not hdr.no_direct): the members that need data load it from
+ * the peers' buffers over the mapping, one pass, no slots (one launch for any size). The member whose buffer is read stores its address into
+ * word [its rank] of phase ADDR on each reader, then raises ARRIVE there (its buffer is
+ * ready: its earlier work on the stream is done); each reader, once it has read, raises DATA
+ * on the owner, which ends its step only then (the buffer must not change while read). One
+ * pass where the handshake's receiver reduces out of slots its peers have filled: it pays
+ * where a reduction reads what it receives (a broadcast that loaded the root's input measured
+ * no faster than the root's stores, docs/measured.md).
+ *   reduce: the root loads every other member's input and reduces in rank order into its
+ *     output; non-root outputs are not written.
+ *   reduce-scatter: every member is an owner and a reader: it loads block [its rank] of every
+ *     input and reduces it in rank order into its output.
+ * Block b reads part b (prims/chunks.cuh part_of over the grid), and its counters are block
+ * b's, as in HANDSHAKE.
+ */
+#define NVSHMEMRS_FAMILY_PULL 3
 #define NVSHMEMRS_FAMILY_LL_MAX_PES 64
 
 /* ---- Exchanges: alltoallv, allgatherv, grouped send/recv (coll/exchange.h) ---- */

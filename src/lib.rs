@@ -114,7 +114,9 @@ pub use crate::core::deadline::TIMEOUT_ENV;
 pub use crate::core::node::PRETEND_NODE_SIZE_ENV;
 pub use crate::core::tuning::{TUNE_BUDGET_ENV, TUNE_ENV, TUNING_FILE_ENV};
 pub use crate::proto::checked::CHECKED_ENV;
-pub use crate::proto::family::{FAMILY_LL_MAX_ENV, FAMILY_SPLIT_MIN_ENV, FAMILY_SPLIT_ROUND_ENV};
+pub use crate::proto::family::{
+    FAMILY_LL_MAX_ENV, FAMILY_PULL_MIN_ENV, FAMILY_SPLIT_MIN_ENV, FAMILY_SPLIT_ROUND_ENV,
+};
 pub use crate::proto::lines::EXCHANGE_LL_MAX_ENV;
 pub use crate::proto::workspace::NO_DIRECT_ENV;
 

@@ -479,6 +479,25 @@ fn checked_mode_catches_count_root_and_type_mismatches() {
         }
         e => panic!("not a mismatch: {e:?}"),
     }
+    // Protocols differ: one member pulls, the other does not.
+    let mut r = Reduce::world(&nv, SLOT_BYTES).unwrap();
+    let offered = nvshmem::tools::TableCollective::protocols(&r);
+    let pull = me == 0 && offered.contains(&FamilyProtocol::Pull);
+    r.set_protocol(if me == 0 {
+        FamilyProtocol::Pull
+    } else {
+        FamilyProtocol::Direct
+    });
+    r.run(&buf, out.view(..512).unwrap(), ReduceOp::Sum, 0, &stream)
+        .unwrap();
+    match r.sync(&stream) {
+        Err(Error::CollectiveMismatch { mine, theirs, .. }) => {
+            assert_eq!(mine.contains("pulled"), pull, "{mine} / {theirs}");
+        }
+        // Not mapped (NVSH_NO_DIRECT): both took the handshake.
+        Ok(()) => assert!(!pull && r.last_protocol() == FamilyProtocol::Direct),
+        Err(e) => panic!("not a mismatch: {e:?}"),
+    }
     // Not a dead peer: barriers and new workspaces still work.
     assert_eq!(nv.peer_failure(), None);
     nv.barrier_all().unwrap();
@@ -729,6 +748,8 @@ fn ll_type<T: Value>(nv: &Nvshmem, rows: &mut [Row<'_>], salt: usize) {
 fn low_latency_lines(pes: i32) {
     // Before any workspace: the line region is sized at creation.
     std::env::set_var("NVSH_FAMILY_LL_MAX", LL_MAX.to_string());
+    // The handshake just past the lines, never the pull.
+    std::env::set_var(nvshmem::FAMILY_PULL_MIN_ENV, "1T");
     let nv = runtime(pes);
     let (me, n) = me_n(&nv);
     let rows = &mut family(&nv);
@@ -860,9 +881,8 @@ const SPLIT_TEST_LL_MAX: usize = 1 << 10;
 /// past a 64K slot per part (reduce in segments). Under `Auto`: one element below the
 /// threshold (the handshake), at it (split from 3 PEs on, else the handshake), and with
 /// `large` 1M + 1 and 16M + 5.
-fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyProtocol)> {
+fn split_counts(size: usize, n: usize, large: bool) -> Counts {
     use FamilyProtocol::{Auto, Direct, Split};
-    let size = std::mem::size_of::<T>();
     let per16 = (16 / size).max(1);
     let parts = n - 1;
     let min = SPLIT_MIN / size;
@@ -884,6 +904,45 @@ fn split_counts<T>(n: usize, large: bool) -> Vec<(usize, FamilyProtocol, FamilyP
     counts
 }
 
+/// The pull protocol's threshold (NVSH_FAMILY_PULL_MIN) in the pull tests.
+const PULL_MIN: usize = 64 << 10;
+
+/// Counts of the rows with the pull of `size`-byte elements on `n` PEs for the pull protocol, as
+/// [`split_counts`]: forced, one element, an odd count, one 16-byte vector and one element
+/// more, counts past a 64K slot (no segments: the pull takes none); under `Auto` one element
+/// below [`PULL_MIN`] (the handshake) and at it (the pull at 2 PEs, else the handshake), and with
+/// `large` 1M + 1 and 16M + 5.
+fn pull_counts(size: usize, n: usize, large: bool) -> Counts {
+    use FamilyProtocol::{Auto, Direct, Pull};
+    let per16 = (16 / size).max(1);
+    let min = PULL_MIN / size;
+    let auto = if n == 2 { Pull } else { Direct };
+    let mut counts = vec![
+        (1, Pull, Pull),
+        (7, Pull, Pull),
+        (per16, Pull, Pull),
+        (per16 + 1, Pull, Pull),
+        (1000, Pull, Pull),
+        (65537, Pull, Pull),
+        (min - 1, Auto, Direct),
+        (min, Auto, auto),
+    ];
+    if large {
+        counts.push(((1 << 20) + 1, Auto, auto));
+        counts.push(((16 << 20) + 5, Auto, auto));
+    }
+    counts
+}
+
+/// The (type, large) cases of the rows that move data and the (type, op, large) cases of those
+/// that reduce.
+type TypeLists<'a> = (&'a [(Dtype, bool)], &'a [(Dtype, ReduceOp, bool)]);
+
+/// Counts with the protocol set and the one each call must take.
+type Counts = Vec<(usize, FamilyProtocol, FamilyProtocol)>;
+/// [`split_counts`] or [`pull_counts`]: (element size, PEs, large).
+type CountsOf = fn(usize, usize, bool) -> Counts;
+
 /// (type, large) of the split tests' data movement and (type, op, large) of their reductions:
 /// `large` cases run at 1M + 1 and 16M + 5 elements too where every PE has a GPU of its own.
 const SPLIT_MOVES: [(Dtype, bool); 4] = [
@@ -901,25 +960,31 @@ const SPLIT_REDUCES: [(Dtype, ReduceOp, bool); 6] = [
     (Dtype::U32, ReduceOp::Sum, false),
 ];
 
-/// A workspace of each row of the family that has the split protocol, over the world.
-fn split_rows(nv: &Nvshmem, slot_bytes: usize) -> Vec<Row<'_>> {
+/// A workspace of each row of the family that offers `protocol` here, over the world.
+fn rows_with(nv: &Nvshmem, slot_bytes: usize, protocol: FamilyProtocol) -> Vec<Row<'_>> {
     world(nv, family_rows(), slot_bytes)
         .into_iter()
-        .filter(|(_, w)| w.protocols().contains(&FamilyProtocol::Split))
+        .filter(|(_, w)| w.protocols().contains(&protocol))
         .collect()
 }
 
-/// A row's calls of T (with `op` where it reduces) at [`split_counts`] from or to every root, in
-/// and out of place (non-root outputs checked untouched), each call's protocol checked.
+/// A workspace of each row of the family that has the split protocol, over the world.
+fn split_rows(nv: &Nvshmem, slot_bytes: usize) -> Vec<Row<'_>> {
+    rows_with(nv, slot_bytes, FamilyProtocol::Split)
+}
+
+/// A row's calls of T (with `op` where it reduces) at `counts` from or to every root, in and
+/// out of place (non-root outputs checked untouched), each call's protocol checked.
 fn split_type<T: Value>(
     nv: &Nvshmem,
     (row, w): &mut Row<'_>,
     op: ReduceOp,
     salt: usize,
-    large: bool,
+    (counts, large): (CountsOf, bool),
 ) {
     let (me, n) = me_n(nv);
-    for (k, (count, set, want)) in split_counts::<T>(n, large).into_iter().enumerate() {
+    let size = std::mem::size_of::<T>();
+    for (k, (count, set, want)) in counts(size, n, large).into_iter().enumerate() {
         w.set_protocol(set);
         for root in roots(row, n) {
             let call = Call::blocks(row, me, n, count, root);
@@ -932,15 +997,14 @@ fn split_type<T: Value>(
     w.set_protocol(FamilyProtocol::Auto);
 }
 
-/// [`split_type`] of each row: each of `moves` where it moves data, each of `reduces` where
-/// it reduces (`large` cases only where `large`).
+/// [`split_type`] of each row at `counts`: each of `moves` where it moves data, each of
+/// `reduces` where it reduces (`large` cases only where `large`).
 fn split_types(
     nv: &Nvshmem,
     rows: &mut [Row<'_>],
-    moves: &[(Dtype, bool)],
-    reduces: &[(Dtype, ReduceOp, bool)],
+    (moves, reduces): TypeLists<'_>,
     salt: usize,
-    large: bool,
+    (counts, large): (CountsOf, bool),
 ) {
     for r in rows.iter_mut() {
         let cases: Vec<(Dtype, ReduceOp, bool)> = if r.0.reduces {
@@ -950,7 +1014,7 @@ fn split_types(
         };
         for (c, (dtype, op, l)) in cases.into_iter().enumerate() {
             let salt = salt + 20 * c;
-            with_type!(dtype, T => split_type::<T>(nv, r, op, salt, large && l));
+            with_type!(dtype, T => split_type::<T>(nv, r, op, salt, (counts, large && l)));
         }
     }
 }
@@ -966,6 +1030,8 @@ fn split_family(pes: i32) {
     // Before any workspace: both are read at creation.
     std::env::set_var(nvshmem::FAMILY_SPLIT_MIN_ENV, SPLIT_MIN.to_string());
     std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
+    // The pull never under `Auto`: these sizes are the split's and the handshake's.
+    std::env::set_var(nvshmem::FAMILY_PULL_MIN_ENV, "1T");
     let nv = runtime(pes);
     let (me, n) = me_n(&nv);
     // PEs sharing a GPU take turns in time slices: 1M elements and more would take minutes
@@ -973,7 +1039,8 @@ fn split_family(pes: i32) {
     let large = !nv.shares_gpus();
     let mut rows = split_rows(&nv, SLOT_BYTES);
     assert!(!rows.is_empty(), "no row has the split protocol");
-    split_types(&nv, &mut rows, &SPLIT_MOVES, &SPLIT_REDUCES, 0, large);
+    let types = (&SPLIT_MOVES[..], &SPLIT_REDUCES[..]);
+    split_types(&nv, &mut rows, types, 0, (split_counts, large));
     if large {
         // Parts larger than the benches' 8M slots: segments of n - 1 slots.
         let slotted: Vec<&CollectiveRow> = rows
@@ -993,7 +1060,7 @@ fn split_family(pes: i32) {
             }
         }
     }
-    split_back_to_back(&nv, &mut rows, true);
+    split_back_to_back(&nv, &mut rows, FamilyProtocol::Split, true);
 
     // Rounds of 16 bytes: every chunk in as many rounds as it may have (the most, then larger
     // rounds), and none: one round per chunk.
@@ -1005,8 +1072,14 @@ fn split_family(pes: i32) {
             (Dtype::F32, ReduceOp::Sum, false),
             (Dtype::F16, ReduceOp::Min, false),
         ];
-        split_types(&nv, &mut rows, &moves, &reduces, salt, false);
-        split_back_to_back(&nv, &mut rows, true);
+        split_types(
+            &nv,
+            &mut rows,
+            (&moves, &reduces),
+            salt,
+            (split_counts, false),
+        );
+        split_back_to_back(&nv, &mut rows, FamilyProtocol::Split, true);
     }
     std::env::remove_var(nvshmem::FAMILY_SPLIT_ROUND_ENV);
 
@@ -1018,17 +1091,30 @@ fn split_family(pes: i32) {
         (Dtype::F32, ReduceOp::Sum, false),
         (Dtype::Bf16, ReduceOp::Max, false),
     ];
-    split_types(&nv, &mut rows, &moves, &reduces, 600, false);
-    split_back_to_back(&nv, &mut rows, false);
+    split_types(
+        &nv,
+        &mut rows,
+        (&moves, &reduces),
+        600,
+        (split_counts, false),
+    );
+    split_back_to_back(&nv, &mut rows, FamilyProtocol::Split, false);
     std::env::remove_var(nvshmem::NO_DIRECT_ENV);
 }
 
 /// 200 calls of each row back to back, one sync at the end: the root moving every 4 calls, the
-/// sizes taking the low-latency lines, the handshake and the split protocol (and the split
-/// protocol forced at small sizes every fifth call), so that each protocol's step follows each
+/// sizes taking the low-latency lines, the handshake and `forced` (the split or the pull
+/// protocol, which `Auto` takes at the larger sizes where the test's thresholds say so, and
+/// which every fifth call forces at any size), so that each protocol's step follows each
 /// other's on the same counters and slots. `lines`: the 8-byte calls can take the lines (every
-/// PE mapped, direct stores on).
-fn split_back_to_back(nv: &Nvshmem, rows: &mut [Row<'_>], lines: bool) {
+/// PE mapped, direct stores on). 50 calls instead of 200 where PEs share a GPU (time slices).
+fn split_back_to_back(
+    nv: &Nvshmem,
+    rows: &mut [Row<'_>],
+    forced_protocol: FamilyProtocol,
+    lines: bool,
+) {
+    let calls = if nv.shares_gpus() { 50 } else { 200 };
     let (me, n) = me_n(nv);
     // u32: 8 bytes (lines where every PE is mapped), 4000 bytes (the handshake), just past
     // SPLIT_MIN, and 256K (reduce: two segments of 64K slots per part at 3 and 4 PEs).
@@ -1036,20 +1122,21 @@ fn split_back_to_back(nv: &Nvshmem, rows: &mut [Row<'_>], lines: bool) {
     let root = |k: usize| (k / 4) % n;
     let forced = |k: usize| k % 5 == 4;
     let values = |k: usize| Values::gen(n, 700 + k, ReduceOp::Sum);
-    let inputs: Vec<_> = (0..200)
-        .map(|k| filled(nv, counts[k % 4], |i| values(k).input::<u32>(me, i)))
+    // n blocks: reduce-scatter's input (the rooted rows read the first).
+    let inputs: Vec<_> = (0..calls)
+        .map(|k| filled(nv, n * counts[k % 4], |i| values(k).input::<u32>(me, i)))
         .collect();
     let queue = queue(rows, &inputs, |k, row| {
         let call = Call::blocks(row, me, n, counts[k % 4], root(k));
         let set = if forced(k) {
-            FamilyProtocol::Split
+            forced_protocol
         } else {
             FamilyProtocol::Auto
         };
         Some((call, values(k), set))
     });
     let taken = back_to_back(nv, rows, &queue);
-    let mut mixed = vec![FamilyProtocol::Direct, FamilyProtocol::Split];
+    let mut mixed = vec![FamilyProtocol::Direct, forced_protocol];
     if lines {
         mixed.push(FamilyProtocol::LowLatency);
     }
@@ -1071,4 +1158,58 @@ fn split_broadcast_and_reduce_on_three_pes() {
 gpu_test!(4, split_broadcast_and_reduce_on_four_pes);
 fn split_broadcast_and_reduce_on_four_pes() {
     split_family(4);
+}
+
+/// The family's rows with the pull protocol (reduce and reduce-scatter;
+/// NVSH_FAMILY_PULL_MIN = [`PULL_MIN`], the split
+/// never under `Auto`): [`pull_counts`] for several types (the reductions: several ops), every
+/// root, in and out of place; 200 calls of each back to back mixing it with the lines and the
+/// handshake; then over NVSHMEM puts only (NVSH_NO_DIRECT), where no row offers the pull and a
+/// call that asks for it takes the handshake.
+fn pull_family(pes: i32) {
+    std::env::set_var(nvshmem::FAMILY_PULL_MIN_ENV, PULL_MIN.to_string());
+    std::env::set_var(nvshmem::FAMILY_SPLIT_MIN_ENV, "1T");
+    std::env::set_var("NVSH_FAMILY_LL_MAX", SPLIT_TEST_LL_MAX.to_string());
+    let nv = runtime(pes);
+    let (me, n) = me_n(&nv);
+    let large = !nv.shares_gpus();
+    let mut rows = rows_with(&nv, SLOT_BYTES, FamilyProtocol::Pull);
+    assert_eq!(
+        rows.len(),
+        2,
+        "reduce and reduce-scatter offer the pull on one node"
+    );
+    // PEs sharing a GPU take turns in time slices, so every wait of a step costs one: there
+    // two types, else every one.
+    let reduces = match large {
+        true => &SPLIT_REDUCES[..],
+        false => &SPLIT_REDUCES[..2],
+    };
+    split_types(&nv, &mut rows, (&[], reduces), 0, (pull_counts, large));
+    split_back_to_back(&nv, &mut rows, FamilyProtocol::Pull, true);
+
+    // NVSHMEM puts even to mapped peers: the pull is not offered, and asked for it falls back.
+    std::env::set_var(nvshmem::NO_DIRECT_ENV, "1");
+    assert!(rows_with(&nv, SLOT_BYTES, FamilyProtocol::Pull).is_empty());
+    for (k, (row, w)) in family(&nv).iter_mut().enumerate() {
+        w.set_protocol(FamilyProtocol::Pull);
+        for root in roots(row, n) {
+            let call = Call::blocks(row, me, n, 1000, root);
+            let v = Values::of(row, n, 800 + k, ReduceOp::Sum);
+            row_case::<f32>(&nv, w, &call, v);
+            let what = call.describe::<f32>(&v);
+            assert_eq!(w.last_protocol(), Some(FamilyProtocol::Direct), "{what}");
+        }
+    }
+    std::env::remove_var(nvshmem::NO_DIRECT_ENV);
+}
+
+gpu_test!(2, pull_reduce_and_reduce_scatter_on_two_pes);
+fn pull_reduce_and_reduce_scatter_on_two_pes() {
+    pull_family(2);
+}
+
+gpu_test!(3, pull_reduce_and_reduce_scatter_on_three_pes);
+fn pull_reduce_and_reduce_scatter_on_three_pes() {
+    pull_family(3);
 }

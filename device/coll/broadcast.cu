@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) broadcast_kernel(nvs
 
 extern "C" int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
-    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true) ||
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true, false) ||
         threads > NVSHMEMRS_FAMILY_THREADS)
         return cudaErrorInvalidValue;
     return (int)launch_pdl(broadcast_kernel, blocks, threads, stream, args);

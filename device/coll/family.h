@@ -20,7 +20,9 @@
  * Broadcast and reduce also have a split protocol for large buffers (abi.h
  * NVSHMEMRS_FAMILY_SPLIT): the buffer in n - 1 parts, scattered then allgathered (broadcast),
  * or reduce-scattered then gathered into the root's output (reduce), with the ARRIVE/DATA
- * handshake between every pair of members.
+ * handshake between every pair of members. Reduce and reduce-scatter, with every member
+ * mapped, also have a pull protocol (abi.h NVSHMEMRS_FAMILY_PULL): the reducing members load
+ * the inputs over the mapping in one pass, no slots.
  * Every wait has the header's deadline; a miss is recorded (NVSHMEMRS_WAIT_OP_COLLECTIVE, index
  * the NVSHMEMRS_COLL_* code) and breaks the workspace. Returns a cudaError_t
  * (cudaErrorInvalidValue for bad arguments, an unknown dtype or op).

@@ -28,11 +28,17 @@ static inline bool family_ll_ok(const nvshmemrs_family_args &a) {
            addrs % 8 == 0 && block % 8 == 0 && !h.no_direct && h.all_mapped;
 }
 
-// The protocol a launch asks for, where the entry point has it (`split`: broadcast, reduce):
-// HANDSHAKE; LL under family_ll_ok's conditions; SPLIT with at least 2 members (the parts are
-// one per member other than the root). Reduce checks that a part fits a slot itself.
-static inline bool family_protocol_ok(const nvshmemrs_family_args &a, bool split) {
-    if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) return split && a.hdr.n >= 2;
+// The protocol a launch asks for, where the entry point has it (`split`: broadcast, reduce;
+// `pull`: reduce, reduce-scatter): HANDSHAKE; LL under family_ll_ok's conditions; SPLIT with
+// at least 2 members (the parts are one per member other than the root); PULL with 2 to
+// NVSHMEMRS_FAMILY_LL_MAX_PES members, every one mapped (the readers' tables of sources).
+// Reduce checks that a part fits a slot itself.
+static inline bool family_protocol_ok(const nvshmemrs_family_args &a, bool split, bool pull) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) return split && h.n >= 2;
+    if (a.protocol == NVSHMEMRS_FAMILY_PULL)
+        return pull && h.n >= 2 && h.n <= NVSHMEMRS_FAMILY_LL_MAX_PES && !h.no_direct &&
+               h.all_mapped;
     return family_ll_ok(a);
 }
 

@@ -4,7 +4,8 @@
 // member gives credits, prims/ll_credit.cuh). Or, large, as a reduce-scatter over the members
 // other than the root and a gather of the results into the root's output
 // (NVSHMEMRS_FAMILY_SPLIT), so that the root's links carry one buffer's worth instead of n - 1
-// and n - 1 members reduce instead of one.
+// and n - 1 members reduce instead of one. Or, with every member mapped, by the root loading
+// every input over the mapping (NVSHMEMRS_FAMILY_PULL): one pass, no slots.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -75,7 +76,7 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const SplitPlan<T> P(h, h.count, root, a.split_round_bytes);
     auto rounds = [&](int r) { return P.rounds(r); };
     if (h.rank == root)
-        block_arrive_with_word(h, L, s.value, (uint64_t)(uintptr_t)h.output);
+        block_arrive_with_word(h, L, AllOthers{}, s.value, (uint64_t)(uintptr_t)h.output);
     else
         block_arrive(h, L, AllOthers{}, s.value);
     if (!block_wait_others(w, h, arrive, s.value)) return;
@@ -84,9 +85,7 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     for (int r = 0; r < h.n; ++r)
         if (r != root && rounds(r) > most) most = rounds(r);
     // The root's output, as it said before its ARRIVE (seen by block_wait_others).
-    T *out = h.rank == root ? NULL
-                            : reinterpret_cast<T *>((uintptr_t) * (volatile uint64_t *)L.counter(
-                                                        NVSHMEMRS_FAMILY_ADDR, root));
+    T *out = h.rank == root ? NULL : reinterpret_cast<T *>(arrived_word(L, root));
     const int root_pe = h.pes[root];
     for (int j = 0; j < most; ++j) {
         // The reduce-scatter's round j: round j of chunk b of part k of the input into slot
@@ -146,6 +145,38 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     end_step(h);
 }
 
+// The step under the pull protocol (abi.h NVSHMEMRS_FAMILY_PULL): every non-root tells the
+// root where its input is; the root's block b loads part b of every input over the mapping,
+// reduces it in rank order into its output, then lets each non-root go on.
+template <typename T, int OP>
+__device__ void reduce_pull(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const Layout L{h, 0, s.parity};
+    auto is_root = [&](int r) { return r == a.root; };
+    size_t b, e;
+    part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
+    if (h.rank != a.root) {
+        block_arrive_with_word(h, L, is_root, s.value, (uint64_t)(uintptr_t)h.input);
+        if (!block_wait_one(w, L.counter(NVSHMEMRS_FAMILY_DATA, a.root), s.value,
+                            h.pes[a.root]))
+            return;
+    } else {
+        auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
+        if (!block_wait_others(w, h, arrive, s.value)) return;
+        __shared__ const T *src[NVSHMEMRS_FAMILY_LL_MAX_PES];
+        for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+            src[r] = r == h.rank ? static_cast<const T *>(h.input)
+                                 : reinterpret_cast<const T *>(
+                                       direct_ptr(h, arrived_word(L, r), h.pes[r]));
+        __syncthreads();
+        block_reduce<T, OP, PEER_VECTORS>([&](int r) { return src[r]; }, h.n,
+                                         static_cast<T *>(h.output), b, e, true, h.n);
+        block_done_reading(h, L, AllOthers{}, s.value);
+    }
+    end_step(h);
+}
+
 template <typename T, int OP>
 __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) reduce_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
@@ -161,6 +192,10 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) reduce_kernel(nvshme
     }
     if (a.protocol == NVSHMEMRS_FAMILY_SPLIT) {
         reduce_split<T, OP>(a, w);
+        return;
+    }
+    if (a.protocol == NVSHMEMRS_FAMILY_PULL) {
+        reduce_pull<T, OP>(a, w);
         return;
     }
     const Step s = begin_step(h.state);
@@ -204,14 +239,15 @@ static bool split_part_fits(const nvshmemrs_family_args &a) {
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.hdr;
-    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true) ||
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true, true) ||
         threads > NVSHMEMRS_FAMILY_THREADS)
         return cudaErrorInvalidValue;
-    const bool fits = args.protocol == NVSHMEMRS_FAMILY_LL ||
-                      (args.protocol == NVSHMEMRS_FAMILY_SPLIT
-                           ? split_part_fits(args)
-                           : h.count * (size_t)args.elem_bytes <= h.slot_bytes);
-    if (!fits || (args.protocol != NVSHMEMRS_FAMILY_LL && h.scratch == NULL))
-        return cudaErrorInvalidValue;
+    // The lines and the pull need no slots.
+    const bool slotless =
+        args.protocol == NVSHMEMRS_FAMILY_LL || args.protocol == NVSHMEMRS_FAMILY_PULL;
+    const bool fits = slotless || (args.protocol == NVSHMEMRS_FAMILY_SPLIT
+                                       ? split_part_fits(args)
+                                       : h.count * (size_t)args.elem_bytes <= h.slot_bytes);
+    if (!fits || (!slotless && h.scratch == NULL)) return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -1,7 +1,9 @@
 // Reduce-scatter (coll/family.h) through the receive slots: every member puts its block for r
 // into slot [rank] of r; r reduces its own block and the slots in rank order. Or, small and with
 // every member mapped, as low-latency lines (NVSHMEMRS_FAMILY_LL): every member stores its block
-// for r into line slot [rank] of r, which reduces them line by line in rank order.
+// for r into line slot [rank] of r, which reduces them line by line in rank order. Or, with
+// every member mapped, by each member loading its block of every input over the mapping
+// (NVSHMEMRS_FAMILY_PULL): one pass, no slots.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -51,6 +53,36 @@ __device__ void reduce_scatter_ll(const nvshmemrs_family_args &a, const Waiter &
     end_step(h);
 }
 
+// The step under the pull protocol (abi.h NVSHMEMRS_FAMILY_PULL): every member tells every
+// other where its input is; block b loads part b of block [rank] of every input over the
+// mapping and reduces it in rank order into the output, lets every member go on, then waits
+// until every member has read its own input.
+template <typename T, int OP>
+__device__ void reduce_scatter_pull(const nvshmemrs_family_args &a, const Waiter &w) {
+    const nvshmemrs_coll_header &h = a.hdr;
+    const Step s = begin_step(h.state);
+    const Layout L{h, 0, s.parity};
+    size_t b, e;
+    part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
+    block_arrive_with_word(h, L, AllOthers{}, s.value, (uint64_t)(uintptr_t)h.input);
+    auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
+    if (!block_wait_others(w, h, arrive, s.value)) return;
+    __shared__ const T *src[NVSHMEMRS_FAMILY_LL_MAX_PES];
+    const size_t own = (size_t)h.rank * a.stride;
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        src[r] = own + (r == h.rank ? static_cast<const T *>(h.input)
+                                    : reinterpret_cast<const T *>(
+                                          direct_ptr(h, arrived_word(L, r), h.pes[r])));
+    __syncthreads();
+    // In place the output is the own block: each thread reads element i before writing it.
+    block_reduce<T, OP, PEER_VECTORS>([&](int r) { return src[r]; }, h.n,
+                                     static_cast<T *>(h.output), b, e, true, h.n);
+    block_done_reading(h, L, AllOthers{}, s.value);
+    auto data = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_DATA, r); };
+    if (!block_wait_others(w, h, data, s.value)) return;
+    end_step(h);
+}
+
 template <typename T, int OP>
 __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
@@ -62,6 +94,10 @@ __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE_SCATTER);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
         reduce_scatter_ll<T, OP>(a, w, ll_base);
+        return;
+    }
+    if (a.protocol == NVSHMEMRS_FAMILY_PULL) {
+        reduce_scatter_pull<T, OP>(a, w);
         return;
     }
     const Step s = begin_step(h.state);
@@ -93,9 +129,12 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                         int threads, cudaStream_t stream) {
-    const bool ll = args.protocol == NVSHMEMRS_FAMILY_LL;
-    if (!family_args_ok(args, blocks) || !family_ll_ok(args) || args.stride < args.hdr.count ||
-        (!ll && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
+    // The lines and the pull need no slots.
+    const bool slotless =
+        args.protocol == NVSHMEMRS_FAMILY_LL || args.protocol == NVSHMEMRS_FAMILY_PULL;
+    if (!family_args_ok(args, blocks) || !family_protocol_ok(args, false, true) ||
+        args.stride < args.hdr.count ||
+        (!slotless && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -32,17 +32,18 @@ __device__ __forceinline__ void block_arrive(const nvshmemrs_coll_header &h, con
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
 }
 
-// block_arrive to every other member, each first given `word` in this block's word [rank] of
-// phase NVSHMEMRS_FAMILY_ADDR there (the address of this PE's memory the member writes into in
-// this step), ordered before the ARRIVE by nvshmem_fence: a member that has seen the ARRIVE
-// reads the word. The caller must not finish its step before every member has read the word
-// (it waits for a DATA each member sends after reading it), so that its next write of the word
-// cannot come first.
+// block_arrive to every member r with from(r), each first given `word` in this block's word
+// [rank] of phase NVSHMEMRS_FAMILY_ADDR there (the address of this PE's memory the member
+// writes into or reads in this step), ordered before the ARRIVE by nvshmem_fence: a member
+// that has seen the ARRIVE reads the word. The caller must not finish its step before every
+// such member has read the word (it waits for a DATA each sends after reading it), so that its
+// next write of the word cannot come first.
+template <typename From>
 __device__ __forceinline__ void block_arrive_with_word(const nvshmemrs_coll_header &h,
-                                                       const Layout &L, uint64_t value,
-                                                       uint64_t word) {
+                                                       const Layout &L, From from,
+                                                       uint64_t value, uint64_t word) {
     for (int r = threadIdx.x; r < h.n; r += blockDim.x)
-        if (r != h.rank) {
+        if (r != h.rank && from(r)) {
             nvshmem_uint64_p(L.counter(NVSHMEMRS_FAMILY_ADDR, h.rank), word, h.pes[r]);
             nvshmem_fence();
             nvshmemx_signal_op(L.counter(NVSHMEMRS_FAMILY_ARRIVE, h.rank), value,
@@ -55,6 +56,26 @@ __device__ __forceinline__ void block_arrive_with_word(const nvshmemrs_coll_head
 struct AllOthers {
     __device__ bool operator()(int) const { return true; }
 };
+
+// After reading what members r with to(r) lent it this step (PULL): a barrier (every thread's
+// loads have returned), then thread r raises DATA[rank] on member r to `value`, which may then
+// change the buffer. No fence: nothing this block stored needs to reach the member first.
+template <typename To>
+__device__ __forceinline__ void block_done_reading(const nvshmemrs_coll_header &h,
+                                                   const Layout &L, To to, uint64_t value) {
+    __syncthreads();
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        if (r != h.rank && to(r))
+            nvshmemx_signal_op(L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), value,
+                               NVSHMEM_SIGNAL_SET, h.pes[r]);
+}
+
+// The word member `r` gave this block in phase NVSHMEMRS_FAMILY_ADDR (block_arrive_with_word),
+// as a pointer; read only after its ARRIVE of this step has been seen.
+__device__ __forceinline__ char *arrived_word(const Layout &L, int r) {
+    return reinterpret_cast<char *>(
+        (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, r));
+}
 
 }  // namespace
 

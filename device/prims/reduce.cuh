@@ -69,10 +69,50 @@ __device__ __forceinline__ T finish(typename Acc<T>::type acc, int n_pes) {
     return from_acc<T>(acc);
 }
 
+// Vectors per thread at once (block_reduce's U) where the sources are peers' memory read over
+// NVLink: enough loads in flight to cover its latency.
+constexpr int PEER_VECTORS = 4;
+
+// block_reduce's 16-byte vectors v, v + stride, ..., v + (U - 1) * stride of the range from
+// element b: the U loads of a source are in flight together.
+template <typename T, int OP, int U, typename Src, typename Done>
+__device__ __forceinline__ void reduce_vectors(Src src, int nsrc, T *out, size_t b, size_t v,
+                                               size_t stride, Done done) {
+    using A = typename Acc<T>::type;
+    constexpr int V = 16 / sizeof(T);
+    A acc[U][V];
+    for (int s = 0; s < nsrc; ++s) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            raw[u] = *reinterpret_cast<const uint4 *>(src(s) + b + (v + u * stride) * V);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const T *x = reinterpret_cast<const T *>(&raw[u]);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                A val = to_acc<T>(x[k]);
+                acc[u][k] = s == 0 ? val : combine<T, OP>(acc[u][k], val);
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        uint4 res;
+        T *r = reinterpret_cast<T *>(&res);
+#pragma unroll
+        for (int k = 0; k < V; ++k) r[k] = done(acc[u][k]);
+        // A plain store: into local memory it measured faster than store16 (one-shot at 4
+        // PEs, 512 KiB: 13.99 against 14.27 us).
+        *reinterpret_cast<uint4 *>(out + b + (v + u * stride) * V) = res;
+    }
+}
+
 // out[i] = op over sources 0..nsrc-1 (in that order) of src(s)[i], for i in [b, e); with
 // `last` set, the result is finished (avg divides by n_avg), else kept as a partial.
-// Aligned ranges go 16 bytes at a time (one vector per source), the rest element by element.
-template <typename T, int OP, typename Src>
+// Aligned ranges go 16 bytes at a time, U vectors per thread at once (U > 1 where sources are
+// peers' memory read over NVLink: more loads in flight), the rest element by element.
+template <typename T, int OP, int U = 1, typename Src>
 __device__ void block_reduce(Src src, int nsrc, T *out, size_t b, size_t e, bool last,
                              int n_avg) {
     using A = typename Acc<T>::type;
@@ -84,27 +124,11 @@ __device__ void block_reduce(Src src, int nsrc, T *out, size_t b, size_t e, bool
     };
     size_t vb = b;
     if ((addr_bits & 15) == 0 && V > 1) {
-        size_t nvec = (e - b) / V;
-        for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
-            size_t i = b + v * V;
-            A acc[V];
-            for (int s = 0; s < nsrc; ++s) {
-                uint4 raw = *reinterpret_cast<const uint4 *>(src(s) + i);
-                const T *x = reinterpret_cast<const T *>(&raw);
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    A val = to_acc<T>(x[k]);
-                    acc[k] = s == 0 ? val : combine<T, OP>(acc[k], val);
-                }
-            }
-            uint4 res;
-            T *r = reinterpret_cast<T *>(&res);
-#pragma unroll
-            for (int k = 0; k < V; ++k) r[k] = done(acc[k]);
-            // A plain store: into local memory it measured faster than store16 (one-shot at 4
-            // PEs, 512 KiB: 13.99 against 14.27 us).
-            *reinterpret_cast<uint4 *>(out + i) = res;
-        }
+        const size_t nvec = (e - b) / V, step = blockDim.x;
+        size_t v = threadIdx.x;
+        for (; v + (U - 1) * step < nvec; v += U * step)
+            reduce_vectors<T, OP, U>(src, nsrc, out, b, v, step, done);
+        for (; v < nvec; v += step) reduce_vectors<T, OP, 1>(src, nsrc, out, b, v, step, done);
         vb = b + nvec * V;
     }
     for (size_t i = vb + threadIdx.x; i < e; i += blockDim.x) {

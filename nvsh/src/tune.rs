@@ -796,14 +796,17 @@ mod tests {
 
     #[test]
     fn the_lines_are_timed_only_where_the_block_fits_them() {
-        use FamilyProtocol::{Direct, LowLatency, Put, Split};
+        use FamilyProtocol::{Direct, LowLatency, Pull, Put, Split};
         let max = 256 << 10;
-        let split = FamilyProtocol::offered(nvshmem::Protocols::LINES_SPLIT);
+        let rooted = FamilyProtocol::offered(nvshmem::Protocols::LINES_SPLIT_PULL);
         assert_eq!(
-            protocols_at(&split, max, max),
-            [Direct, Put, LowLatency, Split]
+            protocols_at(&rooted, max, max),
+            [Direct, Put, LowLatency, Split, Pull]
         );
-        assert_eq!(protocols_at(&split, max + 1, max), [Direct, Put, Split]);
+        assert_eq!(
+            protocols_at(&rooted, max + 1, max),
+            [Direct, Put, Split, Pull]
+        );
         let lines = FamilyProtocol::offered(nvshmem::Protocols::LINES);
         assert_eq!(protocols_at(&lines, 4096, 0), [Direct, Put], "lines off");
         assert!(protocols_at(&[], 4096, max).is_empty());

@@ -294,6 +294,9 @@ pub fn describe_family_meta(meta: u64) -> String {
     if meta & crate::proto::family::META_SPLIT != 0 {
         s = format!("{s}, split in parts");
     }
+    if meta & crate::proto::family::META_PULL != 0 {
+        s = format!("{s}, pulled");
+    }
     s
 }
 
@@ -360,6 +363,16 @@ mod tests {
         assert_ne!(
             crate::proto::family::META_SPLIT,
             crate::proto::family::META_LL
+        );
+        let pull = family_meta(Dtype::Bf16, Some(ReduceOp::Sum), code, Some(0))
+            | crate::proto::family::META_PULL;
+        assert_eq!(describe_family_meta(pull), "bf16 sum, root 0, pulled");
+        // Above the code's byte, below the root's word, apart from the other protocols'.
+        let p = crate::proto::family::META_PULL;
+        assert!(p > 0xff_ffff && p < 1 << 32);
+        assert_eq!(
+            p & (crate::proto::family::META_LL | crate::proto::family::META_SPLIT),
+            0
         );
         // An allgatherv's parts: a digest in place of the root, different for other parts.
         let p = parts_meta(Dtype::F32, &[(0, 40), (40, 12)]);

@@ -4,7 +4,9 @@
 //! ([`crate::proto::family::FamilyProtocol::Split`]): each member other than the root reduces
 //! one part, from every member's input sent into its slots, and stores it into the root's
 //! output (at the address the root gives it in the step), n - 1 slots' worth per launch, so
-//! that the root neither receives n - 1 buffers nor reduces alone.
+//! that the root neither receives n - 1 buffers nor reduces alone. With every member mapped,
+//! the root may instead load every input over NVLink and reduce it in one pass, no slots
+//! ([`crate::proto::family::FamilyProtocol::Pull`]).
 
 use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
@@ -73,7 +75,7 @@ impl<'nv> Reduce<'nv> {
     }
 }
 
-family_methods!(Reduce, &TEXT, slots, lines, split);
+family_methods!(Reduce, &TEXT, slots, lines, split, pull);
 
 table_collective!(
     Reduce, Reduce, choice: true,

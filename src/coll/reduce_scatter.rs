@@ -1,7 +1,9 @@
 //! Reduce-scatter: member r's output = op over members of their input block \[r\]
 //! (device/coll/reduce_scatter.cu). Through receive slots, a slot's worth per launch: every step
 //! is all-to-all, so slots of the same parity are free again two steps later without a
-//! handshake.
+//! handshake. With every member mapped, each member may instead load its block of every input
+//! over NVLink and reduce it in one pass, no slots
+//! ([`crate::proto::family::FamilyProtocol::Pull`]).
 
 use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
@@ -76,7 +78,7 @@ impl<'nv> ReduceScatter<'nv> {
     }
 }
 
-family_methods!(ReduceScatter, &TEXT, slots, lines);
+family_methods!(ReduceScatter, &TEXT, slots, lines, pull);
 
 table_collective!(
     ReduceScatter, ReduceScatter, choice: true,

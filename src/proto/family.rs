@@ -35,6 +35,19 @@ pub const FAMILY_LL_MAX_DEFAULT: usize = 256 << 10;
 pub const META_LL: u64 = 1 << 24;
 /// Checked mode's meta bit for a call under the split protocol ([`FamilyProtocol::Split`]).
 pub const META_SPLIT: u64 = 1 << 25;
+/// Checked mode's meta bit for a call under the pull protocol ([`FamilyProtocol::Pull`]).
+pub const META_PULL: u64 = 1 << 26;
+/// Smallest buffer (bytes; a rank block) that `Auto` moves by the pull protocol, where the
+/// collective has it (reduce, reduce-scatter), the team has exactly [`PULL_AUTO_PES`] members, every one mapped, and
+/// the lines do not fit. A huge value (`1T`) turns the choice off. Every PE must set the same.
+pub const FAMILY_PULL_MIN_ENV: &str = "NVSH_FAMILY_PULL_MIN";
+/// Default of [`FAMILY_PULL_MIN_ENV`]: 4 MiB, from where the pull took no longer than the
+/// handshake in reduce on 2 x H200 (docs/measured.md).
+pub const FAMILY_PULL_MIN_DEFAULT: usize = 4 << 20;
+/// Members at which `Auto` pulls: the only count measured so far (from 3 on the root's links
+/// carry n - 1 buffers either way, and the split protocol takes the large sizes); `nvsh tune`
+/// times the pull at every count.
+pub const PULL_AUTO_PES: i32 = 2;
 /// Smallest buffer (bytes) that `Auto` moves by the split protocol, where the collective has it
 /// (broadcast, reduce) and the team has at least 3 members (`SPLIT_MIN_PES`): there the root's
 /// links carry one buffer's worth instead of n - 1. A huge value (`1T`) turns the choice off.
@@ -73,6 +86,15 @@ fn split_min_from_env() -> Result<usize> {
     crate::core::env_value::size_from_env(
         FAMILY_SPLIT_MIN_ENV,
         FAMILY_SPLIT_MIN_DEFAULT,
+        "a size in bytes such as 1048576, 1M or 1T (never)",
+    )
+}
+
+/// [`FAMILY_PULL_MIN_ENV`], checked.
+fn pull_min_from_env() -> Result<usize> {
+    crate::core::env_value::size_from_env(
+        FAMILY_PULL_MIN_ENV,
+        FAMILY_PULL_MIN_DEFAULT,
         "a size in bytes such as 1048576, 1M or 1T (never)",
     )
 }
@@ -144,16 +166,23 @@ pub enum FamilyProtocol {
     /// puts. `Auto` takes it from [`FAMILY_SPLIT_MIN_ENV`] bytes on at 3 members or more
     /// (`SPLIT_MIN_PES`).
     Split,
+    /// The reducing members load the inputs from the peers' buffers over the mapping and
+    /// reduce them in one pass, no receive slots (reduce: the root loads every input;
+    /// reduce-scatter: every member loads its block of every input); where the collective has
+    /// it (reduce, reduce-scatter), the team has 2 to 64 members and every one is mapped with direct stores on, else direct
+    /// stores. `Auto` takes it from [`FAMILY_PULL_MIN_ENV`] bytes at [`PULL_AUTO_PES`] members.
+    Pull,
 }
 
 impl FamilyProtocol {
     /// Every concrete protocol (not `Auto`), as tuning times them (`Split` only where the
-    /// collective has it: [`FamilyProtocol::offered`]).
-    pub const ALL: [FamilyProtocol; 4] = [
+    /// collective has it: [`FamilyProtocol::offered`]; `Pull` likewise).
+    pub const ALL: [FamilyProtocol; 5] = [
         FamilyProtocol::Direct,
         FamilyProtocol::Put,
         FamilyProtocol::LowLatency,
         FamilyProtocol::Split,
+        FamilyProtocol::Pull,
     ];
 
     /// The concrete protocols a collective with `protocols` runs as themselves (the others
@@ -164,6 +193,7 @@ impl FamilyProtocol {
             .filter(|&p| match p {
                 FamilyProtocol::LowLatency => protocols.lines,
                 FamilyProtocol::Split => protocols.split,
+                FamilyProtocol::Pull => protocols.pull,
                 _ => true,
             })
             .collect()
@@ -177,6 +207,7 @@ impl FamilyProtocol {
             FamilyProtocol::Put => "put",
             FamilyProtocol::LowLatency => "ll",
             FamilyProtocol::Split => "split",
+            FamilyProtocol::Pull => "pull",
         }
     }
 
@@ -189,11 +220,12 @@ impl FamilyProtocol {
             "put" => FamilyProtocol::Put,
             "ll" => FamilyProtocol::LowLatency,
             "split" => FamilyProtocol::Split,
+            "pull" => FamilyProtocol::Pull,
             _ => {
                 return Err(Error::UnknownName {
                     what: "family protocol",
                     name: s.to_string(),
-                    expected: "auto, direct, put, ll or split",
+                    expected: "auto, direct, put, ll, split or pull",
                 })
             }
         })
@@ -214,6 +246,8 @@ pub struct Protocols {
     pub lines: bool,
     /// Parts passed on among the members ([`FamilyProtocol::Split`]).
     pub split: bool,
+    /// Loads from the peers' buffers ([`FamilyProtocol::Pull`]).
+    pub pull: bool,
 }
 
 impl Protocols {
@@ -221,16 +255,31 @@ impl Protocols {
     pub const NONE: Protocols = Protocols {
         lines: false,
         split: false,
+        pull: false,
     };
     /// Low-latency lines too (allgather, alltoall, reduce-scatter).
     pub const LINES: Protocols = Protocols {
         lines: true,
         split: false,
+        pull: false,
     };
-    /// Lines and the split protocol (broadcast, reduce).
+    /// Lines and the pull (reduce-scatter).
+    pub const LINES_PULL: Protocols = Protocols {
+        lines: true,
+        split: false,
+        pull: true,
+    };
+    /// Lines and the split protocol (broadcast).
     pub const LINES_SPLIT: Protocols = Protocols {
         lines: true,
         split: true,
+        pull: false,
+    };
+    /// Lines, the split protocol and the pull (reduce).
+    pub const LINES_SPLIT_PULL: Protocols = Protocols {
+        lines: true,
+        split: true,
+        pull: true,
     };
 }
 
@@ -242,24 +291,37 @@ struct CallFit {
     lines: bool,
     /// The collective has the split protocol and the team at least 2 members.
     split: bool,
+    /// The collective has the pull protocol, the team 2 to 64 members, every one mapped with
+    /// direct stores on.
+    pull: bool,
     /// Members.
     n: i32,
     /// The buffer's (rank block's) bytes.
     bytes: usize,
 }
 
+/// The sizes from which `Auto` takes the split and the pull protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Thresholds {
+    split_min: usize,
+    pull_min: usize,
+}
+
 /// The protocol a call takes: `asked` (the set one, or under `Auto` the tuned table's choice)
 /// where the call allows it, else direct stores; `Auto` with no tuned choice takes the lines
 /// where they fit, else the split protocol from `split_min` bytes at [`SPLIT_MIN_PES`] members
-/// or more, else direct stores.
-fn decide(asked: FamilyProtocol, fit: CallFit, split_min: usize) -> FamilyProtocol {
+/// or more, else the pull from `pull_min` bytes at [`PULL_AUTO_PES`] members, else direct
+/// stores.
+fn decide(asked: FamilyProtocol, fit: CallFit, t: Thresholds) -> FamilyProtocol {
     use FamilyProtocol::*;
     match asked {
         Auto if fit.lines => LowLatency,
-        Auto if fit.split && fit.n >= SPLIT_MIN_PES && fit.bytes >= split_min => Split,
+        Auto if fit.split && fit.n >= SPLIT_MIN_PES && fit.bytes >= t.split_min => Split,
+        Auto if fit.pull && fit.n == PULL_AUTO_PES && fit.bytes >= t.pull_min => Pull,
         LowLatency if fit.lines => LowLatency,
         Split if fit.split => Split,
-        Auto | LowLatency | Split => Direct,
+        Pull if fit.pull => Pull,
+        Auto | LowLatency | Split | Pull => Direct,
         Direct | Put => asked,
     }
 }
@@ -270,7 +332,7 @@ fn describe_settings(
     protocols: Protocols,
     ll_max: usize,
     ll_env: &str,
-    split_min: usize,
+    t: Thresholds,
     puts_only: bool,
 ) -> String {
     use crate::core::env_value::size_label;
@@ -278,10 +340,16 @@ fn describe_settings(
     if protocols.lines && ll_max > 0 {
         auto.push(format!("low-latency lines up to {}", size_label(ll_max)));
     }
-    if protocols.split && split_min < usize::MAX {
+    if protocols.split && t.split_min < usize::MAX {
         auto.push(format!(
             "split from {} at {SPLIT_MIN_PES} or more PEs",
-            size_label(split_min)
+            size_label(t.split_min)
+        ));
+    }
+    if protocols.pull && t.pull_min < usize::MAX && !puts_only {
+        auto.push(format!(
+            "pull from {} at {PULL_AUTO_PES} PEs",
+            size_label(t.pull_min)
         ));
     }
     let mut s = if auto.is_empty() {
@@ -323,9 +391,11 @@ pub struct FamilyWorkspace<'nv> {
     split_min: usize,
     /// The split protocol's round ([`FAMILY_SPLIT_ROUND_ENV`]; 0 where it has none).
     split_round: usize,
+    /// Smallest buffer `Auto` pulls ([`FAMILY_PULL_MIN_ENV`]).
+    pull_min: usize,
     protocol: FamilyProtocol,
-    /// What the last call took: `Direct`, `Put`, `LowLatency` or `Split` (`Auto` before any
-    /// call).
+    /// What the last call took: `Direct`, `Put`, `LowLatency`, `Split` or `Pull` (`Auto`
+    /// before any call).
     last: FamilyProtocol,
     /// The exchange's: how the last call's pairs went.
     last_pairs: ExchangePairs,
@@ -396,10 +466,14 @@ impl<'nv> FamilyWorkspace<'nv> {
         } else {
             (usize::MAX, 0)
         };
+        let pull_min = match protocols.pull {
+            true => pull_min_from_env()?,
+            false => usize::MAX,
+        };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
-             {ll_max} bytes, split from {split_min} bytes in rounds of {split_round}, all \
-             mapped: {}",
+             {ll_max} bytes, split from {split_min} bytes in rounds of {split_round}, pull \
+             from {pull_min} bytes, all mapped: {}",
             text.call,
             ws.n_pes(),
             ws.all_mapped()
@@ -417,6 +491,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             protocols,
             split_min,
             split_round,
+            pull_min,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
             last_pairs: ExchangePairs::default(),
@@ -511,9 +586,17 @@ impl<'nv> FamilyWorkspace<'nv> {
             self.protocols,
             self.ll_max,
             self.ll_env(),
-            self.split_min,
+            self.thresholds(),
             self.ws.env_no_direct(),
         )
+    }
+
+    /// The sizes from which `Auto` splits and pulls.
+    fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            split_min: self.split_min,
+            pull_min: self.pull_min,
+        }
     }
 
     /// The variable that bounds this workspace's lines: the exchange region's own
@@ -570,10 +653,23 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.slot_bytes
     }
 
-    /// The concrete protocols this collective's kernel runs as themselves
-    /// ([`FamilyProtocol::offered`]).
+    /// The concrete protocols this collective's kernel runs as themselves on this workspace
+    /// ([`FamilyProtocol::offered`]; the pull only where every member is mapped and there
+    /// are 2 to 64 of them, since elsewhere it falls back to direct stores).
     pub fn offered(&self) -> Vec<FamilyProtocol> {
+        let pulls = self.pulls();
         FamilyProtocol::offered(self.protocols)
+            .into_iter()
+            .filter(|&p| p != FamilyProtocol::Pull || pulls)
+            .collect()
+    }
+
+    /// Whether calls may take the pull protocol: the collective has it, the team 2 to 64
+    /// members, every one mapped with direct stores left on by [`crate::proto::workspace::NO_DIRECT_ENV`].
+    fn pulls(&self) -> bool {
+        self.protocols.pull
+            && (2..=sys::NVSHMEMRS_FAMILY_LL_MAX_PES as i32).contains(&self.ws.n_pes())
+            && self.ws.mapped()
     }
 
     /// Elements of `elem` bytes one launch through the slots carries: a slot's worth, rounded
@@ -598,18 +694,22 @@ impl<'nv> FamilyWorkspace<'nv> {
         let bytes = call.count * call.elem_bytes;
         let asked = self.asked(bytes, call.elem_bytes);
         self.ws.set_direct(asked != FamilyProtocol::Put);
+        let n = self.ws.n_pes();
         let fit = CallFit {
             lines: self.fits_lines(call),
-            split: self.protocols.split && self.ws.n_pes() >= 2,
-            n: self.ws.n_pes(),
+            split: self.protocols.split && n >= 2,
+            // all_mapped after set_direct: false where this call's stores are off.
+            pull: self.pulls() && self.ws.all_mapped(),
+            n,
             bytes,
         };
-        let protocol = decide(asked, fit, self.split_min);
+        let protocol = decide(asked, fit, self.thresholds());
         self.last = protocol;
         let header = self.args(rank, call, 0, call.count, protocol);
         let meta = match protocol {
             FamilyProtocol::LowLatency => META_LL,
             FamilyProtocol::Split => META_SPLIT,
+            FamilyProtocol::Pull => META_PULL,
             _ => 0,
         };
         self.ws.exchange_header(
@@ -621,7 +721,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         )?;
         let segment = match protocol {
             _ if self.slot_bytes == 0 => call.count,
-            FamilyProtocol::LowLatency => call.count,
+            FamilyProtocol::LowLatency | FamilyProtocol::Pull => call.count,
             // A slot holds one of the n - 1 parts.
             FamilyProtocol::Split => self
                 .segment_elems(call.elem_bytes)
@@ -686,6 +786,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             protocol: match protocol {
                 FamilyProtocol::LowLatency => sys::NVSHMEMRS_FAMILY_LL as i32,
                 FamilyProtocol::Split => sys::NVSHMEMRS_FAMILY_SPLIT as i32,
+                FamilyProtocol::Pull => sys::NVSHMEMRS_FAMILY_PULL as i32,
                 _ => sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32,
             },
             split_round_bytes: self.split_round as u64,
@@ -786,8 +887,11 @@ macro_rules! family_methods {
     ($ty:ident, $text:expr, slots, lines) => {
         $crate::proto::family::family_methods!(@slots $ty, $text, LINES);
     };
-    ($ty:ident, $text:expr, slots, lines, split) => {
-        $crate::proto::family::family_methods!(@slots $ty, $text, LINES_SPLIT);
+    ($ty:ident, $text:expr, slots, lines, pull) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, LINES_PULL);
+    };
+    ($ty:ident, $text:expr, slots, lines, split, pull) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, LINES_SPLIT_PULL);
     };
     (@slots $ty:ident, $text:expr, $protocols:ident) => {
         impl<'nv> $ty<'nv> {
@@ -937,12 +1041,12 @@ mod tests {
         assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
         assert_eq!(
             err.to_string(),
-            "no family protocol named \"nvlink\": expected auto, direct, put, ll or split"
+            "no family protocol named \"nvlink\": expected auto, direct, put, ll, split or pull"
         );
     }
 
     #[test]
-    fn split_is_offered_by_the_rooted_collectives_only() {
+    fn split_and_pull_are_offered_where_the_kernels_have_them() {
         use FamilyProtocol::*;
         assert_eq!(FamilyProtocol::offered(Protocols::NONE), [Direct, Put]);
         assert_eq!(
@@ -953,40 +1057,93 @@ mod tests {
             FamilyProtocol::offered(Protocols::LINES_SPLIT),
             [Direct, Put, LowLatency, Split]
         );
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_SPLIT_PULL),
+            [Direct, Put, LowLatency, Split, Pull]
+        );
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_PULL),
+            [Direct, Put, LowLatency, Pull]
+        );
         assert_eq!(FamilyProtocol::parse("SPLIT").unwrap(), Split);
+        assert_eq!(FamilyProtocol::parse("Pull").unwrap(), Pull);
+    }
+
+    /// Thresholds at the defaults, or both at `min`.
+    fn thresholds(min: Option<usize>) -> Thresholds {
+        Thresholds {
+            split_min: min.unwrap_or(FAMILY_SPLIT_MIN_DEFAULT),
+            pull_min: min.unwrap_or(FAMILY_PULL_MIN_DEFAULT),
+        }
+    }
+
+    /// A call of reduce (split and pull) on `n` members, all mapped, that the lines do not fit.
+    fn rooted(n: i32, bytes: usize) -> CallFit {
+        CallFit {
+            lines: false,
+            split: n >= 2,
+            pull: n >= 2,
+            n,
+            bytes,
+        }
     }
 
     #[test]
     fn auto_splits_large_buffers_from_three_members() {
         use FamilyProtocol::*;
         let min = FAMILY_SPLIT_MIN_DEFAULT;
-        let fit = |n, bytes| CallFit {
-            lines: false,
-            split: n >= 2,
-            n,
-            bytes,
-        };
-        // The threshold is inclusive; below it, and at 2 members, the handshake.
-        assert_eq!(decide(Auto, fit(4, min), min), Split);
-        assert_eq!(decide(Auto, fit(3, 256 << 20), min), Split);
-        assert_eq!(decide(Auto, fit(4, min - 1), min), Direct);
-        assert_eq!(decide(Auto, fit(2, 256 << 20), min), Direct);
-        assert_eq!(decide(Auto, fit(1, 256 << 20), min), Direct);
+        let t = thresholds(None);
+        // The threshold is inclusive; below it the handshake.
+        assert_eq!(decide(Auto, rooted(4, min), t), Split);
+        assert_eq!(decide(Auto, rooted(3, 256 << 20), t), Split);
+        assert_eq!(decide(Auto, rooted(4, min - 1), t), Direct);
+        assert_eq!(decide(Auto, rooted(1, 256 << 20), t), Direct);
         // A collective without the split protocol never takes it.
         let no_split = CallFit {
             split: false,
-            ..fit(4, 1 << 30)
+            ..rooted(4, 1 << 30)
         };
-        assert_eq!(decide(Auto, no_split, min), Direct);
-        assert_eq!(decide(Split, no_split, min), Direct);
+        assert_eq!(decide(Auto, no_split, t), Direct);
+        assert_eq!(decide(Split, no_split, t), Direct);
         // Lines that fit come first; a threshold of 0 splits every size.
         let lines = CallFit {
             lines: true,
-            ..fit(4, 4096)
+            ..rooted(4, 4096)
         };
-        assert_eq!(decide(Auto, lines, 0), LowLatency);
-        assert_eq!(decide(Auto, fit(4, 1), 0), Split);
-        assert_eq!(decide(Auto, fit(4, 1 << 30), usize::MAX), Direct);
+        assert_eq!(decide(Auto, lines, thresholds(Some(0))), LowLatency);
+        assert_eq!(decide(Auto, rooted(4, 1), thresholds(Some(0))), Split);
+        let never = thresholds(Some(usize::MAX));
+        assert_eq!(decide(Auto, rooted(4, 1 << 30), never), Direct);
+    }
+
+    #[test]
+    fn auto_pulls_from_its_threshold_at_two_members_only() {
+        use FamilyProtocol::*;
+        let min = FAMILY_PULL_MIN_DEFAULT;
+        let t = thresholds(None);
+        assert_eq!(decide(Auto, rooted(2, min), t), Pull);
+        assert_eq!(decide(Auto, rooted(2, 256 << 20), t), Pull);
+        assert_eq!(decide(Auto, rooted(2, min - 1), t), Direct);
+        // From 3 members the split takes large sizes and the handshake the rest.
+        assert_eq!(decide(Auto, rooted(3, t.split_min - 1), t), Direct);
+        assert_eq!(decide(Auto, rooted(3, 1 << 30), t), Split);
+        // Not mapped (another node, or direct stores off): the handshake, even when forced.
+        let unmapped = CallFit {
+            pull: false,
+            ..rooted(2, 1 << 30)
+        };
+        assert_eq!(decide(Auto, unmapped, t), Direct);
+        assert_eq!(decide(Pull, unmapped, t), Direct);
+        // Lines that fit come first.
+        let lines = CallFit {
+            lines: true,
+            ..rooted(2, 4096)
+        };
+        assert_eq!(decide(Auto, lines, thresholds(Some(0))), LowLatency);
+        assert_eq!(
+            decide(Auto, rooted(2, 1 << 30), thresholds(Some(usize::MAX))),
+            Direct
+        );
     }
 
     #[test]
@@ -995,51 +1152,83 @@ mod tests {
         let fit = |lines, split, n| CallFit {
             lines,
             split,
+            pull: split,
             n,
             bytes: 64,
         };
-        let min = FAMILY_SPLIT_MIN_DEFAULT;
-        // Forced split runs at any size from 2 members; forced lines where they fit.
-        assert_eq!(decide(Split, fit(false, true, 2), min), Split);
-        assert_eq!(decide(Split, fit(true, true, 4), min), Split);
-        assert_eq!(decide(LowLatency, fit(true, true, 4), min), LowLatency);
-        assert_eq!(decide(LowLatency, fit(false, true, 4), min), Direct);
+        let t = thresholds(None);
+        // Forced split and pull run at any size from 2 members; forced lines where they fit.
+        assert_eq!(decide(Split, fit(false, true, 2), t), Split);
+        assert_eq!(decide(Split, fit(true, true, 4), t), Split);
+        assert_eq!(decide(Pull, fit(false, true, 2), t), Pull);
+        assert_eq!(decide(Pull, fit(true, true, 4), t), Pull);
+        assert_eq!(decide(Pull, fit(true, false, 4), t), Direct);
+        assert_eq!(decide(LowLatency, fit(true, true, 4), t), LowLatency);
+        assert_eq!(decide(LowLatency, fit(false, true, 4), t), Direct);
         // Direct and put are always what they say.
         for f in [fit(true, true, 4), fit(false, false, 1)] {
-            assert_eq!(decide(Direct, f, 0), Direct);
-            assert_eq!(decide(Put, f, 0), Put);
+            assert_eq!(decide(Direct, f, thresholds(Some(0))), Direct);
+            assert_eq!(decide(Put, f, thresholds(Some(0))), Put);
         }
     }
 
     #[test]
     fn settings_say_what_auto_chooses_from() {
         let mb = 1 << 20;
+        let t = |split_min, pull_min| Thresholds {
+            split_min,
+            pull_min,
+        };
         assert_eq!(
             describe_settings(
-                Protocols::LINES_SPLIT,
+                Protocols::LINES_SPLIT_PULL,
                 256 << 10,
                 FAMILY_LL_MAX_ENV,
-                mb,
+                t(mb, 2 * mb),
                 false
             ),
-            "auto takes low-latency lines up to 256K, split from 1M at 3 or more PEs, else the \
-             handshake"
+            "auto takes low-latency lines up to 256K, split from 1M at 3 or more PEs, pull \
+             from 2M at 2 PEs, else the handshake"
         );
+        // Puts only: no pull.
         assert_eq!(
-            describe_settings(Protocols::LINES_SPLIT, 0, FAMILY_LL_MAX_ENV, 4 * mb, true),
+            describe_settings(
+                Protocols::LINES_SPLIT_PULL,
+                0,
+                FAMILY_LL_MAX_ENV,
+                t(4 * mb, mb),
+                true
+            ),
             "auto takes split from 4M at 3 or more PEs, else the handshake (low-latency lines \
              off: NVSH_FAMILY_LL_MAX); NVSHMEM puts only (NVSH_NO_DIRECT)"
         );
+        let never = t(usize::MAX, usize::MAX);
         assert_eq!(
-            describe_settings(Protocols::NONE, 0, FAMILY_LL_MAX_ENV, usize::MAX, false),
+            describe_settings(Protocols::NONE, 0, FAMILY_LL_MAX_ENV, never, false),
             "auto takes the handshake"
         );
         // The exchanges name their own bound.
         let env = lines::EXCHANGE_LL_MAX_ENV;
         assert_eq!(
-            describe_settings(Protocols::LINES, 0, env, usize::MAX, false),
+            describe_settings(Protocols::LINES, 0, env, never, false),
             "auto takes the handshake (low-latency lines off: NVSH_EXCHANGE_LL_MAX)"
         );
+    }
+
+    #[test]
+    fn the_pull_threshold_is_read_from_the_environment() {
+        use crate::bootstrap::tests::with_env;
+        with_env(&[], || {
+            assert_eq!(pull_min_from_env().unwrap(), FAMILY_PULL_MIN_DEFAULT)
+        });
+        with_env(&[(FAMILY_PULL_MIN_ENV, "64K")], || {
+            assert_eq!(pull_min_from_env().unwrap(), 64 << 10)
+        });
+        with_env(&[(FAMILY_PULL_MIN_ENV, "soon")], || {
+            let err = pull_min_from_env().unwrap_err();
+            assert!(matches!(err, Error::InvalidEnv { .. }), "{err:?}");
+            assert!(err.to_string().contains(FAMILY_PULL_MIN_ENV), "{err}");
+        });
     }
 
     #[test]
