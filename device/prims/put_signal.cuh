@@ -37,6 +37,40 @@ __device__ __forceinline__ void block_store(char *dst, const char *src, size_t b
     }
 }
 
+// block_store of two copies in one loop (`bytes` from s1 to d1 and from s2 to d2), so that the
+// second (a local copy) hides under the first (stores to a peer, bound by the link) instead of
+// following it. Two loads of each in flight per thread; unaligned pairs copy one after the
+// other.
+__device__ __forceinline__ void block_store_pair(char *d1, const char *s1, char *d2,
+                                                 const char *s2, size_t bytes) {
+    const uintptr_t bits = reinterpret_cast<uintptr_t>(d1) | reinterpret_cast<uintptr_t>(s1) |
+                           reinterpret_cast<uintptr_t>(d2) | reinterpret_cast<uintptr_t>(s2);
+    if ((bits & 15) != 0) {
+        block_store(d1, s1, bytes);
+        block_store(d2, s2, bytes);
+        return;
+    }
+    const uint4 *a = reinterpret_cast<const uint4 *>(s1), *c = reinterpret_cast<const uint4 *>(s2);
+    uint4 *x = reinterpret_cast<uint4 *>(d1), *y = reinterpret_cast<uint4 *>(d2);
+    const size_t n = bytes / 16, step = blockDim.x;
+    size_t i = threadIdx.x;
+    for (; i + step < n; i += 2 * step) {
+        const uint4 a0 = a[i], a1 = a[i + step], c0 = c[i], c1 = c[i + step];
+        x[i] = a0;
+        x[i + step] = a1;
+        y[i] = c0;
+        y[i + step] = c1;
+    }
+    for (; i < n; i += step) {
+        x[i] = a[i];
+        y[i] = c[i];
+    }
+    for (size_t j = n * 16 + threadIdx.x; j < bytes; j += blockDim.x) {
+        d1[j] = s1[j];
+        d2[j] = s2[j];
+    }
+}
+
 // Where a block's stores reach symmetric `addr` on `pe` directly (NVLink/PCIe), or NULL when
 // the data must go through NVSHMEM: the peer is not mapped (another node), or the header says
 // no_direct (the cross-node path, run on one node).
