@@ -874,32 +874,42 @@ const SPLIT_MIN: usize = 64 << 10;
 /// the lines, the handshake and the split protocol on one workspace.
 const SPLIT_TEST_LL_MAX: usize = 1 << 10;
 
-/// Counts of broadcast and reduce of T on `n` PEs for the split protocol, each with the
-/// protocol set and the one the call must take. Forced (any size splits): one element; n - 1
-/// elements (parts are 16-byte aligned, so all in the first part, the others empty); one
-/// 16-byte vector per part, and one element more; counts neither n - 1 nor 16 bytes divide,
+/// Counts of broadcast and reduce of `size`-byte elements on `n` PEs for the split protocol,
+/// each with the protocol set and the one the call must take. Forced (any size splits): one
+/// element; n - 1 elements (parts are 16-byte aligned, so all in the first part, the others
+/// empty); one 16-byte vector per part, and one element more; counts neither n - 1 nor 16
+/// bytes divide,
 /// past a 64K slot per part (reduce in segments). Under `Auto`: one element below the
 /// threshold (the handshake), at it (split from 3 PEs on, else the handshake), and with
 /// `large` 1M + 1 and 16M + 5.
 fn split_counts(size: usize, n: usize, large: bool) -> Counts {
-    use FamilyProtocol::{Auto, Direct, Split};
+    use FamilyProtocol::{Direct, Split};
     let per16 = (16 / size).max(1);
     let parts = n - 1;
-    let min = SPLIT_MIN / size;
+    let forced = [parts, parts * per16, parts * per16 + 1, 1000, 65537];
     let auto = if n >= 3 { Split } else { Direct };
-    let mut counts = vec![
-        (1, Split, Split),
-        (parts, Split, Split),
-        (parts * per16, Split, Split),
-        (parts * per16 + 1, Split, Split),
-        (1000, Split, Split),
-        (65537, Split, Split),
-        (min - 1, Auto, Direct),
-        (min, Auto, auto),
-    ];
+    protocol_counts(Split, forced, SPLIT_MIN / size, auto, large)
+}
+
+/// One element and `forced` with `protocol` set (each must take it), then under `Auto` one
+/// element below `min` (the handshake) and `min` itself (`auto`), and with `large` 1M + 1 and
+/// 16M + 5 (`auto`).
+fn protocol_counts(
+    protocol: FamilyProtocol,
+    forced: [usize; 5],
+    min: usize,
+    auto: FamilyProtocol,
+    large: bool,
+) -> Counts {
+    use FamilyProtocol::{Auto, Direct};
+    let mut counts: Counts = [1]
+        .into_iter()
+        .chain(forced)
+        .map(|c| (c, protocol, protocol))
+        .collect();
+    counts.extend([(min - 1, Auto, Direct), (min, Auto, auto)]);
     if large {
-        counts.push(((1 << 20) + 1, Auto, auto));
-        counts.push(((16 << 20) + 5, Auto, auto));
+        counts.extend([((1 << 20) + 1, Auto, auto), ((16 << 20) + 5, Auto, auto)]);
     }
     counts
 }
@@ -913,25 +923,11 @@ const PULL_MIN: usize = 64 << 10;
 /// below [`PULL_MIN`] (the handshake) and at it (the pull at 2 PEs, else the handshake), and with
 /// `large` 1M + 1 and 16M + 5.
 fn pull_counts(size: usize, n: usize, large: bool) -> Counts {
-    use FamilyProtocol::{Auto, Direct, Pull};
+    use FamilyProtocol::{Direct, Pull};
     let per16 = (16 / size).max(1);
-    let min = PULL_MIN / size;
     let auto = if n == 2 { Pull } else { Direct };
-    let mut counts = vec![
-        (1, Pull, Pull),
-        (7, Pull, Pull),
-        (per16, Pull, Pull),
-        (per16 + 1, Pull, Pull),
-        (1000, Pull, Pull),
-        (65537, Pull, Pull),
-        (min - 1, Auto, Direct),
-        (min, Auto, auto),
-    ];
-    if large {
-        counts.push(((1 << 20) + 1, Auto, auto));
-        counts.push(((16 << 20) + 5, Auto, auto));
-    }
-    counts
+    let forced = [7, per16, per16 + 1, 1000, 65537];
+    protocol_counts(Pull, forced, PULL_MIN / size, auto, large)
 }
 
 /// The (type, large) cases of the rows that move data and the (type, op, large) cases of those
