@@ -38,8 +38,9 @@ pub const META_SPLIT: u64 = 1 << 25;
 /// Checked mode's meta bit for a call under the pull protocol ([`FamilyProtocol::Pull`]).
 pub const META_PULL: u64 = 1 << 26;
 /// Smallest buffer (bytes; a rank block) that `Auto` moves by the pull protocol, where the
-/// collective has it (reduce, reduce-scatter), the team has exactly [`PULL_AUTO_PES`] members, every one mapped, and
-/// the lines do not fit. A huge value (`1T`) turns the choice off. Every PE must set the same.
+/// collective has it (reduce, reduce-scatter), the team has exactly 2 members, every one
+/// mapped, and the lines do not fit. A huge value (`1T`) turns the choice off. Every PE must
+/// set the same.
 pub const FAMILY_PULL_MIN_ENV: &str = "NVSH_FAMILY_PULL_MIN";
 /// Default of [`FAMILY_PULL_MIN_ENV`]: 4 MiB, from where the pull took no longer than the
 /// handshake in reduce on 2 x H200 (docs/measured.md).
@@ -169,8 +170,9 @@ pub enum FamilyProtocol {
     /// The reducing members load the inputs from the peers' buffers over the mapping and
     /// reduce them in one pass, no receive slots (reduce: the root loads every input;
     /// reduce-scatter: every member loads its block of every input); where the collective has
-    /// it (reduce, reduce-scatter), the team has 2 to 64 members and every one is mapped with direct stores on, else direct
-    /// stores. `Auto` takes it from [`FAMILY_PULL_MIN_ENV`] bytes at [`PULL_AUTO_PES`] members.
+    /// it (reduce, reduce-scatter), the team has 2 to 64 members and every one is mapped with
+    /// direct stores on, else direct stores. `Auto` takes it from [`FAMILY_PULL_MIN_ENV`]
+    /// bytes at 2 members.
     Pull,
 }
 
@@ -665,7 +667,8 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// Whether calls may take the pull protocol: the collective has it, the team 2 to 64
-    /// members, every one mapped with direct stores left on by [`crate::proto::workspace::NO_DIRECT_ENV`].
+    /// members, every one mapped with direct stores left on by
+    /// [`crate::proto::workspace::NO_DIRECT_ENV`].
     fn pulls(&self) -> bool {
         self.protocols.pull
             && (2..=sys::NVSHMEMRS_FAMILY_LL_MAX_PES as i32).contains(&self.ws.n_pes())
