@@ -327,8 +327,9 @@ typedef struct nvshmemrs_allgatherv_parts_args {
 /*
  * PULL (reduce, reduce-scatter; 2 to NVSHMEMRS_FAMILY_LL_MAX_PES members, every
  * one mapped (hdr.all_mapped), not hdr.no_direct): the members that need data load it from
- * the peers' buffers over the mapping, one pass, no slots (one launch for any size). The member whose buffer is read stores its address into
- * word [its rank] of phase ADDR on each reader, then raises ARRIVE there (its buffer is
+ * the peers' buffers over the mapping, one pass, no slots (one launch for any size). The
+ * member whose buffer is read stores its address into word [its rank] of phase ADDR on each
+ * reader, then raises ARRIVE there (its buffer is
  * ready: its earlier work on the stream is done); each reader, once it has read, raises DATA
  * on the owner, which ends its step only then (the buffer must not change while read). One
  * pass where the handshake's receiver reduces out of slots its peers have filled: it pays

@@ -28,6 +28,12 @@ static inline bool family_ll_ok(const nvshmemrs_family_args &a) {
            addrs % 8 == 0 && block % 8 == 0 && !h.no_direct && h.all_mapped;
 }
 
+// Whether the launch's protocol moves data without receive slots (the lines, the pull), so that
+// the slots' size does not bound it.
+static inline bool family_slotless(const nvshmemrs_family_args &a) {
+    return a.protocol == NVSHMEMRS_FAMILY_LL || a.protocol == NVSHMEMRS_FAMILY_PULL;
+}
+
 // The protocol a launch asks for, where the entry point has it (`split`: broadcast, reduce;
 // `pull`: reduce, reduce-scatter): HANDSHAKE; LL under family_ll_ok's conditions; SPLIT with
 // at least 2 members (the parts are one per member other than the root); PULL with 2 to

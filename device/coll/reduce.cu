@@ -165,11 +165,7 @@ __device__ void reduce_pull(const nvshmemrs_family_args &a, const Waiter &w) {
         auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
         if (!block_wait_others(w, h, arrive, s.value)) return;
         __shared__ const T *src[NVSHMEMRS_FAMILY_LL_MAX_PES];
-        for (int r = threadIdx.x; r < h.n; r += blockDim.x)
-            src[r] = r == h.rank ? static_cast<const T *>(h.input)
-                                 : reinterpret_cast<const T *>(
-                                       direct_ptr(h, arrived_word(L, r), h.pes[r]));
-        __syncthreads();
+        pull_sources(h, L, static_cast<const T *>(h.input), 0, src);
         block_reduce<T, OP, PEER_VECTORS>([&](int r) { return src[r]; }, h.n,
                                          static_cast<T *>(h.output), b, e, true, h.n);
         block_done_reading(h, L, AllOthers{}, s.value);
@@ -242,9 +238,7 @@ extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, i
     if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true, true) ||
         threads > NVSHMEMRS_FAMILY_THREADS)
         return cudaErrorInvalidValue;
-    // The lines and the pull need no slots.
-    const bool slotless =
-        args.protocol == NVSHMEMRS_FAMILY_LL || args.protocol == NVSHMEMRS_FAMILY_PULL;
+    const bool slotless = family_slotless(args);
     const bool fits = slotless || (args.protocol == NVSHMEMRS_FAMILY_SPLIT
                                        ? split_part_fits(args)
                                        : h.count * (size_t)args.elem_bytes <= h.slot_bytes);

@@ -68,12 +68,7 @@ __device__ void reduce_scatter_pull(const nvshmemrs_family_args &a, const Waiter
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     if (!block_wait_others(w, h, arrive, s.value)) return;
     __shared__ const T *src[NVSHMEMRS_FAMILY_LL_MAX_PES];
-    const size_t own = (size_t)h.rank * a.stride;
-    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
-        src[r] = own + (r == h.rank ? static_cast<const T *>(h.input)
-                                    : reinterpret_cast<const T *>(
-                                          direct_ptr(h, arrived_word(L, r), h.pes[r])));
-    __syncthreads();
+    pull_sources(h, L, static_cast<const T *>(h.input), (size_t)h.rank * a.stride, src);
     // In place the output is the own block: each thread reads element i before writing it.
     block_reduce<T, OP, PEER_VECTORS>([&](int r) { return src[r]; }, h.n,
                                      static_cast<T *>(h.output), b, e, true, h.n);
@@ -129,12 +124,9 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
 
 extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                         int threads, cudaStream_t stream) {
-    // The lines and the pull need no slots.
-    const bool slotless =
-        args.protocol == NVSHMEMRS_FAMILY_LL || args.protocol == NVSHMEMRS_FAMILY_PULL;
     if (!family_args_ok(args, blocks) || !family_protocol_ok(args, false, true) ||
         args.stride < args.hdr.count ||
-        (!slotless && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
+        (!family_slotless(args) && args.hdr.count * (size_t)args.elem_bytes > args.hdr.slot_bytes))
         return cudaErrorInvalidValue;
     return (int)by_dtype(dtype, op, Launch{args, blocks, threads, stream});
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "abi.h"
+#include "prims/put_signal.cuh"
 #include "prims/step.cuh"
 
 // The family's counters are laid out as the slot protocols' (Layout with algo 0).
@@ -75,6 +76,20 @@ __device__ __forceinline__ void block_done_reading(const nvshmemrs_coll_header &
 __device__ __forceinline__ char *arrived_word(const Layout &L, int r) {
     return reinterpret_cast<char *>(
         (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, r));
+}
+
+// Points src[r] (one per member, in shared memory) at element `offset` of the buffer this block
+// loads from member r under PULL: this PE's own `mine`, else the word member r gave in phase
+// ADDR, through the mapping. Called after every such member's ARRIVE of the step; ends with a
+// barrier, so that every thread sees the table.
+template <typename T>
+__device__ __forceinline__ void pull_sources(const nvshmemrs_coll_header &h, const Layout &L,
+                                             const T *mine, size_t offset, const T **src) {
+    for (int r = threadIdx.x; r < h.n; r += blockDim.x)
+        src[r] = offset + (r == h.rank ? mine
+                                       : reinterpret_cast<const T *>(
+                                             direct_ptr(h, arrived_word(L, r), h.pes[r])));
+    __syncthreads();
 }
 
 }  // namespace

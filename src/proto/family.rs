@@ -389,12 +389,11 @@ pub struct FamilyWorkspace<'nv> {
     ll_max: usize,
     /// The protocols the collective's kernel has besides the handshake.
     protocols: Protocols,
-    /// Smallest buffer `Auto` splits ([`FAMILY_SPLIT_MIN_ENV`]).
-    split_min: usize,
+    /// The smallest buffers `Auto` splits ([`FAMILY_SPLIT_MIN_ENV`]) and pulls
+    /// ([`FAMILY_PULL_MIN_ENV`]).
+    thresholds: Thresholds,
     /// The split protocol's round ([`FAMILY_SPLIT_ROUND_ENV`]; 0 where it has none).
     split_round: usize,
-    /// Smallest buffer `Auto` pulls ([`FAMILY_PULL_MIN_ENV`]).
-    pull_min: usize,
     protocol: FamilyProtocol,
     /// What the last call took: `Direct`, `Put`, `LowLatency`, `Split` or `Pull` (`Auto`
     /// before any call).
@@ -491,9 +490,11 @@ impl<'nv> FamilyWorkspace<'nv> {
             ll_slot_bytes,
             ll_max,
             protocols,
-            split_min,
+            thresholds: Thresholds {
+                split_min,
+                pull_min,
+            },
             split_round,
-            pull_min,
             protocol: FamilyProtocol::Auto,
             last: FamilyProtocol::Auto,
             last_pairs: ExchangePairs::default(),
@@ -588,17 +589,9 @@ impl<'nv> FamilyWorkspace<'nv> {
             self.protocols,
             self.ll_max,
             self.ll_env(),
-            self.thresholds(),
+            self.thresholds,
             self.ws.env_no_direct(),
         )
-    }
-
-    /// The sizes from which `Auto` splits and pulls.
-    fn thresholds(&self) -> Thresholds {
-        Thresholds {
-            split_min: self.split_min,
-            pull_min: self.pull_min,
-        }
     }
 
     /// The variable that bounds this workspace's lines: the exchange region's own
@@ -706,7 +699,7 @@ impl<'nv> FamilyWorkspace<'nv> {
             n,
             bytes,
         };
-        let protocol = decide(asked, fit, self.thresholds());
+        let protocol = decide(asked, fit, self.thresholds);
         self.last = protocol;
         let header = self.args(rank, call, 0, call.count, protocol);
         let meta = match protocol {
