@@ -1200,11 +1200,12 @@ fn pull_family(pes: i32) {
     std::env::remove_var(nvshmem::NO_DIRECT_ENV);
 }
 
-gpu_test!(2, allgather_and_alltoall_of_large_blocks);
+gpu_test!(2, allgather_alltoall_and_broadcast_of_large_blocks);
 /// Rank blocks of 16 MiB, where each block of the grid copies its own part along with its
-/// stores to the first peer (device/coll/put_blocks.cuh FUSED_COPY_MIN): 16-byte aligned and
-/// not (then one copy after the other), in and out of place, every element checked.
-fn allgather_and_alltoall_of_large_blocks() {
+/// stores to the first peer (device/prims/put_signal.cuh FUSED_COPY_MIN; broadcast's root its
+/// input to its output): 16-byte aligned and not (then one copy after the other), in and out of
+/// place, from either root, every element checked.
+fn allgather_alltoall_and_broadcast_of_large_blocks() {
     let nv = runtime(2);
     if nv.shares_gpus() {
         common::skip("16 MiB blocks on a shared GPU take minutes");
@@ -1213,16 +1214,18 @@ fn allgather_and_alltoall_of_large_blocks() {
     let (me, n) = me_n(&nv);
     let mut rows: Vec<Row<'_>> = family(&nv)
         .into_iter()
-        .filter(|(r, _)| matches!(r.name, "allgather" | "alltoall"))
+        .filter(|(r, _)| matches!(r.name, "allgather" | "alltoall" | "broadcast"))
         .collect();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     for (k, count) in [(4 << 20) + 4, (4 << 20) + 1].into_iter().enumerate() {
         for (row, w) in rows.iter_mut() {
-            let call = Call::blocks(row, me, n, count, 0);
-            let v = Values::of(row, n, 900 + k, ReduceOp::Sum);
-            row_case::<f32>(&nv, w, &call, v);
-            let what = call.describe::<f32>(&v);
-            assert_eq!(w.last_protocol(), Some(FamilyProtocol::Direct), "{what}");
+            for root in roots(row, n) {
+                let call = Call::blocks(row, me, n, count, root);
+                let v = Values::of(row, n, 900 + k, ReduceOp::Sum);
+                row_case::<f32>(&nv, w, &call, v);
+                let what = call.describe::<f32>(&v);
+                assert_eq!(w.last_protocol(), Some(FamilyProtocol::Direct), "{what}");
+            }
         }
     }
 }

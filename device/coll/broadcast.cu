@@ -1,9 +1,10 @@
 // Broadcast (coll/family.h): the root puts its input into every member's output once the
-// member has arrived; or, small and with every member mapped, stores it as low-latency lines
-// into every member's line slot [root], from which each copies it into its output
-// (NVSHMEMRS_FAMILY_LL; the members give credits back, prims/ll_credit.cuh); or, large, as a
-// scatter of parts and an allgather of them (NVSHMEMRS_FAMILY_SPLIT), so that the root's links
-// carry one buffer's worth instead of n - 1.
+// member has arrived (its own output, large, in the same loop as the first member's:
+// prims/put_signal.cuh own_copy_or_fused); or, small and with every member mapped, stores it
+// as low-latency lines into every member's line slot [root], from which each copies it into
+// its output (NVSHMEMRS_FAMILY_LL; the members give credits back, prims/ll_credit.cuh); or,
+// large, as a scatter of parts and an allgather of them (NVSHMEMRS_FAMILY_SPLIT), so that the
+// root's links carry one buffer's worth instead of n - 1.
 #include <cuda_runtime.h>
 #include "core/nvshmem_device.cuh"
 
@@ -161,14 +162,17 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) broadcast_kernel(nvs
         if (!block_wait_one(w, L.counter(NVSHMEMRS_FAMILY_DATA, a.root), s.value, h.pes[a.root]))
             return;
     } else {
-        if (in != out) block_store(out + b, in + b, e - b);
+        // The own copy; large, with the first peer mapped, it goes with that peer's stores.
+        const int first = (h.rank + 1) % h.n;
+        char *fused = own_copy_or_fused(h, out + b, in + b, e - b, first);
         if (!block_wait_others(w, h, arrive, s.value)) return;
+        if (fused != NULL) block_store_pair(fused, in + b, out + b, in + b, e - b);
         block_put_signal_all(
             h,
-            [&](int, char **dst, const char **src, size_t *bytes) {
+            [&](int r, char **dst, const char **src, size_t *bytes) {
                 *dst = out + b;
                 *src = in + b;
-                *bytes = e - b;
+                *bytes = fused != NULL && r == first ? 0 : e - b;
             },
             L.counter(NVSHMEMRS_FAMILY_DATA, h.rank), s.value);
     }

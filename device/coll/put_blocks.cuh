@@ -21,11 +21,6 @@
 
 namespace {
 
-// A block's part from which its own copy rides along its first peer's stores (block_store_pair)
-// instead of going first: there the copy takes longer than the ARRIVE's round trip it would
-// otherwise hide under. 64 KiB: a rank block of 8 MiB on the full grid.
-constexpr size_t FUSED_COPY_MIN = 64 << 10;
-
 // One launch of the step; `code` (NVSHMEMRS_COLL_*) names a timeout. `part` says what moves:
 // part.bytes() from part.src(r) to member r (r this PE too, for its own copy), landing at
 // byte part.offset() of every member's output; the grid splits part.bytes() (every member
@@ -46,12 +41,7 @@ __device__ void put_parts_step(const nvshmemrs_family_args &a, int code, const P
     // The own part; in place (from the own block of the output), it is there already. Large,
     // with the first peer mapped, it goes with that peer's stores.
     const int first = (h.rank + 1) % h.n;
-    char *fused = NULL;
-    if (src(h.rank) != mine + b) {
-        if (e - b >= FUSED_COPY_MIN && first != h.rank)
-            fused = direct_ptr(h, mine + b, h.pes[first]);
-        if (fused == NULL) block_store(mine + b, src(h.rank), e - b);
-    }
+    char *fused = own_copy_or_fused(h, mine + b, src(h.rank), e - b, first);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     if (!block_wait_others(w, h, arrive, s.value)) return;
     if (fused != NULL) block_store_pair(fused, src(first), mine + b, src(h.rank), e - b);
