@@ -14,7 +14,7 @@ use std::path::PathBuf;
 pub struct TuneArgs {
     /// Collectives to sweep, comma-separated (default: all): allreduce times its algorithms,
     /// the others their protocols (direct stores, NVSHMEM puts, low-latency lines, and split
-    /// parts and the pull where they have them).
+    /// parts and the pull where they have them; the pull at 2 PEs only).
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = collective_parser())]
     collectives: Vec<Collective>,
     /// Smallest message (bytes; K, M, G suffixes), nccl-tests' size as the benches take it.
