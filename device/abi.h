@@ -329,12 +329,12 @@ typedef struct nvshmemrs_allgatherv_parts_args {
  * one mapped (hdr.all_mapped), not hdr.no_direct): the members that need data load it from
  * the peers' buffers over the mapping, one pass, no slots (one launch for any size). The
  * member whose buffer is read stores its address into word [its rank] of phase ADDR on each
- * reader, then raises ARRIVE there (its buffer is
- * ready: its earlier work on the stream is done); each reader, once it has read, raises DATA
- * on the owner, which ends its step only then (the buffer must not change while read). One
- * pass where the handshake's receiver reduces out of slots its peers have filled: it pays
- * where a reduction reads what it receives (a broadcast that loaded the root's input measured
- * no faster than the root's stores, docs/measured.md).
+ * reader, then raises ARRIVE there (its buffer is ready: its earlier work on the stream is
+ * done); each reader, once it has read, raises DATA on the owner, which ends its step only
+ * then (the buffer must not change while read). One pass where the handshake's receiver
+ * reduces out of slots its peers have filled: it pays where a reduction reads what it
+ * receives (a broadcast that loaded the root's input measured no faster than the root's
+ * stores, docs/measured.md).
  *   reduce: the root loads every other member's input and reduces in rank order into its
  *     output; non-root outputs are not written.
  *   reduce-scatter: every member is an owner and a reader: it loads block [its rank] of every
