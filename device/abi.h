@@ -114,7 +114,8 @@
 #define NVSHMEMRS_WAIT_OP_ALLREDUCE 4
 #define NVSHMEMRS_WAIT_OP_BARRIER 5
 #define NVSHMEMRS_WAIT_OP_SIGNAL_WAIT 6
-/* A call of the collective family (coll/family.h); the record's index is its NVSHMEMRS_COLL_*. */
+/* A call of the collective family (coll/family.h); the record's index is the collective's code
+ * (nvshmemrs_family_args.code). */
 #define NVSHMEMRS_WAIT_OP_COLLECTIVE 7
 /* Older names of the WAIT_OP codes; nothing in the repository uses them any more. */
 #define NVSHMEMRS_OP_SEND NVSHMEMRS_WAIT_OP_SEND
@@ -217,13 +218,6 @@ typedef struct nvshmemrs_allreduce_args {
 
 /* ---- The collective family (coll/family.h documents the steps) ---- */
 
-/* Which collective: the status record's index on a timeout and the checked-mode meta's algo. */
-#define NVSHMEMRS_COLL_BROADCAST 16
-#define NVSHMEMRS_COLL_ALLGATHER 17
-#define NVSHMEMRS_COLL_ALLTOALL 18
-#define NVSHMEMRS_COLL_REDUCE_SCATTER 19
-#define NVSHMEMRS_COLL_REDUCE 20
-#define NVSHMEMRS_COLL_BARRIER 21
 /* Largest grid of the family's kernels: their counters are per (source rank, block). */
 #define NVSHMEMRS_FAMILY_BLOCKS 128
 /* Threads per block of the family's launches, the most broadcast's and reduce's kernels are
@@ -265,6 +259,10 @@ typedef struct nvshmemrs_family_args {
     /* Under SPLIT where every member is mapped: bytes of a block's chunk per round (0: the
      * whole chunk in one round). */
     uint64_t split_round_bytes;
+    /* Which collective: the status record's index on a timeout. The kernels only pass it on;
+     * the codes are written once, in the table of collectives (src/coll/table.rs), so that a
+     * new collective adds none here. */
+    int code;
 } nvshmemrs_family_args;
 
 /* Allgatherv with counts on the host (coll/exchange.h nvshmemrs_allgatherv_lines and
@@ -347,9 +345,6 @@ typedef struct nvshmemrs_allgatherv_parts_args {
 
 /* ---- Exchanges: alltoallv, allgatherv, grouped send/recv (coll/exchange.h) ---- */
 
-#define NVSHMEMRS_COLL_ALLGATHERV 22
-#define NVSHMEMRS_COLL_ALLTOALLV 23
-#define NVSHMEMRS_COLL_GROUP 24
 /* Transfers one launch takes in its argument list (sends and receives together). */
 #define NVSHMEMRS_EXCHANGE_MAX_OPS 128
 /* Receives from one peer in one launch. */
@@ -455,7 +450,7 @@ typedef struct nvshmemrs_exchange_args {
     int dtype;
     int n_send;
     int n_recv;
-    /* The NVSHMEMRS_COLL_* a failure names. */
+    /* The collective's code a failure names (nvshmemrs_family_args.code). */
     int code;
     /* Non-zero: this launch has low-latency lines (LIST only; every member mapped): the pairs
      * with another PE whose transfers say NVSHMEMRS_EXCHANGE_PAIR_LINES go as lines, header

@@ -2,7 +2,8 @@
 //!
 //! 1. Finds NVSHMEM and CUDA (see `find_nvshmem` / `find_cuda` for the search order).
 //! 2. Generates bindings for NVSHMEM's host API and the project's own entry points: `device/abi.h`
-//!    (codes, limits and structs shared with Rust) and the other `.h` files under `device/`.
+//!    (codes, limits and structs shared with Rust), the other `.h` files under `device/`, and the
+//!    `extern "C"` definitions in `.cu` files that no header declares (build_support/entries.rs).
 //! 3. Compiles every `.cu` under `device/` (`device/bench/` only with the `bench` feature) with
 //!    `nvcc -rdc=true`, one nvcc per job slot, skipping objects that are still current;
 //!    device-links them once together with `libnvshmem_device.a`, archives the result and links
@@ -23,6 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 
+#[path = "build_support/entries.rs"]
+mod entries;
 #[path = "build_support/toolkit.rs"]
 mod toolkit;
 
@@ -103,7 +106,13 @@ fn main() {
 
     let archs = cuda_archs().unwrap_or_else(|msg| fail(&msg));
     let jobs = jobs().unwrap_or_else(|msg| fail(&msg));
-    generate_bindings(&device_dir, &with_ext("h"), &nvshmem, &cuda, &out_dir);
+    generate_bindings(
+        &device_dir,
+        (&with_ext("h"), &with_ext("cu")),
+        &nvshmem,
+        &cuda,
+        &out_dir,
+    );
     let objects = compile_device_code(
         &device_dir,
         &with_ext("cu"),
@@ -361,17 +370,33 @@ fn gencode_flags(archs: &[u32]) -> Vec<String> {
 
 fn generate_bindings(
     device_dir: &Path,
-    headers: &[&Path],
+    (headers, sources): (&[&Path], &[&Path]),
     nvshmem: &Nvshmem,
     cuda: &Cuda,
     out_dir: &Path,
 ) {
-    // One wrapper over every header (.h) under device/: abi.h, and for each .cu file with entry
-    // points the header of the same name that declares them. The .cuh files are device code.
-    let wrapper: String = headers
+    // One wrapper over every header (.h) under device/: abi.h and the headers that declare entry
+    // points. The .cuh files are device code.
+    let mut wrapper: String = headers
         .iter()
         .map(|h| format!("#include \"{}\"\n", h.display()))
         .collect();
+    // Then the entry points that no header declares (the family's), from their definitions:
+    // a new collective's .cu needs no header line.
+    let read = |p: &Path| {
+        fs::read_to_string(p).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", p.display())))
+    };
+    let header_text: Vec<String> = headers.iter().map(|h| read(h)).collect();
+    wrapper.push_str("#include <cuda_runtime.h>\nextern \"C\" {\n");
+    for src in sources {
+        for (name, decl) in entries::definitions(&read(src)) {
+            if !header_text.iter().any(|h| entries::declares(h, &name)) {
+                wrapper.push_str(&decl);
+                wrapper.push('\n');
+            }
+        }
+    }
+    wrapper.push_str("}\n");
     let bindings = bindgen::Builder::default()
         .header_contents("nvshmem_rs_wrapper.h", &wrapper)
         // NVSHMEM's host headers are C++ (bool, static_assert); the entry points bound here are

@@ -10,13 +10,15 @@ namespace {
 
 __global__ void allgather_kernel(nvshmemrs_family_args a) {
     if (a.protocol == NVSHMEMRS_FAMILY_LL)
-        ll_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
+        ll_blocks_step<false>(a);
     else
-        put_blocks_step<false>(a, NVSHMEMRS_COLL_ALLGATHER);
+        put_blocks_step<false>(a);
 }
 
 }  // namespace
 
+// Every member's input (hdr.count elements) into block [its rank] of every member's output
+// (blocks `stride` apart); in place when input is the own block of the output.
 extern "C" int nvshmemrs_allgather(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
     if (!family_args_ok(args, blocks) || args.stride < args.hdr.count || !family_ll_ok(args))

@@ -44,7 +44,7 @@ struct AllgathervSrc {
 };
 
 __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, AllgathervSrc{a}, NVSHMEMRS_COLL_ALLGATHERV, false);
+    exchange_step(a.hdr, AllgathervSrc{a}, a.code, false);
 }
 
 // Lines polled together by a receiver (one per member); larger teams go group after group.
@@ -70,7 +70,7 @@ __global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_parts_args a) {
     wait_for_previous_kernel();
     const Step s = begin_step(h.state);
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_ALLGATHERV);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.fam.code);
     const uint32_t flag = ll_flag(s.value - 1);
     __shared__ uint4 *dst[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
     ll_peer_slots(h, base, s.parity, dst);
@@ -139,7 +139,7 @@ struct AgvParts {
 };
 
 __global__ void allgatherv_blocks_kernel(nvshmemrs_allgatherv_parts_args a) {
-    put_parts_step(a.fam, NVSHMEMRS_COLL_ALLGATHERV, AgvParts{a});
+    put_parts_step(a.fam, AgvParts{a});
 }
 
 // Every part within the output, at most NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES members.

@@ -10,13 +10,14 @@ namespace {
 
 __global__ void alltoall_kernel(nvshmemrs_family_args a) {
     if (a.protocol == NVSHMEMRS_FAMILY_LL)
-        ll_blocks_step<true>(a, NVSHMEMRS_COLL_ALLTOALL);
+        ll_blocks_step<true>(a);
     else
-        put_blocks_step<true>(a, NVSHMEMRS_COLL_ALLTOALL);
+        put_blocks_step<true>(a);
 }
 
 }  // namespace
 
+// Block [r] of every member's input into block [its rank] of member r's output.
 extern "C" int nvshmemrs_alltoall(nvshmemrs_family_args args, int blocks, int threads,
                                   cudaStream_t stream) {
     if (!family_args_ok(args, blocks) || args.stride < args.hdr.count || !family_ll_ok(args))

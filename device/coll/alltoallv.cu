@@ -39,7 +39,7 @@ struct AlltoallvSrc {
 };
 
 __global__ void alltoallv_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, AlltoallvSrc{a}, NVSHMEMRS_COLL_ALLTOALLV, false);
+    exchange_step(a.hdr, AlltoallvSrc{a}, a.code, false);
 }
 
 }  // namespace

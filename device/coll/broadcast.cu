@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) broadcast_kernel(nvs
     if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_BROADCAST);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
         broadcast_ll(a, w, ll_base);
         return;
@@ -181,6 +181,8 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) broadcast_kernel(nvs
 
 }  // namespace
 
+// Root's input (hdr.count x elem_bytes) into every member's output; in place at the root when
+// input == output.
 extern "C" int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads,
                                    cudaStream_t stream) {
     if (!family_args_ok(args, blocks) || !family_protocol_ok(args, true, false) ||

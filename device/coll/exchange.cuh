@@ -512,7 +512,7 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
     }
 }
 
-// One launch of the exchange; `code` (NVSHMEMRS_COLL_*) names a failure; `with_lines`: the
+// One launch of the exchange; `code` (nvshmemrs_exchange_args.code) names a failure; `with_lines`: the
 // launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no credits
 // (nvshmemrs_exchange_args.every_pair).
 template <typename Src>

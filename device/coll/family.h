@@ -24,7 +24,8 @@
  * mapped, also have a pull protocol (abi.h NVSHMEMRS_FAMILY_PULL): the reducing members load
  * the inputs over the mapping in one pass, no slots.
  * Every wait has the header's deadline; a miss is recorded (NVSHMEMRS_WAIT_OP_COLLECTIVE, index
- * the NVSHMEMRS_COLL_* code) and breaks the workspace. Returns a cudaError_t
+ * the launch's args.code) and breaks the workspace. Each entry point (`extern "C"` in its .cu,
+ * declared in no header: nvshmem-sys binds it from its definition) returns a cudaError_t
  * (cudaErrorInvalidValue for bad arguments, an unknown dtype or op).
  */
 #ifndef NVSHMEM_RS_FAMILY_H
@@ -33,33 +34,5 @@
 #include <nvshmem_host.h>
 
 #include "abi.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* Root's input (hdr.count x elem_bytes) into every member's output; in place at the root when
- * input == output. */
-int nvshmemrs_broadcast(nvshmemrs_family_args args, int blocks, int threads, cudaStream_t stream);
-/* Every member's input (hdr.count elements) into block [its rank] of every member's output
- * (blocks `stride` apart); in place when input is the own block of the output. */
-int nvshmemrs_allgather(nvshmemrs_family_args args, int blocks, int threads, cudaStream_t stream);
-/* Block [r] of every member's input into block [its rank] of member r's output. */
-int nvshmemrs_alltoall(nvshmemrs_family_args args, int blocks, int threads, cudaStream_t stream);
-/* output = op over members of their input block [rank] (hdr.count elements). */
-int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
-                             int threads, cudaStream_t stream);
-/* The root's output = op over members of their inputs; other outputs untouched. */
-int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks, int threads,
-                     cudaStream_t stream);
-/* A barrier over the members, in stream order: each member completes what it issued before
- * (puts through NVSHMEM, stores to peers), then waits until every member has arrived. One
- * block; hdr.input and hdr.output are not used. */
-int nvshmemrs_team_barrier(nvshmemrs_family_args args, int blocks, int threads,
-                           cudaStream_t stream);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif

@@ -21,16 +21,16 @@
 
 namespace {
 
-// One launch of the step; `code` (NVSHMEMRS_COLL_*) names a timeout. `part` says what moves:
+// One launch of the step (a timeout names a.code). `part` says what moves:
 // part.bytes() from part.src(r) to member r (r this PE too, for its own copy), landing at
 // byte part.offset() of every member's output; the grid splits part.bytes() (every member
 // launches the same grid: block b waits for block b of every sender).
 template <typename Part>
-__device__ void put_parts_step(const nvshmemrs_family_args &a, int code, const Part &part) {
+__device__ void put_parts_step(const nvshmemrs_family_args &a, const Part &part) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     size_t b, e;
@@ -76,8 +76,8 @@ struct RankBlocks {
 };
 
 template <bool PER_PEER>
-__device__ void put_blocks_step(const nvshmemrs_family_args &a, int code) {
-    put_parts_step(a, code, RankBlocks<PER_PEER>{a});
+__device__ void put_blocks_step(const nvshmemrs_family_args &a) {
+    put_parts_step(a, RankBlocks<PER_PEER>{a});
 }
 
 // Lines polled together by a receiver (ld_pending); larger teams go group after group.
@@ -88,7 +88,7 @@ constexpr int FAMILY_LL_GROUP = 8;
 // the receiver's data of the step between, which the receiver sends only once this launch has
 // completed on it (every member receives from every other here).
 template <bool PER_PEER>
-__device__ void ll_blocks_step(const nvshmemrs_family_args &a, int code) {
+__device__ void ll_blocks_step(const nvshmemrs_family_args &a) {
     const nvshmemrs_coll_header &h = a.hdr;
     __shared__ char *base[NVSHMEMRS_FAMILY_LL_MAX_PES];
     ll_peer_bases(h, base);
@@ -96,7 +96,7 @@ __device__ void ll_blocks_step(const nvshmemrs_family_args &a, int code) {
     // Read before block_broken's barrier, so that its round trip and the state's overlap.
     const Step s = begin_step(h.state);
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     const uint32_t flag = ll_flag(s.value - 1);
     const size_t bytes = h.count * (size_t)a.elem_bytes, lines = (bytes + 7) / 8;
     const size_t block_bytes = a.stride * (size_t)a.elem_bytes;

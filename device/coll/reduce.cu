@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS) reduce_kernel(nvshme
     if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
         reduce_ll<T, OP>(a, w, ll_base);
         return;
@@ -232,6 +232,7 @@ static bool split_part_fits(const nvshmemrs_family_args &a) {
     return per <= h.slot_bytes / elem;
 }
 
+// The root's output = op over members of their inputs; other outputs untouched.
 extern "C" int nvshmemrs_reduce(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                 int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.hdr;

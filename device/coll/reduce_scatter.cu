@@ -86,7 +86,7 @@ __global__ void reduce_scatter_kernel(nvshmemrs_family_args a) {
     if (a.protocol == NVSHMEMRS_FAMILY_LL) ll_peer_bases(h, ll_base);
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_REDUCE_SCATTER);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     if (a.protocol == NVSHMEMRS_FAMILY_LL) {
         reduce_scatter_ll<T, OP>(a, w, ll_base);
         return;
@@ -122,6 +122,7 @@ NVSHMEMRS_DTYPE_LAUNCHER(Launch, reduce_scatter_kernel, nvshmemrs_family_args);
 
 }  // namespace
 
+// output = op over members of their input block [rank] (hdr.count elements).
 extern "C" int nvshmemrs_reduce_scatter(int dtype, int op, nvshmemrs_family_args args, int blocks,
                                         int threads, cudaStream_t stream) {
     if (!family_args_ok(args, blocks) || !family_protocol_ok(args, false, true) ||

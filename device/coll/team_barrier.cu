@@ -18,7 +18,7 @@ __global__ void team_barrier_kernel(nvshmemrs_family_args a) {
     const nvshmemrs_coll_header &h = a.hdr;
     wait_for_previous_kernel();
     if (block_broken(h)) return;
-    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, NVSHMEMRS_COLL_BARRIER);
+    const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.code);
     const Step s = begin_step(h.state);
     const Layout L{h, 0, s.parity};
     // This PE's puts through NVSHMEM complete, and its earlier kernels' stores to peers are
@@ -34,6 +34,9 @@ __global__ void team_barrier_kernel(nvshmemrs_family_args a) {
 
 }  // namespace
 
+// A barrier over the members, in stream order: each member completes what it issued before
+// (puts through NVSHMEM, stores to peers), then waits until every member has arrived. One
+// block; hdr.input and hdr.output are not used.
 extern "C" int nvshmemrs_team_barrier(nvshmemrs_family_args args, int blocks, int threads,
                                       cudaStream_t stream) {
     if (!family_args_ok(args, blocks) || args.protocol != NVSHMEMRS_FAMILY_HANDSHAKE || blocks != 1)

@@ -5,6 +5,7 @@
 use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
+use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
@@ -53,7 +54,7 @@ impl<'nv> Allgather<'nv> {
         let own = or.start + rank as usize * i.num_bytes();
         refuse_overlap("allgather", ir.clone(), or, ir.start == own)?;
         let spec = Spec {
-            code: sys::NVSHMEMRS_COLL_ALLGATHER,
+            code: Collective::Allgather.code(),
             op: None,
             root: None,
             count,

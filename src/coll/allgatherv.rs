@@ -16,6 +16,7 @@ use crate::coll::dispatch::{each_element, equal_parts, table_collective};
 use crate::coll::family::staged;
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, parts_meta};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
+use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
@@ -34,7 +35,7 @@ static TEXT: CollectiveText = CollectiveText {
     meta: describe_family_meta,
 };
 
-const CODE: u32 = sys::NVSHMEMRS_COLL_ALLGATHERV;
+const CODE: u32 = Collective::Allgatherv.code();
 
 /// An allgatherv over the world or a team; create and call it as [`crate::Allreduce`].
 pub struct Allgatherv<'nv> {

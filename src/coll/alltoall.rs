@@ -4,6 +4,7 @@
 use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
+use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
@@ -53,7 +54,7 @@ impl<'nv> Alltoall<'nv> {
         check_blocks("alltoall", "output", o.len(), count, n)?;
         refuse_overlap("alltoall", i.byte_range(), o.byte_range(), false)?;
         let spec = Spec {
-            code: sys::NVSHMEMRS_COLL_ALLTOALL,
+            code: Collective::Alltoall.code(),
             op: None,
             root: None,
             count,

@@ -10,6 +10,7 @@
 use crate::coll::dispatch::{each_element, equal_parts, table_collective};
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
 use crate::coll::family::{describe_family_meta, refuse_overlap, DeviceParts, Parts};
+use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::Result;
 use crate::core::outside::{InBuf, OutBuf};
@@ -27,7 +28,7 @@ static TEXT: CollectiveText = CollectiveText {
     meta: describe_family_meta,
 };
 
-const CODE: u32 = sys::NVSHMEMRS_COLL_ALLTOALLV;
+const CODE: u32 = Collective::Alltoallv.code();
 
 /// An alltoallv over the world or a team; create and call it as [`crate::Allreduce`].
 pub struct Alltoallv<'nv> {

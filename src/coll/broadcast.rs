@@ -9,6 +9,7 @@
 use crate::coll::dispatch::{each_element, table_collective};
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
+use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::Result;
 use crate::core::outside::{InBuf, OutBuf};
@@ -60,7 +61,7 @@ impl<'nv> Broadcast<'nv> {
             ..StageIo::BOTH
         };
         let spec = Spec {
-            code: sys::NVSHMEMRS_COLL_BROADCAST,
+            code: Collective::Broadcast.code(),
             op: None,
             root: Some(root),
             count: i.len(),

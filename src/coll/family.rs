@@ -265,7 +265,7 @@ pub fn parts_meta(dtype: Dtype, parts: &[(usize, usize)]) -> u64 {
     let h = crate::core::digest::fnv1a(words.flat_map(u64::to_le_bytes));
     // Folded to the 32 bits above the code; 0 would read as "no parts".
     let digest = ((h ^ (h >> 32)) & 0xffff_ffff).max(1);
-    family_meta(dtype, None, sys::NVSHMEMRS_COLL_ALLGATHERV, None) | digest << 32
+    family_meta(dtype, None, Collective::Allgatherv.code(), None) | digest << 32
 }
 
 /// [`family_meta`] in words: "f32 sum, root 1", "bf16" (an allgatherv's parts digest in hex).
@@ -281,12 +281,13 @@ pub fn describe_family_meta(meta: u64) -> String {
         s = format!("{s} {name}");
     }
     let high = meta >> 32;
-    if (meta >> 16) & 0xff == sys::NVSHMEMRS_COLL_ALLGATHERV as u64 {
-        if high > 0 {
-            s = format!("{s}, parts {high:08x}");
-        }
-    } else if high > 0 {
-        s = format!("{s}, root {}", high - 1);
+    // Above the code: a rooted collective's root + 1, else a digest of the parts (allgatherv).
+    let rooted = Collective::from_code((meta >> 16) & 0xff).is_some_and(|c| c.row().rooted);
+    if high > 0 {
+        s = match rooted {
+            true => format!("{s}, root {}", high - 1),
+            false => format!("{s}, parts {high:08x}"),
+        };
     }
     if meta & crate::proto::family::META_LL != 0 {
         s = format!("{s}, low-latency lines");
@@ -346,10 +347,10 @@ mod tests {
 
     #[test]
     fn meta_words_read_back_as_arguments() {
-        let code = sys::NVSHMEMRS_COLL_REDUCE;
+        let code = Collective::Reduce.code();
         let m = family_meta(Dtype::Bf16, Some(ReduceOp::Max), code, Some(3));
         assert_eq!(describe_family_meta(m), "bf16 max, root 3");
-        let m = family_meta(Dtype::U8, None, sys::NVSHMEMRS_COLL_ALLGATHER, None);
+        let m = family_meta(Dtype::U8, None, Collective::Allgather.code(), None);
         assert_eq!(describe_family_meta(m), "u8");
         let ll = m | crate::proto::family::META_LL;
         assert_ne!(ll, m);
@@ -385,18 +386,18 @@ mod tests {
         assert_ne!(p, parts_meta(Dtype::F32, &[(0, 40), (40, 16)]));
         assert_eq!(
             p & 0xffff_ffff,
-            family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_ALLGATHERV, None)
+            family_meta(Dtype::F32, None, Collective::Allgatherv.code(), None)
         );
         // Roots, ops and types that differ give different words.
-        let a = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(0));
-        let b = family_meta(Dtype::F32, None, sys::NVSHMEMRS_COLL_BROADCAST, Some(1));
+        let a = family_meta(Dtype::F32, None, Collective::Broadcast.code(), Some(0));
+        let b = family_meta(Dtype::F32, None, Collective::Broadcast.code(), Some(1));
         assert_ne!(a, b);
         assert_ne!(
             family_meta(Dtype::F32, Some(ReduceOp::Sum), code, Some(0)),
             family_meta(Dtype::F32, Some(ReduceOp::Avg), code, Some(0))
         );
         assert_eq!(
-            family_code_name(sys::NVSHMEMRS_COLL_ALLTOALL as u64),
+            family_code_name(Collective::Alltoall.code() as u64),
             "alltoall"
         );
     }

@@ -14,6 +14,7 @@
 
 use crate::coll::dispatch::{each_element, table_collective, Peers};
 use crate::coll::family::{describe_family_meta, family_code_name};
+use crate::coll::table::Collective;
 use crate::core::element::{Dtype, Element};
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, Located, LocatedBytes, OutBuf};
@@ -21,7 +22,6 @@ use crate::proto::exchange::{check_list, Direction, ExchangeCall, Transfer, Tran
 use crate::proto::family::family_methods;
 use crate::proto::staging::Span;
 use crate::proto::{CollectiveText, FamilyWorkspace};
-use crate::sys;
 use cudarc::driver::CudaStream;
 use std::cell::{RefCell, RefMut};
 
@@ -224,7 +224,7 @@ impl<'nv> P2pGroup<'nv> {
         self.fam.exchange(
             "grouped send/recv kernel launch",
             &ExchangeCall {
-                code: sys::NVSHMEMRS_COLL_GROUP,
+                code: Collective::Group.code(),
                 checked: None,
                 transfers: Transfers::List(&list),
                 every_pair: false,

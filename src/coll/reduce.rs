@@ -12,6 +12,7 @@ use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_rooted, describe_family_meta, family_code_name};
 use crate::coll::family::{staged_call, Spec};
 use crate::coll::op::{ReduceOp, Reducible};
+use crate::coll::table::Collective;
 use crate::core::error::Result;
 use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::family::family_methods;
@@ -60,7 +61,7 @@ impl<'nv> Reduce<'nv> {
             ..StageIo::BOTH
         };
         let spec = Spec {
-            code: sys::NVSHMEMRS_COLL_REDUCE,
+            code: Collective::Reduce.code(),
             op: Some(op),
             root: Some(root),
             count: i.len(),

@@ -9,6 +9,7 @@ use crate::coll::dispatch::{each_reducible, table_collective};
 use crate::coll::family::{check_blocks, refuse_overlap, staged_call, Spec};
 use crate::coll::family::{describe_family_meta, family_code_name};
 use crate::coll::op::{ReduceOp, Reducible};
+use crate::coll::table::Collective;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
 use crate::proto::family::family_methods;
@@ -56,7 +57,7 @@ impl<'nv> ReduceScatter<'nv> {
         let own = ir.start + rank as usize * o.num_bytes();
         refuse_overlap(what, ir, or.clone(), or.start == own)?;
         let spec = Spec {
-            code: sys::NVSHMEMRS_COLL_REDUCE_SCATTER,
+            code: Collective::ReduceScatter.code(),
             op: Some(op),
             root: None,
             count,

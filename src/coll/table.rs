@@ -4,8 +4,6 @@
 //! nccl-tests' bus factor. Messages, the benches, the tuner, the soak and the tests read these
 //! rows instead of spelling collectives out.
 
-use crate::sys;
-
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -122,8 +120,10 @@ pub struct CollectiveRow {
     pub name: &'static str,
     /// Its type in the API.
     pub type_name: &'static str,
-    /// Its NVSHMEMRS_COLL_* code (device/abi.h); None for allreduce, whose algorithms carry
-    /// their own codes.
+    /// Its code: what its kernels' failure records name (passed in each launch's arguments)
+    /// and its checked-mode headers carry. Written here only: the device code never names
+    /// one. From 16 up, one byte (below are allreduce's algorithms' codes, device/abi.h
+    /// NVSHMEMRS_ALGO_*); None for allreduce, whose algorithms carry their own.
     pub code: Option<u32>,
     /// Takes a root.
     pub rooted: bool,
@@ -191,15 +191,15 @@ use ScratchKind as K;
 #[rustfmt::skip]
 pub const COLLECTIVES: [CollectiveRow; 10] = [
     row(C::Allreduce, "allreduce", "Allreduce", None, (false, true), (K::Allreduce, Shape::Whole, P::Blocks, B::TwicePerPeer)),
-    row(C::Broadcast, "broadcast", "Broadcast", Some(sys::NVSHMEMRS_COLL_BROADCAST), (true, false), (K::Lines, Shape::Whole, P::Blocks, B::One)),
-    row(C::Reduce, "reduce", "Reduce", Some(sys::NVSHMEMRS_COLL_REDUCE), (true, true), (K::Slots, Shape::Whole, P::Blocks, B::One)),
-    row(C::Allgather, "allgather", "Allgather", Some(sys::NVSHMEMRS_COLL_ALLGATHER), (false, false), (K::Lines, Shape::Gather, P::Blocks, B::PerPeer)),
-    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(sys::NVSHMEMRS_COLL_ALLGATHERV), (false, false), (K::Exchange, Shape::Gather, P::Parts, B::PerPeer)),
-    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(sys::NVSHMEMRS_COLL_REDUCE_SCATTER), (false, true), (K::Slots, Shape::Scatter, P::Blocks, B::PerPeer)),
-    row(C::Alltoall, "alltoall", "Alltoall", Some(sys::NVSHMEMRS_COLL_ALLTOALL), (false, false), (K::Lines, Shape::Exchange, P::Blocks, B::PerPeer)),
-    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(sys::NVSHMEMRS_COLL_ALLTOALLV), (false, false), (K::Exchange, Shape::Exchange, P::Parts, B::PerPeer)),
-    row(C::Group, "grouped send/recv", "P2pGroup", Some(sys::NVSHMEMRS_COLL_GROUP), (false, false), (K::Exchange, Shape::Exchange, P::Peers, B::PerPeer)),
-    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(sys::NVSHMEMRS_COLL_BARRIER), (false, false), (K::None, Shape::Empty, P::Blocks, B::Zero)),
+    row(C::Broadcast, "broadcast", "Broadcast", Some(16), (true, false), (K::Lines, Shape::Whole, P::Blocks, B::One)),
+    row(C::Reduce, "reduce", "Reduce", Some(20), (true, true), (K::Slots, Shape::Whole, P::Blocks, B::One)),
+    row(C::Allgather, "allgather", "Allgather", Some(17), (false, false), (K::Lines, Shape::Gather, P::Blocks, B::PerPeer)),
+    row(C::Allgatherv, "allgatherv", "Allgatherv", Some(22), (false, false), (K::Exchange, Shape::Gather, P::Parts, B::PerPeer)),
+    row(C::ReduceScatter, "reduce-scatter", "ReduceScatter", Some(19), (false, true), (K::Slots, Shape::Scatter, P::Blocks, B::PerPeer)),
+    row(C::Alltoall, "alltoall", "Alltoall", Some(18), (false, false), (K::Lines, Shape::Exchange, P::Blocks, B::PerPeer)),
+    row(C::Alltoallv, "alltoallv", "Alltoallv", Some(23), (false, false), (K::Exchange, Shape::Exchange, P::Parts, B::PerPeer)),
+    row(C::Group, "grouped send/recv", "P2pGroup", Some(24), (false, false), (K::Exchange, Shape::Exchange, P::Peers, B::PerPeer)),
+    row(C::TeamBarrier, "team barrier", "TeamBarrier", Some(21), (false, false), (K::None, Shape::Empty, P::Blocks, B::Zero)),
 ];
 
 impl Collective {
@@ -216,7 +216,23 @@ impl Collective {
         self.row().name
     }
 
-    /// The collective of an NVSHMEMRS_COLL_* code.
+    /// Its code ([`CollectiveRow::code`]); 0 for allreduce, which has none and passes none.
+    pub const fn code(self) -> u32 {
+        // A loop, not `row()`: callers take it as a constant.
+        let mut i = 0;
+        while i < COLLECTIVES.len() {
+            if COLLECTIVES[i].collective as u8 == self as u8 {
+                return match COLLECTIVES[i].code {
+                    Some(code) => code,
+                    None => 0,
+                };
+            }
+            i += 1;
+        }
+        0
+    }
+
+    /// The collective of a code ([`CollectiveRow::code`]).
     pub fn from_code(code: u64) -> Option<Collective> {
         COLLECTIVES
             .iter()
@@ -244,6 +260,9 @@ mod tests {
             assert_eq!(Collective::from_name(r.name), Some(r.collective));
             if let Some(code) = r.code {
                 assert_eq!(Collective::from_code(code as u64), Some(r.collective));
+                // Above allreduce's algorithms' codes, within the meta's byte.
+                assert!((16..256).contains(&code), "{}", r.name);
+                assert_eq!(r.collective.code(), code);
             }
             for o in &COLLECTIVES[i + 1..] {
                 assert!(o.name != r.name && (o.code.is_none() || o.code != r.code));

@@ -6,6 +6,7 @@
 
 use crate::coll::dispatch::table_collective;
 use crate::coll::family::{describe_family_meta, family_code_name, family_meta};
+use crate::coll::table::Collective;
 use crate::core::element::Dtype;
 use crate::core::error::Result;
 use crate::proto::family::family_methods;
@@ -34,7 +35,7 @@ impl<'nv> TeamBarrier<'nv> {
     /// peers) is then complete and visible to all of them. A member that does not arrive in
     /// time breaks the workspace ([`TeamBarrier::check`]).
     pub fn run(&mut self, stream: &CudaStream) -> Result<()> {
-        let code = sys::NVSHMEMRS_COLL_BARRIER;
+        let code = Collective::TeamBarrier.code();
         // No data: one element of one byte keeps the family's launch path (one block).
         let call = FamilyCall {
             code,

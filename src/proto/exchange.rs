@@ -157,7 +157,7 @@ pub enum Transfers<'t> {
 
 /// One exchange call as a collective describes it.
 pub struct ExchangeCall<'t> {
-    /// The collective's NVSHMEMRS_COLL_* code (what a failure names).
+    /// The collective's code (its row's in src/coll/table.rs; what a failure names).
     pub code: u32,
     /// Checked mode's count and meta word where every member takes part in every call (None:
     /// grouped send/recv, where only the PEs with transfers take part).
@@ -177,7 +177,7 @@ pub struct ExchangeCall<'t> {
 /// Allgatherv with counts on the host as one launch without the mailbox
 /// (`FamilyWorkspace::gather_parts`).
 pub struct GatherParts<'t> {
-    /// The collective's NVSHMEMRS_COLL_* code (what a failure names).
+    /// The collective's code (its row's in src/coll/table.rs; what a failure names).
     pub code: u32,
     /// Checked mode's meta word.
     pub meta: u64,

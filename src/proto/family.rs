@@ -114,7 +114,7 @@ const STATE_WORDS: usize = std::mem::size_of::<sys::nvshmemrs_allreduce_state>()
 
 /// One call of a family collective, as its `run` describes it once the arguments are checked.
 pub struct FamilyCall {
-    /// The collective's NVSHMEMRS_COLL_* code (what a timeout names).
+    /// The collective's code (its row's in src/coll/table.rs; what a timeout names).
     pub code: u32,
     /// Checked mode's meta word: what every member must agree on besides the count.
     pub meta: u64,
@@ -676,9 +676,9 @@ impl<'nv> FamilyWorkspace<'nv> {
     }
 
     /// Enqueues `call`: numbers it (refusing a PE outside the team or a broken workspace),
-    /// exchanges checked mode's header, then launches `entry` (a device/coll/family.h entry point) once,
-    /// or with receive slots once per slot's worth of each rank block (a segment), each launch's
-    /// pointers moved on to its segment. `what` names a launch that failed.
+    /// exchanges checked mode's header, then launches `entry` (a family entry point, in
+    /// device/coll/<name>.cu) once, or with receive slots once per slot's worth of each rank
+    /// block (a segment), each launch's pointers moved on to its segment. `what` names a launch that failed.
     pub fn call(
         &mut self,
         what: &'static str,
@@ -786,6 +786,7 @@ impl<'nv> FamilyWorkspace<'nv> {
                 _ => sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32,
             },
             split_round_bytes: self.split_round as u64,
+            code: call.code as i32,
         }
     }
 }
