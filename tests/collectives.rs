@@ -6,8 +6,9 @@
 //! reductions reduce in rank order in one pass, as the reference does, on values whose results
 //! are exact). Counts 1, 7, 1000, 65537 and 1M + 1; every root; in place; segmented
 //! reductions; graph capture and replay with fresh data; 1000 back-to-back calls mixing them;
-//! NVSHMEM puts only (NVSH_NO_DIRECT); checked-mode mismatches; refused calls; the low-latency
-//! lines and the split protocol, each at the sizes where it starts and stops.
+//! NVSHMEM puts only (NVSH_NO_DIRECT); checked-mode mismatches; refused calls; timeouts that
+//! name the collective; the low-latency lines and the split protocol, each at the sizes where it
+//! starts and stops.
 //! Run by scripts/gpu_test.sh (tests named peN_* run as N-PE jobs).
 
 mod common;
@@ -18,9 +19,9 @@ use common::table::{ops_of, roots, run_sync, takes, with_type, world, Call, Valu
 use common::{gpu_test, runtime};
 use nvshmem::tools::AnyCall;
 use nvshmem::{
-    Allgather, Allgatherv, Broadcast, CollectiveRow, Dtype, Error, FamilyProtocol, Nvshmem, Parts,
-    Reduce, ReduceOp, ReduceScatter, ScratchKind, Shape, SymView, SymmetricBuffer, TeamBarrier,
-    COLLECTIVES,
+    Allgather, Allgatherv, Broadcast, Collective, CollectiveRow, Dtype, Error, FamilyProtocol,
+    Nvshmem, Parts, Reduce, ReduceOp, ReduceScatter, ScratchKind, Shape, SymView, SymmetricBuffer,
+    TeamBarrier, COLLECTIVES,
 };
 use std::time::{Duration, Instant};
 
@@ -505,6 +506,43 @@ fn checked_mode_catches_count_root_and_type_mismatches() {
     ag2.run(&buf, &out, &stream).unwrap();
     ag2.sync(&stream).unwrap();
     assert!(out.to_vec().unwrap().iter().all(|&v| v == 7.0));
+    nv.barrier_all().unwrap();
+}
+
+gpu_test!(2, a_timeout_names_the_collective_its_launch_carries);
+/// PE 1 makes no call: PE 0's first call of each of the family's rows (a root that leaves PE 0
+/// waiting for data: PE 1 for the copies, PE 0 for reductions) times out, and the error names
+/// the row through the code its launch carried (the status record's index), and PE 1.
+fn a_timeout_names_the_collective_its_launch_carries() {
+    let nv = runtime(2);
+    let (me, n) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let rows = COLLECTIVES
+        .iter()
+        .filter(|r| r.collective != Collective::Allreduce);
+    // Workspaces take the runtime's timeout when they are made.
+    nv.set_timeout(Duration::from_millis(300));
+    let mut rows = world(&nv, rows, SLOT_BYTES);
+    nv.set_timeout(Duration::from_secs(60));
+    if me == 0 {
+        for (row, w) in rows.iter_mut() {
+            let root = if row.reduces { 0 } else { 1 };
+            let call = Call::blocks(row, me, n, 1000, root);
+            let v = Values::of(row, n, 3, ReduceOp::Sum);
+            let input = filled(&nv, call.in_len.max(1), |i| i as f32);
+            let output = filled(&nv, call.out_len.max(1), |_| -1.0f32);
+            w.run_any(call.any(&v, &input, &output), &stream).unwrap();
+            stream.synchronize().unwrap();
+            let err = w.check().expect_err(row.name);
+            let text = err.to_string();
+            assert!(matches!(err, Error::Timeout { .. }), "{}: {text}", row.name);
+            assert!(
+                text.contains(&format!("({} protocol)", row.name)) && text.contains("PE 1"),
+                "{}: {text}",
+                row.name
+            );
+        }
+    }
     nv.barrier_all().unwrap();
 }
 
