@@ -31,7 +31,9 @@
 # GPU_TEST_FILTER limits the cases to names containing it, GPU_TEST_EXCLUDE leaves out names
 # containing it (to split a suite over several runs; the count left out is printed);
 # GPU_TEST_MIN_PES leaves out the cases of fewer PEs (to run only what a machine with fewer GPUs
-# runs differently: GPU_TEST_MIN_PES=3 with CUDA_VISIBLE_DEVICES=0,1).
+# runs differently: GPU_TEST_MIN_PES=3 with CUDA_VISIBLE_DEVICES=0,1), GPU_TEST_MAX_PES those of
+# more (GPU_TEST_MAX_PES=2 on a 2-GPU machine: cases of 3 or 4 PEs share a GPU there, in time
+# slices that make some take minutes; run them where each PE has a GPU).
 # GPU_TEST_SHARD=K/N keeps every Nth case from the Kth on (1 <= K <= N), counted before
 # GPU_TEST_RESUME drops any, so N runs with K=1..N (on disjoint CUDA_VISIBLE_DEVICES, say)
 # share one suite: two 2-GPU lanes of a 4-GPU machine run the 2-GPU suite in half the time.
@@ -51,6 +53,7 @@ limit=${GPU_TEST_TIMEOUT:-300}
 filter=${GPU_TEST_FILTER:-}
 exclude=${GPU_TEST_EXCLUDE:-}
 min_pes=${GPU_TEST_MIN_PES:-1}
+max_pes=${GPU_TEST_MAX_PES:-1000000}
 parallel=${GPU_TEST_PARALLEL:-0}
 excluded=0
 shard=${GPU_TEST_SHARD:-1/1}
@@ -173,7 +176,7 @@ for t in "${binaries[@]}"; do
         short=${name##*::}
         pes=1
         [[ "$short" =~ ^pe([0-9]+)_ ]] && pes=${BASH_REMATCH[1]}
-        if [ "$pes" -lt "$min_pes" ]; then
+        if [ "$pes" -lt "$min_pes" ] || [ "$pes" -gt "$max_pes" ]; then
             excluded=$((excluded + 1))
             continue
         fi
@@ -187,7 +190,7 @@ for t in "${binaries[@]}"; do
 done
 # add_other LABEL PES: a case that is not a test binary's.
 add_other() {
-    [ "$min_pes" -le "$2" ] || return 0
+    [ "$min_pes" -le "$2" ] && [ "$2" -le "$max_pes" ] || return 0
     [ -z "$filter" ] || [[ "$1" == *"$filter"* ]] || [[ ring_exchange == *"$filter"* && "$1" == ring_exchange* ]] || return 0
     in_shard || return 0
     if done_before "$1"; then
@@ -208,8 +211,8 @@ cases=$(grep -c . "$manifest")
 expected=$((expected + cases + resumed))
 [ "$resumed" -eq 0 ] || echo "gpu_test.sh: $resumed case(s) have a verdict from the earlier run (GPU_TEST_RESUME)"
 echo "gpu_test.sh: $expected cases expected (manifest: $manifest)"
-[ -z "$exclude" ] && [ "$min_pes" -le 1 ] ||
-    echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude' / GPU_TEST_MIN_PES=$min_pes"
+[ -z "$exclude" ] && [ "$min_pes" -le 1 ] && [ -z "${GPU_TEST_MAX_PES:-}" ] ||
+    echo "gpu_test.sh: $excluded case(s) left out by GPU_TEST_EXCLUDE='$exclude' / GPU_TEST_MIN_PES=$min_pes / GPU_TEST_MAX_PES=${GPU_TEST_MAX_PES:-none}"
 [ "$shard_n" -eq 1 ] ||
     echo "gpu_test.sh: shard $shard: $shard_other case(s) belong to the other shards"
 if [ -n "$filter" ] && [ "$cases" -eq 0 ]; then
