@@ -524,14 +524,21 @@ fn a_timeout_names_the_collective_its_launch_carries() {
     nv.set_timeout(Duration::from_millis(300));
     let mut rows = world(&nv, rows, SLOT_BYTES);
     nv.set_timeout(Duration::from_secs(60));
-    if me == 0 {
-        for (row, w) in rows.iter_mut() {
+    // Every buffer first: allocations are collective, and PE 1 makes no call after them.
+    let calls: Vec<_> = rows
+        .iter()
+        .map(|(row, _)| {
             let root = if row.reduces { 0 } else { 1 };
             let call = Call::blocks(row, me, n, 1000, root);
-            let v = Values::of(row, n, 3, ReduceOp::Sum);
             let input = filled(&nv, call.in_len.max(1), |i| i as f32);
             let output = filled(&nv, call.out_len.max(1), |_| -1.0f32);
-            w.run_any(call.any(&v, &input, &output), &stream).unwrap();
+            (call, input, output)
+        })
+        .collect();
+    if me == 0 {
+        for ((row, w), (call, input, output)) in rows.iter_mut().zip(&calls) {
+            let v = Values::of(row, n, 3, ReduceOp::Sum);
+            w.run_any(call.any(&v, input, output), &stream).unwrap();
             stream.synchronize().unwrap();
             let err = w.check().expect_err(row.name);
             let text = err.to_string();

@@ -1,4 +1,4 @@
-// The argument checks every entry point of coll/family.h starts with.
+// The argument checks every entry point of the family (coll/family.h) starts with.
 #ifndef NVSHMEM_RS_FAMILY_ARGS_CUH
 #define NVSHMEM_RS_FAMILY_ARGS_CUH
 
