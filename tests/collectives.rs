@@ -512,7 +512,8 @@ fn checked_mode_catches_count_root_and_type_mismatches() {
 gpu_test!(2, a_timeout_names_the_collective_its_launch_carries);
 /// PE 1 makes no call: PE 0's first call of each of the family's rows (a root that leaves PE 0
 /// waiting for data: PE 1 for the copies, PE 0 for reductions) times out, and the error names
-/// the row through the code its launch carried (the status record's index), and PE 1.
+/// the row through the code its launch carried (the status record's index), and PE 1. Each
+/// row's workspace times out on its own, though the first timeout ends PE 0's collective work.
 fn a_timeout_names_the_collective_its_launch_carries() {
     let nv = runtime(2);
     let (me, n) = me_n(&nv);
@@ -549,8 +550,15 @@ fn a_timeout_names_the_collective_its_launch_carries() {
                 row.name
             );
         }
+        // Its first timeout made PE 0 give up on PE 1: collective calls now refuse at once
+        // (each would wait for PE 1), so it makes none.
+        assert!(nv.peer_failure().is_some());
+    } else {
+        // PE 1 keeps its memory mapped while PE 0's calls store into it, then finds that PE 0
+        // never comes to the barrier.
+        nv.set_timeout(Duration::from_secs(15));
+        assert!(nv.barrier_all().is_err(), "PE 0 gave up on PE 1");
     }
-    nv.barrier_all().unwrap();
 }
 
 gpu_test!(2, wrong_shapes_roots_and_overlaps_are_refused);
