@@ -512,9 +512,9 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
     }
 }
 
-// One launch of the exchange; `code` (nvshmemrs_exchange_args.code) names a failure; `with_lines`: the
-// launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no credits
-// (nvshmemrs_exchange_args.every_pair).
+// One launch of the exchange; `code` (nvshmemrs_exchange_args.code) names a failure;
+// `with_lines`: the launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no
+// credits (nvshmemrs_exchange_args.every_pair).
 template <typename Src>
 __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
                               bool with_lines, bool every_pair = false) {

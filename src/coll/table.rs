@@ -204,11 +204,17 @@ pub const COLLECTIVES: [CollectiveRow; 10] = [
 
 impl Collective {
     /// Its row of [`COLLECTIVES`].
-    pub fn row(self) -> &'static CollectiveRow {
-        COLLECTIVES
-            .iter()
-            .find(|r| r.collective == self)
-            .expect("every collective has a row")
+    pub const fn row(self) -> &'static CollectiveRow {
+        // A loop, not an iterator: const, so that [`Collective::code`] is a constant.
+        let rows: &'static [CollectiveRow] = &COLLECTIVES;
+        let mut i = 0;
+        while i < rows.len() {
+            if rows[i].collective as u8 == self as u8 {
+                return &rows[i];
+            }
+            i += 1;
+        }
+        panic!("every collective has a row")
     }
 
     /// Its name ([`CollectiveRow::name`]).
@@ -218,18 +224,10 @@ impl Collective {
 
     /// Its code ([`CollectiveRow::code`]); 0 for allreduce, which has none and passes none.
     pub const fn code(self) -> u32 {
-        // A loop, not `row()`: callers take it as a constant.
-        let mut i = 0;
-        while i < COLLECTIVES.len() {
-            if COLLECTIVES[i].collective as u8 == self as u8 {
-                return match COLLECTIVES[i].code {
-                    Some(code) => code,
-                    None => 0,
-                };
-            }
-            i += 1;
+        match self.row().code {
+            Some(code) => code,
+            None => 0,
         }
-        0
     }
 
     /// The collective of a code ([`CollectiveRow::code`]).

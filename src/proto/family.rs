@@ -678,7 +678,8 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// Enqueues `call`: numbers it (refusing a PE outside the team or a broken workspace),
     /// exchanges checked mode's header, then launches `entry` (a family entry point, in
     /// device/coll/<name>.cu) once, or with receive slots once per slot's worth of each rank
-    /// block (a segment), each launch's pointers moved on to its segment. `what` names a launch that failed.
+    /// block (a segment), each launch's pointers moved on to its segment. `what` names a
+    /// launch that failed.
     pub fn call(
         &mut self,
         what: &'static str,
