@@ -34,7 +34,6 @@ backend "nvsh" is a module of its own, which imports torch: `import nvshmem_rs.d
 
 import atexit
 import os
-import sys
 import warnings
 
 from . import _native
@@ -113,86 +112,37 @@ __all__ = [
 ]
 
 
-def _raw_stream_of(torch):
-    """torch's fastest way to the current stream's handle: torch._C._cuda_getCurrentRawStream
-    (what torch's compiled code calls; an int, no Stream object), else the public API."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw
-    return lambda device: torch.cuda.current_stream(device).cuda_stream
-
-
-_raw_stream = None
-_allreduce = _native.allreduce
-
-
-def _stream(stream, *tensors):
-    """The raw cudaStream_t to run on: `stream` as given (an int, or an object with
-    `cuda_stream` such as torch.cuda.Stream), else torch's current stream on the first CUDA
-    tensor's device when torch is loaded, else on torch's current device when it has CUDA,
-    else 0 (the default stream). Every collective pays for this, so it stays short."""
-    global _raw_stream
-    if stream is not None:
-        return int(getattr(stream, "cuda_stream", stream))
-    # Never imported here: torch tensors mean torch is loaded already.
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return 0
-    if _raw_stream is None:
-        _raw_stream = _raw_stream_of(torch)
-    tensor_type = torch.Tensor
-    for t in tensors:
-        if isinstance(t, tensor_type) and t.is_cuda:
-            return _raw_stream(t.get_device())
-    if not torch.cuda.is_available():
-        return 0
-    return _raw_stream(torch.cuda.current_device())
-
-
-def allreduce(tensor, output=None, op="sum", algo="auto", stream=None, team=None):
-    """output = op(tensor of every PE), element-wise; in place on `tensor` when `output` is
-    None. op: "sum", "prod", "min", "max", "avg"; algo: "auto", "oneshot", "twoshot", "ring",
-    "rd". Runs on `stream` (default: torch's current stream), over `team` (a Team from
-    split_strided; default every PE), and returns the algorithm used."""
-    if stream is None:
-        # The hot path (python -m nvshmem_rs.bench): a CUDA torch tensor's current stream in
-        # one call of torch's C API, no generic _stream (its isinstance and is_cuda reads).
-        try:
-            device = tensor.get_device()  # -1 on the CPU
-            stream = _raw_stream(device) if device >= 0 else _stream(None, tensor, output)
-        except Exception:  # no torch tensor, or _raw_stream not set up yet
-            stream = _stream(None, tensor, output)
-    elif type(stream) is not int:
-        stream = int(getattr(stream, "cuda_stream", stream))
-    return _allreduce(tensor, output, op, algo, stream, team)
+# The hot path of a training step is the native function itself, no Python frame around it;
+# every call's default stream (torch's current one, on its tensors' device) is read there.
+allreduce = _native.allreduce
 
 
 def broadcast(tensor, output=None, root=0, stream=None, team=None):
     """Every PE's output = the root PE's `tensor`; in place on `tensor` when `output` is None.
     Over a team, `root` is a team rank."""
-    _native.broadcast(tensor, output, root, _stream(stream, tensor, output), team)
+    _native.broadcast(tensor, output, root, stream, team)
 
 
 def reduce(tensor, output=None, root=0, op="sum", stream=None, team=None):
     """The root's output = op(tensor of every PE); in place on `tensor` when `output` is None.
     Other PEs' outputs are left alone. Over a team, `root` is a team rank."""
-    _native.reduce(tensor, output, root, op, _stream(stream, tensor, output), team)
+    _native.reduce(tensor, output, root, op, stream, team)
 
 
 def allgather(input, output, stream=None, team=None):
     """Block r of `output` (PEs x input.numel() elements) = PE r's `input`."""
-    _native.allgather(input, output, _stream(stream, input, output), team)
+    _native.allgather(input, output, stream, team)
 
 
 def reduce_scatter(input, output, op="sum", stream=None, team=None):
     """`output` = op over PEs of block [rank] of their `input` (PEs x output.numel()
     elements)."""
-    _native.reduce_scatter(input, output, op, _stream(stream, input, output), team)
+    _native.reduce_scatter(input, output, op, stream, team)
 
 
 def alltoall(input, output, stream=None, team=None):
     """Block s of `output` = block [rank] of PE s's `input`; one block per PE, no overlap."""
-    _native.alltoall(input, output, _stream(stream, input, output), team)
+    _native.alltoall(input, output, stream, team)
 
 
 def allgatherv(input, output, counts, displs=None, stream=None):
@@ -200,7 +150,7 @@ def allgatherv(input, output, counts, displs=None, stream=None):
     passes the same counts and displs (default: packed in PE order). On the caller's own
     memory, reserve_staging("allgatherv", bytes) first (the sizes differ between PEs)."""
     _native.allgatherv(input, output, list(counts), None if displs is None else list(displs),
-                       _stream(stream, input, output))
+                       stream)
 
 
 def alltoallv(input, output, send_counts, recv_counts, send_displs=None, recv_displs=None,
@@ -211,7 +161,7 @@ def alltoallv(input, output, send_counts, recv_counts, send_displs=None, recv_di
     _native.alltoallv(input, output, list(send_counts), list(recv_counts),
                       None if send_displs is None else list(send_displs),
                       None if recv_displs is None else list(recv_displs),
-                      _stream(stream, input, output))
+                      stream)
 
 
 def grouped_p2p(ops, stream=None):
@@ -221,7 +171,7 @@ def grouped_p2p(ops, stream=None):
     reserve_staging("grouped_p2p", bytes) first (only the PEs with transfers take part)."""
     ops = list(ops)
     tensors = (op[1] for op in ops if isinstance(op, tuple) and len(op) == 3)
-    _native.grouped_p2p(ops, _stream(stream, *tensors))
+    _native.grouped_p2p(ops, stream)
 
 
 def tune_allreduce(input, output, op="sum", algos=None, candidates=None, warmup=3, runs=10,
@@ -233,7 +183,7 @@ def tune_allreduce(input, output, op="sum", algos=None, candidates=None, warmup=
     timed runs each. Collective, every PE alike. Returns (winner, {name: microseconds}), the
     median over runs of each run's slowest PE; the output is undefined afterwards."""
     return _native.tune_allreduce(input, output, op, None if algos is None else list(algos),
-                                  candidates, warmup, runs, _stream(stream, input, output))
+                                  candidates, warmup, runs, stream)
 
 
 class Channel:
@@ -249,10 +199,10 @@ class Channel:
         self._ch = _native.Channel(max_elems, dtype, slots, timeout_ms)
 
     def send(self, tensor, peer, stream=None):
-        self._ch.send(tensor, peer, _stream(stream, tensor))
+        self._ch.send(tensor, peer, stream)
 
     def recv(self, tensor, peer, stream=None):
-        self._ch.recv(tensor, peer, _stream(stream, tensor))
+        self._ch.recv(tensor, peer, stream)
 
     def check(self):
         self._ch.check()
@@ -285,10 +235,10 @@ class SparseAllreduce:
 
     def run(self, grad, out=None, stream=None):
         """One allreduce of `grad` into `out` (in place on `grad` without `out`)."""
-        self._s.run(grad, out, _stream(stream, grad, out))
+        self._s.run(grad, out, stream)
 
     def clear_residual(self, stream=None):
-        self._s.clear_residual(_stream(stream))
+        self._s.clear_residual(stream)
 
     k = property(lambda self: self._s.k)
     length = property(lambda self: self._s.length)
@@ -298,7 +248,7 @@ class SparseAllreduce:
 def barrier(stream=None, team=None):
     """A barrier over every PE (or `team`'s) in stream order (default: torch's current
     stream)."""
-    _native.barrier(_stream(stream), team)
+    _native.barrier(stream, team)
 
 
 # The launcher variables that init_with_store sets for the call of init("launcher") (the

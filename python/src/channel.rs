@@ -7,7 +7,7 @@
 //! Python holds a handle whose release queues the channel for an agreed release: it is freed
 //! (collectively) at a collection point once every PE has released it (release.rs).
 
-use crate::coll::{borrowed_stream, on_device, tensor};
+use crate::coll::{borrowed_stream, on_device, tensor, StreamArg};
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::memory::with_element;
@@ -84,26 +84,26 @@ impl Channel {
 
     /// Enqueues on `stream`: waits on the GPU for a free slot on `peer`, puts `tensor` (all
     /// of it: numel() elements, at most max_elems) there and signals it. Returns at once.
-    #[pyo3(signature = (tensor, peer, stream = 0))]
+    #[pyo3(signature = (tensor, peer, stream = None))]
     fn send(
         &self,
         py: Python<'_>,
         tensor: &Bound<'_, PyAny>,
         peer: i32,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         self.transfer(py, "Channel.send", tensor, peer, stream, true)
     }
 
     /// Enqueues on `stream`: waits on the GPU for the next message from `peer`, copies it
     /// into `tensor` (which must hold as many elements as were sent) and hands the slot back.
-    #[pyo3(signature = (tensor, peer, stream = 0))]
+    #[pyo3(signature = (tensor, peer, stream = None))]
     fn recv(
         &self,
         py: Python<'_>,
         tensor: &Bound<'_, PyAny>,
         peer: i32,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         self.transfer(py, "Channel.recv", tensor, peer, stream, false)
     }
@@ -171,7 +171,7 @@ impl Channel {
         what: &str,
         obj: &Bound<'_, PyAny>,
         peer: i32,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
         send: bool,
     ) -> PyResult<()> {
         let t = tensor(
@@ -199,9 +199,10 @@ impl Channel {
             )));
         }
         let id = self.id;
+        let stream = StreamArg::read(what, stream)?;
         with_state(py, what, |nv, state| {
             on_device(py, nv, what, &[&t])?;
-            let stream = borrowed_stream!(nv, stream);
+            let stream = borrowed_stream!(py, nv, stream, &[&t]);
             let ch = channel(py, &state.channels, id)?;
             // SAFETY: a contiguous CUDA tensor of this PE's GPU of `numel` elements, which the
             // caller orders on `stream` as for any collective of the package.

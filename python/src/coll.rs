@@ -7,9 +7,9 @@
 //! same buffer, at the same offset, on every PE); any other CUDA memory of this PE's GPU is the
 //! caller's own, which the library stages through its workspace's symmetric area.
 //!
-//! The stream is a raw `cudaStream_t` as an int (`torch.cuda.current_stream().cuda_stream`;
-//! the Python wrappers pass torch's current stream by default). The calls only enqueue work
-//! on it, as the Rust API does.
+//! The stream is a raw `cudaStream_t` as an int, an object with `cuda_stream` (a
+//! `torch.cuda.Stream`), or None: torch's current stream on the device of the call's tensors,
+//! read here ([`StreamArg`]). The calls only enqueue work on it, as the Rust API does.
 //!
 //! Each collective runs on a world workspace made at its first call: that first call is
 //! collective over the world (symmetric allocation), as every call of it is anyway.
@@ -27,6 +27,7 @@ use nvshmem::{
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use std::sync::{Arc, Mutex};
 
@@ -73,15 +74,90 @@ macro_rules! with_reducible {
 }
 pub(crate) use with_reducible;
 
-/// The caller's stream (a raw `cudaStream_t` as an int) as the library takes it.
+/// The caller's stream ([`StreamArg`]) as the library takes it, torch's current stream on
+/// the device of the first of `$tensors` that has one (else this PE's) where none was given.
 macro_rules! borrowed_stream {
-    ($nv:expr, $raw:expr) => {
+    ($py:expr, $nv:expr, $arg:expr, $tensors:expr) => {{
+        let raw = $arg.raw($py, $tensors, $nv.device())?;
         // SAFETY: the caller passes a live stream of this GPU (torch's current stream by
         // default); it outlives the call, which only enqueues work on it.
-        unsafe { $nv.borrowed_stream($raw as nvshmem::sys::cudaStream_t) }
-    };
+        unsafe { $nv.borrowed_stream(raw as nvshmem::sys::cudaStream_t) }
+    }};
 }
 pub(crate) use borrowed_stream;
+
+/// A call's `stream` argument: a raw `cudaStream_t` (an int, or read from an object's
+/// `cuda_stream`, as a `torch.cuda.Stream` has), or torch's current stream (None).
+#[derive(Clone, Copy)]
+pub(crate) enum StreamArg {
+    Raw(usize),
+    Current,
+}
+
+/// torch's `_cuda_getCurrentRawStream(device)` (what its compiled code calls: an int, no
+/// Stream object), looked up once torch is loaded.
+static CURRENT_RAW_STREAM: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+impl StreamArg {
+    /// Reads `stream` of call `what`; an error names what it is instead.
+    pub(crate) fn read(what: &str, stream: Option<&Bound<'_, PyAny>>) -> PyResult<StreamArg> {
+        let Some(obj) = stream else {
+            return Ok(StreamArg::Current);
+        };
+        let raw = match obj.extract::<usize>() {
+            Ok(raw) => Ok(raw),
+            Err(_) => obj
+                .getattr(intern!(obj.py(), "cuda_stream"))
+                .and_then(|s| s.extract::<usize>()),
+        };
+        raw.map(StreamArg::Raw).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}: stream must be a cudaStream_t as an int, an object with cuda_stream                  (torch.cuda.Stream) or None (torch's current stream), not {}",
+                type_name(obj)
+            ))
+        })
+    }
+
+    /// The raw handle: as given; else torch's current stream on the device of the first of
+    /// `tensors` that has one (else on `pe_device`, this PE's) where torch is loaded (never
+    /// imported here: without it the caller's tensors are not torch's), else 0 (the default
+    /// stream).
+    pub(crate) fn raw(
+        self,
+        py: Python<'_>,
+        tensors: &[&Tensor],
+        pe_device: i32,
+    ) -> PyResult<usize> {
+        if let StreamArg::Raw(raw) = self {
+            return Ok(raw);
+        }
+        let device = tensors.iter().find_map(|t| t.device).unwrap_or(pe_device);
+        if let Some(f) = CURRENT_RAW_STREAM.get(py) {
+            return f.bind(py).call1((device,))?.extract();
+        }
+        let modules = py
+            .import(intern!(py, "sys"))?
+            .getattr(intern!(py, "modules"))?;
+        let Ok(torch) = modules.get_item(intern!(py, "torch")) else {
+            return Ok(0);
+        };
+        match torch
+            .getattr(intern!(py, "_C"))?
+            .getattr(intern!(py, "_cuda_getCurrentRawStream"))
+        {
+            Ok(f) => {
+                let f = CURRENT_RAW_STREAM.get_or_init(py, || f.unbind());
+                f.bind(py).call1((device,))?.extract()
+            }
+            // An older torch: its public API.
+            Err(_) => torch
+                .getattr(intern!(py, "cuda"))?
+                .call_method1(intern!(py, "current_stream"), (device,))?
+                .getattr(intern!(py, "cuda_stream"))?
+                .extract(),
+        }
+    }
+}
 
 /// A tensor argument, read.
 pub(crate) struct Tensor {
@@ -301,23 +377,29 @@ pub(crate) fn out_buf<'a, T: Element>(buffers: &'a Registry, t: &Tensor) -> OutB
     }
 }
 
-/// `output = op(input of every PE)` element-wise; in place on `input` when `output` is None.
-/// `algo` is one of the library's allreduce algorithms ("auto", "oneshot", "twoshot", "ring",
-/// "rd"). Returns the algorithm used.
+/// output = op(tensor of every PE), element-wise; in place on `tensor` when `output` is None.
+/// op: "sum", "prod", "min", "max", "avg"; algo: "auto", "oneshot", "twoshot", "ring", "rd".
+/// Runs on `stream` (default: torch's current stream), over `team` (a Team from
+/// split_strided; default every PE), and returns the algorithm used.
+///
+/// nvshmem_rs.allreduce is this function itself, with no Python wrapper: the hot path of a
+/// training step, where each Python frame costs a fraction of a microsecond.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, op = "sum", algo = "auto", stream = 0, team = None))]
+#[pyo3(signature = (tensor, output = None, op = "sum", algo = "auto", stream = None, team = None))]
 pub(crate) fn allreduce(
     py: Python<'_>,
-    input: &Bound<'_, PyAny>,
+    tensor: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
     op: &str,
     algo: &str,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<&'static str> {
     let what = "allreduce";
-    let i = tensor(what, "input", input)?;
-    let o = output.map(|o| tensor(what, "output", o)).transpose()?;
+    let i = self::tensor(what, "input", tensor)?;
+    let o = output
+        .map(|o| self::tensor(what, "output", o))
+        .transpose()?;
     reducible(what, i.dtype)?;
     if let Some(o) = &o {
         same_dtype(what, &i, o)?;
@@ -326,11 +408,12 @@ pub(crate) fn allreduce(
     let op = parse_op(what, op)?;
     let algo =
         AllreduceAlgo::parse(algo).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         let mut all = vec![&i];
         all.extend(o.as_ref());
         on_device(py, nv, what, &all)?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &all);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let ar = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allreduce,
@@ -377,20 +460,22 @@ pub(crate) fn pair(
 /// Every member's `output` = the root's `input`; in place on `input` when `output` is None.
 /// `root` is a PE number.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, stream = 0, team = None))]
+#[pyo3(signature = (input, output = None, root = 0, stream = None, team = None))]
 pub(crate) fn broadcast(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
     root: i32,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "broadcast";
     let (i, o) = pair(what, input, output, true)?;
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
-        on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
-        let stream = borrowed_stream!(nv, stream);
+        let io = [&i, o.as_ref().unwrap_or(&i)];
+        on_device(py, nv, what, &io)?;
+        let stream = borrowed_stream!(py, nv, stream, &io);
         let bc = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.broadcast,
             || Broadcast::world(nv),
@@ -408,23 +493,25 @@ pub(crate) fn broadcast(
 /// The root's `output` = op(`input` of every member) element-wise (other members' outputs
 /// are left alone); in place on `input` when `output` is None.
 #[pyfunction]
-#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = 0, team = None))]
+#[pyo3(signature = (input, output = None, root = 0, op = "sum", stream = None, team = None))]
 pub(crate) fn reduce(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: Option<&Bound<'_, PyAny>>,
     root: i32,
     op: &str,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce";
     let (i, o) = pair(what, input, output, true)?;
     reducible(what, i.dtype)?;
     let op = parse_op(what, op)?;
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
-        on_device(py, nv, what, &[&i, o.as_ref().unwrap_or(&i)])?;
-        let stream = borrowed_stream!(nv, stream);
+        let io = [&i, o.as_ref().unwrap_or(&i)];
+        on_device(py, nv, what, &io)?;
+        let stream = borrowed_stream!(py, nv, stream, &io);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let r = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.reduce,
@@ -442,20 +529,21 @@ pub(crate) fn reduce(
 
 /// Block r of `output` (world_size x input.numel() elements) = PE r's `input`, on every PE.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0, team = None))]
+#[pyo3(signature = (input, output, stream = None, team = None))]
 pub(crate) fn allgather(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "allgather";
     let (i, o) = pair(what, input, Some(output), false)?;
     let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let ag = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.allgather,
             || Allgather::world(nv),
@@ -472,13 +560,13 @@ pub(crate) fn allgather(
 /// `output` = op over PEs of block [rank] of their `input` (world_size x output.numel()
 /// elements), element-wise.
 #[pyfunction]
-#[pyo3(signature = (input, output, op = "sum", stream = 0, team = None))]
+#[pyo3(signature = (input, output, op = "sum", stream = None, team = None))]
 pub(crate) fn reduce_scatter(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     op: &str,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "reduce_scatter";
@@ -486,9 +574,10 @@ pub(crate) fn reduce_scatter(
     let o = o.unwrap_or_else(|| unreachable!("an output was given"));
     reducible(what, i.dtype)?;
     let op = parse_op(what, op)?;
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let rs = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?
@@ -507,20 +596,21 @@ pub(crate) fn reduce_scatter(
 /// Block s of `output` = block [rank] of PE s's `input`; both hold world_size blocks of one
 /// length and must not overlap.
 #[pyfunction]
-#[pyo3(signature = (input, output, stream = 0, team = None))]
+#[pyo3(signature = (input, output, stream = None, team = None))]
 pub(crate) fn alltoall(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let what = "alltoall";
     let (i, o) = pair(what, input, Some(output), true)?;
     let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let aa = made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team_id(team))?.alltoall,
             || Alltoall::world(nv),
@@ -537,15 +627,16 @@ pub(crate) fn alltoall(
 /// A barrier over every PE in stream order: work queued on `stream` after it starts once every
 /// PE reached it, and what each PE issued before it is then visible to all.
 #[pyfunction]
-#[pyo3(signature = (stream = 0, team = None))]
+#[pyo3(signature = (stream = None, team = None))]
 pub(crate) fn barrier(
     py: Python<'_>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
     team: Option<&Bound<'_, PyTeam>>,
 ) -> PyResult<()> {
     let team = team_id(team);
+    let stream = StreamArg::read("barrier", stream)?;
     with_state(py, "barrier", |nv, state| {
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[]);
         made(
             &mut workspaces_for(py, &mut state.colls, &mut state.teams, team)?.barrier,
             || TeamBarrier::world(nv),
@@ -628,7 +719,7 @@ pub(crate) fn _allreduce_host_loop(
         AllreduceAlgo::parse(algo).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))?;
     with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&t])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, StreamArg::Raw(stream), &[]);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let ar = made(&mut state.colls.allreduce, || nv.allreduce_workspace(slot))
             .map_err(|e| runtime_error(py, e))?;

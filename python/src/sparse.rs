@@ -4,7 +4,7 @@
 //! caller's stream. Kept in the runtime's state by id and released as channels are (an agreed
 //! release, release.rs).
 
-use crate::coll::{borrowed_stream, on_device, tensor};
+use crate::coll::{borrowed_stream, on_device, tensor, StreamArg};
 use crate::dtypes::{parse_dtype, torch_name};
 use crate::error::{raise, runtime_error};
 use crate::runtime::{with_collected_state, with_state};
@@ -107,13 +107,13 @@ impl PySparse {
 
     /// Enqueues on `stream` one sparse allreduce of `grad` into `out` (in place on `grad`
     /// when `out` is None): both CUDA tensors of `length` elements of the dtype.
-    #[pyo3(signature = (grad, out = None, stream = 0))]
+    #[pyo3(signature = (grad, out = None, stream = None))]
     fn run(
         &self,
         py: Python<'_>,
         grad: &Bound<'_, PyAny>,
         out: Option<&Bound<'_, PyAny>>,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let what = "SparseAllreduce.run";
         let g = tensor(what, "gradient", grad)?;
@@ -134,9 +134,11 @@ impl PySparse {
             }
         }
         let id = self.id;
+        let stream = StreamArg::read(what, stream)?;
         with_state(py, what, |nv, state| {
-            on_device(py, nv, what, &[&g, o.as_ref().unwrap_or(&g)])?;
-            let stream = borrowed_stream!(nv, stream);
+            let io = [&g, o.as_ref().unwrap_or(&g)];
+            on_device(py, nv, what, &io)?;
+            let stream = borrowed_stream!(py, nv, stream, &io);
             let s = sparse(py, &mut state.sparse, id)?;
             let out = o.as_ref().unwrap_or(&g).ptr as u64;
             // SAFETY: CUDA tensors of this PE's GPU of `length` elements (checked), which the
@@ -146,11 +148,13 @@ impl PySparse {
     }
 
     /// Zeroes the residual (what error feedback kept back), on `stream`.
-    #[pyo3(signature = (stream = 0))]
-    fn clear_residual(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
+    #[pyo3(signature = (stream = None))]
+    fn clear_residual(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let id = self.id;
-        with_state(py, "SparseAllreduce.clear_residual", |nv, state| {
-            let stream = borrowed_stream!(nv, stream);
+        let what = "SparseAllreduce.clear_residual";
+        let stream = StreamArg::read(what, stream)?;
+        with_state(py, what, |nv, state| {
+            let stream = borrowed_stream!(py, nv, stream, &[]);
             sparse(py, &mut state.sparse, id)?
                 .clear_residual(&stream)
                 .map_err(|e| runtime_error(py, e))

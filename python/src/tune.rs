@@ -5,7 +5,7 @@
 
 use crate::coll::{
     borrowed_stream, on_device, parse_op, reducible, reducible_error, same_dtype, same_numel,
-    tensor, with_reducible,
+    tensor, with_reducible, StreamArg,
 };
 use crate::error::runtime_error;
 use crate::runtime::with_state;
@@ -27,7 +27,7 @@ const SLOT_BYTES: usize = 1 << 20;
 /// the same order. Returns (winner, {name: microseconds}); the output is undefined afterwards.
 #[pyfunction]
 #[pyo3(signature = (input, output, op = "sum", algos = None, candidates = None, warmup = 3,
-                    runs = 10, stream = 0))]
+                    runs = 10, stream = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tune_allreduce<'py>(
     py: Python<'py>,
@@ -38,7 +38,7 @@ pub(crate) fn tune_allreduce<'py>(
     candidates: Option<&Bound<'py, PyDict>>,
     warmup: usize,
     runs: usize,
-    stream: usize,
+    stream: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(String, Bound<'py, PyDict>)> {
     let what = "tune_allreduce";
     let i = tensor(what, "input", input)?;
@@ -69,9 +69,10 @@ pub(crate) fn tune_allreduce<'py>(
     };
     // A candidate's exception, kept to raise instead of the library's error it turns into.
     let raised: RefCell<Option<PyErr>> = RefCell::new(None);
+    let stream = StreamArg::read(what, stream)?;
     let times = with_state(py, what, |nv, state| {
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let slot = state.colls.slot_bytes.unwrap_or(SLOT_BYTES);
         let colls = &mut state.colls;
         made(&mut colls.allreduce, || nv.allreduce_workspace(slot))

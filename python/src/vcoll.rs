@@ -8,7 +8,7 @@
 //! collective allocation): `reserve_staging` makes it large enough first, on every PE alike,
 //! else the call raises `NvshmemError` of kind `StagingTooSmall` naming the size it needs.
 
-use crate::coll::{borrowed_stream, in_buf, on_device, out_buf, pair, tensor, Tensor};
+use crate::coll::{borrowed_stream, in_buf, on_device, out_buf, pair, tensor, StreamArg, Tensor};
 use crate::error::runtime_error;
 use crate::memory::with_element;
 use crate::runtime::with_state;
@@ -56,22 +56,23 @@ fn parts(
 /// Member r's `input` (`counts[r]` elements) into `output[displs[r]..]` on every member.
 /// Every PE passes the same `counts` and `displs` (default: packed in PE order).
 #[pyfunction]
-#[pyo3(signature = (input, output, counts, displs = None, stream = 0))]
+#[pyo3(signature = (input, output, counts, displs = None, stream = None))]
 pub(crate) fn allgatherv(
     py: Python<'_>,
     input: &Bound<'_, PyAny>,
     output: &Bound<'_, PyAny>,
     counts: Vec<usize>,
     displs: Option<Vec<usize>>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let what = "allgatherv";
     let (i, o) = pair(what, input, Some(output), false)?;
     let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         let (counts, displs) = parts(what, "", nv.n_pes() as usize, counts, displs)?;
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let ag = made(&mut state.colls.allgatherv, || Allgatherv::world(nv))
             .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
@@ -91,7 +92,7 @@ pub(crate) fn allgatherv(
 /// equal PE s's `send_counts[r]`.
 #[pyfunction]
 #[pyo3(signature = (input, output, send_counts, recv_counts, send_displs = None,
-                    recv_displs = None, stream = 0))]
+                    recv_displs = None, stream = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn alltoallv(
     py: Python<'_>,
@@ -101,17 +102,18 @@ pub(crate) fn alltoallv(
     recv_counts: Vec<usize>,
     send_displs: Option<Vec<usize>>,
     recv_displs: Option<Vec<usize>>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let what = "alltoallv";
     let (i, o) = pair(what, input, Some(output), false)?;
     let o = o.unwrap_or_else(|| unreachable!("an output was given"));
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         let n = nv.n_pes() as usize;
         let (sc, sd) = parts(what, "send", n, send_counts, send_displs)?;
         let (rc, rd) = parts(what, "receive", n, recv_counts, recv_displs)?;
         on_device(py, nv, what, &[&i, &o])?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &[&i, &o]);
         let aa = made(&mut state.colls.alltoallv, || Alltoallv::world(nv))
             .map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;
@@ -170,21 +172,22 @@ fn transfer(what: &str, op: &Bound<'_, PyAny>) -> PyResult<Transfer> {
 /// Each send needs its receive on the peer, of the same size and dtype. Only the PEs with
 /// transfers take part; an empty list does nothing.
 #[pyfunction]
-#[pyo3(signature = (ops, stream = 0))]
+#[pyo3(signature = (ops, stream = None))]
 pub(crate) fn grouped_p2p(
     py: Python<'_>,
     ops: Vec<Bound<'_, PyAny>>,
-    stream: usize,
+    stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let what = "grouped_p2p";
     let transfers = ops
         .iter()
         .map(|op| transfer(what, op))
         .collect::<PyResult<Vec<_>>>()?;
+    let stream = StreamArg::read(what, stream)?;
     with_state(py, what, |nv, state| {
         let tensors: Vec<&Tensor> = transfers.iter().map(|t| &t.tensor).collect();
         on_device(py, nv, what, &tensors)?;
-        let stream = borrowed_stream!(nv, stream);
+        let stream = borrowed_stream!(py, nv, stream, &tensors);
         let group =
             made(&mut state.colls.p2p, || P2pGroup::world(nv)).map_err(|e| runtime_error(py, e))?;
         let buffers = &state.buffers;

@@ -37,7 +37,7 @@ class FakeTensor:
         return self._contiguous
 
 
-# Every collective with well-formed arguments (stream left to the wrapper: no torch here, so 0).
+# Every collective with well-formed arguments (stream left to the call: no torch here, so 0).
 CALLS = {
     "allreduce": lambda: nv.allreduce(FakeTensor()),
     "broadcast": lambda: nv.broadcast(FakeTensor(), root=0),
@@ -150,6 +150,24 @@ def test_a_stream_object_is_read_through_cuda_stream():
     stream = type("Stream", (), {"cuda_stream": 0})()
     with pytest.raises(nv.NvshmemError, match="not initialised"):
         nv.allreduce(FakeTensor(), stream=stream)
+
+
+@pytest.mark.parametrize("stream", ["0", 1.5, object(), type("S", (), {"cuda_stream": "x"})()])
+def test_a_stream_of_another_kind_is_refused_before_init(stream):
+    for call in (lambda: nv.allreduce(FakeTensor(), stream=stream),
+                 lambda: nv.broadcast(FakeTensor(), stream=stream),
+                 lambda: nv.barrier(stream=stream)):
+        with pytest.raises(TypeError, match="stream must be a cudaStream_t as an int, an object "
+                                            "with cuda_stream"):
+            call()
+
+
+def test_allreduce_is_the_native_function_with_its_keywords():
+    # No Python frame on the hot path; the public names of its arguments stay.
+    assert nv.allreduce is nv._native.allreduce
+    with pytest.raises(nv.NvshmemError, match="not initialised"):
+        nv.allreduce(tensor=FakeTensor(), output=None, op="sum", algo="auto", stream=None,
+                     team=None)
 
 
 @pytest.mark.parametrize("shape,message", [
