@@ -108,6 +108,37 @@ __device__ int nth_recv_from(const Src &src, int peer, int nth) {
     }
 }
 
+// This PE's transfer to itself: `bytes` from `from` to `to`.
+struct OwnPart {
+    char *to;
+    const char *from;
+    uint64_t bytes;
+};
+
+// This PE's transfer to itself where it is its only one and its receive matches (else step 5
+// of exchange_step records what is wrong) and not in place: true, into *o.
+template <typename Src>
+__device__ bool own_part(const nvshmemrs_coll_header &h, const Src &src, OwnPart *o) {
+    int s = -1;
+    if constexpr (Src::UNIQUE) {
+        s = h.rank < src.n_send() ? h.rank : -1;
+    } else {
+        for (int i = 0; i < src.n_send(); ++i) {
+            if (src.send(i).peer != h.rank) continue;
+            if (s >= 0) return false;
+            s = i;
+        }
+    }
+    if (s < 0) return false;
+    const Xfer x = src.send(s);
+    const int r = nth_recv_from(src, h.rank, 0);
+    if (x.peer != h.rank || x.nth != 0 || x.of != 1 || r < 0) return false;
+    const Xfer y = src.recv(r);
+    if (y.of != 1 || size_word(y) != size_word(x) || y.addr == x.addr) return false;
+    *o = OwnPart{y.addr, x.addr, x.bytes};
+    return true;
+}
+
 // ---- Lines (abi.h NVSHMEMRS_EXCHANGE_LINES) ----
 
 static_assert(NVSHMEMRS_EXCHANGE_HEADER_LINES == 1, "line 0 is the pair word");
@@ -613,8 +644,19 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     // one per transfer that tells the receiver this PE has read its mailbox. Sends in order
     // from the one after this PE's rank (wrapping), as the family's puts go: in list order
     // every sender of an alltoallv wrote to member 0 first, then to member 1, so that one
-    // receiver's links took every sender's data while the others' idled.
+    // receiver's links took every sender's data while the others' idled. Mapped peers take
+    // direct stores, then their signals in parallel after one barrier (a fence each), as the
+    // family's block_put_signal_to, so that no peer's stores wait for the previous peer's
+    // barrier and fence (the same time at 2 PEs; more peers unmeasured).
     const int first_send = ns > 0 ? (h.rank + 1) % ns : 0;
+    uint64_t *flag = R.data(h.rank);
+    // The signals of the mapped peers' stores, raised after the loop (their PEs and what each
+    // adds), kept here: read again from the mailboxes after the barrier, they put dependent
+    // loads before the first signal.
+    __shared__ int sig_pe[NVSHMEMRS_EXCHANGE_MAX_OPS];
+    __shared__ uint64_t sig_add[NVSHMEMRS_EXCHANGE_MAX_OPS];
+    int n_sig = 0;
+    bool fused = false;
     for (int k = 0; k < ns; ++k) {
         const int i = (first_send + k) % ns;
         const Xfer x = src.send(i);
@@ -635,7 +677,6 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         } else if (box[2 + 2 * x.nth] != size_word(x)) {
             why = NVSHMEMRS_EXCHANGE_SIZES, want = box[2 + 2 * x.nth], seen = size_word(x);
         }
-        uint64_t *flag = R.data(h.rank);
         if (bad || why != 0) {
             if (blockIdx.x == 0 && threadIdx.x == 0) {
                 if (why != 0) exchange_fail(w, pe, why, want, seen);
@@ -644,8 +685,34 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
             continue;
         }
         char *dst = h.scratch + box[1 + 2 * x.nth] + b;
-        block_put_signal(h, dst, x.addr + b, e - b, flag, add, pe, false, NVSHMEM_SIGNAL_ADD);
+        char *peer = direct_ptr(h, dst, pe);
+        if (peer == NULL) {
+            block_send_part(h, dst, x.addr + b, e - b, flag, add, pe, false, NVSHMEM_SIGNAL_ADD);
+            continue;
+        }
+        // This block's share of the own transfer, from FUSED_COPY_MIN, rides along the first
+        // mapped peer's stores of as much (the link bounds them) instead of following them
+        // (step 5). Looked for only there: before the wait it cost calls of 64-256 KiB about
+        // 1 us (2 x H200).
+        OwnPart own{};
+        size_t ob = 0, oe = 0;
+        if (!fused && e - b >= FUSED_COPY_MIN && own_part(h, src, &own))
+            part_of<char>(own.bytes, gridDim.x, blockIdx.x, &ob, &oe);
+        if (oe - ob >= FUSED_COPY_MIN) {
+            block_store_pair(peer, x.addr + b, e - b, own.to + ob, own.from + ob, oe - ob);
+            fused = true;
+        } else {
+            block_store(peer, x.addr + b, e - b);
+        }
+        if (threadIdx.x == 0) sig_pe[n_sig] = pe, sig_add[n_sig] = add;
+        ++n_sig;
     }
+    if (n_sig > 0) {
+        __syncthreads();
+        for (int j = threadIdx.x; j < n_sig; j += blockDim.x)
+            release_signal(flag, sig_add[j], sig_pe[j], NVSHMEM_SIGNAL_ADD);
+    }
+    __syncthreads();
 
     // 5. Transfers to this PE itself: the nth send into the nth receive.
     for (int i = 0; i < ns && !bad; ++i) {
@@ -666,8 +733,9 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         }
         size_t b, e;
         part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
-        // In place (allgatherv from the own block): the data is there.
-        if (y.addr != x.addr) block_store(y.addr + b, x.addr + b, e - b);
+        // In place (allgatherv from the own block): the data is there. Copied in 4 where it
+        // rode along a peer's stores (then it is the only one).
+        if (y.addr != x.addr && !fused) block_store(y.addr + b, x.addr + b, e - b);
     }
     if (!bad && nth_recv_from(src, h.rank, 0) >= 0) {
         // Receives from itself with no send.

@@ -74,6 +74,16 @@ __device__ __forceinline__ void block_store_pair(char *d1, const char *s1, char 
     }
 }
 
+// block_store_pair of copies of different lengths: the common length (16-byte aligned) in one
+// loop, the rest of the longer after it.
+__device__ __forceinline__ void block_store_pair(char *d1, const char *s1, size_t n1, char *d2,
+                                                 const char *s2, size_t n2) {
+    const size_t both = (n1 < n2 ? n1 : n2) & ~(size_t)15;
+    block_store_pair(d1, s1, d2, s2, both);
+    block_store(d1 + both, s1 + both, n1 - both);
+    block_store(d2 + both, s2 + both, n2 - both);
+}
+
 // Where a block's stores reach symmetric `addr` on `pe` directly (NVLink/PCIe), or NULL when
 // the data must go through NVSHMEM: the peer is not mapped (another node), or the header says
 // no_direct (the cross-node path, run on one node).
