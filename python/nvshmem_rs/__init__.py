@@ -170,7 +170,6 @@ def grouped_p2p(ops, stream=None):
     receive on the peer, same size and dtype. On the caller's own memory,
     reserve_staging("grouped_p2p", bytes) first (only the PEs with transfers take part)."""
     ops = list(ops)
-    tensors = (op[1] for op in ops if isinstance(op, tuple) and len(op) == 3)
     _native.grouped_p2p(ops, stream)
 
 

@@ -112,7 +112,8 @@ impl StreamArg {
         };
         raw.map(StreamArg::Raw).map_err(|_| {
             PyTypeError::new_err(format!(
-                "{what}: stream must be a cudaStream_t as an int, an object with cuda_stream                  (torch.cuda.Stream) or None (torch's current stream), not {}",
+                "{what}: stream must be a cudaStream_t as an int, an object with cuda_stream \
+                 (torch.cuda.Stream) or None (torch's current stream), not {}",
                 type_name(obj)
             ))
         })
