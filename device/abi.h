@@ -461,6 +461,9 @@ typedef struct nvshmemrs_exchange_args {
      * other direction proves the slot of two launches back was read: no credits are waited
      * for or given (coll/exchange.cuh). */
     int every_pair;
+    /* Non-zero (LIST with lines only): every transfer with another PE goes as lines, none
+     * through the mailbox, so the step leaves out the mailbox's phases (coll/exchange.cuh). */
+    int lines_only;
     uint64_t in_count;
     const uint64_t *counts[4];
     nvshmemrs_transfer ops[NVSHMEMRS_EXCHANGE_MAX_OPS];

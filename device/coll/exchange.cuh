@@ -202,6 +202,12 @@ struct LinePair {
     uint64_t credit_want, credit_seen;
     // This block's share of the pair's payload lines (counted from the end of the header).
     uint32_t d0, d1;
+    // A pair of one transfer (the usual case): its address and bytes, so that the lines'
+    // loops read them here instead of walking the launch's list per line (one == false: walk
+    // it, data_line).
+    char *addr;
+    uint64_t bytes;
+    bool one;
     // Index of the pair's nth-0 transfer among the sends or the receives.
     int g;
     int peer;
@@ -231,6 +237,9 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         if (x.peer == h.rank || x.nth != 0 || !x.ll) continue;
         LinePair p;
         p.g = g;
+        p.addr = x.addr;
+        p.bytes = x.bytes;
+        p.one = x.of == 1;
         p.peer = x.peer;
         p.pe = h.pes[x.peer];
         p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
@@ -310,11 +319,16 @@ __device__ void send_lines(const Src &src, const LinePair *plan, int n) {
         const uint32_t flag = ll_flag(p.seq);
         const int of = p.head - NVSHMEMRS_EXCHANGE_HEADER_LINES;
         for (size_t d = p.d0 + threadIdx.x; d < p.d1; d += blockDim.x) {
-            int j;
-            uint64_t l;
-            if (!data_line(get, p.g, of, d, &j, &l)) continue;
-            const Xfer y = get(j);
-            const uint2 v = load8_any(y.addr + 8 * l, y.bytes - 8 * l);
+            uint2 v;
+            if (p.one) {
+                v = load8_any(p.addr + 8 * d, p.bytes - 8 * d);
+            } else {
+                int j;
+                uint64_t l;
+                if (!data_line(get, p.g, of, d, &j, &l)) continue;
+                const Xfer y = get(j);
+                v = load8_any(y.addr + 8 * l, y.bytes - 8 * l);
+            }
             st_line(p.slot + p.head + d, v.x, v.y, flag);
         }
     }
@@ -430,12 +444,15 @@ __device__ bool recv_lines(const nvshmemrs_coll_header &h, const Waiter &w, cons
                         const uint64_t d = p.d0 + off;
                         p.slot[p.head + d] = make_uint4(0, 0, 0, 0);
                         pending &= ~(1u << j);
+                        const uint2 got = make_uint2(v[j].x, v[j].z);
                         int t;
                         uint64_t l;
-                        if (data_line(get, p.g, p.head - NVSHMEMRS_EXCHANGE_HEADER_LINES, d, &t,
-                                      &l)) {
+                        if (p.one) {
+                            store8_any(p.addr + 8 * d, p.bytes - 8 * d, got);
+                        } else if (data_line(get, p.g, p.head - NVSHMEMRS_EXCHANGE_HEADER_LINES,
+                                             d, &t, &l)) {
                             const Xfer y = get(t);
-                            store8_any(y.addr + 8 * l, y.bytes - 8 * l, make_uint2(v[j].x, v[j].z));
+                            store8_any(y.addr + 8 * l, y.bytes - 8 * l, got);
                         }
                     } else if (late < 0) {
                         late = j;
@@ -543,12 +560,120 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
     }
 }
 
+// Block 0 marks the arrive word of each peer this PE receives lines from (the pair's sequence
+// with XCH_LINES_MARK), which only a sender that chose the mailbox reads (it fails there).
+__device__ __forceinline__ void mark_line_receives(const nvshmemrs_coll_header &h,
+                                                   const Region &R, const LinePair *plan,
+                                                   int n_lrecv) {
+    if (blockIdx.x != 0) return;
+    const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
+    for (int k = threadIdx.x; k < n_lrecv; k += blockDim.x)
+        nvshmemx_signal_op(R.arrive(h.rank), recvs[k].seq | XCH_LINES_MARK, NVSHMEM_SIGNAL_SET,
+                           recvs[k].pe);
+}
+
+// Step 5 of exchange_step: the transfers to this PE itself, the nth send into the nth receive
+// (this block's share; `fused`: step 4 copied it beside a peer's stores). False where they do
+// not match (recorded).
+template <typename Src>
+__device__ bool own_transfers(const nvshmemrs_coll_header &h, const Waiter &w, const Src &src,
+                              bool fused) {
+    const int ns = src.n_send(), me_pe = h.pes[h.rank];
+    for (int i = 0; i < ns; ++i) {
+        const Xfer x = src.send(i);
+        if (x.peer != h.rank) continue;
+        const int r = nth_recv_from(src, h.rank, x.nth);
+        const int posted = r < 0 ? 0 : src.recv(r).of;
+        if (posted != x.of) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_COUNT, posted, x.of);
+            return false;
+        }
+        const Xfer y = src.recv(r);
+        if (size_word(y) != size_word(x)) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_SIZES, size_word(y), size_word(x));
+            return false;
+        }
+        size_t b, e;
+        part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
+        // In place (allgatherv from the own block): the data is there. Copied in 4 where it
+        // rode along a peer's stores (then it is the only one).
+        if (y.addr != x.addr && !fused) block_store(y.addr + b, x.addr + b, e - b);
+    }
+    if (nth_recv_from(src, h.rank, 0) >= 0) {
+        // Receives from itself with no send.
+        bool sends_self = false;
+        for (int i = 0; i < ns && !sends_self; ++i) sends_self = src.send(i).peer == h.rank;
+        if (!sends_self) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_COUNT,
+                              src.recv(nth_recv_from(src, h.rank, 0)).of, 0);
+            return false;
+        }
+    }
+    return true;
+}
+
+// Step 8 of exchange_step: puts through NVSHMEM complete; the last block moves the per-pair
+// state on and gives each sender of lines its credit: this launch's lines of that pair are
+// read and zeroed (each block's zeroes ordered before its count; in the last block, after its
+// barrier, each crediting thread's system fence before its credit). A thread per pair, in
+// parallel: one after another, each pair's loads and stores were a chain. With every_pair, no
+// credits and so no fences: the kernel's completion orders the zeroes.
+template <typename Src>
+__device__ void finish_exchange(const nvshmemrs_coll_header &h, const Region &R, const Src &src,
+                                bool lines, bool every_pair, int n_lrecv) {
+    const int ns = src.n_send(), nr = src.n_recv();
+    __syncthreads();
+    __shared__ int last_s;
+    const bool credits = lines && n_lrecv > 0 && !every_pair;
+    if (threadIdx.x == 0) {
+        if (!h.all_mapped) nvshmem_quiet();
+        // A lone block counts nothing: the system fences below order its zeroes.
+        if (credits && gridDim.x > 1) __threadfence();
+        last_s = gridDim.x == 1 || atomicAdd(&h.state->done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last_s) return;
+    for (int i = threadIdx.x; i < nr + ns; i += blockDim.x) {
+        const bool recv = i < nr;
+        const Xfer x = recv ? src.recv(i) : src.send(i - nr);
+        if (x.peer == h.rank || x.nth != 0) continue;
+        if (recv) {
+            if (!x.ll) {
+                // As step 7 waited for.
+                *R.expect(x.peer) += mailbox_pair_need(src, i);
+            }
+            const uint64_t q = *R.received(x.peer) + 1;
+            *R.received(x.peer) = q;
+            if (credits && x.ll) {
+                __threadfence_system();
+                nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
+            }
+        } else {
+            const uint64_t q = *R.sent(x.peer) + 1;
+            *R.sent(x.peer) = q;
+            if (lines && x.ll && !every_pair) *R.ll_last(q, x.peer) = q;
+        }
+    }
+    // As advance_state (prims/step.cuh), once every pair's state is stored.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        h.state->steps += 1;
+        h.state->done = 0;
+    }
+}
+
 // One launch of the exchange; `code` (nvshmemrs_exchange_args.code) names a failure;
 // `with_lines`: the launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no
-// credits (nvshmemrs_exchange_args.every_pair).
+// credits (nvshmemrs_exchange_args.every_pair); `lines_only`: every pair with another PE goes
+// as lines (nvshmemrs_exchange_args.lines_only), so the mailbox's steps (1, 3, 4, 7), each a
+// loop over the list and a barrier with nothing to do, are left out: their peers see the same
+// lines, marks and state as from a launch that runs them.
 template <typename Src>
 __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
-                              bool with_lines, bool every_pair = false) {
+                              bool with_lines, bool every_pair = false, bool lines_only = false) {
     // The members' line regions before the wait, as the family's lines read them
     // (prims/ll.cuh): each was a dependent miss on the way to the first store.
     __shared__ char *ll_base_s[NVSHMEMRS_FAMILY_LL_MAX_PES];
@@ -575,6 +700,18 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     const bool lines = with_lines && !bad;
     __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
     __shared__ int n_lsend, n_lrecv;
+    if (lines && lines_only) {
+        plan_lines(h, src, R, bases ? ll_base_s : nullptr, every_pair, plan, &n_lsend,
+                   &n_lrecv);
+        if (!wait_credits(w, R, plan, n_lsend)) return;
+        send_lines(src, plan, n_lsend);
+        mark_line_receives(h, R, plan, n_lrecv);
+        if (!own_transfers(h, w, src, false)) return;
+        const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
+        if (__syncthreads_or(!recv_lines(h, w, R, src, recvs, n_lrecv))) return;
+        finish_exchange(h, R, src, true, every_pair, n_lrecv);
+        return;
+    }
 
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
@@ -613,12 +750,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
                    &n_lrecv);
         if (!wait_credits(w, R, plan, n_lsend)) return;
         send_lines(src, plan, n_lsend);
-        if (blockIdx.x == 0) {
-            const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
-            for (int k = threadIdx.x; k < n_lrecv; k += blockDim.x)
-                nvshmemx_signal_op(R.arrive(h.rank), recvs[k].seq | XCH_LINES_MARK,
-                                   NVSHMEM_SIGNAL_SET, recvs[k].pe);
-        }
+        mark_line_receives(h, R, plan, n_lrecv);
     }
 
     // 3. Until every peer this PE sends to through the mailbox is ready for this launch (its
@@ -714,40 +846,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     }
     __syncthreads();
 
-    // 5. Transfers to this PE itself: the nth send into the nth receive.
-    for (int i = 0; i < ns && !bad; ++i) {
-        const Xfer x = src.send(i);
-        if (x.peer != h.rank) continue;
-        const int r = nth_recv_from(src, h.rank, x.nth);
-        const int posted = r < 0 ? 0 : src.recv(r).of;
-        if (posted != x.of) {
-            if (blockIdx.x == 0 && threadIdx.x == 0)
-                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_COUNT, posted, x.of);
-            return;
-        }
-        const Xfer y = src.recv(r);
-        if (size_word(y) != size_word(x)) {
-            if (blockIdx.x == 0 && threadIdx.x == 0)
-                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_SIZES, size_word(y), size_word(x));
-            return;
-        }
-        size_t b, e;
-        part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
-        // In place (allgatherv from the own block): the data is there. Copied in 4 where it
-        // rode along a peer's stores (then it is the only one).
-        if (y.addr != x.addr && !fused) block_store(y.addr + b, x.addr + b, e - b);
-    }
-    if (!bad && nth_recv_from(src, h.rank, 0) >= 0) {
-        // Receives from itself with no send.
-        bool sends_self = false;
-        for (int i = 0; i < ns && !sends_self; ++i) sends_self = src.send(i).peer == h.rank;
-        if (!sends_self) {
-            if (blockIdx.x == 0 && threadIdx.x == 0)
-                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_COUNT,
-                              src.recv(nth_recv_from(src, h.rank, 0)).of, 0);
-            return;
-        }
-    }
+    // 5. Transfers to this PE itself.
+    if (!bad && !own_transfers(h, w, src, fused)) return;
 
     // 6. With lines: this block's share of every receive pair's lines (headers checked, data
     // copied out).
@@ -775,50 +875,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     }
     if (__syncthreads_or(!ok) || bad) return;
 
-    // 8. Puts through NVSHMEM complete; the last block moves the per-pair state on and gives
-    // each sender of lines its credit: this launch's lines of that pair are read and zeroed
-    // (each block's zeroes ordered before its count; in the last block, after its barrier,
-    // each crediting thread's system fence before its credit). A thread per pair, in
-    // parallel: one after another, each pair's loads and stores were a chain. With
-    // every_pair, no credits and so no fences: the kernel's completion orders the zeroes.
-    __syncthreads();
-    __shared__ int last_s;
-    const bool credits = lines && n_lrecv > 0 && !every_pair;
-    if (threadIdx.x == 0) {
-        if (!h.all_mapped) nvshmem_quiet();
-        // A lone block counts nothing: the system fences below order its zeroes.
-        if (credits && gridDim.x > 1) __threadfence();
-        last_s = gridDim.x == 1 || atomicAdd(&h.state->done, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last_s) return;
-    for (int i = threadIdx.x; i < nr + ns; i += blockDim.x) {
-        const bool recv = i < nr;
-        const Xfer x = recv ? src.recv(i) : src.send(i - nr);
-        if (x.peer == h.rank || x.nth != 0) continue;
-        if (recv) {
-            if (!x.ll) {
-                // As step 7 waited for.
-                *R.expect(x.peer) += mailbox_pair_need(src, i);
-            }
-            const uint64_t q = *R.received(x.peer) + 1;
-            *R.received(x.peer) = q;
-            if (credits && x.ll) {
-                __threadfence_system();
-                nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
-            }
-        } else {
-            const uint64_t q = *R.sent(x.peer) + 1;
-            *R.sent(x.peer) = q;
-            if (lines && x.ll && !every_pair) *R.ll_last(q, x.peer) = q;
-        }
-    }
-    // As advance_state (prims/step.cuh), once every pair's state is stored.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        h.state->steps += 1;
-        h.state->done = 0;
-    }
+    // 8. The end: the pairs' state, credits (finish_exchange).
+    finish_exchange(h, R, src, lines, every_pair, n_lrecv);
 }
 
 // The entry points' common checks: members, rank, grid and region.
@@ -881,6 +939,16 @@ static inline bool exchange_every_pair_ok(const nvshmemrs_exchange_args *a) {
         }
         if (!to || !from) return false;
     }
+    return true;
+}
+
+// lines_only (abi.h) only with lines, and only where every transfer with another PE goes as
+// lines.
+static inline bool exchange_lines_only_ok(const nvshmemrs_exchange_args *a) {
+    if (!a->lines_only) return true;
+    if (!a->lines) return false;
+    for (int i = 0; i < a->n_send + a->n_recv; ++i)
+        if (a->ops[i].peer != a->hdr.rank && a->ops[i].lines == 0) return false;
     return true;
 }
 

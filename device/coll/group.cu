@@ -26,7 +26,9 @@ struct ListSrc {
 };
 
 __global__ void exchange_list_kernel(nvshmemrs_exchange_args a) {
-    exchange_step(a.hdr, ListSrc{a}, a.code, a.lines != 0, a.lines != 0 && a.every_pair != 0);
+    const bool lines = a.lines != 0;
+    exchange_step(a.hdr, ListSrc{a}, a.code, lines, lines && a.every_pair != 0,
+                  lines && a.lines_only != 0);
 }
 
 }  // namespace
@@ -43,7 +45,8 @@ extern "C" int nvshmemrs_exchange_list(const nvshmemrs_exchange_args *args, int 
             t.bytes >> NVSHMEMRS_EXCHANGE_DTYPE_SHIFT != 0)
             return cudaErrorInvalidValue;
     }
-    if (!exchange_lines_ok(args, args->n_send + args->n_recv) || !exchange_every_pair_ok(args))
+    if (!exchange_lines_ok(args, args->n_send + args->n_recv) || !exchange_every_pair_ok(args) ||
+        !exchange_lines_only_ok(args))
         return cudaErrorInvalidValue;
     return (int)launch_pdl(exchange_list_kernel, blocks, threads, stream, *args);
 }

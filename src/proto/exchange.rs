@@ -386,6 +386,8 @@ impl FamilyWorkspace<'_> {
                 }
             }
         };
+        // Every pair with another PE as lines: the kernel leaves out the mailbox's steps.
+        a.lines_only = (limits.is_some() && pairs.mailbox == 0) as i32;
         if let Some((count, meta)) = call.checked {
             // Members that disagree on lines would wait on different words.
             let meta = meta | if limits.is_some() { META_LL } else { 0 };
@@ -561,6 +563,23 @@ mod tests {
         let a = launch_args(&[(Direction::Send, pl)], true, true);
         assert_eq!(refused(&a), INVALID_VALUE);
         let a = launch_args(&[(Direction::Recv, pl)], true, true);
+        assert_eq!(refused(&a), INVALID_VALUE);
+    }
+
+    #[test]
+    fn the_launcher_refuses_lines_only_where_a_pair_takes_the_mailbox() {
+        let pl = sys::NVSHMEMRS_EXCHANGE_PAIR_LINES as u8;
+        let refused = |a: &sys::nvshmemrs_exchange_args| {
+            // SAFETY: the arguments are refused before anything is read through their pointers.
+            unsafe { sys::nvshmemrs_exchange_list(a, 1, THREADS, std::ptr::null_mut()) }
+        };
+        // Without lines there is nothing to go as lines only.
+        let mut a = launch_args(&[(Direction::Send, 0), (Direction::Recv, 0)], false, false);
+        a.lines_only = 1;
+        assert_eq!(refused(&a), INVALID_VALUE);
+        // The receive from member 1 goes through the mailbox: the step would skip its wait.
+        let mut a = launch_args(&[(Direction::Send, pl), (Direction::Recv, 0)], true, false);
+        a.lines_only = 1;
         assert_eq!(refused(&a), INVALID_VALUE);
     }
 
