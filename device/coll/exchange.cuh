@@ -189,6 +189,13 @@ __device__ __forceinline__ bool data_line(Get get, int g, int of, uint64_t d, in
     return false;
 }
 
+// The transfers to and from this PE itself as plan_lines saw them (shared memory): how many
+// each way (n[0] sends, n[1] receives) and one of each.
+struct OwnSeen {
+    int n[2];
+    Xfer x[2];
+};
+
 // One pair with another PE in a launch with lines, as a block sees it (shared memory).
 struct LinePair {
     // The slot: [parity][this rank] on the receiver, mapped (a send), or [parity][sender]
@@ -202,11 +209,13 @@ struct LinePair {
     uint64_t credit_want, credit_seen;
     // This block's share of the pair's payload lines (counted from the end of the header).
     uint32_t d0, d1;
-    // A pair of one transfer (the usual case): its address and bytes, so that the lines'
-    // loops read them here instead of walking the launch's list per line (one == false: walk
-    // it, data_line).
+    // A pair of one transfer (the usual case): its address, bytes and header words, so that
+    // the lines' loops and the header read them here instead of walking the launch's list
+    // (one == false: walk it, data_line, header_word). The header's words from the list
+    // were most of the 2 us the first line of a pair took (2 x H200).
     char *addr;
     uint64_t bytes;
+    uint64_t word[2];
     bool one;
     // Index of the pair's nth-0 transfer among the sends or the receives.
     int g;
@@ -221,11 +230,16 @@ struct LinePair {
 // particular order, built by the block's threads together. `ll_base`: each member's line
 // region (prims/ll.cuh ll_peer_bases, read before the launch's wait), or null where the team
 // is larger than that table (each send's slot is then looked up here).
+// Where `own` is given (shared memory), the transfers to and from this PE itself are counted
+// there too, the last of each direction kept (own_part_planned).
 template <typename Src>
 __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const Region &R,
                            char *const *ll_base, bool every_pair, LinePair *plan, int *n_send,
-                           int *n_recv) {
-    if (threadIdx.x == 0) *n_send = *n_recv = 0;
+                           int *n_recv, OwnSeen *own = nullptr) {
+    if (threadIdx.x == 0) {
+        *n_send = *n_recv = 0;
+        if (own != nullptr) own->n[0] = own->n[1] = 0;
+    }
     __syncthreads();
     const int ns = src.n_send(), nr = src.n_recv();
     auto sends = [&](int k) { return src.send(k); };
@@ -234,12 +248,18 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         const bool send = i < ns;
         const int g = send ? i : i - ns;
         const Xfer x = send ? src.send(g) : src.recv(g);
+        if (x.peer == h.rank && own != nullptr) {
+            atomicAdd(&own->n[send ? 0 : 1], 1);
+            own->x[send ? 0 : 1] = x;
+        }
         if (x.peer == h.rank || x.nth != 0 || !x.ll) continue;
         LinePair p;
         p.g = g;
         p.addr = x.addr;
         p.bytes = x.bytes;
         p.one = x.of == 1;
+        p.word[0] = pair_word(x);
+        p.word[1] = size_word(x);
         p.peer = x.peer;
         p.pe = h.pes[x.peer];
         p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
@@ -309,7 +329,7 @@ __device__ void send_lines(const Src &src, const LinePair *plan, int n) {
             const LinePair &p = plan[k];
             const uint32_t flag = ll_flag(p.seq);
             for (int i = 0; i < p.head; ++i) {
-                const uint64_t v = header_word(get, p.g, i);
+                const uint64_t v = p.one ? p.word[i] : header_word(get, p.g, i);
                 st_line(p.slot + i, (uint32_t)v, (uint32_t)(v >> 32), flag);
             }
         }
@@ -392,10 +412,10 @@ __device__ bool recv_header(const nvshmemrs_coll_header &h, const Waiter &w, con
         }
     }
     for (int i = 1; why == 0 && i < p.head; ++i) {
-        const uint64_t mine = header_word(get, p.g, i);
+        const uint64_t mine = p.one ? p.word[i] : header_word(get, p.g, i);
         if (got[i] != mine) why = NVSHMEMRS_EXCHANGE_SENT_SIZES, want = mine, seen = got[i];
     }
-    const uint64_t mine = pair_word(get(p.g));
+    const uint64_t mine = p.one ? p.word[0] : pair_word(get(p.g));
     if (why == 0 && got[0] != mine)
         why = NVSHMEMRS_EXCHANGE_SENT_MODE, want = mine >> 8, seen = got[0] >> 8;
     if (why == 0) return true;
@@ -535,6 +555,7 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
     p.seq = *R.received(x.peer) + 1;
     p.slot = ll_slot(h, (int)(p.seq & 1), x.peer);
     p.g = g;
+    p.one = false;
     p.peer = x.peer;
     p.pe = pe;
     p.head = NVSHMEMRS_EXCHANGE_HEADER_LINES + x.of;
@@ -612,6 +633,30 @@ __device__ bool own_transfers(const nvshmemrs_coll_header &h, const Waiter &w, c
             return false;
         }
     }
+    return true;
+}
+
+// own_transfers from what plan_lines saw: where this PE has one transfer to itself and one from
+// itself, each alone in its pair, this block's share is copied from there (their sizes
+// checked) without walking the list again (that walk and its loads took about 1.5 us, 2 x
+// H200); otherwise own_transfers.
+template <typename Src>
+__device__ bool own_part_planned(const nvshmemrs_coll_header &h, const Waiter &w, const Src &src,
+                                 const OwnSeen &own) {
+    if (own.n[0] == 0 && own.n[1] == 0) return true;
+    if (own.n[0] != 1 || own.n[1] != 1 || own.x[0].of != 1 || own.x[1].of != 1)
+        return own_transfers(h, w, src, false);
+    const Xfer &x = own.x[0], &y = own.x[1];
+    if (size_word(y) != size_word(x)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            exchange_fail(w, h.pes[h.rank], NVSHMEMRS_EXCHANGE_SIZES, size_word(y),
+                          size_word(x));
+        return false;
+    }
+    size_t b, e;
+    part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
+    // In place (allgatherv from the own block): the data is there.
+    if (y.addr != x.addr) block_store(y.addr + b, x.addr + b, e - b);
     return true;
 }
 
@@ -701,12 +746,13 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
     __shared__ int n_lsend, n_lrecv;
     if (lines && lines_only) {
+        __shared__ OwnSeen own;
         plan_lines(h, src, R, bases ? ll_base_s : nullptr, every_pair, plan, &n_lsend,
-                   &n_lrecv);
+                   &n_lrecv, &own);
         if (!wait_credits(w, R, plan, n_lsend)) return;
         send_lines(src, plan, n_lsend);
         mark_line_receives(h, R, plan, n_lrecv);
-        if (!own_transfers(h, w, src, false)) return;
+        if (!own_part_planned(h, w, src, own)) return;
         const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
         if (__syncthreads_or(!recv_lines(h, w, R, src, recvs, n_lrecv))) return;
         finish_exchange(h, R, src, true, every_pair, n_lrecv);
