@@ -549,38 +549,36 @@ mod tests {
         a
     }
 
+    /// What the list launcher answers for `a`, which every caller below builds to be refused.
+    fn list_launch(a: &sys::nvshmemrs_exchange_args) -> i32 {
+        // SAFETY: the arguments are refused before anything is read through their pointers.
+        unsafe { sys::nvshmemrs_exchange_list(a, 1, THREADS, std::ptr::null_mut()) }
+    }
+
     #[test]
     fn the_launcher_refuses_every_pair_without_lines_or_without_a_pair_each_way() {
         let pl = sys::NVSHMEMRS_EXCHANGE_PAIR_LINES as u8;
-        let refused = |a: &sys::nvshmemrs_exchange_args| {
-            // SAFETY: the arguments are refused before anything is read through their pointers.
-            unsafe { sys::nvshmemrs_exchange_list(a, 1, THREADS, std::ptr::null_mut()) }
-        };
         // No credits without lines: every_pair is only for the lines' slots.
         let a = launch_args(&[(Direction::Send, 0), (Direction::Recv, 0)], false, true);
-        assert_eq!(refused(&a), INVALID_VALUE);
+        assert_eq!(list_launch(&a), INVALID_VALUE);
         // A send to member 1 and no receive from it: no message back proves its slot read.
         let a = launch_args(&[(Direction::Send, pl)], true, true);
-        assert_eq!(refused(&a), INVALID_VALUE);
+        assert_eq!(list_launch(&a), INVALID_VALUE);
         let a = launch_args(&[(Direction::Recv, pl)], true, true);
-        assert_eq!(refused(&a), INVALID_VALUE);
+        assert_eq!(list_launch(&a), INVALID_VALUE);
     }
 
     #[test]
     fn the_launcher_refuses_lines_only_where_a_pair_takes_the_mailbox() {
         let pl = sys::NVSHMEMRS_EXCHANGE_PAIR_LINES as u8;
-        let refused = |a: &sys::nvshmemrs_exchange_args| {
-            // SAFETY: the arguments are refused before anything is read through their pointers.
-            unsafe { sys::nvshmemrs_exchange_list(a, 1, THREADS, std::ptr::null_mut()) }
-        };
         // Without lines there is nothing to go as lines only.
         let mut a = launch_args(&[(Direction::Send, 0), (Direction::Recv, 0)], false, false);
         a.lines_only = 1;
-        assert_eq!(refused(&a), INVALID_VALUE);
+        assert_eq!(list_launch(&a), INVALID_VALUE);
         // The receive from member 1 goes through the mailbox: the step would skip its wait.
         let mut a = launch_args(&[(Direction::Send, pl), (Direction::Recv, 0)], true, false);
         a.lines_only = 1;
-        assert_eq!(refused(&a), INVALID_VALUE);
+        assert_eq!(list_launch(&a), INVALID_VALUE);
     }
 
     #[test]
