@@ -593,6 +593,23 @@ __device__ __forceinline__ void mark_line_receives(const nvshmemrs_coll_header &
                            recvs[k].pe);
 }
 
+// This block's share of send x to this PE itself into receive y, their sizes compared first
+// (a difference recorded: false); nothing where it is in place (allgatherv from the own block)
+// or rode along a peer's stores in step 4 (`fused`).
+__device__ __forceinline__ bool own_copy(const nvshmemrs_coll_header &h, const Waiter &w,
+                                         const Xfer &x, const Xfer &y, bool fused) {
+    if (size_word(y) != size_word(x)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            exchange_fail(w, h.pes[h.rank], NVSHMEMRS_EXCHANGE_SIZES, size_word(y),
+                          size_word(x));
+        return false;
+    }
+    size_t b, e;
+    part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
+    if (y.addr != x.addr && !fused) block_store(y.addr + b, x.addr + b, e - b);
+    return true;
+}
+
 // Step 5 of exchange_step: the transfers to this PE itself, the nth send into the nth receive
 // (this block's share; `fused`: step 4 copied it beside a peer's stores). False where they do
 // not match (recorded).
@@ -610,17 +627,8 @@ __device__ bool own_transfers(const nvshmemrs_coll_header &h, const Waiter &w, c
                 exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_COUNT, posted, x.of);
             return false;
         }
-        const Xfer y = src.recv(r);
-        if (size_word(y) != size_word(x)) {
-            if (blockIdx.x == 0 && threadIdx.x == 0)
-                exchange_fail(w, me_pe, NVSHMEMRS_EXCHANGE_SIZES, size_word(y), size_word(x));
-            return false;
-        }
-        size_t b, e;
-        part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
-        // In place (allgatherv from the own block): the data is there. Copied in 4 where it
-        // rode along a peer's stores (then it is the only one).
-        if (y.addr != x.addr && !fused) block_store(y.addr + b, x.addr + b, e - b);
+        // Where it rode along a peer's stores in 4, it is the only one.
+        if (!own_copy(h, w, x, src.recv(r), fused)) return false;
     }
     if (nth_recv_from(src, h.rank, 0) >= 0) {
         // Receives from itself with no send.
@@ -646,18 +654,7 @@ __device__ bool own_part_planned(const nvshmemrs_coll_header &h, const Waiter &w
     if (own.n[0] == 0 && own.n[1] == 0) return true;
     if (own.n[0] != 1 || own.n[1] != 1 || own.x[0].of != 1 || own.x[1].of != 1)
         return own_transfers(h, w, src, false);
-    const Xfer &x = own.x[0], &y = own.x[1];
-    if (size_word(y) != size_word(x)) {
-        if (blockIdx.x == 0 && threadIdx.x == 0)
-            exchange_fail(w, h.pes[h.rank], NVSHMEMRS_EXCHANGE_SIZES, size_word(y),
-                          size_word(x));
-        return false;
-    }
-    size_t b, e;
-    part_of<char>(x.bytes, gridDim.x, blockIdx.x, &b, &e);
-    // In place (allgatherv from the own block): the data is there.
-    if (y.addr != x.addr) block_store(y.addr + b, x.addr + b, e - b);
-    return true;
+    return own_copy(h, w, own.x[0], own.x[1], false);
 }
 
 // Step 8 of exchange_step: puts through NVSHMEM complete; the last block moves the per-pair
