@@ -231,16 +231,26 @@ struct LinePair {
 // region (prims/ll.cuh ll_peer_bases, read before the launch's wait), or null where the team
 // is larger than that table (each send's slot is then looked up here).
 // Where `own` is given (shared memory), the transfers to and from this PE itself are counted
-// there too, the last of each direction kept (own_part_planned).
+// there too, the last of each direction kept (own_part_planned). *check (shared memory): 1
+// where a send's credit word, as read here, was short of what it needs or carried a
+// receiver's mismatch mark (wait_credits must run), else 0: with every_pair, or in a stream of
+// calls, the credits are there and the block skips that barrier. Where `broken` is given
+// (shared memory), the workspace's broken flag is read beside the pairs' loads, one wave of
+// misses instead of two, into it (block_broken's answer).
 template <typename Src>
 __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const Region &R,
                            char *const *ll_base, bool every_pair, LinePair *plan, int *n_send,
-                           int *n_recv, OwnSeen *own = nullptr) {
+                           int *n_recv, int *check, OwnSeen *own = nullptr,
+                           int *broken = nullptr) {
     if (threadIdx.x == 0) {
-        *n_send = *n_recv = 0;
+        *n_send = *n_recv = *check = 0;
         if (own != nullptr) own->n[0] = own->n[1] = 0;
+        if (broken != nullptr) *broken = 0;
     }
     __syncthreads();
+    const uint64_t was_broken = broken != nullptr && threadIdx.x == 0
+                                    ? *(volatile uint64_t *)&h.state->broken
+                                    : 0;
     const int ns = src.n_send(), nr = src.n_recv();
     auto sends = [&](int k) { return src.send(k); };
     auto recvs = [&](int k) { return src.recv(k); };
@@ -278,6 +288,7 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
         const int parity = (int)(p.seq & 1);
         p.credit_want = parity ? last1 : last0;
         p.credit_seen = credit;
+        if (send && (credit < p.credit_want || credit >= XCH_MISMATCH)) *check = 1;
         size_t d0, d1;
         ll_block_lines(send ? pair_data_lines(sends, g) : pair_data_lines(recvs, g), &d0, &d1);
         p.d0 = (uint32_t)d0;
@@ -294,14 +305,18 @@ __device__ void plan_lines(const nvshmemrs_coll_header &h, const Src &src, const
             plan[NVSHMEMRS_EXCHANGE_MAX_OPS - 1 - atomicAdd(n_recv, 1)] = p;
         }
     }
+    if (was_broken != 0) *broken = 1;
     __syncthreads();
 }
 
 // Until every receiver of this launch's lines has read the lines this PE last wrote into its
 // slot at the launch's parity (credit >= ll_last; with every_pair credit_want is 0: nothing
 // to wait for), the whole block. False when a wait failed, or a receiver marked this PE's
-// sends as not matching (recorded).
-__device__ bool wait_credits(const Waiter &w, const Region &R, const LinePair *plan, int n) {
+// sends as not matching (recorded). Nothing to do, and no barrier, where plan_lines saw every
+// credit there (`check` 0, the same for the whole block).
+__device__ bool wait_credits(const Waiter &w, const Region &R, const LinePair *plan, int n,
+                             int check) {
+    if (check == 0) return true;
     bool ok = true;
     for (int k = threadIdx.x; k < n && ok; k += blockDim.x) {
         const LinePair &p = plan[k];
@@ -425,19 +440,29 @@ __device__ bool recv_header(const nvshmemrs_coll_header &h, const Waiter &w, con
 }
 
 // Every receive pair's lines: block 0 checks the headers (a thread per pair, recv_header),
-// then every block polls its share of the payloads, each thread one line of up to
-// XCH_LL_GROUP pairs at a time (their latencies overlap), copies each out and zeroes it (its
-// sender's next store to it waits for this launch's credit). False when a wait timed out, the
-// workspace broke meanwhile or a header did not match (recorded).
+// every block polls its share of the payloads, each thread one line of up to XCH_LL_GROUP
+// pairs at a time (their latencies overlap), copies each out and zeroes it (its sender's next
+// store to it waits for this launch's credit). In block 0 the payload goes to the threads
+// after the header checkers' warps, so that no payload line waits behind a header (a
+// header's wait took 1.4-1.7 us, then its thread's payload line 1.25 more, 2 x H200); where
+// those warps would be half the block, the checkers poll payload too, after their headers.
+// False when a wait timed out, the workspace broke meanwhile or a header did not match
+// (recorded).
 template <typename Src>
 __device__ bool recv_lines(const nvshmemrs_coll_header &h, const Waiter &w, const Region &R,
                            const Src &src, const LinePair *plan, int n) {
     constexpr int G = XCH_LL_GROUP;
     auto get = [&](int k) { return src.recv(k); };
-    if (blockIdx.x == 0)
+    int first = 0;
+    if (blockIdx.x == 0) {
+        const int checkers = (n + 31) & ~31;
+        if (2 * checkers <= (int)blockDim.x) first = checkers;
         for (int k = threadIdx.x; k < n; k += blockDim.x)
             if (!recv_header(h, w, R, src, plan[k])) return false;
-    for (size_t off = threadIdx.x;; off += blockDim.x) {
+        if ((int)threadIdx.x < first) return true;
+    }
+    const size_t stride = blockDim.x - first;
+    for (size_t off = threadIdx.x - first;; off += stride) {
         bool any = false;
         for (int k0 = 0; k0 < n; k0 += G) {
             uint32_t pending = 0;
@@ -583,14 +608,25 @@ __device__ bool wait_delivered(const nvshmemrs_coll_header &h, const Waiter &w, 
 
 // Block 0 marks the arrive word of each peer this PE receives lines from (the pair's sequence
 // with XCH_LINES_MARK), which only a sender that chose the mailbox reads (it fails there).
+// The thread that checks the pair's header next (recv_lines). Where the members' line regions
+// are known (`ll_base`, plan_lines), a plain store at the word's offset from there: the mark
+// orders nothing, and NVSHMEM's signal looked the peer up through its device state first
+// (0.4-0.7 us before the header check, 2 x H200).
 __device__ __forceinline__ void mark_line_receives(const nvshmemrs_coll_header &h,
-                                                   const Region &R, const LinePair *plan,
-                                                   int n_lrecv) {
+                                                   const Region &R, char *const *ll_base,
+                                                   const LinePair *plan, int n_lrecv) {
     if (blockIdx.x != 0) return;
     const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
-    for (int k = threadIdx.x; k < n_lrecv; k += blockDim.x)
-        nvshmemx_signal_op(R.arrive(h.rank), recvs[k].seq | XCH_LINES_MARK, NVSHMEM_SIGNAL_SET,
-                           recvs[k].pe);
+    // Both regions lie in the symmetric heap, which a peer maps in one piece.
+    const ptrdiff_t off = reinterpret_cast<char *>(R.arrive(h.rank)) - h.ll_scratch;
+    for (int k = threadIdx.x; k < n_lrecv; k += blockDim.x) {
+        const LinePair &p = recvs[k];
+        const uint64_t mark = p.seq | XCH_LINES_MARK;
+        if (ll_base != nullptr)
+            *reinterpret_cast<volatile uint64_t *>(ll_base[p.peer] + off) = mark;
+        else
+            nvshmemx_signal_op(R.arrive(h.rank), mark, NVSHMEM_SIGNAL_SET, p.pe);
+    }
 }
 
 // This block's share of send x to this PE itself into receive y, their sizes compared first
@@ -657,19 +693,16 @@ __device__ bool own_part_planned(const nvshmemrs_coll_header &h, const Waiter &w
     return own_copy(h, w, own.x[0], own.x[1], false);
 }
 
-// Step 8 of exchange_step: puts through NVSHMEM complete; the last block moves the per-pair
-// state on and gives each sender of lines its credit: this launch's lines of that pair are
-// read and zeroed (each block's zeroes ordered before its count; in the last block, after its
-// barrier, each crediting thread's system fence before its credit). A thread per pair, in
-// parallel: one after another, each pair's loads and stores were a chain. With every_pair, no
-// credits and so no fences: the kernel's completion orders the zeroes.
-template <typename Src>
-__device__ void finish_exchange(const nvshmemrs_coll_header &h, const Region &R, const Src &src,
-                                bool lines, bool every_pair, int n_lrecv) {
-    const int ns = src.n_send(), nr = src.n_recv();
+// The end of a launch: puts through NVSHMEM complete; the block that finishes last runs
+// `pairs` (each pair's state moved on, each sender of lines given its credit: this launch's
+// lines of that pair are read and zeroed, each block's zeroes ordered before its count; in the
+// last block, after its barrier, each crediting thread's system fence before its credit), then
+// advances the state. With every_pair, no credits and so no fences: the kernel's completion
+// orders the zeroes.
+template <typename Pairs>
+__device__ void finish_launch(const nvshmemrs_coll_header &h, bool credits, Pairs pairs) {
     __syncthreads();
     __shared__ int last_s;
-    const bool credits = lines && n_lrecv > 0 && !every_pair;
     if (threadIdx.x == 0) {
         if (!h.all_mapped) nvshmem_quiet();
         // A lone block counts nothing: the system fences below order its zeroes.
@@ -678,27 +711,7 @@ __device__ void finish_exchange(const nvshmemrs_coll_header &h, const Region &R,
     }
     __syncthreads();
     if (!last_s) return;
-    for (int i = threadIdx.x; i < nr + ns; i += blockDim.x) {
-        const bool recv = i < nr;
-        const Xfer x = recv ? src.recv(i) : src.send(i - nr);
-        if (x.peer == h.rank || x.nth != 0) continue;
-        if (recv) {
-            if (!x.ll) {
-                // As step 7 waited for.
-                *R.expect(x.peer) += mailbox_pair_need(src, i);
-            }
-            const uint64_t q = *R.received(x.peer) + 1;
-            *R.received(x.peer) = q;
-            if (credits && x.ll) {
-                __threadfence_system();
-                nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[x.peer]);
-            }
-        } else {
-            const uint64_t q = *R.sent(x.peer) + 1;
-            *R.sent(x.peer) = q;
-            if (lines && x.ll && !every_pair) *R.ll_last(q, x.peer) = q;
-        }
-    }
+    pairs();
     // As advance_state (prims/step.cuh), once every pair's state is stored.
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -707,12 +720,95 @@ __device__ void finish_exchange(const nvshmemrs_coll_header &h, const Region &R,
     }
 }
 
+// Receive pair q from team rank `peer` done: its sequence stored, and with `credit` its
+// sender's credit given.
+__device__ __forceinline__ void end_recv_pair(const nvshmemrs_coll_header &h, const Region &R,
+                                              int peer, uint64_t q, bool credit) {
+    *R.received(peer) = q;
+    if (credit) {
+        __threadfence_system();
+        nvshmemx_signal_op(R.credit(h.rank), q, NVSHMEM_SIGNAL_SET, h.pes[peer]);
+    }
+}
+
+// Send pair q to `peer` done: its sequence stored, and with `lines` (and credits) the last
+// sequence of its slot's parity that holds this PE's lines.
+__device__ __forceinline__ void end_send_pair(const Region &R, int peer, uint64_t q, bool lines) {
+    *R.sent(peer) = q;
+    if (lines) *R.ll_last(q, peer) = q;
+}
+
+// Step 8 of exchange_step (finish_launch): a thread per pair of the launch's list, in
+// parallel: one after another, each pair's loads and stores were a chain.
+template <typename Src>
+__device__ void finish_exchange(const nvshmemrs_coll_header &h, const Region &R, const Src &src,
+                                bool lines, bool every_pair, int n_lrecv) {
+    const int ns = src.n_send(), nr = src.n_recv();
+    const bool credits = lines && n_lrecv > 0 && !every_pair;
+    finish_launch(h, credits, [&] {
+        for (int i = threadIdx.x; i < nr + ns; i += blockDim.x) {
+            const bool recv = i < nr;
+            const Xfer x = recv ? src.recv(i) : src.send(i - nr);
+            if (x.peer == h.rank || x.nth != 0) continue;
+            if (recv) {
+                // As step 7 waited for.
+                if (!x.ll) *R.expect(x.peer) += mailbox_pair_need(src, i);
+                end_recv_pair(h, R, x.peer, *R.received(x.peer) + 1, credits && x.ll);
+            } else {
+                end_send_pair(R, x.peer, *R.sent(x.peer) + 1, lines && x.ll && !every_pair);
+            }
+        }
+    });
+}
+
+// The lines-only step's end (finish_launch) from the plan, which holds every pair with another
+// PE and its sequence: no walk of the list and no loads of the pairs' state (its 1.15 us were
+// mostly those, 2 x H200).
+__device__ void finish_planned(const nvshmemrs_coll_header &h, const Region &R,
+                               const LinePair *plan, int n_lsend, int n_lrecv, bool every_pair) {
+    const bool credits = n_lrecv > 0 && !every_pair;
+    finish_launch(h, credits, [&] {
+        for (int k = threadIdx.x; k < n_lsend + n_lrecv; k += blockDim.x) {
+            if (k < n_lsend) {
+                end_send_pair(R, plan[k].peer, plan[k].seq, !every_pair);
+            } else {
+                const LinePair &p = plan[NVSHMEMRS_EXCHANGE_MAX_OPS - 1 - (k - n_lsend)];
+                end_recv_pair(h, R, p.peer, p.seq, credits);
+            }
+        }
+    });
+}
+
+// The step of a launch where every pair with another PE goes as lines (`lines_only`, list
+// launches: the host checked the arguments): the plan, whose wave of loads also reads the broken
+// flag (the general step's block_broken and bounds barrier came before it, 0.6 us back to back
+// and 1.25 after compute, 2 x H200), the credits where plan_lines saw one missing, this
+// block's share of the sends, the marks, the own part, the receives, the end from the plan.
+// The mailbox's steps (1, 3, 4, 7 of exchange_step), each a loop over the list and a barrier
+// with nothing to do, are left out: peers see the same lines, marks and state as from a
+// launch that runs them.
+template <typename Src>
+__device__ void lines_only_step(const nvshmemrs_coll_header &h, const Waiter &w, const Region &R,
+                                const Src &src, char *const *ll_base, bool every_pair,
+                                LinePair *plan) {
+    __shared__ int n_lsend, n_lrecv, credit_check, broken;
+    __shared__ OwnSeen own;
+    plan_lines(h, src, R, ll_base, every_pair, plan, &n_lsend, &n_lrecv, &credit_check, &own,
+               &broken);
+    if (broken != 0) return;
+    if (!wait_credits(w, R, plan, n_lsend, credit_check)) return;
+    send_lines(src, plan, n_lsend);
+    mark_line_receives(h, R, ll_base, plan, n_lrecv);
+    if (!own_part_planned(h, w, src, own)) return;
+    const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
+    if (__syncthreads_or(!recv_lines(h, w, R, src, recvs, n_lrecv))) return;
+    finish_planned(h, R, plan, n_lsend, n_lrecv, every_pair);
+}
+
 // One launch of the exchange; `code` (nvshmemrs_exchange_args.code) names a failure;
 // `with_lines`: the launch has lines (abi.h nvshmemrs_exchange_args.lines); `every_pair`: no
 // credits (nvshmemrs_exchange_args.every_pair); `lines_only`: every pair with another PE goes
-// as lines (nvshmemrs_exchange_args.lines_only), so the mailbox's steps (1, 3, 4, 7), each a
-// loop over the list and a barrier with nothing to do, are left out: their peers see the same
-// lines, marks and state as from a launch that runs them.
+// as lines (nvshmemrs_exchange_args.lines_only): lines_only_step instead.
 template <typename Src>
 __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, int code,
                               bool with_lines, bool every_pair = false, bool lines_only = false) {
@@ -722,9 +818,14 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     const bool bases = with_lines && h.n <= NVSHMEMRS_FAMILY_LL_MAX_PES;
     if (bases) ll_peer_bases(h, ll_base_s);
     wait_for_previous_kernel();
-    if (block_broken(h)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, code);
     const Region R{reinterpret_cast<uint64_t *>(h.scratch), h.world};
+    __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
+    if (with_lines && lines_only) {
+        lines_only_step(h, w, R, src, bases ? ll_base_s : nullptr, every_pair, plan);
+        return;
+    }
+    if (block_broken(h)) return;
     const int ns = src.n_send(), nr = src.n_recv();
     const int me_pe = h.pes[h.rank];
     // Device counts out of range: nothing moves, and every peer this PE exchanges with is told,
@@ -740,21 +841,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     const bool bad = bad_s != 0;
     // Lines come with list launches only, whose arguments the host checked (bad is false).
     const bool lines = with_lines && !bad;
-    __shared__ LinePair plan[NVSHMEMRS_EXCHANGE_MAX_OPS];
-    __shared__ int n_lsend, n_lrecv;
-    if (lines && lines_only) {
-        __shared__ OwnSeen own;
-        plan_lines(h, src, R, bases ? ll_base_s : nullptr, every_pair, plan, &n_lsend,
-                   &n_lrecv, &own);
-        if (!wait_credits(w, R, plan, n_lsend)) return;
-        send_lines(src, plan, n_lsend);
-        mark_line_receives(h, R, plan, n_lrecv);
-        if (!own_part_planned(h, w, src, own)) return;
-        const LinePair *recvs = plan + NVSHMEMRS_EXCHANGE_MAX_OPS - n_lrecv;
-        if (__syncthreads_or(!recv_lines(h, w, R, src, recvs, n_lrecv))) return;
-        finish_exchange(h, R, src, true, every_pair, n_lrecv);
-        return;
-    }
+    __shared__ int n_lsend, n_lrecv, credit_check;
 
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
@@ -790,10 +877,10 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     // the lines (6), so that such a sender's header fails it at once.
     if (lines) {
         plan_lines(h, src, R, bases ? ll_base_s : nullptr, every_pair, plan, &n_lsend,
-                   &n_lrecv);
-        if (!wait_credits(w, R, plan, n_lsend)) return;
+                   &n_lrecv, &credit_check);
+        if (!wait_credits(w, R, plan, n_lsend, credit_check)) return;
         send_lines(src, plan, n_lsend);
-        mark_line_receives(h, R, plan, n_lrecv);
+        mark_line_receives(h, R, bases ? ll_base_s : nullptr, plan, n_lrecv);
     }
 
     // 3. Until every peer this PE sends to through the mailbox is ready for this launch (its
