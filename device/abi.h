@@ -350,15 +350,18 @@ typedef struct nvshmemrs_allgatherv_parts_args {
 /* Receives from one peer in one launch. */
 #define NVSHMEMRS_EXCHANGE_MAX_PER_PEER 8
 /* A mailbox: a head word (receives posted, | NVSHMEMRS_EXCHANGE_BAD), then (offset, size) per
- * receive. */
-#define NVSHMEMRS_EXCHANGE_MAILBOX_WORDS (1 + 2 * NVSHMEMRS_EXCHANGE_MAX_PER_PEER)
+ * receive. Where every member is mapped (hdr.all_mapped), each word is a low-latency line
+ * (prims/ll.cuh, 16 bytes: the word and the pair sequence's flag), so no fence and no arrive
+ * signal follow it; otherwise words, then a fence and the arrive signal. Room for the lines. */
+#define NVSHMEMRS_EXCHANGE_MAILBOX_WORDS (2 * (1 + 2 * NVSHMEMRS_EXCHANGE_MAX_PER_PEER))
 /*
  * The exchange region (hdr.scratch, symmetric, zeroed at creation), u64 words, each array
  * indexed by team rank and `world` long:
  *   arrive[r]   set by r: r is ready for the k-th launch in which it receives from this PE
- *               (value k), and has written mailbox[k & 1][r] here; or, where r takes that
- *               launch's pair as lines and writes no mailbox, k | 1 << 61 (a sender that
- *               chose the mailbox has a mismatch);
+ *               (value k), and has written mailbox[k & 1][r] here (as words: where every
+ *               member is mapped the mailbox's lines say so themselves, and r sets no k); or,
+ *               where r takes that launch's pair as lines and writes no mailbox,
+ *               k | 1 << 61 (a sender that chose the mailbox has a mismatch);
  *   data[r]     added to by r: bytes it delivered here, + 1 per transfer (all launches);
  *   expect[r]   local: what data[r] had reached when the last launch ended;
  *   sent[r], received[r]  local: launches in which this PE sent to / received from r;

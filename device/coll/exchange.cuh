@@ -81,7 +81,8 @@ struct Region {
     __device__ uint64_t *ll_last(uint64_t seq, int r) const {
         return w + (6 + (size_t)(seq & 1)) * world + r;
     }
-    // The mailbox r writes here for the seq-th launch in which r receives from this PE.
+    // The mailbox r writes here for the seq-th launch in which r receives from this PE (words,
+    // or lines where every member is mapped: abi.h NVSHMEMRS_EXCHANGE_MAILBOX_WORDS).
     __device__ uint64_t *mailbox(uint64_t seq, int r) const {
         return w + 8 * (size_t)world +
                ((size_t)(seq & 1) * world + r) * NVSHMEMRS_EXCHANGE_MAILBOX_WORDS;
@@ -534,23 +535,54 @@ __device__ uint64_t mailbox_pair_need(const Src &src, int i) {
 // What wait_arrive saw.
 enum ArriveSeen { ARRIVE_FAILED, ARRIVE_MAILBOX, ARRIVE_LINES };
 
-// Until receiver r has written this launch's mailbox here (arrive[r] >= want): ARRIVE_MAILBOX;
-// until it marked its arrive word for this launch (it took the pair as lines, so wrote no
-// mailbox): ARRIVE_LINES, nothing recorded; until it marked this PE's sends as not matching
-// (credit[r]): ARRIVE_FAILED, recorded; or until the wait timed out: ARRIVE_FAILED. A mark of
-// an earlier launch (a pair sequence below want) is waited past.
-__device__ ArriveSeen wait_arrive(const Waiter &w, const Region &R, int r, uint64_t want,
-                                  int pe) {
+// Word i of the mailbox at `box` as a receiver wrote it: where every member is mapped
+// (`lines`), from its line (read after wait_arrive saw it), else the word.
+__device__ __forceinline__ uint64_t box_word(const volatile uint64_t *box, int i, bool lines) {
+    if (!lines) return box[i];
+    const uint4 v = ld_line_once(reinterpret_cast<const uint4 *>(const_cast<uint64_t *>(box)) + i);
+    return (uint64_t)v.x | (uint64_t)v.z << 32;
+}
+
+// Until receiver r has written this launch's mailbox here: ARRIVE_MAILBOX. As words, its
+// arrive[r] >= want says so; as lines (`lines`, every member mapped), the mailbox's head line
+// and the lines of the first min(posted, `of`) transfers carry want's flag (the receiver
+// stored them without a fence, which cost its step 1.3-1.4 us back to back and up to 8 after
+// compute at 16 MiB, 2 x H200; the caller's barrier then lets the block read them). Until r
+// marked its arrive word for this launch (it took the pair as lines, so wrote no mailbox):
+// ARRIVE_LINES, nothing recorded; until it marked this PE's sends as not matching (credit[r]):
+// ARRIVE_FAILED, recorded; or until the wait timed out: ARRIVE_FAILED. A mark of an earlier
+// launch (a pair sequence below want) is waited past.
+__device__ ArriveSeen wait_arrive(const Waiter &w, const Region &R, int r, uint64_t want, int pe,
+                                  bool lines, int of) {
     volatile uint64_t *arrive = R.arrive(r);
     volatile uint64_t *credit = R.credit(r);
+    const uint4 *box = reinterpret_cast<const uint4 *>(R.mailbox(want, r));
+    const uint32_t flag = ll_flag(want);
+    // Lines of the mailbox still to come (bit i: line i), once the head is in.
+    uint32_t pending = 1;
     uint64_t start = 0;
     for (uint32_t spin = 1;; ++spin) {
         const uint64_t seen = *arrive;
         if (seen & XCH_LINES_MARK) {
             if ((seen & ~XCH_LINES_MARK) >= want) return ARRIVE_LINES;
-        } else if (seen >= want) {
+        } else if (!lines && seen >= want) {
             nvshmemrs_after_wait(arrive, w.consistency);
             return ARRIVE_MAILBOX;
+        }
+        if (lines) {
+#pragma unroll 1
+            for (int i = 0; i < 32 && pending >> i != 0; ++i) {
+                if (!(pending >> i & 1)) continue;
+                const uint4 v = ld_line_once(box + i);
+                if (v.y != flag || v.w != flag) continue;
+                pending &= ~(1u << i);
+                if (i == 0) {
+                    const int posted = (int)(((uint64_t)v.x | (uint64_t)v.z << 32) & 0xff);
+                    const int n = posted < of ? posted : of;
+                    pending |= ((1u << (2 * n)) - 1) << 1;
+                }
+            }
+            if (pending == 0) return ARRIVE_MAILBOX;
         }
         if (*credit >= XCH_MISMATCH) {
             exchange_fail(w, pe, NVSHMEMRS_EXCHANGE_RECEIVER, 0, 0);
@@ -845,7 +877,8 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
 
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
-    // peer, then arrive. First in the launch: the senders wait for it. No fence before: the
+    // peer (as lines where every member is mapped; else words, then arrive). First in the
+    // launch: the senders wait for it. No fence before: the
     // receive buffers were last touched by earlier kernels on the stream, complete by now
     // (prims/pdl.cuh). Pairs taken as lines are marked after this PE's own lines (2).
     if (blockIdx.x == 0) {
@@ -855,17 +888,28 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
             const int pe = h.pes[x.peer];
             const uint64_t seq = *R.received(x.peer) + 1;
             uint64_t *box = R.mailbox(seq, h.rank);
+            // Every member mapped: the words as lines with the sequence's flag, stored
+            // directly (wait_arrive); else words, a fence, then arrive.
+            uint4 *lines = h.all_mapped ? static_cast<uint4 *>(nvshmem_ptr(box, pe)) : nullptr;
+            const uint32_t flag = ll_flag(seq);
+            auto put = [&](int word, uint64_t v) {
+                if (lines != nullptr)
+                    st_line(lines + word, (uint32_t)v, (uint32_t)(v >> 32), flag);
+                else
+                    nvshmem_uint64_p(box + word, v, pe);
+            };
             for (int j = i, k = 0; j < nr && k < x.of; ++j) {
                 const Xfer y = src.recv(j);
                 if (y.peer != x.peer) continue;
-                const uint64_t offset = (uint64_t)((uintptr_t)y.addr - (uintptr_t)h.scratch);
-                nvshmem_uint64_p(box + 1 + 2 * y.nth, offset, pe);
-                nvshmem_uint64_p(box + 2 + 2 * y.nth, size_word(y), pe);
+                put(1 + 2 * y.nth, (uint64_t)((uintptr_t)y.addr - (uintptr_t)h.scratch));
+                put(2 + 2 * y.nth, size_word(y));
                 ++k;
             }
-            nvshmem_uint64_p(box, (uint64_t)x.of | (bad ? XCH_BAD : 0), pe);
-            nvshmem_fence();
-            nvshmemx_signal_op(R.arrive(h.rank), seq, NVSHMEM_SIGNAL_SET, pe);
+            put(0, (uint64_t)x.of | (bad ? XCH_BAD : 0));
+            if (lines == nullptr) {
+                nvshmem_fence();
+                nvshmemx_signal_op(R.arrive(h.rank), seq, NVSHMEM_SIGNAL_SET, pe);
+            }
         }
     }
 
@@ -891,7 +935,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         if (x.peer == h.rank || x.nth != 0 || x.ll) continue;
         const int pe = h.pes[x.peer];
         const uint64_t seq = *R.sent(x.peer) + 1;
-        const ArriveSeen seen = wait_arrive(w, R, x.peer, seq, pe);
+        const ArriveSeen seen = wait_arrive(w, R, x.peer, seq, pe, h.all_mapped != 0, x.of);
         if (seen == ARRIVE_LINES && blockIdx.x == 0) {
             // The receiver took the pair as lines: it fails on this header (where the launch
             // has lines; without, at its deadline), this PE at once.
@@ -929,15 +973,17 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
         if (add == 0) continue;
         const int pe = h.pes[x.peer];
         const volatile uint64_t *box = R.mailbox(*R.sent(x.peer) + 1, x.peer);
+        const bool box_lines = h.all_mapped != 0;
         // Every thread reads the same words: the branches below are uniform.
-        const uint64_t head = box[0];
+        const uint64_t head = box_word(box, 0, box_lines);
         uint64_t why = 0, want = 0, seen = 0;
         if (head & XCH_BAD) {
             why = NVSHMEMRS_EXCHANGE_PEER_ARGS;
         } else if (head != (uint64_t)x.of) {
             why = NVSHMEMRS_EXCHANGE_COUNT, want = head, seen = (uint64_t)x.of;
-        } else if (box[2 + 2 * x.nth] != size_word(x)) {
-            why = NVSHMEMRS_EXCHANGE_SIZES, want = box[2 + 2 * x.nth], seen = size_word(x);
+        } else if (box_word(box, 2 + 2 * x.nth, box_lines) != size_word(x)) {
+            why = NVSHMEMRS_EXCHANGE_SIZES, want = box_word(box, 2 + 2 * x.nth, box_lines),
+            seen = size_word(x);
         }
         if (bad || why != 0) {
             if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -946,7 +992,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
             }
             continue;
         }
-        char *dst = h.scratch + box[1 + 2 * x.nth] + b;
+        char *dst = h.scratch + box_word(box, 1 + 2 * x.nth, box_lines) + b;
         char *peer = direct_ptr(h, dst, pe);
         if (peer == NULL) {
             block_send_part(h, dst, x.addr + b, e - b, flag, add, pe, false, NVSHMEM_SIGNAL_ADD);
