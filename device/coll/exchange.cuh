@@ -535,6 +535,12 @@ __device__ uint64_t mailbox_pair_need(const Src &src, int i) {
 // What wait_arrive saw.
 enum ArriveSeen { ARRIVE_FAILED, ARRIVE_MAILBOX, ARRIVE_LINES };
 
+// A mailbox as lines: a 16-byte line per word, and one 32-bit mask of them in wait_arrive.
+static_assert(NVSHMEMRS_EXCHANGE_MAILBOX_WORDS >= 2 * (1 + 2 * NVSHMEMRS_EXCHANGE_MAX_PER_PEER) &&
+                  NVSHMEMRS_EXCHANGE_MAILBOX_WORDS % 2 == 0 &&
+                  1 + 2 * NVSHMEMRS_EXCHANGE_MAX_PER_PEER <= 32,
+              "the mailbox's lines must fit its words and wait_arrive's mask");
+
 // Word i of the mailbox at `box` as a receiver wrote it: where every member is mapped
 // (`lines`), from its line (read after wait_arrive saw it), else the word.
 __device__ __forceinline__ uint64_t box_word(const volatile uint64_t *box, int i, bool lines) {
