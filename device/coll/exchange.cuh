@@ -346,7 +346,7 @@ __device__ void send_lines(const Src &src, const LinePair *plan, int n) {
             const uint32_t flag = ll_flag(p.seq);
             for (int i = 0; i < p.head; ++i) {
                 const uint64_t v = p.one ? p.word[i] : header_word(get, p.g, i);
-                st_line(p.slot + i, (uint32_t)v, (uint32_t)(v >> 32), flag);
+                st_line_word(p.slot + i, v, flag);
             }
         }
     }
@@ -382,7 +382,7 @@ __device__ void send_header(const nvshmemrs_coll_header &h, const Src &src, int 
     const int head = NVSHMEMRS_EXCHANGE_HEADER_LINES + get(g).of;
     for (int i = 0; i < head; ++i) {
         const uint64_t v = header_word(get, g, i);
-        st_line(slot + i, (uint32_t)v, (uint32_t)(v >> 32), flag);
+        st_line_word(slot + i, v, flag);
     }
 }
 
@@ -411,7 +411,7 @@ __device__ bool recv_header(const nvshmemrs_coll_header &h, const Waiter &w, con
         for (int i = 0; i < XCH_HEADER_MAX; ++i) {
             if (!(pending >> i & 1)) continue;
             if (v[i].y == flag && v[i].w == flag) {
-                got[i] = (uint64_t)v[i].x | (uint64_t)v[i].z << 32;
+                got[i] = line_word(v[i]);
                 p.slot[i] = make_uint4(0, 0, 0, 0);
                 pending &= ~(1u << i);
             } else if (late == 0) {
@@ -545,8 +545,8 @@ static_assert(NVSHMEMRS_EXCHANGE_MAILBOX_WORDS >= 2 * (1 + 2 * NVSHMEMRS_EXCHANG
 // (`lines`), from its line (read after wait_arrive saw it), else the word.
 __device__ __forceinline__ uint64_t box_word(const volatile uint64_t *box, int i, bool lines) {
     if (!lines) return box[i];
-    const uint4 v = ld_line_once(reinterpret_cast<const uint4 *>(const_cast<uint64_t *>(box)) + i);
-    return (uint64_t)v.x | (uint64_t)v.z << 32;
+    return line_word(
+        ld_line_once(reinterpret_cast<const uint4 *>(const_cast<uint64_t *>(box)) + i));
 }
 
 // Until receiver r has written this launch's mailbox here: ARRIVE_MAILBOX. As words, its
@@ -583,7 +583,7 @@ __device__ ArriveSeen wait_arrive(const Waiter &w, const Region &R, int r, uint6
                 if (v.y != flag || v.w != flag) continue;
                 pending &= ~(1u << i);
                 if (i == 0) {
-                    const int posted = (int)(((uint64_t)v.x | (uint64_t)v.z << 32) & 0xff);
+                    const int posted = (int)(line_word(v) & 0xff);
                     const int n = posted < of ? posted : of;
                     pending |= ((1u << (2 * n)) - 1) << 1;
                 }
@@ -884,9 +884,9 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
     // 1. Block 0, a thread per peer this PE receives from through the mailbox: where each
     // transfer goes (offsets in the region, the same on every PE), into its mailbox on the
     // peer (as lines where every member is mapped; else words, then arrive). First in the
-    // launch: the senders wait for it. No fence before: the
-    // receive buffers were last touched by earlier kernels on the stream, complete by now
-    // (prims/pdl.cuh). Pairs taken as lines are marked after this PE's own lines (2).
+    // launch: the senders wait for it. No fence before: the receive buffers were last touched
+    // by earlier kernels on the stream, complete by now (prims/pdl.cuh). Pairs taken as lines
+    // are marked after this PE's own lines (2).
     if (blockIdx.x == 0) {
         for (int i = threadIdx.x; i < nr; i += blockDim.x) {
             const Xfer x = src.recv(i);
@@ -900,7 +900,7 @@ __device__ void exchange_step(const nvshmemrs_coll_header &h, const Src &src, in
             const uint32_t flag = ll_flag(seq);
             auto put = [&](int word, uint64_t v) {
                 if (lines != nullptr)
-                    st_line(lines + word, (uint32_t)v, (uint32_t)(v >> 32), flag);
+                    st_line_word(lines + word, v, flag);
                 else
                     nvshmem_uint64_p(box + word, v, pe);
             };

@@ -40,6 +40,16 @@ __device__ __forceinline__ void st_line(uint4 *p, uint32_t d0, uint32_t d1, uint
                  : "memory");
 }
 
+// One 64-bit word as line p (low half, then high half, each beside the flag).
+__device__ __forceinline__ void st_line_word(uint4 *p, uint64_t v, uint32_t flag) {
+    st_line(p, (uint32_t)v, (uint32_t)(v >> 32), flag);
+}
+
+// The 64-bit word a line stored by st_line_word carries.
+__device__ __forceinline__ uint64_t line_word(const uint4 &v) {
+    return (uint64_t)v.x | (uint64_t)v.z << 32;
+}
+
 // Loads line p once, bypassing L1 (the peer writes it over NVLink).
 __device__ __forceinline__ uint4 ld_line_once(const uint4 *p) {
     uint4 v;
