@@ -28,6 +28,11 @@ while [ $# -gt 0 ]; do
 done
 # shellcheck source=/dev/null
 source "$prefix/env.sh"
+# Disk: a full debug build of every test and example holds about 8 GB, most of it debug info
+# and incremental state, and a CI run once died of a full disk. Line tables keep backtraces'
+# file:line; incremental state buys nothing on a one-shot build. A caller's own setting wins.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
 cargo fmt --all -- --check
 # The set-up and check scripts themselves, with stubs (no network, root or GPU). That test runs
