@@ -2,7 +2,7 @@
 
 mod cli;
 
-use cli::{bench, doctor, info, model, plot, run, soak, tune};
+use cli::{bench, compare, doctor, info, model, plot, run, soak, tune};
 
 use clap::{Parser, Subcommand};
 use nvsh::error::ToolResult;
@@ -32,6 +32,9 @@ enum Command {
     /// Draw a bench result stored with --json as a PNG chart (no GPU needed): `nvsh plot
     /// allreduce.json --out allreduce.png`.
     Plot(plot::PlotArgs),
+    /// Set runs of two builds of one collective bench side by side, medians over runs, from
+    /// their --json files (no GPU needed): `nvsh compare new_*.json --before old_*.json`.
+    Compare(compare::CompareArgs),
     /// Time every collective's candidates per size and dtype class and write this machine's
     /// tuning file, which `Auto` then follows (run as a job: `nvsh run -n 2 -- nvsh tune`).
     Tune(tune::TuneArgs),
@@ -64,6 +67,7 @@ fn dispatch(command: Command) -> ToolResult<ExitCode> {
         Command::Bench(cmd) => bench::run(cmd).map(|()| ExitCode::SUCCESS)?,
         Command::Soak(args) => soak::run(args).map(|()| ExitCode::SUCCESS)?,
         Command::Plot(args) => plot::run(args).map(|()| ExitCode::SUCCESS)?,
+        Command::Compare(args) => compare::run(args)?,
         Command::Tune(args) => tune::run(args).map(|()| ExitCode::SUCCESS)?,
         Command::Model(args) => model::run(args).map(|()| ExitCode::SUCCESS)?,
     })

@@ -5,24 +5,17 @@
 
 mod common;
 
-use common::run_nvsh;
+use common::{allreduce_fixture, arg as s, run_nvsh};
 use nvsh::bench::family::Kind;
-use nvsh::bench::plot::read_bench_json;
-use std::path::{Path, PathBuf};
+use nvsh::bench::stored::read_bench_json;
+use std::path::PathBuf;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/allreduce_2pe.json")
+    allreduce_fixture()
 }
 
 fn workdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nvsh-plot-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    common::workdir("plot", name)
 }
 
 /// The stored result draws as a PNG of two charts (time, busbw) per dtype, each with its

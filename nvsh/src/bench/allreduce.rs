@@ -1227,7 +1227,7 @@ mod tests {
     /// charts' lines, wrong and missing results left out with a note.
     #[test]
     fn json_reads_back_for_the_charts() {
-        use crate::bench::plot::{parse_bench_json, BenchJson};
+        use crate::bench::stored::{parse_bench_json, BenchJson};
         let r = sample_report();
         let j = json(&r);
         assert!(

@@ -5,9 +5,11 @@
 //! [`kind`]);
 //! the split of our small allreduce's time into rungs in [`probe`]; the sparse bench's
 //! selection kernels alone in [`select`];
-//! charts of the results in [`plot`].
+//! results as stored (`--json`) read back in [`stored`], drawn in [`plot`] and runs of two
+//! builds set side by side in [`compare`].
 
 pub mod allreduce;
+pub mod compare;
 pub mod family;
 pub mod harness;
 pub mod kind;
@@ -18,6 +20,7 @@ pub mod put;
 pub mod render;
 pub mod select;
 pub mod sparse;
+pub mod stored;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaStream;

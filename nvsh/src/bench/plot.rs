@@ -1,173 +1,17 @@
 //! The benches' results as charts: time per call and bus bandwidth against message size, log
 //! axes, a line per candidate (ours per algorithm, NCCL, NVSHMEM's reduce), back to back and
-//! (dotted, in the same colour) after a compute kernel, and a row of two charts per dtype. `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh
-//! plot RESULT.json --out FILE.png` one stored with `--json` (no GPU needed): both read the
-//! bench's JSON (`"schema":1`, see [`render::render_json`] and [`put::render_json`]), so a
-//! stored file and a live run draw the same.
-//!
-//! [`render::render_json`]: crate::bench::render::render_json
-//! [`put::render_json`]: crate::bench::put::render_json
+//! (dotted, in the same colour) after a compute kernel, and a row of two charts per dtype.
+//! `nvsh bench ... --plot FILE.png` draws the run it just made, and `nvsh plot RESULT.json
+//! --out FILE.png` one stored with `--json` (no GPU needed): both read the bench's JSON
+//! ([`crate::bench::stored`]), so a stored file and a live run draw the same.
 
-use crate::bench::render::BENCH_SCHEMA;
+use crate::bench::stored::{parse_bench_json, BenchJson, CollectiveJson, PutJson, PutRowJson};
 use nvsh_plot::{Axis, Corner, Figure, Panel, Scale, Series, Stroke};
 use nvshmem::tools::size_label;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Pixels of one chart; two side by side.
 pub const PANEL_SIZE: (u32, u32) = (760, 480);
-
-/// Just enough of a bench JSON to tell which bench wrote it.
-#[derive(Deserialize)]
-struct Head {
-    schema: Option<u32>,
-    collective: Option<String>,
-    bandwidth: Option<serde::de::IgnoredAny>,
-}
-
-/// A collective bench's JSON (allreduce, broadcast, ...), the fields the charts use; the others
-/// are left alone.
-#[derive(Debug, Clone, Deserialize)]
-pub struct CollectiveJson {
-    pub collective: String,
-    pub n_pes: i32,
-    pub gpu: String,
-    #[serde(default)]
-    pub op: Option<String>,
-    /// When the bench ran (UTC, YYYY-MM-DD); files of older builds have none.
-    #[serde(default)]
-    pub date: Option<String>,
-    pub candidates: Vec<String>,
-    pub rows: Vec<RowJson>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct RowJson {
-    pub bytes: u64,
-    pub dtype: String,
-    pub results: BTreeMap<String, ResultJson>,
-}
-
-/// One candidate at one size: timed (`us`, `us_after_compute`, `busbw`, `wrong`) or not run
-/// (`na`: why).
-#[derive(Debug, Clone, Deserialize)]
-pub struct ResultJson {
-    pub us: Option<f64>,
-    /// Absent from files of older builds.
-    #[serde(default)]
-    pub us_after_compute: Option<f64>,
-    pub busbw: Option<f64>,
-    #[serde(default)]
-    pub wrong: u64,
-    pub na: Option<String>,
-}
-
-/// The put bench's JSON.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PutJson {
-    pub n_pes: i32,
-    pub gpu: String,
-    #[serde(default)]
-    pub date: Option<String>,
-    pub bandwidth: Vec<PutRowJson>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct PutRowJson {
-    pub bytes: u64,
-    pub us_per_put: f64,
-    pub gbps: f64,
-    /// Absent from files of older builds.
-    #[serde(default)]
-    pub gbps_in_kernel: Option<f64>,
-}
-
-/// A bench result as read.
-#[derive(Debug, Clone)]
-pub enum BenchJson {
-    Collective(CollectiveJson),
-    Put(PutJson),
-}
-
-/// Why a JSON text is not a bench result: the line and column where serde_json stopped (0 when
-/// the text as a whole is wrong) and what it found.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JsonProblem {
-    pub line: usize,
-    pub column: usize,
-    pub why: String,
-}
-
-impl From<serde_json::Error> for JsonProblem {
-    fn from(e: serde_json::Error) -> Self {
-        // serde_json ends its message with the position, which the caller puts first.
-        let suffix = format!(" at line {} column {}", e.line(), e.column());
-        let text = e.to_string();
-        JsonProblem {
-            line: e.line(),
-            column: e.column(),
-            why: text.strip_suffix(&suffix).unwrap_or(&text).to_string(),
-        }
-    }
-}
-
-/// Parses the JSON `nvsh bench ... --json` writes.
-pub fn parse_bench_json(text: &str) -> Result<BenchJson, JsonProblem> {
-    let whole = |why: String| JsonProblem {
-        line: 0,
-        column: 0,
-        why,
-    };
-    let head: Head = serde_json::from_str(text)?;
-    match head.schema {
-        Some(BENCH_SCHEMA) => {}
-        Some(other) => {
-            return Err(whole(format!(
-                "a bench result of schema {other}; this nvsh reads schema {BENCH_SCHEMA}"
-            )))
-        }
-        None => {
-            return Err(whole(
-                "no \"schema\" field: not a result of `nvsh bench ... --json`".into(),
-            ))
-        }
-    }
-    if head.collective.is_some() {
-        Ok(BenchJson::Collective(serde_json::from_str(text)?))
-    } else if head.bandwidth.is_some() {
-        Ok(BenchJson::Put(serde_json::from_str(text)?))
-    } else {
-        Err(whole(
-            "neither a \"collective\" nor a \"bandwidth\" field: not a result of `nvsh bench \
-             ... --json`"
-                .into(),
-        ))
-    }
-}
-
-/// Reads a stored bench result; the error names the file and, where it can, the line.
-pub fn read_bench_json(path: &Path) -> Result<BenchJson, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "cannot read {} ({e}); give the file `nvsh bench ... --json --out FILE` wrote",
-            path.display()
-        )
-    })?;
-    parse_bench_json(&text).map_err(|p| {
-        if p.line == 0 {
-            format!("{}: {}", path.display(), p.why)
-        } else {
-            format!(
-                "{}:{}:{}: not a result of `nvsh bench ... --json`: {}",
-                path.display(),
-                p.line,
-                p.column,
-                p.why
-            )
-        }
-    })
-}
 
 fn bytes_tick(v: f64) -> String {
     size_label(v.round() as usize)

@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(v["latency"]["one_way_us"], 1.2);
         assert_eq!(v["date"], "2026-11-22");
         // `nvsh plot` reads it back, in-kernel bandwidth included.
-        use crate::bench::plot::{parse_bench_json, BenchJson};
+        use crate::bench::stored::{parse_bench_json, BenchJson};
         let Ok(BenchJson::Put(p)) = parse_bench_json(&j) else {
             panic!("not read back as put: {j}")
         };

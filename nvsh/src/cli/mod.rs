@@ -1,6 +1,7 @@
 //! The subcommands: argument parsing and printing around the library crate's tools.
 
 pub mod bench;
+pub mod compare;
 pub mod doctor;
 pub mod info;
 pub mod model;

@@ -2,7 +2,8 @@
 //! needed), as `nvsh bench ... --plot` draws the run it makes.
 
 use clap::Args;
-use nvsh::bench::plot::{plot_bench, read_bench_json, Plotted};
+use nvsh::bench::plot::{plot_bench, Plotted};
+use nvsh::bench::stored::read_bench_json;
 use nvshmem::{Error, Result};
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@ mod library;
 
 #[allow(unused_imports)]
 pub use library::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The nvsh binary: `NVSH_BIN`, else cargo's build of it, else the one beside this test
 /// executable (how scripts/build_gpu_bins.sh lays them out for a GPU machine).
@@ -39,4 +39,23 @@ pub fn run_nvsh(args: &[&str]) -> (bool, String, String) {
 /// True where an NVIDIA driver is installed (its control device exists).
 pub fn has_nvidia_driver() -> bool {
     std::path::Path::new("/dev/nvidiactl").exists()
+}
+
+/// The stored allreduce result the CPU tests read (tests/data/allreduce_2pe.json, written by
+/// hand in the format `nvsh bench allreduce --json` writes).
+pub fn allreduce_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/allreduce_2pe.json")
+}
+
+/// An empty folder of this process for test `name` of `suite` (removed first if left over).
+pub fn workdir(suite: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nvsh-{suite}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A path as a command-line argument.
+pub fn arg(p: &Path) -> &str {
+    p.to_str().unwrap()
 }
