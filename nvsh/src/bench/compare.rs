@@ -57,8 +57,9 @@ pub struct Comparison {
     pub gpus: BTreeSet<String>,
     pub after_runs: usize,
     pub before_runs: usize,
-    /// Outputs checked and found wrong over every cell the comparison read.
-    pub checked: u64,
+    /// Outputs checked over every cell the comparison read (None where a file of an older
+    /// build did not say), and those found wrong.
+    pub checked: Option<u64>,
     pub wrong: u64,
     /// Files a run cut short left (`"complete": false`): their rows are used as far as they go.
     pub incomplete: Vec<String>,
@@ -127,7 +128,9 @@ pub fn compare(after: &Side, before: &Side, candidate: Option<&str>) -> Result<C
             keys.insert((d, row.bytes));
         }
     }
-    let (mut checked, mut wrong) = (0, 0);
+    let (mut checked, mut wrong) = (Some(0), 0);
+    let count =
+        |sum: &mut Option<u64>, c: &ResultJson| *sum = sum.zip(c.checked).map(|(a, b)| a + b);
     let mut rows = Vec::new();
     for (d, bytes) in keys {
         let dtype = dtypes[d].to_string();
@@ -139,7 +142,7 @@ pub fn compare(after: &Side, before: &Side, candidate: Option<&str>) -> Result<C
                 .filter_map(|(_, r)| cell(r, &dtype, bytes, &candidate))
                 .collect();
             for c in &cells {
-                checked += c.checked.unwrap_or(0);
+                count(&mut checked, c);
                 row_wrong += c.wrong;
             }
             timing(&cells)
@@ -156,7 +159,7 @@ pub fn compare(after: &Side, before: &Side, candidate: Option<&str>) -> Result<C
                 .filter_map(|n| cell(r, &dtype, bytes, n).map(|c| (n, c)))
                 .collect();
             for (_, c) in &theirs {
-                checked += c.checked.unwrap_or(0);
+                count(&mut checked, c);
                 row_wrong += c.wrong;
             }
             if ours.wrong > 0 || theirs.iter().any(|(_, c)| c.wrong > 0) {
@@ -269,9 +272,14 @@ pub fn render_table(c: &Comparison) -> String {
     }
     s += &format!(
         "# after: {} run(s); before: {} run(s); every timed call of the bench was checked \
-         against the CPU: {} outputs read here, {} wrong (cells with wrong outputs are left \
-         out)\n",
-        c.after_runs, c.before_runs, c.checked, c.wrong
+         against the CPU: {}, {} wrong (cells with wrong outputs are left out)\n",
+        c.after_runs,
+        c.before_runs,
+        c.checked
+            .map_or("outputs not counted in files of older builds".into(), |n| {
+                format!("{n} outputs read here")
+            }),
+        c.wrong
     );
     if !c.baselines.is_empty() {
         s += &format!(
@@ -445,7 +453,7 @@ mod tests {
         assert_eq!(c.baselines, ["nccl", "nccl-sym"]);
         assert_eq!((c.after_runs, c.before_runs, c.wrong), (3, 2, 0));
         // 5 runs x 2 sizes of ours, 3 after runs x 2 sizes x 2 baselines, 100 outputs each.
-        assert_eq!(c.checked, (10 + 12) * 100);
+        assert_eq!(c.checked, Some((10 + 12) * 100));
         let r = &c.rows[0];
         assert_eq!(r.bytes, 65536);
         let a = r.after.unwrap();
@@ -540,7 +548,8 @@ mod tests {
         let a = run([(4.0, 6.0), (10.0, 12.0)], NCCL, SYM, 0);
         let b = a
             .replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")
-            .replace("\"complete\":true", "\"complete\":false");
+            .replace("\"complete\":true", "\"complete\":false")
+            .replace("\"checked\":100,", "");
         let c = compare(&side("new", &[a]), &side("old", &[b]), None).unwrap();
         assert_eq!(c.incomplete, ["old0.json"]);
         let t = render_table(&c);
@@ -550,5 +559,11 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("# old0.json: a run cut short"), "{t}");
+        // An older build's file says nothing of how many outputs it checked.
+        assert_eq!(c.checked, None);
+        assert!(
+            t.contains("outputs not counted in files of older builds, 0 wrong"),
+            "{t}"
+        );
     }
 }
