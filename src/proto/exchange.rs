@@ -1,8 +1,9 @@
 //! Exchanges (device/coll/exchange.h): transfers whose sizes only their two ends know, the
 //! shared layer of alltoallv, allgatherv and grouped send/recv. A receiver tells each sender
 //! where its data goes (a mailbox in the sender's exchange region: low-latency lines where
-//! every member is mapped, else words and then an arrive counter); the sender puts the data there and adds its bytes to the receiver's data counter. Sequences
-//! are per pair of PEs, so a launch involves only the PEs with transfers in it.
+//! every member is mapped, else words and then an arrive counter); the sender puts the data
+//! there and adds its bytes to the receiver's data counter. Sequences are per pair of PEs, so a
+//! launch involves only the PEs with transfers in it.
 //!
 //! That is a round trip per transfer. Small pairs skip it with low-latency lines (device/abi.h
 //! NVSHMEMRS_EXCHANGE_LINES): where every member is mapped, a call with its transfers listed on

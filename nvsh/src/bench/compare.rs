@@ -14,7 +14,7 @@ use crate::bench::median;
 use crate::bench::stored::{CollectiveJson, ResultJson};
 use nvshmem::tools::size_label;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// One side's runs as read: each file's name (for messages) and its result.
 pub struct Side {
@@ -42,7 +42,8 @@ pub struct CompareRow {
     /// back to back and after compute, with the baselines that were fastest.
     pub vs_baseline: Option<(f64, Option<f64>)>,
     pub baselines_fastest: BTreeSet<String>,
-    /// Wrong outputs in this row's cells (the candidate's and the baselines'), over both sides.
+    /// Wrong outputs in this row's cells: the candidate's on both sides, the baselines' in the
+    /// after runs (the only ones the ratio to them reads).
     pub wrong: u64,
 }
 
@@ -57,8 +58,8 @@ pub struct Comparison {
     pub gpus: BTreeSet<String>,
     pub after_runs: usize,
     pub before_runs: usize,
-    /// Outputs checked over every cell the comparison read (None where a file of an older
-    /// build did not say), and those found wrong.
+    /// Outputs checked over every cell the comparison read (as [`CompareRow::wrong`] counts
+    /// them; None where a file of an older build did not say), and those found wrong.
     pub checked: Option<u64>,
     pub wrong: u64,
     /// Files a run cut short left (`"complete": false`): their rows are used as far as they go.
@@ -297,12 +298,12 @@ pub fn render_table(c: &Comparison) -> String {
     let (with_before, with_base) = (c.before_runs > 0, !c.baselines.is_empty());
     let line = |cells: [String; 7]| {
         let mut l = format!("{:>7} {:>5}", cells[0], cells[1]);
-        for (k, width) in [(2, 19), (3, 19), (4, 15), (5, 15)] {
-            let shown = match k {
-                2 | 4 => with_before,
-                5 => with_base,
-                _ => true,
-            };
+        for (k, width, shown) in [
+            (2, 19, with_before),
+            (3, 19, true),
+            (4, 15, with_before),
+            (5, 15, with_base),
+        ] {
             if shown {
                 l += &format!(" {:>width$}", cells[k]);
             }
@@ -364,20 +365,21 @@ pub fn render_json(c: &Comparison) -> String {
             })
         })
         .collect();
-    let mut m = BTreeMap::new();
-    m.insert("collective", json!(c.collective));
-    m.insert("op", json!(c.op));
-    m.insert("n_pes", json!(c.n_pes));
-    m.insert("candidate", json!(c.candidate));
-    m.insert("baselines", json!(c.baselines));
-    m.insert("gpus", json!(c.gpus));
-    m.insert("after_runs", json!(c.after_runs));
-    m.insert("before_runs", json!(c.before_runs));
-    m.insert("checked", json!(c.checked));
-    m.insert("wrong", json!(c.wrong));
-    m.insert("incomplete", json!(c.incomplete));
-    m.insert("rows", json!(rows));
-    serde_json::to_string_pretty(&m).expect("plain values serialise")
+    let all = json!({
+        "collective": c.collective,
+        "op": c.op,
+        "n_pes": c.n_pes,
+        "candidate": c.candidate,
+        "baselines": c.baselines,
+        "gpus": c.gpus,
+        "after_runs": c.after_runs,
+        "before_runs": c.before_runs,
+        "checked": c.checked,
+        "wrong": c.wrong,
+        "incomplete": c.incomplete,
+        "rows": rows,
+    });
+    serde_json::to_string_pretty(&all).expect("plain values serialise")
 }
 
 #[cfg(test)]
