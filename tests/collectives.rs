@@ -182,6 +182,90 @@ fn every_collective_across_pretend_nodes() {
     every_collective_up_to(&nv, 65537);
 }
 
+gpu_test!(4, hierarchical_family_across_pretend_nodes);
+/// The node-aware steps (`FamilyProtocol::Hierarchical`, docs/nodes.md) at 4 PEs as 2 pretend
+/// nodes x 2: [`hierarchical_family`].
+fn hierarchical_family_across_pretend_nodes() {
+    hierarchical_family(4, 2);
+}
+
+gpu_test!(4, hierarchical_family_on_four_pretend_nodes_of_one);
+/// The node-aware steps at 4 PEs as 4 pretend nodes of 1 (rails only): [`hierarchical_family`].
+fn hierarchical_family_on_four_pretend_nodes_of_one() {
+    hierarchical_family(4, 1);
+}
+
+/// Allgather, reduce-scatter, broadcast and alltoall asked for their node-aware steps over
+/// `pes` PEs as pretend nodes of `g`: every count up to 65537 of every type (reductions with
+/// every op), every root, in and out of place, each call checked against the reference and
+/// its protocol checked; then with `NVSH_FAMILY_HIER_MIN=0` under `Auto`, back to back mixed
+/// with flat calls.
+fn hierarchical_family(pes: i32, g: i32) {
+    let Some(nv) = common::pretend_runtime(pes, g) else {
+        return;
+    };
+    let (me, n) = me_n(&nv);
+    let hier = FamilyProtocol::Hierarchical;
+    let mut rows = rows_with(&nv, SLOT_BYTES, hier);
+    let mut names: Vec<&str> = rows.iter().map(|(r, _)| r.name).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["allgather", "alltoall", "broadcast", "reduce-scatter"],
+        "the rows with node-aware steps"
+    );
+    for (_, w) in rows.iter_mut() {
+        w.set_protocol(hier);
+    }
+    for (k, &count) in COUNTS.iter().enumerate().filter(|(_, &c)| c <= 65537) {
+        for (t, &(dtype, moves_to, reduces_to)) in TYPES.iter().enumerate() {
+            for (row, w) in rows.iter_mut() {
+                let up_to = if row.reduces { reduces_to } else { moves_to };
+                if count > up_to || !takes(row, dtype) {
+                    continue;
+                }
+                for (o, &op) in ops_of(row, &ReduceOp::ALL).iter().enumerate() {
+                    for root in roots(row, n) {
+                        let call = Call::blocks(row, me, n, count, root);
+                        let v = Values::of(row, n, 100 * k + t + 10 * o + root, op);
+                        with_type!(dtype, T => row_case::<T>(&nv, w, &call, v));
+                        let what = format!("{} of {count} {dtype:?}, root {root}", row.name);
+                        assert_eq!(w.last_protocol(), Some(hier), "{what}");
+                    }
+                }
+            }
+        }
+    }
+    drop(rows);
+    std::env::set_var(nvshmem::FAMILY_HIER_MIN_ENV, "0");
+    let mut rows = rows_with(&nv, SLOT_BYTES, hier);
+    let taken = auto_back_to_back(&nv, &mut rows);
+    assert!(taken.contains(&hier), "no call took {hier:?}: {taken:?}");
+    std::env::remove_var(nvshmem::FAMILY_HIER_MIN_ENV);
+}
+
+/// 200 calls of `rows` (50 where PEs share a GPU) back to back under `Auto`, every fifth asking
+/// for direct stores: the protocols they took.
+fn auto_back_to_back(nv: &Nvshmem, rows: &mut [Row<'_>]) -> Vec<FamilyProtocol> {
+    let calls = if nv.shares_gpus() { 50 } else { 200 };
+    let (me, n) = me_n(nv);
+    let counts = [2usize, 1000, 65536 + 2];
+    let root = |k: usize| (k / 3) % n;
+    let values = |k: usize| Values::gen(n, 900 + k, ReduceOp::Sum);
+    let inputs: Vec<_> = (0..calls)
+        .map(|k| filled(nv, n * counts[k % 3], |i| values(k).input::<u32>(me, i)))
+        .collect();
+    let queue = queue(rows, &inputs, |k, row| {
+        let call = Call::blocks(row, me, n, counts[k % 3], root(k));
+        let set = match k % 5 {
+            4 => FamilyProtocol::Direct,
+            _ => FamilyProtocol::Auto,
+        };
+        Some((call, values(k), set))
+    });
+    back_to_back(nv, rows, &queue)
+}
+
 gpu_test!(2, every_collective_between_two_pretend_nodes);
 /// 2 PEs as 2 pretend nodes of 1: every byte between them by NVSHMEM puts and signals, as
 /// NVSH_NO_DIRECT, but decided per peer (docs/nodes.md).

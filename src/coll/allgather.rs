@@ -76,7 +76,7 @@ impl<'nv> Allgather<'nv> {
     }
 }
 
-family_methods!(Allgather, &TEXT, lines);
+family_methods!(Allgather, &TEXT, lines, nodes);
 
 table_collective!(
     Allgather, Allgather, choice: true,

@@ -76,7 +76,7 @@ impl<'nv> Alltoall<'nv> {
     }
 }
 
-family_methods!(Alltoall, &TEXT, lines);
+family_methods!(Alltoall, &TEXT, lines, nodes);
 
 table_collective!(
     Alltoall, Alltoall, choice: true,

@@ -76,7 +76,7 @@ impl<'nv> Broadcast<'nv> {
     }
 }
 
-family_methods!(Broadcast, &TEXT, lines, split);
+family_methods!(Broadcast, &TEXT, lines, split, nodes);
 
 table_collective!(
     Broadcast, Broadcast, choice: true,

@@ -379,7 +379,7 @@ macro_rules! table_collective {
             }
 
             fn check(&self) -> $crate::Result<()> {
-                self.fam.ws().check()
+                self.fam.check()
             }
 
             fn reserve_staging(&mut self, bytes: usize) -> $crate::Result<()> {

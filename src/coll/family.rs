@@ -3,6 +3,7 @@
 //! messages. The protocol part is [`crate::proto::family`]. Allreduce takes its overlap check
 //! from here too.
 
+use crate::coll::node_plans;
 use crate::coll::op::ReduceOp;
 use crate::coll::table::Collective;
 use crate::core::buffer::SymView;
@@ -79,7 +80,21 @@ pub(crate) fn staged_call<'s, 'nv: 's, T: Element>(
 ) -> Result<()> {
     staged(fam, located, io, true, stream, |fam, input, output| {
         let call = call_of(spec.code, spec.op, spec.root, &input, &output, spec.count);
-        fam.call(spec.launch, &call, stream, entry)
+        let bytes = spec.count * call.elem_bytes;
+        let (me, root) = (fam.ws().runtime().my_pe(), spec.root.unwrap_or(0));
+        let plan = match fam.takes_nodes(bytes, call.elem_bytes) {
+            true => fam.node_layout(),
+            false => None,
+        }
+        .and_then(|l| node_plans::plan(spec.code, l, me, spec.count, root));
+        match plan {
+            Some(plan) => {
+                // Each step's root is a rank of its own team.
+                let meta = |r| family_meta(T::DTYPE, spec.op, spec.code, spec.root.map(|_| r));
+                fam.call_nodes(spec.launch, &plan, &call, meta, stream, entry)
+            }
+            None => fam.call(spec.launch, &call, stream, entry),
+        }
     })
 }
 

@@ -10,6 +10,7 @@ pub mod broadcast;
 pub mod dispatch;
 pub mod family;
 pub mod group;
+pub mod node_plans;
 pub mod op;
 pub mod reduce;
 pub mod reduce_scatter;

@@ -79,7 +79,7 @@ impl<'nv> ReduceScatter<'nv> {
     }
 }
 
-family_methods!(ReduceScatter, &TEXT, slots, lines, pull);
+family_methods!(ReduceScatter, &TEXT, slots, lines, pull, nodes);
 
 table_collective!(
     ReduceScatter, ReduceScatter, choice: true,

@@ -5,10 +5,12 @@
 
 use crate::core::buffer::SymmetricBuffer;
 use crate::core::error::{Error, Result};
+use crate::core::node::NodeLayout;
 use crate::core::result::cuda_check;
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::raw_stream;
 use crate::proto::lines::{self, ExchangePairs, LineLimits};
+use crate::proto::node_steps::{self, NodePlan, NodeSteps, FAMILY_HIER_MIN_ENV};
 use crate::proto::{CollectiveText, Workspace};
 use crate::sys;
 use crate::team::Team;
@@ -100,6 +102,15 @@ fn pull_min_from_env() -> Result<usize> {
     )
 }
 
+/// [`FAMILY_HIER_MIN_ENV`], checked.
+fn hier_min_from_env() -> Result<usize> {
+    crate::core::env_value::size_from_env(
+        FAMILY_HIER_MIN_ENV,
+        node_steps::FAMILY_HIER_MIN_DEFAULT,
+        "a size in bytes such as 1048576, 1M, 0 (always) or 1T (never)",
+    )
+}
+
 /// [`FAMILY_SPLIT_ROUND_ENV`], checked.
 fn split_round_from_env() -> Result<usize> {
     crate::core::env_value::size_from_env(
@@ -174,17 +185,24 @@ pub enum FamilyProtocol {
     /// direct stores on, else direct stores. `Auto` takes it from [`FAMILY_PULL_MIN_ENV`]
     /// bytes at 2 members.
     Pull,
+    /// The node-aware steps (`crate::proto::node_steps`): the collective's own kernel on the
+    /// node teams over NVLink and on the rails across nodes, one rail per local GPU; where the
+    /// collective has them (allgather, reduce-scatter, broadcast, alltoall) and the workspace
+    /// is over a world that spans nodes in blocks (pretend nodes included), else direct
+    /// stores. `Auto` takes them from [`FAMILY_HIER_MIN_ENV`] bytes (default: never).
+    Hierarchical,
 }
 
 impl FamilyProtocol {
     /// Every concrete protocol (not `Auto`), as tuning times them (`Split` only where the
     /// collective has it: [`FamilyProtocol::offered`]; `Pull` likewise).
-    pub const ALL: [FamilyProtocol; 5] = [
+    pub const ALL: [FamilyProtocol; 6] = [
         FamilyProtocol::Direct,
         FamilyProtocol::Put,
         FamilyProtocol::LowLatency,
         FamilyProtocol::Split,
         FamilyProtocol::Pull,
+        FamilyProtocol::Hierarchical,
     ];
 
     /// The concrete protocols a collective with `protocols` runs as themselves (the others
@@ -196,6 +214,7 @@ impl FamilyProtocol {
                 FamilyProtocol::LowLatency => protocols.lines,
                 FamilyProtocol::Split => protocols.split,
                 FamilyProtocol::Pull => protocols.pull,
+                FamilyProtocol::Hierarchical => protocols.nodes,
                 _ => true,
             })
             .collect()
@@ -210,6 +229,7 @@ impl FamilyProtocol {
             FamilyProtocol::LowLatency => "ll",
             FamilyProtocol::Split => "split",
             FamilyProtocol::Pull => "pull",
+            FamilyProtocol::Hierarchical => "hier",
         }
     }
 
@@ -223,11 +243,12 @@ impl FamilyProtocol {
             "ll" => FamilyProtocol::LowLatency,
             "split" => FamilyProtocol::Split,
             "pull" => FamilyProtocol::Pull,
+            "hier" => FamilyProtocol::Hierarchical,
             _ => {
                 return Err(Error::UnknownName {
                     what: "family protocol",
                     name: s.to_string(),
-                    expected: "auto, direct, put, ll, split or pull",
+                    expected: "auto, direct, put, ll, split, pull or hier",
                 })
             }
         })
@@ -250,6 +271,8 @@ pub struct Protocols {
     pub split: bool,
     /// Loads from the peers' buffers ([`FamilyProtocol::Pull`]).
     pub pull: bool,
+    /// Node-aware steps ([`FamilyProtocol::Hierarchical`]; `crate::coll::node_plans`).
+    pub nodes: bool,
 }
 
 impl Protocols {
@@ -258,30 +281,50 @@ impl Protocols {
         lines: false,
         split: false,
         pull: false,
+        nodes: false,
     };
     /// Low-latency lines too (allgather, alltoall, reduce-scatter).
     pub const LINES: Protocols = Protocols {
         lines: true,
         split: false,
         pull: false,
+        nodes: false,
     };
     /// Lines and the pull (reduce-scatter).
     pub const LINES_PULL: Protocols = Protocols {
         lines: true,
         split: false,
         pull: true,
+        nodes: false,
     };
     /// Lines and the split protocol (broadcast).
     pub const LINES_SPLIT: Protocols = Protocols {
         lines: true,
         split: true,
         pull: false,
+        nodes: false,
+    };
+    /// Lines and node-aware steps (allgather, alltoall).
+    pub const LINES_NODES: Protocols = Protocols {
+        nodes: true,
+        ..Protocols::LINES
+    };
+    /// Lines, the pull and node-aware steps (reduce-scatter).
+    pub const LINES_PULL_NODES: Protocols = Protocols {
+        nodes: true,
+        ..Protocols::LINES_PULL
+    };
+    /// Lines, the split protocol and node-aware steps (broadcast).
+    pub const LINES_SPLIT_NODES: Protocols = Protocols {
+        nodes: true,
+        ..Protocols::LINES_SPLIT
     };
     /// Lines, the split protocol and the pull (reduce).
     pub const LINES_SPLIT_PULL: Protocols = Protocols {
         lines: true,
         split: true,
         pull: true,
+        nodes: false,
     };
 }
 
@@ -323,7 +366,7 @@ fn decide(asked: FamilyProtocol, fit: CallFit, t: Thresholds) -> FamilyProtocol 
         LowLatency if fit.lines => LowLatency,
         Split if fit.split => Split,
         Pull if fit.pull => Pull,
-        Auto | LowLatency | Split | Pull => Direct,
+        Auto | LowLatency | Split | Pull | Hierarchical => Direct,
         Direct | Put => asked,
     }
 }
@@ -402,6 +445,13 @@ pub struct FamilyWorkspace<'nv> {
     last_pairs: ExchangePairs,
     /// This workspace's key in the tuned tables (`tuning::collective_key`).
     tuning_key: String,
+    /// What the workspace was made with, for the node-aware steps' workspaces.
+    scratch_kind: Scratch,
+    /// The smallest rank block `Auto` takes the node-aware steps for ([`FAMILY_HIER_MIN_ENV`];
+    /// `usize::MAX` where the collective has none).
+    hier_min: usize,
+    /// The node-aware steps' workspaces and scratch, made by the first call that takes them.
+    nodes: Option<Box<NodeSteps<'nv, FamilyWorkspace<'nv>>>>,
 }
 
 impl<'nv> FamilyWorkspace<'nv> {
@@ -418,6 +468,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         protocols: Protocols,
     ) -> Result<FamilyWorkspace<'nv>> {
         let lines = protocols.lines;
+        let scratch_kind = scratch;
         let world = nv.n_pes() as usize;
         let ws = Workspace::new(nv, team, text, STATE_WORDS)?;
         let phases = sys::NVSHMEMRS_FAMILY_PHASES as usize;
@@ -471,6 +522,10 @@ impl<'nv> FamilyWorkspace<'nv> {
             true => pull_min_from_env()?,
             false => usize::MAX,
         };
+        let hier_min = match protocols.nodes {
+            true => hier_min_from_env()?,
+            false => usize::MAX,
+        };
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
              {ll_max} bytes, split from {split_min} bytes in rounds of {split_round}, pull \
@@ -499,6 +554,9 @@ impl<'nv> FamilyWorkspace<'nv> {
             last: FamilyProtocol::Auto,
             last_pairs: ExchangePairs::default(),
             tuning_key,
+            scratch_kind,
+            hier_min,
+            nodes: None,
         })
     }
 
@@ -510,6 +568,149 @@ impl<'nv> FamilyWorkspace<'nv> {
     /// The embedded workspace, mutably (timeouts, call numbering).
     pub fn ws_mut(&mut self) -> &mut Workspace<'nv> {
         &mut self.ws
+    }
+
+    /// The first failure this workspace's kernels recorded (its node-aware steps' included),
+    /// without synchronising.
+    pub fn check(&self) -> Result<()> {
+        self.ws.check()?;
+        match &self.nodes {
+            Some(n) => n.node.check().and_then(|()| n.rail.check()),
+            None => Ok(()),
+        }
+    }
+
+    /// Synchronises `stream` (bounded: every wait has a deadline), then [`Self::check`].
+    pub fn sync(&self, stream: &CudaStream) -> Result<()> {
+        self.ws.sync(stream)?;
+        self.check()
+    }
+
+    /// The first failure recorded, in detail (the node-aware steps' after this workspace's).
+    pub fn failure(&self) -> Option<crate::core::status::WaitFailure> {
+        self.ws.failure().or_else(|| {
+            let n = self.nodes.as_ref()?;
+            n.node.failure().or_else(|| n.rail.failure())
+        })
+    }
+
+    /// Sets the timeout of this workspace's kernels and of its node-aware steps'.
+    pub fn set_timeout(&mut self, timeout: std::time::Duration) {
+        self.ws.set_timeout(timeout);
+        if let Some(n) = &mut self.nodes {
+            n.node.set_timeout(timeout);
+            n.rail.set_timeout(timeout);
+        }
+    }
+
+    /// The nodes the node-aware steps follow ([`FamilyProtocol::Hierarchical`]): on a
+    /// workspace over the world of a collective that has them, where the world spans more than
+    /// one node in blocks (pretend nodes included); else None.
+    pub fn node_layout(&self) -> Option<NodeLayout> {
+        let nv = self.ws.runtime();
+        let world = self.protocols.nodes && self.ws.n_pes() == nv.n_pes();
+        nv.node_layout()
+            .filter(|l| world && l.nodes() >= 2 && nv.team_rail().is_some())
+    }
+
+    /// Whether a call of `bytes` per rank block in `elem_bytes`-byte elements takes the
+    /// node-aware steps: the workspace has a [`Self::node_layout`], and the call asks for them
+    /// (set, or under `Auto` the tuned table) or, under `Auto` with no tuned choice, is of
+    /// [`FAMILY_HIER_MIN_ENV`] bytes or more. Every member decides alike.
+    pub(crate) fn takes_nodes(&self, bytes: usize, elem_bytes: usize) -> bool {
+        if self.node_layout().is_none() {
+            return false;
+        }
+        match self.asked(bytes, elem_bytes) {
+            FamilyProtocol::Hierarchical => true,
+            FamilyProtocol::Auto => bytes >= self.hier_min,
+            _ => false,
+        }
+    }
+
+    /// Enqueues `call` (its buffers the whole call's) as the node-aware steps of `plan`, each
+    /// the collective's kernel `entry` on the workspace over this PE's node or rail, which the
+    /// first such call makes (collective over the world, as every call of a world workspace
+    /// is), with the scratch the plan needs. `meta(root)`: checked mode's meta word of a step
+    /// whose root is `root`. `what` names a launch that failed.
+    pub(crate) fn call_nodes(
+        &mut self,
+        what: &'static str,
+        plan: &NodePlan,
+        call: &FamilyCall,
+        meta: impl Fn(i32) -> u64,
+        stream: &CudaStream,
+        entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
+    ) -> Result<()> {
+        self.ws.begin_call()?;
+        let nv = self.ws.runtime();
+        let name = self.ws.call_name();
+        if self.nodes.is_none() {
+            self.nodes = Some(Box::new(self.node_workspaces(stream)?));
+        }
+        let Some(steps) = self.nodes.as_mut() else {
+            unreachable!("made above")
+        };
+        let scratch_bytes =
+            plan.scratch
+                .checked_mul(call.elem_bytes)
+                .ok_or_else(|| Error::SizeOverflow {
+                    what: name,
+                    detail: format!("{} x {} bytes of scratch", plan.scratch, call.elem_bytes),
+                })?;
+        steps.reserve(nv, name, scratch_bytes, stream)?;
+        let bases = [call.input.cast_mut(), call.output, steps.scratch_ptr()];
+        for s in &plan.steps {
+            let step = FamilyCall {
+                code: call.code,
+                meta: meta(s.root),
+                input: node_steps::address(bases, s.input, call.elem_bytes),
+                output: node_steps::address(bases, s.output, call.elem_bytes),
+                count: s.count,
+                stride: s.stride,
+                elem_bytes: call.elem_bytes,
+                root: s.root,
+            };
+            steps.on(s.team).call(what, &step, stream, &entry)?;
+        }
+        self.last = FamilyProtocol::Hierarchical;
+        Ok(())
+    }
+
+    /// The node-aware steps' workspaces: this collective's over this PE's node and over its
+    /// rail, without node-aware steps of their own, with this workspace's timeout. Collective
+    /// over the world; not during graph capture.
+    fn node_workspaces(&self, stream: &CudaStream) -> Result<NodeSteps<'nv, FamilyWorkspace<'nv>>> {
+        let name = self.ws.call_name();
+        let nv = self.ws.runtime();
+        let (Some(_), Some(rail)) = (self.node_layout(), nv.team_rail()) else {
+            return Err(Error::CollectiveShape {
+                what: name,
+                detail: "the hierarchical steps need a workspace over the world where it spans \
+                         nodes"
+                    .to_string(),
+            });
+        };
+        if crate::core::stream::is_capturing(stream) {
+            return Err(Error::CollectiveShape {
+                what: name,
+                detail: "the hierarchical steps make their workspaces at the first call that \
+                         takes them; make one before capturing the graph"
+                    .to_string(),
+            });
+        }
+        let protocols = Protocols {
+            nodes: false,
+            ..self.protocols
+        };
+        let make = |team: &Team<'_>| -> Result<FamilyWorkspace<'nv>> {
+            let text = self.ws.text();
+            let mut w = FamilyWorkspace::new(nv, Some(team), text, self.scratch_kind, protocols)?;
+            w.set_timeout(self.ws.timeout());
+            Ok(w)
+        };
+        let node = make(&nv.team_node())?;
+        Ok(NodeSteps::new(node, make(&rail)?))
     }
 
     /// How calls move data to mapped peers from now on.
@@ -585,13 +786,25 @@ impl<'nv> FamilyWorkspace<'nv> {
 
     /// What `Auto` chooses from without a tuned table, in words (benchmark reports).
     pub fn settings(&self) -> String {
-        describe_settings(
+        let s = describe_settings(
             self.protocols,
             self.ll_max,
             self.ll_env(),
             self.thresholds,
             self.ws.env_no_direct(),
-        )
+        );
+        match self.node_layout() {
+            Some(l) => format!(
+                "{s}; hierarchical over {} nodes of {} {}",
+                l.nodes(),
+                l.size(),
+                match self.hier_min {
+                    usize::MAX => format!("when asked ({FAMILY_HIER_MIN_ENV} unset)"),
+                    m => format!("from {}", crate::core::env_value::size_label(m)),
+                }
+            ),
+            None => s,
+        }
     }
 
     /// The variable that bounds this workspace's lines: the exchange region's own
@@ -650,12 +863,15 @@ impl<'nv> FamilyWorkspace<'nv> {
 
     /// The concrete protocols this collective's kernel runs as themselves on this workspace
     /// ([`FamilyProtocol::offered`]; the pull only where every member is mapped and there
-    /// are 2 to 64 of them, since elsewhere it falls back to direct stores).
+    /// are 2 to 64 of them, since elsewhere it falls back to direct stores; the node-aware
+    /// steps only where the workspace has a [`Self::node_layout`]).
     pub fn offered(&self) -> Vec<FamilyProtocol> {
         let pulls = self.pulls();
+        let nodes = self.node_layout().is_some();
         FamilyProtocol::offered(self.protocols)
             .into_iter()
             .filter(|&p| p != FamilyProtocol::Pull || pulls)
+            .filter(|&p| p != FamilyProtocol::Hierarchical || nodes)
             .collect()
     }
 
@@ -843,6 +1059,12 @@ macro_rules! family_methods {
     ($ty:ident, $text:expr, lines, split) => {
         $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES_SPLIT);
     };
+    ($ty:ident, $text:expr, lines, nodes) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES_NODES);
+    };
+    ($ty:ident, $text:expr, lines, split, nodes) => {
+        $crate::proto::family::family_methods!(@plain $ty, $text, None, LINES_SPLIT_NODES);
+    };
     ($ty:ident, $text:expr, exchange) => {
         $crate::proto::family::family_methods!(@plain $ty, $text, Exchange, LINES);
         impl<'nv> $ty<'nv> {
@@ -887,6 +1109,9 @@ macro_rules! family_methods {
     };
     ($ty:ident, $text:expr, slots, lines, pull) => {
         $crate::proto::family::family_methods!(@slots $ty, $text, LINES_PULL);
+    };
+    ($ty:ident, $text:expr, slots, lines, pull, nodes) => {
+        $crate::proto::family::family_methods!(@slots $ty, $text, LINES_PULL_NODES);
     };
     ($ty:ident, $text:expr, slots, lines, split, pull) => {
         $crate::proto::family::family_methods!(@slots $ty, $text, LINES_SPLIT_PULL);
@@ -934,7 +1159,7 @@ macro_rules! family_methods {
             /// How long the waits of one kernel may take before it gives up
             /// ([`crate::Error::Timeout`]). Starts as [`crate::Nvshmem::timeout`].
             pub fn set_timeout(&mut self, timeout: std::time::Duration) {
-                self.fam.ws_mut().set_timeout(timeout);
+                self.fam.set_timeout(timeout);
             }
 
             /// The current timeout.
@@ -953,17 +1178,17 @@ macro_rules! family_methods {
             /// the workspace is broken: later calls move nothing and return the same error, and
             /// the outputs of the failed call and of calls queued after it are undefined.
             pub fn check(&self) -> crate::Result<()> {
-                self.fam.ws().check()
+                self.fam.check()
             }
 
             /// Synchronises `stream` (bounded: every wait has a deadline), then `check`.
             pub fn sync(&self, stream: &cudarc::driver::CudaStream) -> crate::Result<()> {
-                self.fam.ws().sync(stream)
+                self.fam.sync(stream)
             }
 
             /// The first failure recorded, in detail.
             pub fn failure(&self) -> Option<crate::core::status::WaitFailure> {
-                self.fam.ws().failure()
+                self.fam.failure()
             }
 
             /// Makes the staging area through which calls move this PE's own
@@ -1039,7 +1264,8 @@ mod tests {
         assert!(matches!(err, Error::UnknownName { .. }), "{err:?}");
         assert_eq!(
             err.to_string(),
-            "no family protocol named \"nvlink\": expected auto, direct, put, ll, split or pull"
+            "no family protocol named \"nvlink\": expected auto, direct, put, ll, split, pull or \
+             hier"
         );
     }
 
@@ -1063,6 +1289,25 @@ mod tests {
             FamilyProtocol::offered(Protocols::LINES_PULL),
             [Direct, Put, LowLatency, Pull]
         );
+        // Node-aware steps only where the collective has them; a call asking for them where
+        // the workspace has no nodes takes direct stores.
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_SPLIT_NODES),
+            [Direct, Put, LowLatency, Split, Hierarchical]
+        );
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_PULL_NODES),
+            [Direct, Put, LowLatency, Pull, Hierarchical]
+        );
+        assert_eq!(
+            FamilyProtocol::offered(Protocols::LINES_NODES),
+            [Direct, Put, LowLatency, Hierarchical]
+        );
+        assert_eq!(
+            decide(Hierarchical, rooted(4, 1 << 20), thresholds(None)),
+            Direct
+        );
+        assert_eq!(FamilyProtocol::parse("HIER").unwrap(), Hierarchical);
         assert_eq!(FamilyProtocol::parse("SPLIT").unwrap(), Split);
         assert_eq!(FamilyProtocol::parse("Pull").unwrap(), Pull);
     }

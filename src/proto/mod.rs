@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod family;
 pub mod lines;
 pub mod mismatch;
+pub mod node_steps;
 pub mod staging;
 pub mod workspace;
 

@@ -210,6 +210,11 @@ impl<'nv> Workspace<'nv> {
         self.nv
     }
 
+    /// The collective's names and descriptions (what workspaces of its steps are made with).
+    pub(crate) fn text(&self) -> &'static CollectiveText {
+        self.text
+    }
+
     /// The call as messages name it ("allreduce").
     pub fn call_name(&self) -> &'static str {
         self.text.call
