@@ -189,6 +189,13 @@ fn hierarchical_family_across_pretend_nodes() {
     hierarchical_family(4, 2);
 }
 
+gpu_test!(2, hierarchical_family_between_two_pretend_nodes);
+/// The node-aware steps at 2 PEs as 2 pretend nodes of 1: the rail steps and the steps'
+/// workspaces, on 2 GPUs ([`hierarchical_family`]).
+fn hierarchical_family_between_two_pretend_nodes() {
+    hierarchical_family(2, 1);
+}
+
 gpu_test!(4, hierarchical_family_on_four_pretend_nodes_of_one);
 /// The node-aware steps at 4 PEs as 4 pretend nodes of 1 (rails only): [`hierarchical_family`].
 fn hierarchical_family_on_four_pretend_nodes_of_one() {

@@ -288,14 +288,15 @@ impl Params {
     }
 
     /// Allgather across nodes on each rail first (a block crosses to each node once), then
-    /// inside the node (every GPU forwards the N blocks its rail brought).
+    /// inside the node (every GPU forwards the N blocks its rail brought), as built
+    /// (src/coll/node_plans.rs): one node step per node's blocks, so N NVLink steps.
     pub fn allgather_hier(&self, n: f64, topo: Topology) -> f64 {
         if !topo.multi_node() {
             return self.allgather_flat(n, topo);
         }
         let (p, g, nodes) = (topo.gpus as f64, topo.per_node as f64, topo.nodes() as f64);
         let intra = if topo.per_node > 1 {
-            self.nvl_step_us + us((g - 1.0) / g * n, self.nvl_gbps)
+            nodes * self.nvl_step_us + us((g - 1.0) / g * n, self.nvl_gbps)
         } else {
             0.0
         };
@@ -319,22 +320,22 @@ impl Params {
         self.allgather_flat(n, topo)
     }
 
-    /// Alltoall with the off-node blocks first gathered, over NVLink, on the GPU whose rail
-    /// reaches their destination (as NCCL's PXN), then one message per remote node. The rails
-    /// carry the same bytes as the flat one; what it saves, fewer and larger InfiniBand
-    /// messages, is a per-message cost this model does not have, so here it is slower by its
-    /// NVLink step.
+    /// Alltoall as built (src/coll/node_plans.rs): each GPU sends its row of blocks for each
+    /// remote node in one message on its rail, then the node passes every row's blocks on to
+    /// their GPUs, one NVLink step per node's row. The rails carry the same bytes as the flat
+    /// one; what it saves, fewer and larger InfiniBand messages, is a per-message cost this
+    /// model does not have, so here it is slower by its NVLink steps.
     pub fn alltoall_hier(&self, n: f64, topo: Topology) -> f64 {
         if !topo.multi_node() {
             return self.alltoall_flat(n, topo);
         }
-        let (p, g) = (topo.gpus as f64, topo.per_node as f64);
-        let shuffle = ((g - 1.0) / g * (p - g) / p + (g - 1.0) / p) * n;
+        let (p, g, nodes) = (topo.gpus as f64, topo.per_node as f64, topo.nodes() as f64);
+        let shuffle = (g - 1.0) / g * n;
         self.nvl_step_us
-            + us(shuffle, self.nvl_gbps)
-            + self.nvl_step_us
             + self.ib_us
             + us((p - g) / p * n, self.ib_gbps)
+            + nodes * self.nvl_step_us
+            + us(shuffle, self.nvl_gbps)
     }
 }
 
@@ -383,11 +384,22 @@ mod tests {
                 let hier = p.allreduce_hier(n, t).us;
                 assert!(hier < p.allreduce_flat(n, t).us, "{gpus} {n}");
                 assert!(p.allreduce_hier_with(n, t, true).us < hier);
-                assert!(p.allgather_hier(n, t) < p.allgather_flat(n, t));
             }
-            // 4 KiB: the flat allgather is one step, the hierarchical two.
+            assert!(p.allgather_hier(256.0 * M, t) < p.allgather_flat(256.0 * M, t));
+            // 4 KiB: the flat allgather is one step, the hierarchical 1 + N.
             assert!(p.allgather_flat(4.0 * K, t) < p.allgather_hier(4.0 * K, t));
         }
+        // As built, the node steps are one per node: at 32 nodes they cost more than the
+        // bytes saved at 16 MiB, where at 8 they do not.
+        let ag = |gpus| {
+            let t = topo(gpus, 8);
+            p.allgather_hier(16.0 * M, t) / p.allgather_flat(16.0 * M, t)
+        };
+        assert!(ag(64) < 1.0 && ag(256) > 1.0, "{} {}", ag(64), ag(256));
+        // 4 KiB from 8 to 32 nodes: 24 node steps more (and a few bytes).
+        let nodes = |gpus| p.allgather_hier(4.0 * K, topo(gpus, 8));
+        let per_node = (nodes(256) - nodes(64)) / 24.0;
+        assert!((per_node - p.nvl_step_us).abs() < 1e-3, "{per_node}");
     }
 
     #[test]
