@@ -30,33 +30,13 @@ for f in "$nvsh" "$gpt"; do
     [ -x "$f" ] || { echo "eight_gpus.sh: $f not found or not executable" >&2; exit 2; }
 done
 [ -r "$data" ] || { echo "eight_gpus.sh: cannot read $data" >&2; exit 2; }
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [ "$gpus" -lt 8 ]; then
-    echo "eight_gpus.sh: this machine has $gpus GPU(s); these runs need 8 (one PE per GPU)" >&2
-    exit 2
-fi
-mkdir -p "$logs" || exit 2
-limit=${STEP_TIMEOUT:-580}
-# NVLink multicast stays off (INSTALL.md); the benches compare with NCCL's own transports.
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NCCL=1
-results=() failed=0
-
-# run NAME COMMAND...: output in LOG_DIR/NAME.log; false when the command failed.
-run() {
-    local name=$1
-    shift
-    echo "=== $name: $*"
-    timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
-    local rc=$?
-    echo "$name: exit $rc (output in $logs/$name.log)"
-    [ $rc -eq 0 ]
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh
+prepare_steps 8 eight_gpus.sh
 
 # bench NAME COLLECTIVE ARGS...: nvsh bench at 8 PEs, JSON in LOG_DIR/NAME.json.
 bench() {
-    local name=$1 c=$2
-    shift 2
-    run "$name" "$nvsh" run -n 8 -- "$nvsh" bench "$c" "$@" --json --out "$logs/$name.json"
+    bench_at 8 "$@"
 }
 
 sizes=(-b 4K -e 256M -f 4 -n 5 -d f32,bf16)
@@ -99,14 +79,4 @@ step() {
     esac
 }
 
-for s in "${steps[@]}"; do
-    if step "$s"; then
-        results+=("$s: ok")
-    else
-        results+=("$s: failed (see $logs)")
-        failed=$((failed + 1))
-    fi
-done
-echo
-printf '%s\n' "${results[@]}"
-[ "$failed" -eq 0 ]
+run_steps "${steps[@]}"
