@@ -6,7 +6,8 @@
 //!
 //! - allgather: the rail gathers the blocks of local index `l` into their places in the output
 //!   (blocks `G` apart); then, once per node `m`, the node gathers node `m`'s blocks in place.
-//!   Across nodes each PE receives M - 1 blocks, as flat, but over its own rail only.
+//!   Across nodes each PE receives M - 1 blocks on its own rail (a flat allgather: G (M - 1),
+//!   one from every PE on another node).
 //! - reduce-scatter: once per node `m`, the node reduces node `m`'s blocks, local index `l`'s
 //!   sum into scratch row `m`; then the rail reduces the rows, row `n` to this PE. Across
 //!   nodes each PE sends M - 1 blocks (a flat reduce-scatter sends G (M - 1)).
