@@ -645,12 +645,11 @@ impl<'nv> FamilyWorkspace<'nv> {
         self.ws.begin_call()?;
         let nv = self.ws.runtime();
         let name = self.ws.call_name();
-        if self.nodes.is_none() {
-            self.nodes = Some(Box::new(self.node_workspaces(stream)?));
-        }
-        let Some(steps) = self.nodes.as_mut() else {
-            unreachable!("made above")
+        let made = match self.nodes.take() {
+            Some(steps) => steps,
+            None => Box::new(self.node_workspaces(stream)?),
         };
+        let steps = self.nodes.insert(made);
         let scratch_bytes =
             plan.scratch
                 .checked_mul(call.elem_bytes)
