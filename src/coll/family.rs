@@ -80,13 +80,10 @@ pub(crate) fn staged_call<'s, 'nv: 's, T: Element>(
 ) -> Result<()> {
     staged(fam, located, io, true, stream, |fam, input, output| {
         let call = call_of(spec.code, spec.op, spec.root, &input, &output, spec.count);
-        let bytes = spec.count * call.elem_bytes;
-        let (me, root) = (fam.ws().runtime().my_pe(), spec.root.unwrap_or(0));
-        let plan = match fam.takes_nodes(bytes, call.elem_bytes) {
-            true => fam.node_layout(),
-            false => None,
-        }
-        .and_then(|l| node_plans::plan(spec.code, l, me, spec.count, root));
+        let me = fam.ws().runtime().my_pe();
+        let plan = fam
+            .nodes_for(spec.count * call.elem_bytes, call.elem_bytes)
+            .and_then(|l| node_plans::plan(spec.code, l, me, spec.count, spec.root.unwrap_or(0)));
         match plan {
             Some(plan) => {
                 // Each step's root is a rank of its own team.

@@ -613,18 +613,16 @@ impl<'nv> FamilyWorkspace<'nv> {
             .filter(|l| world && l.nodes() >= 2 && nv.team_rail().is_some())
     }
 
-    /// Whether a call of `bytes` per rank block in `elem_bytes`-byte elements takes the
-    /// node-aware steps: the workspace has a [`Self::node_layout`], and the call asks for them
-    /// (set, or under `Auto` the tuned table) or, under `Auto` with no tuned choice, is of
-    /// [`FAMILY_HIER_MIN_ENV`] bytes or more. Every member decides alike.
-    pub(crate) fn takes_nodes(&self, bytes: usize, elem_bytes: usize) -> bool {
-        if self.node_layout().is_none() {
-            return false;
-        }
+    /// The nodes a call of `bytes` per rank block in `elem_bytes`-byte elements follows where
+    /// it takes the node-aware steps, else None: the workspace has a [`Self::node_layout`], and
+    /// the call asks for them (set, or under `Auto` the tuned table) or, under `Auto` with no
+    /// tuned choice, is of [`FAMILY_HIER_MIN_ENV`] bytes or more. Every member decides alike.
+    pub(crate) fn nodes_for(&self, bytes: usize, elem_bytes: usize) -> Option<NodeLayout> {
+        let layout = self.node_layout()?;
         match self.asked(bytes, elem_bytes) {
-            FamilyProtocol::Hierarchical => true,
-            FamilyProtocol::Auto => bytes >= self.hier_min,
-            _ => false,
+            FamilyProtocol::Hierarchical => Some(layout),
+            FamilyProtocol::Auto => (bytes >= self.hier_min).then_some(layout),
+            _ => None,
         }
     }
 

@@ -9,10 +9,10 @@
 //! order, each with its own handshakes, deadlines and checked-mode header, as the hierarchical
 //! allreduce's do (`crate::coll::allreduce::hier`).
 
-use crate::core::buffer::SymmetricBuffer;
 use crate::core::error::{Error, Result};
 use crate::core::runtime::Nvshmem;
 use crate::core::stream::is_capturing;
+use crate::proto::staging::{grown_capacity, Staging};
 use cudarc::driver::CudaStream;
 
 /// The environment variable: `Auto` on a world workspace whose world spans nodes takes the
@@ -87,8 +87,9 @@ pub(crate) fn address(
 pub(crate) struct NodeSteps<'nv, W> {
     pub node: W,
     pub rail: W,
-    /// Symmetric, grown by calls that need more (collective: every PE needs the same).
-    scratch: Option<SymmetricBuffer<'nv, u8>>,
+    /// Symmetric, grown by calls that need more (collective: every PE needs the same), as the
+    /// staging area grows.
+    scratch: Staging<'nv>,
 }
 
 impl<'nv, W> NodeSteps<'nv, W> {
@@ -96,7 +97,7 @@ impl<'nv, W> NodeSteps<'nv, W> {
         NodeSteps {
             node,
             rail,
-            scratch: None,
+            scratch: Staging::default(),
         }
     }
 
@@ -118,7 +119,7 @@ impl<'nv, W> NodeSteps<'nv, W> {
         bytes: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let has = self.scratch.as_ref().map_or(0, |s| s.num_bytes());
+        let has = self.scratch.capacity();
         if bytes <= has {
             return Ok(());
         }
@@ -131,18 +132,15 @@ impl<'nv, W> NodeSteps<'nv, W> {
                 ),
             });
         }
-        let grown = bytes.checked_next_power_of_two().unwrap_or(bytes);
+        let grown = grown_capacity(bytes);
         log::debug!("{what}: hierarchical scratch grows from {has} to {grown} bytes");
-        self.scratch = None;
-        self.scratch = Some(nv.alloc::<u8>(grown)?);
-        Ok(())
+        self.scratch.reserve(nv, grown)
     }
 
-    /// Device address of the scratch, or null.
+    /// Device address of the scratch (before any call that needs one, an address no step
+    /// reads or writes through: its plan has no scratch).
     pub fn scratch_ptr(&self) -> *mut std::ffi::c_void {
-        self.scratch
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |s| s.as_device_ptr().cast())
+        self.scratch.base() as *mut std::ffi::c_void
     }
 }
 

@@ -160,6 +160,14 @@ impl<'nv> Staging<'nv> {
         self.buf.as_ref().map_or(0, |b| b.num_bytes())
     }
 
+    /// Device address of the area; where it has none, an aligned non-null address that only
+    /// empty spans may take (nothing moves through it).
+    pub(crate) fn base(&self) -> usize {
+        self.buf
+            .as_ref()
+            .map_or(STAGING_ALIGN, |b| b.as_device_ptr() as usize)
+    }
+
     /// Makes the area hold at least `bytes` (reallocated if it holds less: the old area is freed
     /// first, after the device's queued work). Collective over the world: every PE at the same
     /// point with the same `bytes`.
@@ -240,10 +248,7 @@ impl<'nv> Staging<'nv> {
         nv.bind()?;
         // No area only when every staged span is empty: nothing moves through their addresses,
         // which stay non-null and aligned for any element type.
-        let base = self
-            .buf
-            .as_ref()
-            .map_or(STAGING_ALIGN, |b| b.as_device_ptr() as usize);
+        let base = self.base();
         let mut offsets = offsets.into_iter();
         for (s, addr) in spans.iter().zip(&mut placed.addrs) {
             let at = if takes_room(&s) { offsets.next() } else { None };
