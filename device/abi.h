@@ -84,6 +84,8 @@
 #define NVSHMEMRS_ALLREDUCE_DIRECT_BLOCKS 256
 /* Largest team the low-latency one-shot serves (peer pointers live in shared memory). */
 #define NVSHMEMRS_ALLREDUCE_LL_MAX_PES 64
+/* Members whose heap mapping a launch's header carries (peer_delta): one node of 8 GPUs. */
+#define NVSHMEMRS_PEER_TABLE 8
 /* Most rounds of the push two-shot (its per-round counter values are call * this + round). */
 #define NVSHMEMRS_ALLREDUCE_PUSH_ROUNDS_MAX 16
 /* Counter phases of the direct two-shots: arrive, done, and push's scattered and reduced. */
@@ -205,6 +207,15 @@ typedef struct nvshmemrs_coll_header {
     void *wait_status;
     /* How long one wait of a launch may take (from its first clock check, after 256 polls). */
     uint64_t timeout_ns;
+    /* This PE's map of the first peer_table members' heaps, taken by the host once per
+     * workspace (nvshmem_ptr): member r's copy of a symmetric address a is a + peer_delta[r]
+     * where bit r of peer_mapped is set, unreachable by direct stores where it is clear. From
+     * the launch's parameters the kernels skip two dependent loads (the PE table, then
+     * NVSHMEM's peer table) that miss after a compute kernel has flushed L2. Ranks from
+     * peer_table on (0: all, NVSH_PEER_TABLE=0) ask nvshmem_ptr on the device. */
+    int64_t peer_delta[NVSHMEMRS_PEER_TABLE];
+    uint32_t peer_mapped;
+    int peer_table;
 } nvshmemrs_coll_header;
 
 /* The header's fields come first and rounds last, as before the header existed: the byte

@@ -119,6 +119,7 @@ pub use crate::proto::family::{
 };
 pub use crate::proto::lines::EXCHANGE_LL_MAX_ENV;
 pub use crate::proto::node_steps::FAMILY_HIER_MIN_ENV;
+pub use crate::proto::peer_table::PEER_TABLE_ENV;
 pub use crate::proto::workspace::NO_DIRECT_ENV;
 
 /// Internals for nvsh, the trainer, the Python package and the tests; not covered by semver.

@@ -283,6 +283,15 @@ fn every_collective_between_two_pretend_nodes() {
     every_collective_up_to(&nv, 65537);
 }
 
+gpu_test!(2, every_collective_with_peers_looked_up_on_the_device);
+/// NVSH_PEER_TABLE=0: kernels look each peer's mapping up on the GPU (the PE table, then
+/// NVSHMEM's peer table), as they do for members past the launch's table of 8, instead of
+/// reading it from the launch's arguments.
+fn every_collective_with_peers_looked_up_on_the_device() {
+    std::env::set_var(nvshmem::PEER_TABLE_ENV, "0");
+    every_collective_up_to(&runtime(2), 65537);
+}
+
 gpu_test!(2, every_collective_through_nvshmem_puts);
 /// NVSHMEM puts even to mapped peers: the path across nodes.
 fn every_collective_through_nvshmem_puts() {

@@ -10,6 +10,7 @@
 #include "prims/direct.cuh"
 #include "prims/dispatch.cuh"
 #include "prims/pdl.cuh"
+#include "prims/peers.cuh"
 #include "prims/reduce.cuh"
 #include "prims/step.cuh"
 #include "prims/vec.cuh"
@@ -38,9 +39,9 @@ __global__ void twoshot_direct_kernel(nvshmemrs_allreduce_args a) {
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     for (int r = threadIdx.x; r < h.n; r += blockDim.x) {
         src[r] = r == h.rank ? static_cast<const T *>(h.input)
-                             : static_cast<const T *>(nvshmem_ptr(h.input, h.pes[r]));
+                             : reinterpret_cast<const T *>(member_ptr(h, h.input, r));
         dst[r] = r == h.rank ? static_cast<T *>(h.output)
-                             : static_cast<T *>(nvshmem_ptr(h.output, h.pes[r]));
+                             : reinterpret_cast<T *>(member_ptr(h, h.output, r));
     }
     wait_for_previous_kernel();
     const uint64_t call = h.state->direct_calls + 1;

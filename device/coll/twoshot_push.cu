@@ -10,6 +10,7 @@
 #include "prims/direct.cuh"
 #include "prims/dispatch.cuh"
 #include "prims/pdl.cuh"
+#include "prims/peers.cuh"
 #include "prims/reduce.cuh"
 #include "prims/step.cuh"
 #include "prims/vec.cuh"
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
     __shared__ T *dst[NVSHMEMRS_ALLREDUCE_DIRECT_MAX_PES];
     for (int r = threadIdx.x; r < h.n; r += blockDim.x)
         dst[r] = r == h.rank ? static_cast<T *>(h.output)
-                             : static_cast<T *>(nvshmem_ptr(h.output, h.pes[r]));
+                             : reinterpret_cast<T *>(member_ptr(h, h.output, r));
     // Entry: every member's output is free and its input ready (its earlier work on its stream
     // is done).
     if (!direct_handshake(w, h, arrive, call, false)) return;
@@ -124,9 +125,8 @@ __global__ void __launch_bounds__(NVSHMEMRS_ALLREDUCE_DIRECT_THREADS_MAX)
         for (size_t i = even + threadIdx.x; i < h.count; i += blockDim.x) {
             A acc{};
             for (int r = 0; r < h.n; ++r) {
-                const T *src = r == h.rank
-                                   ? in
-                                   : static_cast<const T *>(nvshmem_ptr(in, h.pes[r]));
+                const T *src =
+                    r == h.rank ? in : reinterpret_cast<const T *>(member_ptr(h, in, r));
                 A val = to_acc<T>(__ldcg(src + i));
                 acc = r == 0 ? val : combine<T, OP>(acc, val);
             }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "abi.h"
+#include "prims/peers.cuh"
 #include "prims/waiter.cuh"
 
 // Internal linkage: see prims/reduce.cuh.
@@ -199,17 +200,17 @@ __device__ __forceinline__ void ll_block_lines(size_t lines, size_t *l0, size_t 
 }
 
 // Where each member's line region starts in this PE's mapping (NULL for this PE), into `base`
-// (shared memory), for ll_peer_slots. It reads only what a workspace fixes at creation (the PE
-// table and NVSHMEM's peer table), so kernels call it before wait_for_previous_kernel: behind
-// the previous kernel back to back, and otherwise on the block's second warp while the first
-// reads the step (after a compute kernel has flushed L2 each read is a miss, and in a row they
-// were most of the low-latency launch's cost). No barrier: the caller's next one publishes it.
-// Every member is mapped (callers choose the lines only then).
+// (shared memory), for ll_peer_slots. It reads only what a workspace fixes at creation (the
+// header's heap map, prims/peers.cuh; past it the PE table and NVSHMEM's peer table), so
+// kernels call it before wait_for_previous_kernel: behind the previous kernel back to back,
+// and otherwise on the block's second warp while the first reads the step (after a compute
+// kernel has flushed L2 the tables' reads are misses, and in a row they were most of the
+// low-latency launch's cost). No barrier: the caller's next one publishes it. Every member is
+// mapped (callers choose the lines only then).
 __device__ __forceinline__ void ll_peer_bases(const nvshmemrs_coll_header &h, char **base) {
     const int first = blockDim.x >= 32 + (unsigned)h.n ? 32 : 0;
     for (int r = (int)threadIdx.x - first; r >= 0 && r < h.n; r += blockDim.x)
-        base[r] = r == h.rank ? nullptr
-                              : static_cast<char *>(nvshmem_ptr(h.ll_scratch, h.pes[r]));
+        base[r] = r == h.rank ? nullptr : member_ptr(h, h.ll_scratch, r);
 }
 
 // Slot [h.rank] at `parity` on each member (NULL for this PE), from ll_peer_bases' `base`

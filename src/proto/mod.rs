@@ -2,7 +2,8 @@
 //! state, status record, timeout), checked mode, and the family's handshake workspace
 //! ([`FamilyWorkspace`]), the exchanges ([`exchange`]; the bound and sizes of their
 //! low-latency lines in [`lines`]), and the staging area through which calls move the caller's
-//! own device memory ([`staging`]). Device primitives live in `device/prims/`.
+//! own device memory ([`staging`]), and the members' heap map every launch carries
+//! ([`peer_table`]). Device primitives live in `device/prims/`.
 
 pub mod checked;
 pub mod exchange;
@@ -10,6 +11,7 @@ pub mod family;
 pub mod lines;
 pub mod mismatch;
 pub mod node_steps;
+pub mod peer_table;
 pub mod staging;
 pub mod workspace;
 

@@ -14,6 +14,7 @@ use crate::core::runtime::Nvshmem;
 use crate::core::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::core::stream::raw_stream;
 use crate::proto::checked::checked_from_env;
+use crate::proto::peer_table::{peer_table_from_env, PeerTable, PEER_TABLE_LEN};
 use crate::proto::staging::{Grow, Placed, Room, Span, StageIo, Staged, Staging};
 use crate::sys;
 use crate::team::Team;
@@ -124,6 +125,8 @@ pub struct Workspace<'nv> {
     mapped: bool,
     /// [`NO_DIRECT_ENV`] as read at creation.
     env_no_direct: bool,
+    /// The members' heap map each launch's header carries.
+    peer_table: PeerTable,
     /// Device-resident sequence state of the collective's kernels (zeroed at creation).
     state: SymmetricBuffer<'nv, u64>,
     headers: Option<Headers<'nv>>,
@@ -175,11 +178,36 @@ impl<'nv> Workspace<'nv> {
         let pes_buf = nv.alloc::<i32>(world)?;
         pes_buf.copy_from_host(&pes)?;
         // The mapping probe: nvshmem_ptr answers alike for every address of the heap.
-        let mut mapped = true;
+        let local = pes_buf.as_device_ptr() as usize;
+        let mut members = Vec::with_capacity(n as usize);
         for &pe in pes.iter().take(n as usize) {
-            mapped &= pe == nv.my_pe() || pes_buf.peer_ptr(pe)?.is_some();
+            members.push(if pe == nv.my_pe() {
+                Some(local)
+            } else {
+                pes_buf.peer_ptr(pe)?.map(|p| p.as_ptr() as usize)
+            });
         }
+        let mapped = members.iter().all(Option::is_some);
         let all_mapped = mapped && !no_direct;
+        let mut peer_table = PeerTable::new(peer_table_from_env()?, local, &members);
+        // One delta per member must hold for every heap address: checked on another
+        // allocation; where it does not, kernels look each member up as before.
+        let other = state.as_device_ptr() as usize;
+        for (r, &pe) in pes.iter().take(n as usize).enumerate() {
+            let want = if pe == nv.my_pe() {
+                Some(other)
+            } else {
+                state.peer_ptr(pe)?.map(|p| p.as_ptr() as usize)
+            };
+            if r < PEER_TABLE_LEN && peer_table.member(other, r) != want {
+                log::warn!(
+                    "{}: PE {pe}'s heap is not mapped at one offset; kernels look peers up",
+                    text.call
+                );
+                peer_table = PeerTable::default();
+                break;
+            }
+        }
         Ok(Workspace {
             nv,
             text,
@@ -190,6 +218,7 @@ impl<'nv> Workspace<'nv> {
             no_direct,
             mapped,
             env_no_direct: no_direct,
+            peer_table,
             state,
             headers,
             calls: 0,
@@ -268,7 +297,7 @@ impl<'nv> Workspace<'nv> {
     /// PE's `rank`, device state, status record and timeout. The collective fills in its data
     /// (input, output, count, receive slots and counters).
     pub fn header(&self, rank: i32) -> sys::nvshmemrs_coll_header {
-        sys::nvshmemrs_coll_header {
+        let mut h = sys::nvshmemrs_coll_header {
             state: self.state_ptr().cast(),
             pes: self.pes_ptr(),
             n: self.n,
@@ -279,7 +308,9 @@ impl<'nv> Workspace<'nv> {
             wait_status: self.status_ptr(),
             timeout_ns: self.timeout_ns(),
             ..Default::default()
-        }
+        };
+        self.peer_table.fill(&mut h);
+        h
     }
 
     /// Device address of the world PE table (team rank -> world PE).
