@@ -235,6 +235,11 @@ fn hierarchical_family(pes: i32, g: i32) {
                     for root in roots(row, n) {
                         let call = Call::blocks(row, me, n, count, root);
                         let v = Values::of(row, n, 100 * k + t + 10 * o + root, op);
+                        if row.reduces && !op.reduces_in_steps(dtype) {
+                            // An integer average would truncate twice: asked for, refused.
+                            with_type!(dtype, T => refused_case::<T>(&nv, w, &call, v));
+                            continue;
+                        }
                         with_type!(dtype, T => row_case::<T>(&nv, w, &call, v));
                         let what = format!("{} of {count} {dtype:?}, root {root}", row.name);
                         assert_eq!(w.last_protocol(), Some(hier), "{what}");
@@ -249,6 +254,26 @@ fn hierarchical_family(pes: i32, g: i32) {
     let taken = auto_back_to_back(&nv, &mut rows);
     assert!(taken.contains(&hier), "no call took {hier:?}: {taken:?}");
     std::env::remove_var(nvshmem::FAMILY_HIER_MIN_ENV);
+}
+
+/// A call `w` must refuse with [`Error::CollectiveShape`] before it moves anything: its
+/// output stays poisoned, and the workspace takes the next call.
+fn refused_case<T: Value>(nv: &Nvshmem, w: &mut Workspace<'_>, call: &Call, v: Values) {
+    let poison: T = v.poison();
+    let input = filled(nv, call.in_len, |i| v.input::<T>(call.me, i));
+    let output = filled(nv, call.out_len, |_| poison);
+    let stream = nv.stream().clone();
+    let what = call.describe::<T>(&v);
+    match w.run_any(call.any(&v, &input, &output), &stream) {
+        Err(Error::CollectiveShape { .. }) => {}
+        other => panic!("{what}: {other:?}, not a refusal"),
+    }
+    stream.synchronize().unwrap();
+    assert!(
+        output.to_vec().unwrap().iter().all(|x| *x == poison),
+        "{what}: a refused call wrote its output"
+    );
+    nv.barrier_all().unwrap();
 }
 
 /// 200 calls of `rows` (50 where PEs share a GPU) back to back under `Auto`, every fifth asking

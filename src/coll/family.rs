@@ -9,7 +9,9 @@ use crate::coll::table::Collective;
 use crate::core::buffer::SymView;
 use crate::core::element::{Dtype, Element};
 use crate::core::error::{Error, Result};
+use crate::core::node::NodeLayout;
 use crate::core::outside::Located;
+use crate::proto::family::FamilyProtocol;
 use crate::proto::family::{check_root, FamilyCall};
 use crate::proto::staging::StageIo;
 use crate::proto::{FamilyWorkspace, Workspace};
@@ -78,11 +80,18 @@ pub(crate) fn staged_call<'s, 'nv: 's, T: Element>(
     stream: &CudaStream,
     entry: impl Fn(sys::nvshmemrs_family_args, i32, i32, sys::cudaStream_t) -> i32,
 ) -> Result<()> {
+    let elem_bytes = std::mem::size_of::<T>();
+    let layout = node_steps_for(
+        fam.nodes_for(spec.count * elem_bytes, elem_bytes),
+        spec.op,
+        T::DTYPE,
+        fam.protocol() == FamilyProtocol::Hierarchical,
+        fam.ws().call_name(),
+    )?;
     staged(fam, located, io, true, stream, |fam, input, output| {
         let call = call_of(spec.code, spec.op, spec.root, &input, &output, spec.count);
         let me = fam.ws().runtime().my_pe();
-        let plan = fam
-            .nodes_for(spec.count * call.elem_bytes, call.elem_bytes)
+        let plan = layout
             .and_then(|l| node_plans::plan(spec.code, l, me, spec.count, spec.root.unwrap_or(0)));
         match plan {
             Some(plan) => {
@@ -93,6 +102,33 @@ pub(crate) fn staged_call<'s, 'nv: 's, T: Element>(
             None => fam.call(spec.launch, &call, stream, entry),
         }
     })
+}
+
+/// The node layout a call takes its node-aware steps over: `layout` (what the workspace and
+/// the protocol offer), unless the steps would reduce `op` over `dtype` apart from a flat call
+/// ([`ReduceOp::reduces_in_steps`]); then flat (None), or an error where the steps were asked
+/// for (`asked`). Alike on every member: type, op and protocol are the call's.
+fn node_steps_for(
+    layout: Option<NodeLayout>,
+    op: Option<ReduceOp>,
+    dtype: Dtype,
+    asked: bool,
+    what: &'static str,
+) -> Result<Option<NodeLayout>> {
+    match (layout, op) {
+        (Some(_), Some(op)) if !op.reduces_in_steps(dtype) => match asked {
+            true => Err(Error::CollectiveShape {
+                what,
+                detail: format!(
+                    "the node-aware steps average {} only by truncating twice (and wrap partial \
+                     sums apart); ask for a flat protocol (Auto takes one)",
+                    dtype.name()
+                ),
+            }),
+            false => Ok(None),
+        },
+        (layout, _) => Ok(layout),
+    }
 }
 
 /// The checks of a call whose input and output are alike (allreduce, broadcast, reduce), in this
@@ -322,6 +358,36 @@ pub fn family_code_name(code: u64) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_averages_stay_flat_and_refuse_the_steps_asked_for() {
+        let l = NodeLayout::new(2, 4);
+        let steps = |op, dtype, asked| node_steps_for(l, op, dtype, asked, "reduce-scatter");
+        // Floats average in steps; every other op of every type reduces in steps; no op at all
+        // (allgather) moves in steps.
+        assert_eq!(steps(Some(ReduceOp::Avg), Dtype::Bf16, true).unwrap(), l);
+        assert_eq!(steps(Some(ReduceOp::Sum), Dtype::U32, true).unwrap(), l);
+        assert_eq!(steps(None, Dtype::U8, false).unwrap(), l);
+        // An integer average: flat under Auto or a tuned table, an error where asked for.
+        assert_eq!(steps(Some(ReduceOp::Avg), Dtype::U32, false).unwrap(), None);
+        let err = steps(Some(ReduceOp::Avg), Dtype::I64, true).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::CollectiveShape {
+                    what: "reduce-scatter",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("truncating twice"), "{err}");
+        // No layout: nothing to refuse.
+        assert_eq!(
+            node_steps_for(None, Some(ReduceOp::Avg), Dtype::I32, true, "x").unwrap(),
+            None
+        );
+    }
 
     #[test]
     fn shapes_and_overlaps_are_checked() {

@@ -1,6 +1,6 @@
 //! Reductions: the op and the element types the reduction kernels take.
 
-use crate::core::element::Element;
+use crate::core::element::{Dtype, Element};
 use crate::sys;
 
 /// The reduction.
@@ -39,6 +39,15 @@ impl ReduceOp {
             ReduceOp::Max => "max",
             ReduceOp::Avg => "avg",
         }
+    }
+
+    /// Whether reducing in steps (over groups of the members, then over the groups' results,
+    /// as the node-aware algorithms do) gives this op over `dtype` as one flat reduction does:
+    /// an average of group averages is the average only where dividing twice rounds as
+    /// dividing once (floats, to within their rounding); integer averages truncate twice, and
+    /// unsigned ones wrap their partial sums apart.
+    pub fn reduces_in_steps(self, dtype: Dtype) -> bool {
+        self != ReduceOp::Avg || matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
     }
 }
 

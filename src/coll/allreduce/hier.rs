@@ -31,11 +31,10 @@ pub const HIER_MIN_ENV: &str = "NVSH_ALLREDUCE_HIER_MIN";
 /// Not measured across real nodes yet: every size, as the issue asks of a team over nodes.
 pub const HIER_MIN_DEFAULT: usize = 0;
 
-/// Whether the steps give `op` over `dtype` as one flat reduction would: an average of node
-/// averages is the average only where dividing twice rounds like dividing once (floats, to
-/// within their rounding); integer averages truncate twice.
+/// Whether the steps give `op` over `dtype` as one flat reduction would
+/// ([`ReduceOp::reduces_in_steps`]).
 pub(crate) fn serves(op: ReduceOp, dtype: Dtype) -> bool {
-    op != ReduceOp::Avg || matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
+    op.reduces_in_steps(dtype)
 }
 
 /// What `Auto` takes before the tuned and built-in tables, or None to leave it to them:
