@@ -211,6 +211,8 @@ mod tests {
     //! their order), the result compared with the flat collective over the world.
 
     use super::*;
+    use crate::coll::op::ReduceOp;
+    use crate::core::element::Dtype;
     use std::collections::HashMap;
 
     /// Where a PE's buffers lie in its memory (element offsets), and their lengths.
@@ -233,6 +235,18 @@ mod tests {
     /// together. Panics where members disagree on a step's shape, or where no team can go on
     /// (a plan that would hang).
     fn run(code: u32, layout: NodeLayout, mem: &mut [Vec<i64>], bufs: Bufs, c: usize, root: i32) {
+        run_with(code, layout, mem, bufs, (c, root), Reduction::SUM)
+    }
+
+    /// [`run`] whose reduce-scatter steps reduce with `red`.
+    fn run_with(
+        code: u32,
+        layout: NodeLayout,
+        mem: &mut [Vec<i64>],
+        bufs: Bufs,
+        (c, root): (usize, i32),
+        red: Reduction,
+    ) {
         let np = layout.nodes() * layout.size();
         let plans: Vec<NodePlan> = (0..np)
             .map(|p| plan(code, layout, p, c, root).unwrap())
@@ -285,15 +299,65 @@ mod tests {
                     "members disagree"
                 );
             }
-            flat(code, mem, &ms, &steps, bufs);
+            flat(code, mem, &ms, &steps, bufs, red);
             for &q in &ms {
                 next[q as usize] += 1;
             }
         }
     }
 
+    /// How a reduce-scatter step reduces: as the kernels do, each step runs the call's op over
+    /// its own members. Values lie in `ty`'s range (u32: 0 to 2^32 - 1, i32 signed, i64 as
+    /// they are); sums and products wrap to the type; an average divides the step's wrapped
+    /// sum by the step's member count, truncating toward zero.
+    #[derive(Clone, Copy, Debug)]
+    struct Reduction {
+        op: ReduceOp,
+        ty: Dtype,
+    }
+
+    impl Reduction {
+        const SUM: Reduction = Reduction {
+            op: ReduceOp::Sum,
+            ty: Dtype::I64,
+        };
+
+        fn wrap(self, v: i64) -> i64 {
+            match self.ty {
+                Dtype::U32 => v as u32 as i64,
+                Dtype::I32 => v as i32 as i64,
+                _ => v,
+            }
+        }
+
+        /// The op over `values` (at least one), `k` of them.
+        fn of(self, values: impl IntoIterator<Item = i64>, k: usize) -> i64 {
+            let mut it = values.into_iter();
+            let first = it.next().expect("a value");
+            let acc = it.fold(first, |a, b| {
+                self.wrap(match self.op {
+                    ReduceOp::Sum | ReduceOp::Avg => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                })
+            });
+            match self.op {
+                ReduceOp::Avg => self.wrap(acc / k as i64),
+                _ => acc,
+            }
+        }
+    }
+
     /// One flat step of `code` over members `ms` (team ranks in order) with their `steps`.
-    fn flat(code: u32, mem: &mut [Vec<i64>], ms: &[i32], steps: &[NodeStep], bufs: Bufs) {
+    fn flat(
+        code: u32,
+        mem: &mut [Vec<i64>],
+        ms: &[i32],
+        steps: &[NodeStep],
+        bufs: Bufs,
+        red: Reduction,
+    ) {
         let (c, stride) = (steps[0].count, steps[0].stride);
         let k = ms.len();
         let read = |mem: &[Vec<i64>], r: usize, off: usize| -> Vec<i64> {
@@ -309,13 +373,9 @@ mod tests {
                     writes.push((r, out + s * stride, read(mem, s, 0)));
                 }
             } else if code == Collective::ReduceScatter.code() {
-                let mut sum = vec![0i64; c];
-                for s in 0..k {
-                    for (a, v) in sum.iter_mut().zip(read(mem, s, r * stride)) {
-                        *a += v;
-                    }
-                }
-                writes.push((r, out, sum));
+                let parts: Vec<Vec<i64>> = (0..k).map(|s| read(mem, s, r * stride)).collect();
+                let reduced = (0..c).map(|i| red.of(parts.iter().map(|p| p[i]), k));
+                writes.push((r, out, reduced.collect()));
             } else if code == Collective::Broadcast.code() {
                 writes.push((r, out, read(mem, steps[0].root as usize, 0)));
             } else if code == Collective::Alltoall.code() {
@@ -449,6 +509,57 @@ mod tests {
                 }
                 for root in 0..layout.nodes() * layout.size() {
                     check(Collective::Broadcast.code(), layout, c, root);
+                }
+            }
+        }
+    }
+
+    /// Reduce-scatter over `layout`, `c` elements a block, with every step reducing by `red`,
+    /// against the flat op over every PE: (the steps' outputs, the flat ones), PE by PE.
+    fn reduce_scatter_by(red: Reduction, layout: NodeLayout, c: usize) -> [Vec<Vec<i64>>; 2] {
+        let np = (layout.nodes() * layout.size()) as usize;
+        // As the GPU tests draw them: -40 to 56, wrapped into the type.
+        let value = |p: usize, i: usize| red.wrap(((p * 37 + i * 11) % 97) as i64 - 40);
+        let (in_len, out_len) = (np * c, c);
+        let bufs = Bufs {
+            input: 0,
+            output: in_len,
+            scratch: in_len + out_len,
+        };
+        let mut mem: Vec<Vec<i64>> = (0..np)
+            .map(|p| {
+                let mut m = vec![POISON; in_len + out_len + np * c];
+                for (i, x) in m[..in_len].iter_mut().enumerate() {
+                    *x = value(p, i);
+                }
+                m
+            })
+            .collect();
+        let code = Collective::ReduceScatter.code();
+        run_with(code, layout, &mut mem, bufs, (c, 0), red);
+        let got = mem.iter().map(|m| m[in_len..in_len + out_len].to_vec());
+        let want = (0..np).map(|p| {
+            (0..c)
+                .map(|i| red.of((0..np).map(|q| value(q, p * c + i)), np))
+                .collect()
+        });
+        [got.collect(), want.collect()]
+    }
+
+    #[test]
+    fn reduce_scatter_steps_match_flat_exactly_where_the_op_reduces_in_steps() {
+        for (m, g) in [(2, 2), (3, 2), (2, 3)] {
+            let layout = NodeLayout::new(g, m * g).unwrap();
+            for ty in [Dtype::U32, Dtype::I32] {
+                for op in ReduceOp::ALL {
+                    let red = Reduction { op, ty };
+                    let [got, want] = reduce_scatter_by(red, layout, 3);
+                    if op.reduces_in_steps(ty) {
+                        assert_eq!(got, want, "{red:?}, {m} nodes of {g}");
+                    } else {
+                        // What the runtime refuses: averages of node averages, apart.
+                        assert_ne!(got, want, "{red:?}, {m} nodes of {g}");
+                    }
                 }
             }
         }
