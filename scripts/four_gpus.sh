@@ -5,12 +5,15 @@
 # BIN_DIR holds what scripts/build_gpu_bins.sh made (nvsh and the test binaries); LOG_DIR
 # receives each step's output and JSON. Steps (default: nodes family allreduce sparse):
 #   nodes     every GPU test with pretend nodes (2 x 2, 4 x 1, 2 x 1) and the hierarchical
-#             ones, then allgather, reduce-scatter, broadcast and alltoall at 2 x 2, flat
-#             (NVSH_FAMILY_HIER_MIN=1T) and by node-aware steps (=0) alternating, twice each, and
-#             the allreduce's algorithms there: `nvsh compare LOG_DIR/nodes_C_hier_*.json
-#             --before LOG_DIR/nodes_C_flat_*.json` sets them side by side (docs/nodes.md)
-#   family    every family collective at 4 PEs, f32 and bf16, 4 KiB to 256 MiB, ours against
-#             nccl and nccl-sym, back to back and after compute (issue 35's table)
+#             ones, then allgather, reduce-scatter, broadcast and alltoall at 2 x 2 to 16 MiB,
+#             flat (NVSH_FAMILY_HIER_MIN=1T) then by node-aware steps (=0), NODES_RUNS times
+#             each (default 1), and the allreduce's algorithms there: `nvsh compare
+#             LOG_DIR/nodes_C_hier_*.json --before LOG_DIR/nodes_C_flat_*.json` sets them side
+#             by side (docs/nodes.md)
+#   family    the family collectives at 4 PEs, f32 and bf16, 4 KiB to 256 MiB, ours against
+#             nccl and nccl-sym, back to back and after compute (issue 35's table): those of
+#             FAMILY_COLLECTIVES (default all seven; name a few per call where one call's
+#             limit cuts the list)
 #   allreduce the allreduce at 4 PEs, every algorithm and auto against nccl and nccl-sym
 #   sparse    the sparse allreduce's GPU tests of 3 and 4 PEs (every method against the seed's
 #             CPU reference, the bit-identical replicas), then nvsh bench sparse at 4 PEs,
@@ -23,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ $# -lt 2 ]; then
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 bin=$1 logs=$2
@@ -52,20 +55,21 @@ step() {
         tests nodes_tests "$bin" pretend || ok=1
         tests nodes_hier_tests "$bin" hierarchical pretend || ok=1
         for c in allgather reduce-scatter broadcast alltoall; do
-            for k in 1 2; do
+            for k in $(seq "${NODES_RUNS:-1}"); do
                 NVSH_PRETEND_NODE_SIZE=2 NVSH_FAMILY_HIER_MIN=1T \
-                    bench_at 4 "nodes_${c}_flat_$k" "$c" -b 4K -e 64M -f 4 -d bf16 \
+                    bench_at 4 "nodes_${c}_flat_$k" "$c" -b 4K -e 16M -f 4 -n 5 -d bf16 \
                     --algos ours,nccl || ok=1
                 NVSH_PRETEND_NODE_SIZE=2 NVSH_FAMILY_HIER_MIN=0 \
-                    bench_at 4 "nodes_${c}_hier_$k" "$c" -b 4K -e 64M -f 4 -d bf16 \
+                    bench_at 4 "nodes_${c}_hier_$k" "$c" -b 4K -e 16M -f 4 -n 5 -d bf16 \
                     --algos ours,nccl || ok=1
             done
         done
-        NVSH_PRETEND_NODE_SIZE=2 bench_at 4 nodes_allreduce allreduce -b 64K -e 64M -f 4 \
-            -d bf16 --algos hier,oneshot,twoshot,ring,rd,nccl || ok=1
+        NVSH_PRETEND_NODE_SIZE=2 bench_at 4 nodes_allreduce allreduce -b 64K -e 16M -f 4 \
+            -n 5 -d bf16 --algos hier,oneshot,twoshot,ring,rd,nccl || ok=1
         return $ok ;;
     family)
-        for c in broadcast reduce allgather allgatherv reduce-scatter alltoall alltoallv; do
+        local all="broadcast reduce allgather allgatherv reduce-scatter alltoall alltoallv"
+        for c in ${FAMILY_COLLECTIVES:-$all}; do
             bench_at 4 "${c}_4" "$c" "${sizes[@]}" --algos ours,nccl,nccl-sym || ok=1
         done
         return $ok ;;
