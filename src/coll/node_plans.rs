@@ -398,6 +398,31 @@ mod tests {
         (p as i64 + 1) * 1_000_000 + i as i64
     }
 
+    /// `np` PEs' memories with input, output and scratch (`lens`) one after the other, input
+    /// element i of PE p `value(p, i)`, the rest poisoned.
+    fn apart(
+        np: usize,
+        lens: [usize; 3],
+        value: impl Fn(usize, usize) -> i64,
+    ) -> (Bufs, Vec<Vec<i64>>) {
+        let [in_len, out_len, scratch] = lens;
+        let bufs = Bufs {
+            input: 0,
+            output: in_len,
+            scratch: in_len + out_len,
+        };
+        let mem = (0..np)
+            .map(|p| {
+                let mut m = vec![POISON; in_len + out_len + scratch];
+                for (i, x) in m[..in_len].iter_mut().enumerate() {
+                    *x = value(p, i);
+                }
+                m
+            })
+            .collect();
+        (bufs, mem)
+    }
+
     /// `code` over `layout` with `c` elements (broadcast: from `root`), out of place and in
     /// place where the collective has it, against the flat definition.
     fn check(code: u32, layout: NodeLayout, c: usize, root: i32) {
@@ -428,21 +453,7 @@ mod tests {
             layout.size()
         );
         let scratch = np * c;
-        // Apart: input, output, scratch one after the other.
-        let bufs = Bufs {
-            input: 0,
-            output: in_len,
-            scratch: in_len + out_len,
-        };
-        let mut mem: Vec<Vec<i64>> = (0..np)
-            .map(|p| {
-                let mut m = vec![POISON; in_len + out_len + scratch];
-                for (i, x) in m[..in_len].iter_mut().enumerate() {
-                    *x = value(p, i);
-                }
-                m
-            })
-            .collect();
+        let (bufs, mut mem) = apart(np, [in_len, out_len, scratch], value);
         run(code, layout, &mut mem, bufs, c, root);
         for (p, m) in mem.iter().enumerate() {
             assert_eq!(m[in_len..in_len + out_len], expect(p)[..], "{what}, PE {p}");
@@ -521,20 +532,7 @@ mod tests {
         // As the GPU tests draw them: -40 to 56, wrapped into the type.
         let value = |p: usize, i: usize| red.wrap(((p * 37 + i * 11) % 97) as i64 - 40);
         let (in_len, out_len) = (np * c, c);
-        let bufs = Bufs {
-            input: 0,
-            output: in_len,
-            scratch: in_len + out_len,
-        };
-        let mut mem: Vec<Vec<i64>> = (0..np)
-            .map(|p| {
-                let mut m = vec![POISON; in_len + out_len + np * c];
-                for (i, x) in m[..in_len].iter_mut().enumerate() {
-                    *x = value(p, i);
-                }
-                m
-            })
-            .collect();
+        let (bufs, mut mem) = apart(np, [in_len, out_len, np * c], value);
         let code = Collective::ReduceScatter.code();
         run_with(code, layout, &mut mem, bufs, (c, 0), red);
         let got = mem.iter().map(|m| m[in_len..in_len + out_len].to_vec());
