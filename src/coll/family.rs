@@ -4,7 +4,7 @@
 //! from here too.
 
 use crate::coll::node_plans;
-use crate::coll::op::ReduceOp;
+use crate::coll::op::{refused_in_steps, ReduceOp};
 use crate::coll::table::Collective;
 use crate::core::buffer::SymView;
 use crate::core::element::{Dtype, Element};
@@ -117,14 +117,7 @@ fn node_steps_for(
 ) -> Result<Option<NodeLayout>> {
     match (layout, op) {
         (Some(_), Some(op)) if !op.reduces_in_steps(dtype) => match asked {
-            true => Err(Error::CollectiveShape {
-                what,
-                detail: format!(
-                    "the node-aware steps average {} only by truncating twice (and wrap partial \
-                     sums apart); ask for a flat protocol (Auto takes one)",
-                    dtype.name()
-                ),
-            }),
+            true => Err(refused_in_steps(what, "the node-aware steps", dtype)),
             false => Ok(None),
         },
         (layout, _) => Ok(layout),

@@ -1,6 +1,7 @@
 //! Reductions: the op and the element types the reduction kernels take.
 
 use crate::core::element::{Dtype, Element};
+use crate::core::error::Error;
 use crate::sys;
 
 /// The reduction.
@@ -48,6 +49,19 @@ impl ReduceOp {
     /// unsigned ones wrap their partial sums apart.
     pub fn reduces_in_steps(self, dtype: Dtype) -> bool {
         self != ReduceOp::Avg || matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
+    }
+}
+
+/// The error of call `what` that asked for `steps` (the node-aware algorithm) where they would
+/// average `dtype` apart from a flat call ([`ReduceOp::reduces_in_steps`]).
+pub(crate) fn refused_in_steps(what: &'static str, steps: &str, dtype: Dtype) -> Error {
+    Error::CollectiveShape {
+        what,
+        detail: format!(
+            "{steps} average {} only by truncating twice (and wrap unsigned partial sums \
+             apart); ask for a flat one (auto takes one)",
+            dtype.name()
+        ),
     }
 }
 

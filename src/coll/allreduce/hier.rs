@@ -13,11 +13,10 @@
 
 use crate::coll::allgather::Allgather;
 use crate::coll::allreduce::algo::AllreduceAlgo;
-use crate::coll::op::{ReduceOp, Reducible};
+use crate::coll::op::{refused_in_steps, ReduceOp, Reducible};
 use crate::coll::reduce_scatter::ReduceScatter;
 use crate::core::buffer::SymView;
-use crate::core::element::Dtype;
-use crate::core::error::{Error, Result};
+use crate::core::error::Result;
 use crate::core::node::NodeLayout;
 use crate::core::runtime::Nvshmem;
 use crate::team::Team;
@@ -31,17 +30,11 @@ pub const HIER_MIN_ENV: &str = "NVSH_ALLREDUCE_HIER_MIN";
 /// Not measured across real nodes yet: every size, as the issue asks of a team over nodes.
 pub const HIER_MIN_DEFAULT: usize = 0;
 
-/// Whether the steps give `op` over `dtype` as one flat reduction would
-/// ([`ReduceOp::reduces_in_steps`]).
-pub(crate) fn serves(op: ReduceOp, dtype: Dtype) -> bool {
-    op.reduces_in_steps(dtype)
-}
-
 /// What `Auto` takes before the tuned and built-in tables, or None to leave it to them:
 /// NVSH_ALLREDUCE_ALGO (`env`) where it names an algorithm the workspace has, else on a
 /// workspace with the steps (`min_bytes`: [`HIER_MIN_ENV`]) the hierarchical algorithm for
-/// calls of `min_bytes` or more. `serves`: [`serves`] for the call; where it is false the
-/// hierarchical algorithm is never taken (not even where `env` names it).
+/// calls of `min_bytes` or more. `serves`: [`ReduceOp::reduces_in_steps`] for the call; where
+/// it is false the hierarchical algorithm is never taken (not even where `env` names it).
 pub(crate) fn auto_first(
     env: Option<AllreduceAlgo>,
     min_bytes: Option<usize>,
@@ -147,15 +140,12 @@ impl<'nv, A: FlatStep> Hier<'nv, A> {
         op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
-        if !serves(op, T::DTYPE) {
-            return Err(Error::CollectiveShape {
-                what: "allreduce",
-                detail: format!(
-                    "the hierarchical algorithm averages {} only by truncating twice; pick a \
-                     flat one (auto picks one)",
-                    T::DTYPE.name()
-                ),
-            });
+        if !op.reduces_in_steps(T::DTYPE) {
+            return Err(refused_in_steps(
+                "allreduce",
+                "the hierarchical algorithm's steps",
+                T::DTYPE,
+            ));
         }
         let count = input.len();
         let g = self.layout.size() as usize;
@@ -196,6 +186,7 @@ impl<'nv, A: FlatStep> Hier<'nv, A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::element::Dtype;
 
     #[test]
     fn auto_takes_hier_only_where_the_workspace_has_it() {
@@ -226,6 +217,7 @@ mod tests {
 
     #[test]
     fn integer_averages_stay_flat() {
+        let serves = |op: ReduceOp, dtype| op.reduces_in_steps(dtype);
         assert!(serves(ReduceOp::Avg, Dtype::Bf16) && serves(ReduceOp::Avg, Dtype::F32));
         assert!(serves(ReduceOp::Sum, Dtype::I32) && serves(ReduceOp::Max, Dtype::U64));
         assert!(!serves(ReduceOp::Avg, Dtype::I32) && !serves(ReduceOp::Avg, Dtype::U64));

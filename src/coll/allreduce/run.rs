@@ -77,7 +77,7 @@ impl<'nv> Allreduce<'nv> {
         let algo = match algo {
             AllreduceAlgo::Auto => {
                 let bytes = input.num_bytes();
-                let serves = hier::serves(op, T::DTYPE);
+                let serves = op.reduces_in_steps(T::DTYPE);
                 let first = hier::auto_first(self.env_algo, self.hier_min(), bytes, serves);
                 match (first, self.tuned(bytes, T::DTYPE)) {
                     (Some(a), _) | (None, Some(a)) => a,
