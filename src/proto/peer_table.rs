@@ -64,6 +64,16 @@ impl PeerTable {
         (r < self.len as usize && self.mapped >> r & 1 == 1)
             .then(|| (addr as i64).wrapping_add(self.delta[r]) as usize)
     }
+
+    /// Whether the table gives `members[r]` (where member r maps `addr`, as for
+    /// [`PeerTable::new`]) for every rank it holds: one delta per member for this address too.
+    pub fn maps(&self, addr: usize, members: &[Option<usize>]) -> bool {
+        members
+            .iter()
+            .enumerate()
+            .take(self.len as usize)
+            .all(|(r, &want)| self.member(addr, r) == want)
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +97,21 @@ mod tests {
         assert_eq!(t.member(a, 2), None);
         assert_eq!(t.member(a, 3), Some(0x6f00_1234_5670));
         assert_eq!(t.member(a, 4), None, "past the team");
+        // Another allocation at the same offsets on every member: the table holds for it; a
+        // member that maps it elsewhere, or not at all, breaks it.
+        let b = local + 0x10_0000;
+        let others = [
+            Some(b),
+            Some(0x7100_0010_0000),
+            None,
+            Some(0x6f00_0010_0000),
+        ];
+        assert!(t.maps(b, &others));
+        let mut moved = others;
+        moved[3] = Some(0x6f00_0020_0000);
+        assert!(!t.maps(b, &moved));
+        moved[3] = None;
+        assert!(!t.maps(b, &moved));
         let mut h = sys::nvshmemrs_coll_header::default();
         t.fill(&mut h);
         assert_eq!((h.peer_table, h.peer_mapped), (4, 0b1011));

@@ -14,7 +14,7 @@ use crate::core::runtime::Nvshmem;
 use crate::core::status::{FailureKind, FailureText, StatusRecord, WaitFailure};
 use crate::core::stream::raw_stream;
 use crate::proto::checked::checked_from_env;
-use crate::proto::peer_table::{peer_table_from_env, PeerTable, PEER_TABLE_LEN};
+use crate::proto::peer_table::{peer_table_from_env, PeerTable};
 use crate::proto::staging::{Grow, Placed, Room, Span, StageIo, Staged, Staging};
 use crate::sys;
 use crate::team::Team;
@@ -101,6 +101,21 @@ pub fn no_direct_from_env() -> Result<bool> {
     )
 }
 
+/// Where each of `pes` maps `buf` in this PE's address space (its own copy for this PE), or
+/// None where it is not reachable by direct stores.
+fn member_addresses<T: Element>(
+    nv: &Nvshmem,
+    pes: &[i32],
+    buf: &SymmetricBuffer<'_, T>,
+) -> Result<Vec<Option<usize>>> {
+    pes.iter()
+        .map(|&pe| match pe == nv.my_pe() {
+            true => Ok(Some(buf.as_device_ptr() as usize)),
+            false => Ok(buf.peer_ptr(pe)?.map(|p| p.as_ptr() as usize)),
+        })
+        .collect()
+}
+
 /// Checked mode's symmetric buffers: every member's header (world x HEADER_WORDS words) and
 /// the signal each header put raises (world words).
 struct Headers<'nv> {
@@ -179,34 +194,19 @@ impl<'nv> Workspace<'nv> {
         pes_buf.copy_from_host(&pes)?;
         // The mapping probe: nvshmem_ptr answers alike for every address of the heap.
         let local = pes_buf.as_device_ptr() as usize;
-        let mut members = Vec::with_capacity(n as usize);
-        for &pe in pes.iter().take(n as usize) {
-            members.push(if pe == nv.my_pe() {
-                Some(local)
-            } else {
-                pes_buf.peer_ptr(pe)?.map(|p| p.as_ptr() as usize)
-            });
-        }
-        let mapped = members.iter().all(Option::is_some);
+        let of_pes = member_addresses(nv, &pes[..n as usize], &pes_buf)?;
+        let mapped = of_pes.iter().all(Option::is_some);
         let all_mapped = mapped && !no_direct;
-        let mut peer_table = PeerTable::new(peer_table_from_env()?, local, &members);
+        let mut peer_table = PeerTable::new(peer_table_from_env()?, local, &of_pes);
         // One delta per member must hold for every heap address: checked on another
         // allocation; where it does not, kernels look each member up as before.
         let other = state.as_device_ptr() as usize;
-        for (r, &pe) in pes.iter().take(n as usize).enumerate() {
-            let want = if pe == nv.my_pe() {
-                Some(other)
-            } else {
-                state.peer_ptr(pe)?.map(|p| p.as_ptr() as usize)
-            };
-            if r < PEER_TABLE_LEN && peer_table.member(other, r) != want {
-                log::warn!(
-                    "{}: PE {pe}'s heap is not mapped at one offset; kernels look peers up",
-                    text.call
-                );
-                peer_table = PeerTable::default();
-                break;
-            }
+        if !peer_table.maps(other, &member_addresses(nv, &pes[..n as usize], &state)?) {
+            log::warn!(
+                "{}: a member's heap is not mapped at one offset; kernels look peers up",
+                text.call
+            );
+            peer_table = PeerTable::default();
         }
         Ok(Workspace {
             nv,
