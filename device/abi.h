@@ -276,31 +276,57 @@ typedef struct nvshmemrs_family_args {
     int code;
 } nvshmemrs_family_args;
 
-/* Allgatherv with counts on the host (coll/exchange.h nvshmemrs_allgatherv_lines and
- * nvshmemrs_allgatherv_blocks): fam.hdr as the family's (hdr.input this member's part,
- * hdr.output the output, hdr.count the output's elements); member r's part is bytes[r] at byte
- * displ[r] of every output.
- * Lines, where every member's part fits a line slot (hdr.ll_scratch the exchange region's line
- * slots): each member stores its part as lines into slot [its rank] of every other member at
- * the step's parity, then one line with its size word (abi.h NVSHMEMRS_EXCHANGE_DTYPE_SHIFT)
- * after them; each receiver polls every member's lines, copies them out and compares the size
- * word with its own bytes[r] (a difference is NVSHMEMRS_FAIL_LENGTH with
- * NVSHMEMRS_EXCHANGE_SENT_SIZES). No ARRIVE, mailbox or pair state: every call on such a
- * workspace pairs every member with every other both ways, so a slot is rewritten only after
- * its reader's next call has begun (prims/ll.cuh).
- * Blocks, any size: allgather's steps (coll/put_blocks.cuh) with a part of its own size per
- * member: ARRIVE, then each member puts its part at displ[its rank] of every other member's
- * output and raises DATA; no mailbox (the host knows every part). Members must launch the same
- * grid (from the largest part); parts that differ between members are caught by checked
- * mode's header, not by the kernel. */
-#define NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES 16
-typedef struct nvshmemrs_allgatherv_parts_args {
+/* Exchanges whose parts every member's host knows (coll/parts.cuh): allgatherv and alltoallv
+ * with counts on the host. fam.hdr as the family's (hdr.input the input, hdr.output the
+ * output, hdr.count the output's elements); the part this member receives from member r is
+ * bytes[r] at byte displ[r] of its output (allgatherv: member r's part, at the same place in
+ * every output).
+ * Lines: member r's part for this member goes as low-latency lines into slot [r] of this
+ * member's line region (hdr.ll_scratch, the exchange region's line slots) at the step's
+ * parity, line 0 its size word (bytes | dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT, with
+ * NVSHMEMRS_PART_PUT where the data does not follow as lines), lines 1.. its data. The
+ * receiver compares the size word with its own and copies the data out (a difference is
+ * NVSHMEMRS_FAIL_LENGTH with NVSHMEMRS_EXCHANGE_SENT_SIZES or _SENT_MODE; line 0 of the
+ * sender's slot at the next parity then says NVSHMEMRS_PART_MARK, so that the sender fails at
+ * its next call). No ARRIVE, mailbox or pair state: every call on such a workspace pairs every
+ * member with every other both ways, so a slot is rewritten only after its reader's next call
+ * has begun (prims/ll.cuh).
+ * Blocks (allgatherv), any size: allgather's steps (coll/put_blocks.cuh) with a part of its
+ * own size per member: ARRIVE, then each member puts its part at displ[its rank] of every
+ * other member's output and raises DATA; no mailbox (the host knows every part). Members must
+ * launch the same grid (from the largest part); parts that differ between members are caught
+ * by checked mode's header, not by the kernel. */
+#define NVSHMEMRS_PARTS_MAX_PES 16
+typedef struct nvshmemrs_parts_args {
     nvshmemrs_family_args fam;
-    uint64_t displ[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
-    uint64_t bytes[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
+    uint64_t displ[NVSHMEMRS_PARTS_MAX_PES];
+    uint64_t bytes[NVSHMEMRS_PARTS_MAX_PES];
     /* Element type (NVSHMEMRS_DTYPE_*), for the lines' size words. */
     int dtype;
-} nvshmemrs_allgatherv_parts_args;
+} nvshmemrs_parts_args;
+/* In a part's size word: its data goes by the receiver's handshake, not as lines. */
+#define NVSHMEMRS_PART_PUT (1ull << 55)
+/* Line 0 of a sender's slot at the next parity, or the size word a receiver hands a sender
+ * waiting for its handshake: the receiver found that the sender's part does not match. */
+#define NVSHMEMRS_PART_MARK (~0ull)
+
+/* Alltoallv with counts on the host (coll/exchange.h nvshmemrs_alltoallv_parts): recv as
+ * above; this member's part for member r is send_bytes[r] at byte send_displ[r] of its input
+ * (in_bytes long). Every member mapped, at most NVSHMEMRS_PARTS_MAX_PES. A part of at most
+ * line_max bytes goes as lines (above); a larger one has its size line with
+ * NVSHMEMRS_PART_PUT, then the receiver's handshake: the receiver's block 0 gives the sender
+ * its part's address (phase ADDR) and its size word (phase ROUND) before ARRIVE (block 0's
+ * counters); every block of the sender that finds the size word its own stores its share of
+ * the part there and adds the bytes to the receiver's block-0 DATA counter [its rank], which
+ * the receiver waits to reach the part's bytes, then zeroes. The grid is each member's own
+ * (nothing is per block across members). */
+typedef struct nvshmemrs_alltoallv_parts_args {
+    nvshmemrs_parts_args recv;
+    uint64_t send_displ[NVSHMEMRS_PARTS_MAX_PES];
+    uint64_t send_bytes[NVSHMEMRS_PARTS_MAX_PES];
+    uint64_t in_bytes;
+    uint64_t line_max;
+} nvshmemrs_alltoallv_parts_args;
 
 /* The family's protocols (nvshmemrs_family_args.protocol). HANDSHAKE: coll/family.h's steps
  * (ARRIVE then DATA, or receive slots). LL (allgather, alltoall, reduce-scatter, broadcast,

@@ -1363,6 +1363,124 @@ fn allgatherv_lines_with_parts_that_differ_fail_on_the_receiver() {
     nv.barrier_all().unwrap();
 }
 
+gpu_test!(2, alltoallv_parts_that_differ_fail_on_both_ends);
+/// Alltoallv with host counts (one launch, no mailbox) where PE 0 sends PE 1 another size than
+/// PE 1 receives, each case on a fresh workspace: both as lines, both past the lines (the
+/// receiver's handshake), and each end taking the other way. PE 1 fails in the call on PE 0's
+/// size line, naming both sizes, at once. PE 0 fails in the call where it waits for PE 1's
+/// handshake (its size or PE 1's mark), else at its next call (PE 1's mark in its slot); the
+/// failed workspace stays failed. Then a fresh workspace moves data.
+fn alltoallv_parts_that_differ_fail_on_both_ends() {
+    lines_on();
+    let nv = runtime(2);
+    let (me, _) = me_n(&nv);
+    let stream = nv.stream().clone();
+    let at = LL_MAX / 4;
+    let len = 2 + at + 12;
+    let input = filled(&nv, len, |k| f32::tag(me, k, 0));
+    let output = filled(&nv, len, |_| f32::poison());
+    let sender_said = "PE 1 found that this PE's sends to it";
+    let bytes = |c: usize| c * 4;
+    // (what PE 0 sends PE 1, what PE 1 receives from PE 0, whether PE 0 fails in the call)
+    let cases = [
+        (10, 12, false),
+        (at + 10, at + 12, true),
+        (at + 1, at, true),
+        (at, at + 1, false),
+    ];
+    for (k, (sent, expected, at_once)) in cases.into_iter().enumerate() {
+        let mut a = Alltoallv::world(&nv).unwrap();
+        // Own part at 0 (2 elements), the peer's from 2; PE 1 sends PE 0 3 elements.
+        let (send, recv) = if me == 0 {
+            ([2usize, sent], [2usize, 3])
+        } else {
+            ([3, 2], [expected, 2])
+        };
+        let displs = if me == 0 { [0usize, 2] } else { [2, 0] };
+        let run = |a: &mut Alltoallv<'_>| {
+            let send = Parts {
+                counts: &send,
+                displs: &displs,
+            };
+            let recv = Parts {
+                counts: &recv,
+                displs: &displs,
+            };
+            a.run(&input, send, &output, recv, &stream).unwrap();
+            a.sync(&stream)
+        };
+        let start = std::time::Instant::now();
+        let r = run(&mut a);
+        let quick = |what: &str| {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "case {k}: {what} took {:?}",
+                start.elapsed()
+            )
+        };
+        if me == 1 {
+            let err = mismatch(r);
+            let says = format!(
+                "PE 0 sends {} bytes of f32 to this PE where this PE receives {} bytes of f32",
+                bytes(sent),
+                bytes(expected)
+            );
+            assert!(err.contains(&says), "case {k}: {err}");
+            quick("the receiver's failure");
+        } else if at_once {
+            let err = mismatch(r);
+            let says = match sent > at && expected > at {
+                true => format!(
+                    "PE 1 receives {} bytes of f32 from this PE where it sends {} bytes of f32",
+                    bytes(expected),
+                    bytes(sent)
+                ),
+                false => sender_said.to_string(),
+            };
+            assert!(err.contains(&says), "case {k}: {err}");
+            quick("the sender's failure");
+        } else {
+            // Its lines went out without waiting; the receiver's mark meets its next call.
+            r.unwrap();
+            let err = mismatch(run(&mut a));
+            assert!(err.contains(sender_said), "case {k}: {err}");
+            quick("the sender's failure at its next call");
+        }
+        let send_parts = Parts {
+            counts: &send,
+            displs: &displs,
+        };
+        let recv_parts = Parts {
+            counts: &recv,
+            displs: &displs,
+        };
+        assert!(matches!(
+            a.run(&input, send_parts, &output, recv_parts, &stream),
+            Err(Error::TransferMismatch { .. })
+        ));
+        nv.barrier_all().unwrap();
+    }
+    // The runtime goes on: a fresh workspace moves data, lines and handshake.
+    let input = filled(&nv, 2 * (at + 3), |k| f32::tag(me, k, 0));
+    for count in [5, at + 3] {
+        let mut a = Alltoallv::world(&nv).unwrap();
+        let parts = [count, count];
+        let displs = [0, count];
+        let out = filled(&nv, 2 * count, |_| f32::poison());
+        let p = Parts {
+            counts: &parts,
+            displs: &displs,
+        };
+        a.run(&input, p, &out, p, &stream).unwrap();
+        a.sync(&stream).unwrap();
+        expect("after the failures", &out.to_vec().unwrap(), |i| {
+            let (from, k) = (i / count, i % count);
+            f32::tag(from, me * count + k, 0)
+        });
+        nv.barrier_all().unwrap();
+    }
+}
+
 gpu_test!(2, mismatched_lines_fail_on_the_receiver_then_on_the_sender);
 /// Transfers whose two ends disagree, with lines on, each on a fresh group: the receiver
 /// fails in the call (it reads the sender's header), naming both sizes; a sender whose lines

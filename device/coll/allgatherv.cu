@@ -2,12 +2,13 @@
 // displs[r] of every member's output, itself included (in place when its input is that block).
 // With counts in device memory, an exchange; with counts on the host, low-latency lines without
 // pair state where every part fits a line slot, else allgather's blocks with a part of its own
-// size per member (abi.h nvshmemrs_allgatherv_parts_args).
+// size per member (abi.h nvshmemrs_parts_args).
 #include <cuda_runtime.h>
 
 #include "coll/exchange.cuh"
 #include "coll/exchange.h"
 #include "coll/family_args.cuh"
+#include "coll/parts.cuh"
 #include "coll/put_blocks.cuh"
 
 namespace {
@@ -47,42 +48,30 @@ __global__ void allgatherv_kernel(nvshmemrs_exchange_args a) {
     exchange_step(a.hdr, AllgathervSrc{a}, a.code, false);
 }
 
-// Lines polled together by a receiver (one per member); larger teams go group after group.
-constexpr int AGV_LL_GROUP = 8;
-
-// Line i of member r's lines: 0 is its size word, 1.. its part.
-__host__ __device__ __forceinline__ uint64_t agv_lines(uint64_t bytes) {
-    return 1 + (bytes + 7) / 8;
-}
-
 // The size word member r's line 0 must carry.
-__device__ __forceinline__ uint64_t agv_size_word(const nvshmemrs_allgatherv_parts_args &a, int r) {
-    return a.bytes[r] | (uint64_t)a.dtype << NVSHMEMRS_EXCHANGE_DTYPE_SHIFT;
+__device__ __forceinline__ uint64_t agv_size_word(const nvshmemrs_parts_args &a, int r) {
+    return part_word(a.bytes[r], a.dtype, false);
 }
 
 // The family's lines (coll/put_blocks.cuh ll_blocks_step) with a part of its own size per
-// member, and the size word first, so that a receiver that expects another size fails at once
-// (its failure breaks the workspace, which ends every other wait of the launch).
-__global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_parts_args a) {
+// member, the size word first (coll/parts.cuh).
+__global__ void allgatherv_lines_kernel(nvshmemrs_parts_args a) {
     const nvshmemrs_coll_header &h = a.fam.hdr;
-    __shared__ char *base[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
-    ll_peer_bases(h, base);
-    wait_for_previous_kernel();
-    const Step s = begin_step(h.state);
-    if (block_broken(h)) return;
+    __shared__ char *base[NVSHMEMRS_PARTS_MAX_PES];
+    Step s;
+    if (!parts_begin(h, base, &s)) return;
     const Waiter w(h, NVSHMEMRS_WAIT_OP_COLLECTIVE, a.fam.code);
     const uint32_t flag = ll_flag(s.value - 1);
-    __shared__ uint4 *dst[NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES];
+    __shared__ uint4 *dst[NVSHMEMRS_PARTS_MAX_PES];
     ll_peer_slots(h, base, s.parity, dst);
     const char *in = static_cast<const char *>(h.input);
     char *out = static_cast<char *>(h.output);
     const uint64_t mine = a.bytes[h.rank];
     size_t l0, l1;
-    ll_block_lines(agv_lines(mine), &l0, &l1);
+    ll_block_lines(part_lines(mine), &l0, &l1);
     const uint64_t word = agv_size_word(a, h.rank);
     for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-        const uint2 v = i == 0 ? make_uint2((uint32_t)word, (uint32_t)(word >> 32))
-                               : load8_any(in + 8 * (i - 1), mine - 8 * (i - 1));
+        const uint2 v = part_line(word, in, mine, i);
         for (int k = 1, r = h.rank + 1; k < h.n; ++k, ++r) {
             if (r == h.n) r = 0;
             st_line(dst[r] + i, v.x, v.y, flag);
@@ -97,55 +86,34 @@ __global__ void allgatherv_lines_kernel(nvshmemrs_allgatherv_parts_args a) {
     }
     uint64_t most = 0;
     for (int r = 0; r < h.n; ++r)
-        if (r != h.rank && agv_lines(a.bytes[r]) > most) most = agv_lines(a.bytes[r]);
-    size_t m0, m1;
-    ll_block_lines(most, &m0, &m1);
-    bool ok = true;
-    for (size_t i = m0 + threadIdx.x; ok && i < m1; i += blockDim.x) {
-        auto has = [&](int r) { return i < agv_lines(a.bytes[r]); };
-        for (int r0 = 0; ok && r0 < h.n; r0 += AGV_LL_GROUP) {
-            uint2 v[AGV_LL_GROUP];
-            if (!ld_lines_from<AGV_LL_GROUP>(h, s.parity, i, r0, has, flag, v, w)) {
-                ok = false;
-                break;
-            }
-#pragma unroll
-            for (int j = 0; j < AGV_LL_GROUP; ++j) {
-                const int r = r0 + j;
-                if (r >= h.n || r == h.rank || !has(r)) continue;
-                if (i > 0) {
-                    store8_any(out + a.displ[r] + 8 * (i - 1), a.bytes[r] - 8 * (i - 1), v[j]);
-                    continue;
-                }
-                const uint64_t seen = (uint64_t)v[j].x | (uint64_t)v[j].y << 32;
-                if (seen != agv_size_word(a, r)) {
-                    exchange_fail(w, h.pes[r], NVSHMEMRS_EXCHANGE_SENT_SIZES,
-                                  agv_size_word(a, r), seen);
-                    ok = false;
-                }
-            }
-        }
-    }
-    if (__syncthreads_or(!ok)) return;
+        if (r != h.rank && part_lines(a.bytes[r]) > most) most = part_lines(a.bytes[r]);
+    const bool ok = recv_parts(
+        h, w, s, flag, most, [&](int r) { return part_lines(a.bytes[r]); },
+        [&](int r) { return agv_size_word(a, r); },
+        [&](int r, size_t i, uint2 v) {
+            store8_any(out + a.displ[r] + 8 * (i - 1), a.bytes[r] - 8 * (i - 1), v);
+        },
+        [](int) {});
+    if (!ok) return;
     end_step(h);
 }
 
 // Member r's part as allgather's blocks (coll/put_blocks.cuh put_parts_step).
 struct AgvParts {
-    const nvshmemrs_allgatherv_parts_args &a;
+    const nvshmemrs_parts_args &a;
     __device__ size_t bytes() const { return a.bytes[a.fam.hdr.rank]; }
     __device__ size_t offset() const { return a.displ[a.fam.hdr.rank]; }
     __device__ const char *src(int) const { return static_cast<const char *>(a.fam.hdr.input); }
 };
 
-__global__ void allgatherv_blocks_kernel(nvshmemrs_allgatherv_parts_args a) {
+__global__ void allgatherv_blocks_kernel(nvshmemrs_parts_args a) {
     put_parts_step(a.fam, AgvParts{a});
 }
 
-// Every part within the output, at most NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES members.
-bool agv_parts_ok(const nvshmemrs_allgatherv_parts_args &args) {
+// Every part within the output, at most NVSHMEMRS_PARTS_MAX_PES members.
+bool agv_parts_ok(const nvshmemrs_parts_args &args) {
     const nvshmemrs_coll_header &h = args.fam.hdr;
-    if (h.n > NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES) return false;
+    if (h.n > NVSHMEMRS_PARTS_MAX_PES) return false;
     const uint64_t out = h.count * args.fam.elem_bytes;
     for (int r = 0; r < h.n; ++r)
         if (args.displ[r] > out || args.bytes[r] > out - args.displ[r]) return false;
@@ -154,7 +122,7 @@ bool agv_parts_ok(const nvshmemrs_allgatherv_parts_args &args) {
 
 }  // namespace
 
-extern "C" int nvshmemrs_allgatherv_blocks(nvshmemrs_allgatherv_parts_args args, int blocks,
+extern "C" int nvshmemrs_allgatherv_blocks(nvshmemrs_parts_args args, int blocks,
                                            int threads, cudaStream_t stream) {
     if (!family_args_ok(args.fam, blocks) || !agv_parts_ok(args) ||
         args.fam.protocol != NVSHMEMRS_FAMILY_HANDSHAKE)
@@ -162,7 +130,7 @@ extern "C" int nvshmemrs_allgatherv_blocks(nvshmemrs_allgatherv_parts_args args,
     return (int)launch_pdl(allgatherv_blocks_kernel, blocks, threads, stream, args);
 }
 
-extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_parts_args args, int blocks,
+extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_parts_args args, int blocks,
                                           int threads, cudaStream_t stream) {
     const nvshmemrs_coll_header &h = args.fam.hdr;
     if (!family_args_ok(args.fam, blocks) || !agv_parts_ok(args) || h.ll_scratch == NULL ||
@@ -170,7 +138,7 @@ extern "C" int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_parts_args args, 
         return cudaErrorInvalidValue;
     // Each part and its size line within a slot.
     for (int r = 0; r < h.n; ++r)
-        if (agv_lines(args.bytes[r]) * 16 > h.ll_slot_bytes) return cudaErrorInvalidValue;
+        if (part_lines(args.bytes[r]) * 16 > h.ll_slot_bytes) return cudaErrorInvalidValue;
     return (int)launch_pdl(allgatherv_lines_kernel, blocks, threads, stream, args);
 }
 

@@ -35,14 +35,19 @@ int nvshmemrs_exchange_list(const nvshmemrs_exchange_args *args, int blocks, int
 int nvshmemrs_allgatherv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                          cudaStream_t stream);
 /* Allgatherv with counts on the host as low-latency lines (abi.h
- * nvshmemrs_allgatherv_parts_args; no pair state, so not mixed with list launches' lines on
+ * nvshmemrs_parts_args; no pair state, so not mixed with list launches' lines on
  * one workspace). */
-int nvshmemrs_allgatherv_lines(nvshmemrs_allgatherv_parts_args args, int blocks, int threads,
+int nvshmemrs_allgatherv_lines(nvshmemrs_parts_args args, int blocks, int threads,
                                cudaStream_t stream);
 /* Allgatherv with counts on the host as allgather's blocks (abi.h
- * nvshmemrs_allgatherv_parts_args): ARRIVE, then puts into every output; no mailbox. */
-int nvshmemrs_allgatherv_blocks(nvshmemrs_allgatherv_parts_args args, int blocks, int threads,
+ * nvshmemrs_parts_args): ARRIVE, then puts into every output; no mailbox. */
+int nvshmemrs_allgatherv_blocks(nvshmemrs_parts_args args, int blocks, int threads,
                                 cudaStream_t stream);
+/* Alltoallv with counts on the host (abi.h nvshmemrs_alltoallv_parts_args): lines, and the
+ * receiver's handshake for parts past them; no mailbox or pair state, so not mixed with list
+ * launches' lines on one workspace. */
+int nvshmemrs_alltoallv_parts(nvshmemrs_alltoallv_parts_args args, int blocks, int threads,
+                              cudaStream_t stream);
 /* Alltoallv with counts and displacements in device memory (NVSHMEMRS_EXCHANGE_ALLTOALLV). */
 int nvshmemrs_alltoallv(const nvshmemrs_exchange_args *args, int blocks, int threads,
                         cudaStream_t stream);

@@ -2,7 +2,7 @@
 //! `displs[r]` of every member's output; counts on the host ([`Allgatherv::run`], up to 64
 //! members) or in device memory ([`Allgatherv::run_device`]). With host counts on up to 16
 //! members, one launch and no mailbox (device/coll/allgatherv.cu,
-//! [`crate::proto::exchange::GatherParts`]): where every part fits the lines
+//! [`crate::proto::exchange::PartsCall`]): where every part fits the lines
 //! (`NVSH_EXCHANGE_LL_MAX`, every member mapped), each member stores its part and its size
 //! into every other's line slot, with no round trip and no pair state, and a member whose
 //! sizes differ fails with [`Error::TransferMismatch`]; otherwise allgather's blocks, each
@@ -20,8 +20,8 @@ use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::{Error, Result};
 use crate::core::outside::{InBuf, OutBuf};
-use crate::proto::exchange::GATHER_PARTS_MAX_PES;
-use crate::proto::exchange::{Direction, ExchangeCall, GatherParts, Transfer, Transfers};
+use crate::proto::exchange::PARTS_MAX_PES;
+use crate::proto::exchange::{Direction, ExchangeCall, PartsCall, Transfer, Transfers};
 use crate::proto::family::family_methods;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
@@ -95,19 +95,20 @@ impl<'nv> Allgatherv<'nv> {
                 // In place: the own part is there already, and nothing moves to this PE itself.
                 let in_place = !input.is_empty() && input.as_device_ptr() as usize == own;
                 let bytes = |r: usize| parts.counts[r] * size;
-                if n as usize <= GATHER_PARTS_MAX_PES {
+                if n as usize <= PARTS_MAX_PES {
                     let list: Vec<(usize, usize)> = (0..n as usize)
                         .map(|r| (parts.displs[r] * size, bytes(r)))
                         .collect();
-                    return fam.gather_parts(
+                    return fam.parts(
                         "allgatherv kernel launch",
-                        &GatherParts {
+                        &PartsCall {
                             code: CODE,
                             meta: parts_meta(T::DTYPE, &list),
-                            input: input.as_device_ptr() as usize,
+                            input: (input.as_device_ptr() as usize, input.num_bytes()),
                             output: (out, out_len),
                             elem: (size, T::DTYPE),
                             parts: &list,
+                            sends: None,
                         },
                         stream,
                     );
@@ -137,7 +138,7 @@ impl<'nv> Allgatherv<'nv> {
                         checked: Some((out_len, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
                         every_pair: true,
-                        // The line slots are gather_parts' (no pair state to share them by).
+                        // The line slots are `parts`' (no pair state to share them by).
                         list_lines: false,
                     },
                     stream,

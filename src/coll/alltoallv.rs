@@ -1,11 +1,13 @@
 //! Alltoallv: `send.counts[r]` elements from `input[send.displs[r]..]` to member r, which
 //! receives them at `output[recv.displs[s]..]` (its `recv.counts[s]` must be the same);
 //! counts may be skewed or 0. Counts on the host ([`Alltoallv::run`], up to 64 members) or in
-//! device memory ([`Alltoallv::run_device`]). An exchange ([`crate::proto::exchange`];
-//! device/coll/alltoallv.cu and group.cu): each receiver tells each sender where its part goes,
-//! or with host counts a small part goes as low-latency lines with no round trip
-//! (`NVSH_EXCHANGE_LL_MAX`), so calls go back to back with no barrier; a count the two ends
-//! disagree on is an error on both.
+//! device memory ([`Alltoallv::run_device`]). With host counts, every member mapped and at most
+//! 16 members, one launch without pair state (device/coll/alltoallv.cu): a part up to
+//! `NVSH_EXCHANGE_LL_MAX` goes as low-latency lines with no round trip, a larger one after its
+//! receiver's handshake. Otherwise an exchange ([`crate::proto::exchange`]; device/coll/
+//! exchange.cuh): each receiver tells each sender where its part goes through the mailbox (or
+//! beyond 16 members, small parts as lines). Calls go back to back with no barrier; a count
+//! the two ends disagree on is an error on both (on the sender of lines, at its next call).
 
 use crate::coll::dispatch::{each_element, equal_parts, table_collective};
 use crate::coll::family::{check_host_counts, family_code_name, family_meta, staged};
@@ -14,7 +16,8 @@ use crate::coll::table::Collective;
 use crate::core::element::Element;
 use crate::core::error::Result;
 use crate::core::outside::{InBuf, OutBuf};
-use crate::proto::exchange::{Direction, ExchangeCall, Transfer, Transfers};
+use crate::proto::exchange::PARTS_MAX_PES;
+use crate::proto::exchange::{Direction, ExchangeCall, PartsCall, Transfer, Transfers};
 use crate::proto::family::family_methods;
 use crate::proto::staging::StageIo;
 use crate::proto::{CollectiveText, FamilyWorkspace};
@@ -76,6 +79,31 @@ impl<'nv> Alltoallv<'nv> {
             stream,
             |fam, input, output| {
                 let size = std::mem::size_of::<T>();
+                let (i, o) = (
+                    input.as_device_ptr() as usize,
+                    output.as_device_ptr() as usize,
+                );
+                if fam.scatter_takes_parts() {
+                    let bytes = |p: &Parts<'_>| -> Vec<(usize, usize)> {
+                        (0..n as usize)
+                            .map(|r| (p.displs[r] * size, p.counts[r] * size))
+                            .collect()
+                    };
+                    let (sends, parts) = (bytes(&send), bytes(&recv));
+                    return fam.parts(
+                        "alltoallv kernel launch",
+                        &PartsCall {
+                            code: CODE,
+                            meta: family_meta(T::DTYPE, None, CODE, None),
+                            input: (i, input.num_bytes()),
+                            output: (o, output.len()),
+                            elem: (size, T::DTYPE),
+                            parts: &parts,
+                            sends: Some(&sends),
+                        },
+                        stream,
+                    );
+                }
                 let part = |dir, base: usize, p: &Parts<'_>, r: i32| Transfer {
                     dir,
                     peer: r,
@@ -83,10 +111,6 @@ impl<'nv> Alltoallv<'nv> {
                     bytes: p.counts[r as usize] * size,
                     dtype: T::DTYPE,
                 };
-                let (i, o) = (
-                    input.as_device_ptr() as usize,
-                    output.as_device_ptr() as usize,
-                );
                 let list: Vec<Transfer> = (0..n)
                     .map(|r| part(Direction::Send, i, &send, r))
                     .chain((0..n).map(|r| part(Direction::Recv, o, &recv, r)))
@@ -99,7 +123,9 @@ impl<'nv> Alltoallv<'nv> {
                         checked: Some((0, family_meta(T::DTYPE, None, CODE, None))),
                         transfers: Transfers::List(&list),
                         every_pair: true,
-                        list_lines: true,
+                        // The line slots are `parts`' where it can take a call (no pair
+                        // state to share them by).
+                        list_lines: n as usize > PARTS_MAX_PES,
                     },
                     stream,
                 )

@@ -170,34 +170,42 @@ pub struct ExchangeCall<'t> {
     /// `every_pair`).
     pub every_pair: bool,
     /// A list launch may send pairs as lines. False where the workspace's line slots serve
-    /// `FamilyWorkspace::gather_parts` (allgatherv), which keeps no pair state: the two must
-    /// not share the slots.
+    /// `FamilyWorkspace::parts` (allgatherv, alltoallv), which keeps no pair state: the two
+    /// must not share the slots.
     pub list_lines: bool,
 }
 
-/// Allgatherv with counts on the host as one launch without the mailbox
-/// (`FamilyWorkspace::gather_parts`).
-pub struct GatherParts<'t> {
+/// Allgatherv or alltoallv with counts on the host as one launch without the mailbox or pair
+/// state (`FamilyWorkspace::parts`).
+pub struct PartsCall<'t> {
     /// The collective's code (its row's in src/coll/table.rs; what a failure names).
     pub code: u32,
     /// Checked mode's meta word.
     pub meta: u64,
-    /// This member's part: device address (bytes in `parts`).
-    pub input: usize,
+    /// The input: device address and bytes.
+    pub input: (usize, usize),
     /// The output: device address and length in elements.
     pub output: (usize, usize),
     /// Element size in bytes, and element type.
     pub elem: (usize, Dtype),
-    /// Each member's part: (byte offset in the output, bytes).
+    /// What this member receives from each member: (byte offset in the output, bytes). For
+    /// allgatherv, each member's part, the same on every member.
     pub parts: &'t [(usize, usize)],
+    /// Alltoallv: what this member sends to each member, (byte offset in the input, bytes).
+    /// None: its whole input to every member (allgatherv).
+    pub sends: Option<&'t [(usize, usize)]>,
 }
 
-/// Most members `FamilyWorkspace::gather_parts` takes (the kernel's arguments hold a part
+/// Most members `FamilyWorkspace::parts` takes (the kernel's arguments hold a part
 /// each); larger teams take the mailbox.
-pub const GATHER_PARTS_MAX_PES: usize = sys::NVSHMEMRS_ALLGATHERV_PARTS_MAX_PES as usize;
+pub const PARTS_MAX_PES: usize = sys::NVSHMEMRS_PARTS_MAX_PES as usize;
+
+/// The payload bytes of a part's size line. Grids of lines count it: a grid of a line per
+/// thread for the data alone took a second pass for the size line in one thread per block.
+const SIZE_LINE: usize = 8;
 
 /// The line slot a part of `bytes` takes as lines: its data and one size line.
-fn gather_line_bytes(bytes: usize) -> usize {
+fn part_line_bytes(bytes: usize) -> usize {
     (bytes.div_ceil(8) + 1).saturating_mul(16)
 }
 
@@ -423,39 +431,55 @@ impl FamilyWorkspace<'_> {
 
 impl FamilyWorkspace<'_> {
     /// Whether an allgatherv of parts of these sizes (bytes, one per member) goes as lines
-    /// (`FamilyWorkspace::gather_parts`): lines allowed (as for the exchange's), at most
-    /// [`GATHER_PARTS_MAX_PES`] members, every part within the line bound and, with its size
-    /// line, a slot. Every member decides from the same parts, so all agree when their parts
-    /// do. Readies the workspace (direct stores or puts) as the exchange does.
+    /// (`FamilyWorkspace::parts`): lines allowed (as for the exchange's), at most
+    /// [`PARTS_MAX_PES`] members, every part within the line bound and, with its size line, a
+    /// slot. Every member decides from the same parts, so all agree when their parts do.
+    /// Readies the workspace (direct stores or puts) as the exchange does.
     fn gather_fits_lines(&mut self, parts: impl Iterator<Item = usize>) -> bool {
         let Some(l) = self.exchange_lines() else {
             return false;
         };
-        self.ws().n_pes() as usize <= GATHER_PARTS_MAX_PES
+        self.ws().n_pes() as usize <= PARTS_MAX_PES
             && parts
                 .into_iter()
-                .all(|b| b <= l.max_bytes && gather_line_bytes(b) <= l.slot_bytes)
+                .all(|b| b <= l.max_bytes && part_line_bytes(b) <= l.slot_bytes)
     }
 
-    /// Launches `call` once, without the mailbox's round trip (device/abi.h
-    /// nvshmemrs_allgatherv_parts_args): as lines where every part fits them (no ARRIVE, no
-    /// pair state; a member whose sizes differ fails on the receiver), else as allgather's
-    /// blocks (ARRIVE, then puts; parts that differ are caught by checked mode's header only,
-    /// whose `call.meta` carries a digest of them). At most [`GATHER_PARTS_MAX_PES`] members.
-    pub(crate) fn gather_parts(
+    /// Whether an alltoallv with counts on the host takes [`FamilyWorkspace::parts`]: lines
+    /// allowed and at most [`PARTS_MAX_PES`] members, whatever the sizes (each part decides
+    /// alone between the lines and the receiver's handshake, so the two ends of a pair agree
+    /// when their sizes do). Readies the workspace as the exchange does. Where it answers
+    /// false, the exchange takes the call: the line slots then serve neither.
+    pub(crate) fn scatter_takes_parts(&mut self) -> bool {
+        self.exchange_lines().is_some() && self.ws().n_pes() as usize <= PARTS_MAX_PES
+    }
+
+    /// Launches `call` once, without the mailbox's round trip or pair state (device/abi.h
+    /// nvshmemrs_parts_args). Allgatherv (`call.sends` None): as lines where every part fits
+    /// them (no ARRIVE; a member whose sizes differ fails on the receiver, the sender at its
+    /// next call), else as allgather's blocks (ARRIVE, then puts; parts that differ are caught
+    /// by checked mode's header only, whose `call.meta` carries a digest of them). Alltoallv
+    /// (`call.sends`, where [`FamilyWorkspace::scatter_takes_parts`]): each part as lines up to
+    /// the line bound, else its size line and the receiver's handshake. At most
+    /// [`PARTS_MAX_PES`] members.
+    pub(crate) fn parts(
         &mut self,
         what: &'static str,
-        call: &GatherParts<'_>,
+        call: &PartsCall<'_>,
         stream: &CudaStream,
     ) -> Result<()> {
-        let lines = self.gather_fits_lines(call.parts.iter().map(|p| p.1));
+        let limits = self.exchange_lines();
+        let lines = match call.sends {
+            Some(_) => true,
+            None => self.gather_fits_lines(call.parts.iter().map(|p| p.1)),
+        };
         let rank = self.ws_mut().begin_call()?;
         let n = self.ws().n_pes() as usize;
         let (output, count) = call.output;
         let fam_call = crate::proto::family::FamilyCall {
             code: call.code,
             meta: call.meta,
-            input: call.input as *const std::ffi::c_void,
+            input: call.input.0 as *const std::ffi::c_void,
             output: output as *mut std::ffi::c_void,
             count,
             stride: 0,
@@ -466,7 +490,7 @@ impl FamilyWorkspace<'_> {
             true => self.lines_args(rank, &fam_call),
             false => self.blocks_args(rank, &fam_call),
         };
-        let mut a = sys::nvshmemrs_allgatherv_parts_args {
+        let mut a = sys::nvshmemrs_parts_args {
             fam,
             dtype: call.elem.1 as i32,
             ..Default::default()
@@ -477,30 +501,85 @@ impl FamilyWorkspace<'_> {
         }
         let op = sys::NVSHMEMRS_WAIT_OP_COLLECTIVE;
         let meta = call.meta | if lines { META_LL } else { 0 };
+        // Alltoallv's outputs differ between members by design: the meta word only.
+        let hdr = sys::nvshmemrs_coll_header {
+            count: if call.sends.is_some() { 0 } else { count },
+            ..a.fam.hdr
+        };
         self.ws()
-            .exchange_header(a.fam.hdr, meta, op, call.code as i32, stream)?;
+            .exchange_header(hdr, meta, op, call.code as i32, stream)?;
         self.ws().runtime().bind()?;
         let largest = call.parts.iter().map(|p| p.1).max().unwrap_or(0);
         let stream = raw_stream(stream);
+        let others = n.saturating_sub(1);
         // SAFETY: the header points at this workspace's state, status, PE table, counters and
-        // line slots, and at the caller's checked part and output; the launchers check the
-        // parts against the output's length (and, for lines, the slots).
-        // The family's grids, from the largest part: the same on every member (block b waits
-        // for block b of every sender).
-        let code = unsafe {
-            if lines {
-                let (blocks, threads) = crate::proto::family::lines_grid(largest);
-                sys::nvshmemrs_allgatherv_lines(a, blocks, threads, stream)
-            } else {
-                let (blocks, threads) = crate::proto::family::handshake_grid(largest);
-                sys::nvshmemrs_allgatherv_blocks(a, blocks, threads, stream)
+        // line slots, and at the caller's checked parts, input and output; the launchers check
+        // the parts against the buffers' lengths (and, for lines, the slots).
+        let (code, pairs) = match call.sends {
+            Some(sends) => {
+                // The caller asked scatter_takes_parts: lines are allowed.
+                let line_max = limits.map_or(0, |l| l.max_bytes);
+                let mut args = sys::nvshmemrs_alltoallv_parts_args {
+                    recv: a,
+                    in_bytes: call.input.1 as u64,
+                    line_max: line_max as u64,
+                    ..Default::default()
+                };
+                for (r, &(displ, bytes)) in sends.iter().enumerate().take(n) {
+                    args.send_displ[r] = displ as u64;
+                    args.send_bytes[r] = bytes as u64;
+                }
+                // Sizes of the parts to and from other members (this PE's own is a copy).
+                let me = rank as usize;
+                let others_of = |parts: &[(usize, usize)]| -> Vec<usize> {
+                    (parts.iter().enumerate())
+                        .filter(|&(r, _)| r != me)
+                        .map(|(_, p)| p.1)
+                        .collect()
+                };
+                let sizes: Vec<usize> = [others_of(sends), others_of(call.parts)].concat();
+                let puts = sizes.iter().filter(|&&b| b > line_max).count();
+                // A member's own grid: nothing is per block across members.
+                let in_lines = sizes.iter().filter(|&&b| b <= line_max).max();
+                let by_puts = (others_of(sends).into_iter())
+                    .filter(|&b| b > line_max)
+                    .chain(sends.get(me).map(|p| p.1))
+                    .max();
+                let in_lines = in_lines.copied().unwrap_or(0);
+                let by_puts = by_puts.unwrap_or(0);
+                let (blocks, threads) = crate::proto::family::lines_grid(in_lines + SIZE_LINE);
+                let blocks = blocks.max(crate::proto::family::handshake_grid(by_puts).0);
+                let pairs = ExchangePairs {
+                    lines: 2 * others - puts,
+                    mailbox: puts,
+                };
+                // SAFETY: as above.
+                let code = unsafe { sys::nvshmemrs_alltoallv_parts(args, blocks, threads, stream) };
+                (code, pairs)
+            }
+            None => {
+                // The family's grids, from the largest part: the same on every member (block b
+                // waits for block b of every sender).
+                // SAFETY: as above.
+                let code = unsafe {
+                    if lines {
+                        let lines = largest + SIZE_LINE;
+                        let (blocks, threads) = crate::proto::family::lines_grid(lines);
+                        sys::nvshmemrs_allgatherv_lines(a, blocks, threads, stream)
+                    } else {
+                        let (blocks, threads) = crate::proto::family::handshake_grid(largest);
+                        sys::nvshmemrs_allgatherv_blocks(a, blocks, threads, stream)
+                    }
+                };
+                let pairs = ExchangePairs {
+                    lines: if lines { 2 * others } else { 0 },
+                    mailbox: 0,
+                };
+                (code, pairs)
             }
         };
         cuda_check(code, what)?;
-        self.record_exchange(ExchangePairs {
-            lines: if lines { 2 * n.saturating_sub(1) } else { 0 },
-            mailbox: 0,
-        });
+        self.record_exchange(pairs);
         Ok(())
     }
 }
@@ -586,7 +665,7 @@ mod tests {
     fn the_gather_lines_launcher_refuses_what_its_kernel_cannot_do() {
         // Two members, 64 f32 of output: parts of 100 and 156 bytes, slots of 4096.
         let good = || {
-            let mut a = sys::nvshmemrs_allgatherv_parts_args::default();
+            let mut a = sys::nvshmemrs_parts_args::default();
             let h = &mut a.fam.hdr;
             (h.n, h.world, h.rank, h.count, h.all_mapped) = (2, 2, 0, 64, 1);
             // Never dereferenced: the launcher refuses before it launches.
@@ -596,13 +675,13 @@ mod tests {
             (a.bytes[0], a.bytes[1], a.displ[1]) = (100, 156, 100);
             a
         };
-        let refused = |a: sys::nvshmemrs_allgatherv_parts_args| {
+        let refused = |a: sys::nvshmemrs_parts_args| {
             // SAFETY: the arguments are refused before anything is read through their pointers.
             let code =
                 unsafe { sys::nvshmemrs_allgatherv_lines(a, 1, THREADS, std::ptr::null_mut()) };
             code == INVALID_VALUE
         };
-        let with = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_parts_args)| {
+        let with = |f: &dyn Fn(&mut sys::nvshmemrs_parts_args)| {
             let mut a = good();
             f(&mut a);
             a
@@ -634,13 +713,13 @@ mod tests {
         assert_eq!(code, INVALID_VALUE);
         // The blocks' launcher: the same parts and grid checks, and the handshake only (its
         // arguments as lines are refused; it needs no line slots or mapping).
-        let blocks_refused = |a: sys::nvshmemrs_allgatherv_parts_args, grid: i32| {
+        let blocks_refused = |a: sys::nvshmemrs_parts_args, grid: i32| {
             // SAFETY: as above.
             let code =
                 unsafe { sys::nvshmemrs_allgatherv_blocks(a, grid, THREADS, std::ptr::null_mut()) };
             code == INVALID_VALUE
         };
-        let handshake = |f: &dyn Fn(&mut sys::nvshmemrs_allgatherv_parts_args)| {
+        let handshake = |f: &dyn Fn(&mut sys::nvshmemrs_parts_args)| {
             with(&|a| {
                 a.fam.protocol = sys::NVSHMEMRS_FAMILY_HANDSHAKE as i32;
                 f(a)
@@ -658,6 +737,59 @@ mod tests {
         assert!(blocks_refused(handshake(&|a| a.bytes[0] = 257), 1));
         let too_many = crate::proto::family::FAMILY_BLOCKS as i32 + 1;
         assert!(blocks_refused(handshake(&|_| {}), too_many));
+    }
+
+    #[test]
+    fn the_alltoallv_parts_launcher_refuses_what_its_kernel_cannot_do() {
+        // Two members, 64 f32 each way: parts of 100 and 156 bytes, slots of 4096, lines up
+        // to 1024 bytes.
+        let good = || {
+            let mut a = sys::nvshmemrs_alltoallv_parts_args::default();
+            let h = &mut a.recv.fam.hdr;
+            (h.n, h.world, h.rank, h.count, h.all_mapped) = (2, 2, 0, 64, 1);
+            // Never dereferenced: the launcher refuses before it launches.
+            h.ll_scratch = std::ptr::NonNull::<std::ffi::c_char>::dangling().as_ptr();
+            h.ll_slot_bytes = 4096;
+            a.recv.fam.elem_bytes = 4;
+            (a.recv.bytes[0], a.recv.bytes[1], a.recv.displ[1]) = (100, 156, 100);
+            (a.send_bytes[0], a.send_bytes[1], a.send_displ[1]) = (100, 156, 100);
+            (a.in_bytes, a.line_max) = (256, 1024);
+            a
+        };
+        let refused = |a: sys::nvshmemrs_alltoallv_parts_args, grid: i32| {
+            // SAFETY: the arguments are refused before anything is read through their pointers.
+            let code =
+                unsafe { sys::nvshmemrs_alltoallv_parts(a, grid, THREADS, std::ptr::null_mut()) };
+            code == INVALID_VALUE
+        };
+        let with = |f: &dyn Fn(&mut sys::nvshmemrs_alltoallv_parts_args)| {
+            let mut a = good();
+            f(&mut a);
+            a
+        };
+        // More members than the arguments hold parts for.
+        assert!(refused(
+            with(&|a| (a.recv.fam.hdr.n, a.recv.fam.hdr.world) = (17, 17)),
+            1
+        ));
+        // No line slots, a member not mapped, puts asked for.
+        assert!(refused(
+            with(&|a| a.recv.fam.hdr.ll_scratch = std::ptr::null_mut()),
+            1
+        ));
+        assert!(refused(with(&|a| a.recv.fam.hdr.all_mapped = 0), 1));
+        assert!(refused(with(&|a| a.recv.fam.hdr.no_direct = 1), 1));
+        // A receive part past the output (257 of 256 bytes), a send part past the input.
+        assert!(refused(with(&|a| a.recv.displ[1] = 101), 1));
+        assert!(refused(with(&|a| a.send_bytes[1] = 157), 1));
+        assert!(refused(with(&|a| a.in_bytes = 255), 1));
+        // The lines' bound and its size line past a slot, or at the handshake's mark bit.
+        assert!(refused(with(&|a| a.line_max = 4096), 1));
+        assert!(refused(with(&|a| a.line_max = 1 << 55), 1));
+        // A grid past the family's, or none.
+        assert!(refused(good(), 0));
+        let too_many = crate::proto::family::FAMILY_BLOCKS as i32 + 1;
+        assert!(refused(good(), too_many));
     }
 
     fn t(dir: Direction, peer: i32, addr: usize, bytes: usize) -> Transfer {

@@ -575,6 +575,14 @@ fn lines_text(kind: Kind, lines_max: usize) -> String {
             "every part",
             "allgather's blocks (the mailbox past 16 PEs)",
         )
+    } else if exchange && kind.collective == nvshmem::Collective::Alltoallv && lines_max > 0 {
+        // Host counts: one launch of every part (src/coll/alltoallv.rs), no pairs; without
+        // lines, the exchange's mailbox.
+        (
+            nvshmem::EXCHANGE_LL_MAX_ENV,
+            "pairs (two PEs, one direction)",
+            "the receiver's handshake in the same launch (the mailbox past 16 PEs)",
+        )
     } else if exchange {
         (
             nvshmem::EXCHANGE_LL_MAX_ENV,
@@ -1322,6 +1330,12 @@ mod tests {
                  mailbox at every size\n"
             ),
             "{t}"
+        );
+        assert_eq!(
+            lines_text(Kind::of(C::Alltoallv), 256 << 10),
+            "ours: low-latency lines for pairs (two PEs, one direction) up to 256K \
+             (NVSH_EXCHANGE_LL_MAX), the receiver's handshake in the same launch (the mailbox \
+             past 16 PEs) above"
         );
         let t = render_table(&sample(Kind::of(C::Broadcast), 2, 0), RatioOn::BackToBack);
         assert!(
