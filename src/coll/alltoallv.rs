@@ -1,8 +1,9 @@
 //! Alltoallv: `send.counts[r]` elements from `input[send.displs[r]..]` to member r, which
 //! receives them at `output[recv.displs[s]..]` (its `recv.counts[s]` must be the same);
 //! counts may be skewed or 0. Counts on the host ([`Alltoallv::run`], up to 64 members) or in
-//! device memory ([`Alltoallv::run_device`]). With host counts, every member mapped and at most
-//! 16 members, one launch without pair state (device/coll/alltoallv.cu): a part up to
+//! device memory ([`Alltoallv::run_device`]). With host counts, at most 16 members and the lines
+//! allowed (every member mapped, `Auto` or `LowLatency`, `NVSH_EXCHANGE_LL_MAX` above 0), one
+//! launch without pair state (device/coll/alltoallv.cu): a part up to
 //! `NVSH_EXCHANGE_LL_MAX` goes as low-latency lines with no round trip, a larger one after its
 //! receiver's handshake. Otherwise an exchange ([`crate::proto::exchange`]; device/coll/
 //! exchange.cuh): each receiver tells each sender where its part goes through the mailbox (or
