@@ -533,24 +533,27 @@ impl FamilyWorkspace<'_> {
                     args.send_displ[r] = displ as u64;
                     args.send_bytes[r] = bytes as u64;
                 }
-                // Sizes of the parts to and from other members (this PE's own is a copy).
+                // The parts to and from other members (this PE's own is a copy): how many go
+                // by the handshake, the largest as lines, the largest this PE stores (its own
+                // part included). A member's own grid: nothing is per block across members.
                 let me = rank as usize;
-                let others_of = |parts: &[(usize, usize)]| -> Vec<usize> {
-                    (parts.iter().enumerate())
-                        .filter(|&(r, _)| r != me)
-                        .map(|(_, p)| p.1)
-                        .collect()
-                };
-                let sizes: Vec<usize> = [others_of(sends), others_of(call.parts)].concat();
-                let puts = sizes.iter().filter(|&&b| b > line_max).count();
-                // A member's own grid: nothing is per block across members.
-                let in_lines = sizes.iter().filter(|&&b| b <= line_max).max();
-                let by_puts = (others_of(sends).into_iter())
-                    .filter(|&b| b > line_max)
-                    .chain(sends.get(me).map(|p| p.1))
-                    .max();
-                let in_lines = in_lines.copied().unwrap_or(0);
-                let by_puts = by_puts.unwrap_or(0);
+                let (mut puts, mut in_lines) = (0, 0);
+                let mut by_puts = sends.get(me).map_or(0, |p| p.1);
+                for (r, (send, recv)) in sends.iter().zip(call.parts).enumerate() {
+                    if r == me {
+                        continue;
+                    }
+                    for (bytes, sent) in [(send.1, true), (recv.1, false)] {
+                        if bytes <= line_max {
+                            in_lines = in_lines.max(bytes);
+                        } else {
+                            puts += 1;
+                            if sent {
+                                by_puts = by_puts.max(bytes);
+                            }
+                        }
+                    }
+                }
                 let (blocks, threads) = crate::proto::family::lines_grid(in_lines + SIZE_LINE);
                 let blocks = blocks.max(crate::proto::family::handshake_grid(by_puts).0);
                 let pairs = ExchangePairs {
