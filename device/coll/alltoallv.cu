@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS)
     auto recv_lines = [&](int r) { return put(p.bytes[r]) ? 1 : part_lines(p.bytes[r]); };
     // The handshake's words are block 0's on every member.
     auto counter = [&](int phase, int r) { return L.counter_at(phase, r, 0); };
-    // This PE's handshake with sender `pe`: its part's address and the size word it expects,
-    // then ARRIVE (block_arrive_with_word, with a second word).
+    // This PE's handshake with sender `pe`: its part's address (sym_word) and the size word it
+    // expects, then ARRIVE (block_arrive_with_word, with a second word).
     auto arrive = [&](int pe, uint64_t addr, uint64_t word) {
         nvshmem_uint64_p(counter(NVSHMEMRS_FAMILY_ADDR, me), addr, pe);
         nvshmem_uint64_p(counter(NVSHMEMRS_FAMILY_ROUND, me), word, pe);
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS)
     if (blockIdx.x == 0)
         for (int r = threadIdx.x; r < h.n; r += blockDim.x)
             if (r != me && put(p.bytes[r]))
-                arrive(h.pes[r], (uint64_t)(uintptr_t)(out + p.displ[r]), recv_word(r));
+                arrive(h.pes[r], sym_word(h, out + p.displ[r]), recv_word(r));
 
     // 2. This block's share of every part's lines, peers in order from the next one.
     __shared__ uint4 *dst[NVSHMEMRS_PARTS_MAX_PES];
@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(NVSHMEMRS_FAMILY_THREADS)
             }
         }
         uint64_t *data = counter(NVSHMEMRS_FAMILY_DATA, me);
+        // Block 0's word, whichever block reads it.
         auto where = [&](int r) {
-            return reinterpret_cast<char *>(
-                (uintptr_t) * (volatile uint64_t *)counter(NVSHMEMRS_FAMILY_ADDR, r));
+            return sym_addr(h, *(volatile uint64_t *)counter(NVSHMEMRS_FAMILY_ADDR, r));
         };
         bool mapped = false;
         for (int k = 1, r = me + 1; k < h.n; ++k, ++r) {

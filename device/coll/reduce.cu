@@ -76,7 +76,7 @@ __device__ void reduce_split(const nvshmemrs_family_args &a, const Waiter &w) {
     const SplitPlan<T> P(h, h.count, root, a.split_round_bytes);
     auto rounds = [&](int r) { return P.rounds(r); };
     if (h.rank == root)
-        block_arrive_with_word(h, L, AllOthers{}, s.value, (uint64_t)(uintptr_t)h.output);
+        block_arrive_with_word(h, L, AllOthers{}, s.value, h.output);
     else
         block_arrive(h, L, AllOthers{}, s.value);
     if (!block_wait_others(w, h, arrive, s.value)) return;
@@ -157,7 +157,7 @@ __device__ void reduce_pull(const nvshmemrs_family_args &a, const Waiter &w) {
     size_t b, e;
     part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
     if (h.rank != a.root) {
-        block_arrive_with_word(h, L, is_root, s.value, (uint64_t)(uintptr_t)h.input);
+        block_arrive_with_word(h, L, is_root, s.value, h.input);
         if (!block_wait_one(w, L.counter(NVSHMEMRS_FAMILY_DATA, a.root), s.value,
                             h.pes[a.root]))
             return;

@@ -64,7 +64,7 @@ __device__ void reduce_scatter_pull(const nvshmemrs_family_args &a, const Waiter
     const Layout L{h, 0, s.parity};
     size_t b, e;
     part_of<T>(h.count, gridDim.x, blockIdx.x, &b, &e);
-    block_arrive_with_word(h, L, AllOthers{}, s.value, (uint64_t)(uintptr_t)h.input);
+    block_arrive_with_word(h, L, AllOthers{}, s.value, h.input);
     auto arrive = [&](int r) { return L.counter(NVSHMEMRS_FAMILY_ARRIVE, r); };
     if (!block_wait_others(w, h, arrive, s.value)) return;
     __shared__ const T *src[NVSHMEMRS_FAMILY_LL_MAX_PES];

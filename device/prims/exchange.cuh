@@ -33,19 +33,34 @@ __device__ __forceinline__ void block_arrive(const nvshmemrs_coll_header &h, con
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
 }
 
-// block_arrive to every member r with from(r), each first given `word` in this block's word
-// [rank] of phase NVSHMEMRS_FAMILY_ADDR there (the address of this PE's memory the member
-// writes into or reads in this step), ordered before the ARRIVE by nvshmem_fence: a member
-// that has seen the ARRIVE reads the word. The caller must not finish its step before every
-// such member has read the word (it waits for a DATA each sends after reading it), so that its
-// next write of the word cannot come first.
+// A symmetric address as a word another PE can use: its offset from this workspace's counters
+// (h.flags, a symmetric allocation), as the exchange's mailbox gives offsets from its region.
+// Symmetric objects lie at one offset from each other on every PE, but at one virtual address
+// only where NVSHMEM's heap is CUDA VMM memory: with NVSHMEM_DISABLE_CUDA_VMM=1 memcheck found
+// the alltoallv handshake's stores, given the receiver's own address, out of bounds.
+__device__ __forceinline__ uint64_t sym_word(const nvshmemrs_coll_header &h, const void *addr) {
+    return (uint64_t)(static_cast<const char *>(addr) - reinterpret_cast<const char *>(h.flags));
+}
+
+// The symmetric address on this PE of a word from sym_word (on any PE).
+__device__ __forceinline__ char *sym_addr(const nvshmemrs_coll_header &h, uint64_t word) {
+    return reinterpret_cast<char *>(h.flags) + (int64_t)word;
+}
+
+// block_arrive to every member r with from(r), each first given `addr` (sym_word) in this
+// block's word [rank] of phase NVSHMEMRS_FAMILY_ADDR there (this PE's memory the member writes
+// into or reads in this step), ordered before the ARRIVE by nvshmem_fence: a member that has
+// seen the ARRIVE reads the word. The caller must not finish its step before every such member
+// has read the word (it waits for a DATA each sends after reading it), so that its next write
+// of the word cannot come first.
 template <typename From>
 __device__ __forceinline__ void block_arrive_with_word(const nvshmemrs_coll_header &h,
                                                        const Layout &L, From from,
-                                                       uint64_t value, uint64_t word) {
+                                                       uint64_t value, const void *addr) {
     for (int r = threadIdx.x; r < h.n; r += blockDim.x)
         if (r != h.rank && from(r)) {
-            nvshmem_uint64_p(L.counter(NVSHMEMRS_FAMILY_ADDR, h.rank), word, h.pes[r]);
+            nvshmem_uint64_p(L.counter(NVSHMEMRS_FAMILY_ADDR, h.rank), sym_word(h, addr),
+                             h.pes[r]);
             nvshmem_fence();
             nvshmemx_signal_op(L.counter(NVSHMEMRS_FAMILY_ARRIVE, h.rank), value,
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
@@ -71,11 +86,11 @@ __device__ __forceinline__ void block_done_reading(const nvshmemrs_coll_header &
                                NVSHMEM_SIGNAL_SET, h.pes[r]);
 }
 
-// The word member `r` gave this block in phase NVSHMEMRS_FAMILY_ADDR (block_arrive_with_word),
-// as a pointer; read only after its ARRIVE of this step has been seen.
+// The address member `r` gave this block in phase NVSHMEMRS_FAMILY_ADDR
+// (block_arrive_with_word), as this PE's symmetric address of it; read only after its ARRIVE
+// of this step has been seen.
 __device__ __forceinline__ char *arrived_word(const Layout &L, int r) {
-    return reinterpret_cast<char *>(
-        (uintptr_t) * (volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, r));
+    return sym_addr(L.h, *(volatile uint64_t *)L.counter(NVSHMEMRS_FAMILY_ADDR, r));
 }
 
 // Points src[r] (one per member, in shared memory) at element `offset` of the buffer this block
