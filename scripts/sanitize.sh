@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs compute-sanitizer on the ring exchange, on allreduce under each of its protocols, on the
-# broadcast / allgather / alltoall / reduce-scatter / reduce kernels, on the team barrier, on the
+# broadcast / allgather / alltoall / reduce-scatter / reduce kernels (the split and pull
+# protocols too), on the exchanges (alltoallv's one launch too), on the team barrier, on the
 # channel and on the barrier, each as 2 PEs under `nvsh run -n 2`, with each tool:
 #   memcheck   out-of-bounds and misaligned accesses, leaks, CUDA API errors;
 #   racecheck  shared-memory hazards only: it does not see races on global memory, so the
@@ -160,6 +161,17 @@ check exchange_back_to_back -- "$bin/test-exchange" --ignored --exact \
     pe2_a_thousand_back_to_back_exchanges --test-threads=1
 check exchange_mismatch -- "$bin/test-exchange" --ignored --exact \
     pe2_mismatched_transfers_fail_on_both_ends_and_the_runtime_goes_on --test-threads=1
+# The paths that hand a peer the address of a buffer (prims/exchange.cuh sym_word): alltoallv's
+# one launch (skewed sizes, then sizes that differ between the ends), the split and the pull.
+# Under this script's static heap each process maps a symmetric object at its own address.
+check exchange_parts -- "$bin/test-exchange" --ignored --exact \
+    pe2_every_exchange_skewed_and_zero_counts --test-threads=1
+check exchange_parts_mismatch -- "$bin/test-exchange" --ignored --exact \
+    pe2_alltoallv_parts_that_differ_fail_on_both_ends --test-threads=1
+check family_split -- "$bin/test-collectives" --ignored --exact \
+    pe2_split_broadcast_and_reduce_on_two_pes --test-threads=1
+check family_pull -- "$bin/test-collectives" --ignored --exact \
+    pe2_pull_reduce_and_reduce_scatter_on_two_pes --test-threads=1
 check channel -- "$bin/test-channel" --ignored --exact \
     pe2_forward_and_backward_channels_at_once_like_a_pipeline --test-threads=1
 check barrier -- "$bin/test-rma" --ignored --exact pe2_barrier_orders_puts_before_reads \

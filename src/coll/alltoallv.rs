@@ -125,9 +125,8 @@ impl<'nv> Alltoallv<'nv> {
                         transfers: Transfers::List(&list),
                         every_pair: true,
                         // The line slots are `parts`' where it can take a call (no pair
-                        // state to share them by); it never can past 16 members or without
-                        // one address per object, fixed for the workspace.
-                        list_lines: n as usize > PARTS_MAX_PES || !fam.same_addresses(),
+                        // state to share them by).
+                        list_lines: n as usize > PARTS_MAX_PES,
                     },
                     stream,
                 )

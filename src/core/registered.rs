@@ -132,14 +132,6 @@ impl<T: Element> std::fmt::Debug for Registered<'_, T> {
 /// A refusal with what this PE knows about it.
 type Refused = (Unregistrable, String);
 
-/// Whether NVSHMEM's heap is CUDA VMM memory, so that a symmetric object has one virtual
-/// address on every PE and a kernel may hand a peer its own address of one. With the static
-/// heap (`NVSHMEM_DISABLE_CUDA_VMM=1`) each process maps the heap where cudaMalloc put it:
-/// compute-sanitizer's memcheck found stores through such a handed address out of bounds.
-pub(crate) fn heap_is_vmm(nv: &Nvshmem) -> bool {
-    nv.bind().is_ok() && heap_props(nv).is_ok()
-}
-
 /// The allocation properties of NVSHMEM's heap, read from one of its allocations (the
 /// runtime's own vote slots), or why there are none.
 fn heap_props(nv: &Nvshmem) -> std::result::Result<CUmemAllocationProp, Refused> {

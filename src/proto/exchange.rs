@@ -446,16 +446,12 @@ impl FamilyWorkspace<'_> {
     }
 
     /// Whether an alltoallv with counts on the host takes [`FamilyWorkspace::parts`]: lines
-    /// allowed, at most [`PARTS_MAX_PES`] members and NVSHMEM's heap CUDA VMM memory
-    /// (`same_addresses`), whatever the sizes (each part decides
+    /// allowed and at most [`PARTS_MAX_PES`] members, whatever the sizes (each part decides
     /// alone between the lines and the receiver's handshake, so the two ends of a pair agree
     /// when their sizes do). Readies the workspace as the exchange does. Where it answers
     /// false, the exchange takes the call: the line slots then serve neither.
     pub(crate) fn scatter_takes_parts(&mut self) -> bool {
-        // Its handshake hands the sender the receiver's own address of its part.
-        self.exchange_lines().is_some()
-            && self.ws().n_pes() as usize <= PARTS_MAX_PES
-            && self.same_addresses()
+        self.exchange_lines().is_some() && self.ws().n_pes() as usize <= PARTS_MAX_PES
     }
 
     /// Launches `call` once, without the mailbox's round trip or pair state (device/abi.h

@@ -452,9 +452,6 @@ pub struct FamilyWorkspace<'nv> {
     hier_min: usize,
     /// The node-aware steps' workspaces and scratch, made by the first call that takes them.
     nodes: Option<Box<NodeSteps<'nv, FamilyWorkspace<'nv>>>>,
-    /// Whether a kernel may hand a peer its own address of a symmetric object (NVSHMEM's heap
-    /// is CUDA VMM memory: `core::registered::heap_is_vmm`).
-    same_addresses: bool,
 }
 
 impl<'nv> FamilyWorkspace<'nv> {
@@ -516,15 +513,12 @@ impl<'nv> FamilyWorkspace<'nv> {
         } else {
             (None, 0)
         };
-        // The split and pull protocols hand peers their own addresses (prims/exchange.cuh
-        // block_arrive_with_word): only where those are every PE's (core/registered.rs).
-        let same_addresses = crate::core::registered::heap_is_vmm(nv);
-        let (split_min, split_round) = if protocols.split && same_addresses {
+        let (split_min, split_round) = if protocols.split {
             (split_min_from_env()?, split_round_from_env()?)
         } else {
             (usize::MAX, 0)
         };
-        let pull_min = match protocols.pull && same_addresses {
+        let pull_min = match protocols.pull {
             true => pull_min_from_env()?,
             false => usize::MAX,
         };
@@ -535,7 +529,7 @@ impl<'nv> FamilyWorkspace<'nv> {
         log::debug!(
             "{} workspace over {} PE(s): slots of {slot_bytes} bytes, low-latency lines up to \
              {ll_max} bytes, split from {split_min} bytes in rounds of {split_round}, pull \
-             from {pull_min} bytes, all mapped: {}, one address per object: {same_addresses}",
+             from {pull_min} bytes, all mapped: {}",
             text.call,
             ws.n_pes(),
             ws.all_mapped()
@@ -563,7 +557,6 @@ impl<'nv> FamilyWorkspace<'nv> {
             scratch_kind,
             hier_min,
             nodes: None,
-            same_addresses,
         })
     }
 
@@ -746,11 +739,6 @@ impl<'nv> FamilyWorkspace<'nv> {
             true => self.ll_max,
             false => 0,
         }
-    }
-
-    /// Whether a kernel may hand a peer its own address of a symmetric object.
-    pub(crate) fn same_addresses(&self) -> bool {
-        self.same_addresses
     }
 
     /// The exchange: readies the workspace for a call under the set protocol (NVSHMEM puts
