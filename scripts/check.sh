@@ -41,6 +41,7 @@ if [ -f scripts/tests/setup_scripts_test.sh ]; then
     bash scripts/tests/setup_scripts_test.sh
     bash scripts/tests/imports_test.sh
     bash scripts/tests/paths_test.sh
+    bash scripts/tests/test_names_test.sh
 fi
 # The library's layers and no import cycle in any crate, and every repository path that the
 # docs and comments name exists (both absent from that copy too).
@@ -49,6 +50,10 @@ if [ -f scripts/imports.py ]; then
 fi
 if [ -f scripts/paths.py ]; then
     python3 scripts/paths.py
+fi
+# Every GPU test a script names with --exact exists (a rename is found here, not on a GPU).
+if [ -f scripts/test_names.py ]; then
+    python3 scripts/test_names.py
 fi
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # cargo reports success however few tests ran: count them against the floor in .ci/min_tests.
