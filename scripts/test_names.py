@@ -14,14 +14,19 @@ Exits 1 listing each missing test as file:line, 0 otherwise. TEST_NAMES_ROOT ove
 repository root (the script's tests run it on a fixture tree).
 """
 
+import functools
 import os
 import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(os.environ.get("TEST_NAMES_ROOT", pathlib.Path(__file__).resolve().parent.parent))
+ROOT = pathlib.Path(
+    os.environ.get("TEST_NAMES_ROOT", pathlib.Path(__file__).resolve().parent.parent)
+)
 # A test binary, then (after other options) --exact and a literal test name.
-USE = re.compile(r'test-([A-Za-z0-9_]+)"?((?:\s+--?[A-Za-z-]+)*?)\s+--exact\s+([A-Za-z_][A-Za-z0-9_]*)')
+USE = re.compile(
+    r'test-([A-Za-z0-9_]+)"?(?:\s+--?[A-Za-z-]+)*?\s+--exact\s+([A-Za-z_][A-Za-z0-9_]*)'
+)
 DECLARED = re.compile(r"gpu_test!\s*\(\s*(\d+)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)")
 PLAIN = re.compile(r"\bfn\s+(pe\d+_[A-Za-z0-9_]+)\s*\(")
 
@@ -42,18 +47,14 @@ def joined_lines(text):
     return out
 
 
-def tests_of(binary, cache={}):
+@functools.cache
+def tests_of(binary):
     """The test names of test-`binary`, or None without tests/`binary`.rs."""
-    if binary not in cache:
-        src = ROOT / "tests" / f"{binary}.rs"
-        if not src.is_file():
-            cache[binary] = None
-        else:
-            text = src.read_text()
-            names = {f"pe{n}_{name}" for n, name in DECLARED.findall(text)}
-            names |= set(PLAIN.findall(text))
-            cache[binary] = names
-    return cache[binary]
+    src = ROOT / "tests" / f"{binary}.rs"
+    if not src.is_file():
+        return None
+    text = src.read_text()
+    return {f"pe{n}_{name}" for n, name in DECLARED.findall(text)} | set(PLAIN.findall(text))
 
 
 def main():
@@ -63,7 +64,7 @@ def main():
         for n, line in joined_lines(script.read_text()):
             if line.lstrip().startswith("#"):
                 continue
-            for binary, _, name in USE.findall(line):
+            for binary, name in USE.findall(line):
                 checked += 1
                 names = tests_of(binary)
                 if names is None:

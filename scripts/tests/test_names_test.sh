@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Tests of scripts/test_names.py on a fixture tree: tests a script names by --exact pass where
-# tests/X.rs declares them (gpu_test! on one line or several, or a plain peN_ function); a
-# renamed test, a missing test file, or a name split over a backslash continuation each fail,
-# naming file:line; variables and comments are left alone. Run: bash scripts/tests/test_names_test.sh
+# Tests of scripts/test_names.py on a fixture tree: tests a script names by --exact (on its
+# line or after a backslash continuation) pass where tests/X.rs declares them (gpu_test! on one
+# line or several, or a plain peN_ function); a renamed test, a changed PE count and a missing
+# test file each fail, naming file:line; variables and comments are left alone.
+# Run: bash scripts/tests/test_names_test.sh
 set -uo pipefail
 
 # shellcheck source=scripts/tests/lib.sh
